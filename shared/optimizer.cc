@@ -1,0 +1,91 @@
+#include "shared/optimizer.h"
+
+#include <cmath>
+#include <vector>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+class OptimizerBase : public Optimizer {
+ public:
+  OptimizerBase(const OptimizerOptions& o, size_t n) : o_(o), n_(n) {}
+  size_t size() const override { return n_; }
+  long steps() const override { return steps_; }
+
+ protected:
+  const OptimizerOptions o_;
+  const size_t n_;
+  long steps_ = 0;
+};
+
+// p -= lr * (g + wd * p)
+class Sgd final : public OptimizerBase {
+ public:
+  using OptimizerBase::OptimizerBase;
+  void apply(float* p, const float* g, float scale) override {
+    const float lr = static_cast<float>(o_.lr);
+    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+    for (size_t i = 0; i < n_; ++i) p[i] = decay * p[i] - lr * (scale * g[i]);
+    ++steps_;
+  }
+};
+
+// v = mu * v + g;  p -= lr * (v + wd * p)
+class Momentum final : public OptimizerBase {
+ public:
+  Momentum(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), velocity_(n, 0.0f) {}
+  void apply(float* p, const float* g, float scale) override {
+    const float lr = static_cast<float>(o_.lr);
+    const float mu = static_cast<float>(o_.momentum);
+    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+    float* v = velocity_.data();
+    for (size_t i = 0; i < n_; ++i) {
+      v[i] = mu * v[i] + scale * g[i];
+      p[i] = decay * p[i] - lr * v[i];
+    }
+    ++steps_;
+  }
+
+ private:
+  std::vector<float> velocity_;
+};
+
+// Adam with decoupled weight decay (AdamW):
+// m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p -= lr * (m/(1-b1^t) / (sqrt(v/(1-b2^t)) + eps) + wd p)
+class Adam final : public OptimizerBase {
+ public:
+  Adam(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), m_(n, 0.0f), v_(n, 0.0f) {}
+  void apply(float* p, const float* g, float scale) override {
+    ++steps_;
+    const double t = static_cast<double>(steps_);
+    const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
+    const float step_size = static_cast<float>(o_.lr / (1.0 - std::pow(o_.beta1, t)));
+    const float inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t)));
+    const float eps = static_cast<float>(o_.epsilon);
+    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+    float* m = m_.data();
+    float* v = v_.data();
+    for (size_t i = 0; i < n_; ++i) {
+      const float gi = scale * g[i];
+      m[i] = b1 * m[i] + (1.0f - b1) * gi;
+      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+      p[i] = decay * p[i] - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+    }
+  }
+
+ private:
+  std::vector<float> m_, v_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, size_t n) {
+  if (options.kind == "sgd") return std::make_unique<Sgd>(options, n);
+  if (options.kind == "momentum") return std::make_unique<Momentum>(options, n);
+  if (options.kind == "adam") return std::make_unique<Adam>(options, n);
+  throw Error("unknown optimizer '" + options.kind + "' (expected sgd, momentum or adam)");
+}
+
+}  // namespace pstrain

@@ -1,0 +1,174 @@
+#include "shared/options.h"
+
+#include <boost/program_options.hpp>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace po = boost::program_options;
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) parts.push_back(item);
+  }
+  return parts;
+}
+
+int parse_int(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not an integer");
+  return value;
+}
+
+po::options_description describe(JobOptions& o, std::string& hidden, std::string& ps_hosts,
+                                  std::string& shuffle) {
+  po::options_description cluster("Cluster");
+  cluster.add_options()
+      ("mode", po::value(&o.mode)->default_value(o.mode), "consistency mode: sync (barrier per step)")
+      ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
+      ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
+      ("index", po::value(&o.index)->default_value(o.index), "index of this process within its role (0-based)")
+      ("ps-hosts", po::value(&ps_hosts), "worker: host:port of every PS shard, comma-separated, in shard order")
+      ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
+      ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
+      ("port-file", po::value(&o.port_file), "PS: once bound, write host:port to this file")
+      ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
+      ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported");
+  po::options_description model("Model and data");
+  model.add_options()
+      ("hidden", po::value(&hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
+      ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
+      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "BLAS threads per worker");
+  po::options_description train("Training");
+  train.add_options()
+      ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "samples per step per worker (global batch = N * batch-size)")
+      ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training set")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
+      ("shuffle", po::value(&shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
+      ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam (applied on the PS)")
+      ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
+      ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
+      ("beta1", po::value(&o.optimizer.beta1)->default_value(o.optimizer.beta1), "Adam first-moment decay")
+      ("beta2", po::value(&o.optimizer.beta2)->default_value(o.optimizer.beta2), "Adam second-moment decay")
+      ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
+      ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
+      ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print progress every this many steps")
+      ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)");
+  po::options_description all;
+  all.add(cluster).add(model).add(train);
+  return all;
+}
+
+bool parse_bool(const std::string& text, const std::string& what) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  throw UsageError(what + ": '" + text + "' is not true or false");
+}
+
+void validate(const JobOptions& o, Role role) {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw UsageError(message);
+  };
+  require(o.mode == "sync", "--mode: '" + o.mode + "' is not supported (supported: sync)");
+  require(o.num_workers >= 1, "--num-workers must be at least 1");
+  require(o.num_ps >= 1, "--num-ps must be at least 1");
+  const int count = role == Role::kPs ? o.num_ps : o.num_workers;
+  require(o.index >= 0 && o.index < count,
+          "--index " + std::to_string(o.index) + " is outside [0, " + std::to_string(count) + ")");
+  require(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535]");
+  require(o.timeout_s > 0, "--timeout must be positive");
+  require(o.stall_report_s > 0, "--stall-report must be positive");
+  require(o.batch_size >= 1, "--batch-size must be at least 1");
+  require(o.epochs >= 1, "--epochs must be at least 1");
+  require(o.steps >= 0, "--steps must not be negative");
+  require(o.prefetch >= 1, "--prefetch must be at least 1");
+  require(o.threads >= 1, "--threads must be at least 1");
+  require(o.log_every >= 1, "--log-every must be at least 1");
+  const auto& opt = o.optimizer;
+  require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",
+          "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam");
+  require(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive number");
+  require(opt.momentum >= 0 && opt.momentum < 1, "--momentum must be in [0, 1)");
+  require(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1)");
+  require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");
+  require(opt.epsilon > 0, "--epsilon must be positive");
+  require(opt.weight_decay >= 0, "--weight-decay must not be negative");
+  for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
+  if (role == Role::kWorker) {
+    require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
+            "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
+                std::to_string(o.num_ps));
+  }
+}
+
+}  // namespace
+
+HostPort parse_host_port(const std::string& text) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw UsageError("'" + text + "' is not host:port");
+  }
+  HostPort hp{text.substr(0, colon), parse_int(text.substr(colon + 1), "port of '" + text + "'")};
+  if (hp.port <= 0 || hp.port > 65535) throw UsageError("port of '" + text + "' is out of range");
+  return hp;
+}
+
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv) {
+  JobOptions o;
+  std::string hidden, ps_hosts, shuffle, config;
+  po::options_description job = describe(o, hidden, ps_hosts, shuffle);
+  po::options_description generic("General");
+  generic.add_options()("help,h", "print this help and exit")(
+      "config", po::value(&config), "read options from this file (key = value lines; flags win)");
+  po::options_description cmdline;
+  cmdline.add(generic).add(job);
+
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, cmdline), vm);
+    if (vm.count("help")) {
+      std::cout << "Usage: " << (role == Role::kPs ? "pstrain-ps" : "pstrain-worker")
+                << " [options]\n"
+                << (role == Role::kPs ? "Parameter server shard: holds a slice of the parameters "
+                                        "and its optimizer state.\n"
+                                      : "Worker: trains a model replica on its shard of the data.\n")
+                << "Both binaries accept the same options, so one config file serves a whole job.\n"
+                << cmdline << "\n";
+      return std::nullopt;
+    }
+    if (vm.count("config")) {
+      const std::string& path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw UsageError("--config: cannot open '" + path + "'");
+      po::store(po::parse_config_file(in, job), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  o.hidden.clear();
+  for (const auto& w : split(hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
+  for (const auto& hp : split(ps_hosts, ',')) o.ps_hosts.push_back(parse_host_port(hp));
+  o.shuffle = parse_bool(shuffle, "--shuffle");
+  validate(o, role);
+  return o;
+}
+
+}  // namespace pstrain

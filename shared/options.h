@@ -1,0 +1,69 @@
+// Options of a training job. Both binaries (pstrain-ps, pstrain-worker) accept the same flags
+// and config files, so launch/launch.sh can hand every process the same job description; each
+// process uses the part it needs. Boost.Program_options stays in options.cc: the rest of the
+// code sees only these structs. Every field's comment gives its default.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pstrain {
+
+enum class Role { kPs, kWorker };
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+struct OptimizerOptions {
+  std::string kind = "adam";    // sgd | momentum | adam
+  double lr = 1e-3;             // learning rate
+  double momentum = 0.9;        // momentum coefficient (momentum)
+  double beta1 = 0.9;           // Adam first-moment decay
+  double beta2 = 0.999;         // Adam second-moment decay
+  double epsilon = 1e-8;        // Adam denominator epsilon
+  double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
+};
+
+struct JobOptions {
+  // Cluster.
+  std::string mode = "sync";    // sync (other modes come later)
+  int num_workers = 1;          // N
+  int num_ps = 1;               // S
+  int index = 0;                // this process's index among its role
+  std::vector<HostPort> ps_hosts;  // workers: host:port of each PS shard, in shard order
+  std::string bind = "127.0.0.1";  // PS: address to bind (loopback by default)
+  int port = 0;                 // PS: port to bind, 0 = any free port
+  std::string port_file;        // PS: write "host:port" here once bound ("" = don't)
+  double timeout_s = 60;        // deadline of any blocking network wait
+  double stall_report_s = 10;   // PS: report a barrier stalled longer than this
+
+  // Model and data.
+  std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
+  std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir
+  std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
+  int prefetch = 4;             // batches queued ahead of the trainer
+  int threads = 1;              // BLAS threads per worker
+
+  // Training.
+  int batch_size = 64;          // per worker; the global batch is N * batch_size
+  int epochs = 10;              // passes over the training set
+  int64_t steps = 0;            // stop after this many global steps (0 = no limit)
+  uint64_t seed = 42;           // initialisation and shuffling seed (same on every process)
+  bool shuffle = true;          // reshuffle every epoch
+  OptimizerOptions optimizer;
+  int log_every = 100;          // chief: progress line every this many steps
+  std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
+};
+
+// Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error
+// with a readable message for bad flags or values.
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
+
+// "host:port" -> HostPort; throws pstrain::Error.
+HostPort parse_host_port(const std::string& text);
+
+}  // namespace pstrain

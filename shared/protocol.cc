@@ -1,0 +1,211 @@
+#include "shared/protocol.h"
+
+#include <cmath>
+#include <msgpack.hpp>
+#include <set>
+
+namespace pstrain {
+namespace {
+
+// Keys of the header map. Short, stable, never reused for another meaning.
+constexpr const char* kKeyMagic = "magic";
+constexpr const char* kKeyVersion = "ver";
+constexpr const char* kKeyOp = "op";
+constexpr const char* kKeyRequest = "rid";
+constexpr const char* kKeyRole = "role";
+constexpr const char* kKeySender = "from";
+constexpr const char* kKeyStep = "step";
+constexpr const char* kKeyOffset = "off";
+constexpr const char* kKeyLength = "len";
+constexpr const char* kKeyTotal = "total";
+constexpr const char* kKeyWorkers = "nw";
+constexpr const char* kKeySamples = "n";
+constexpr const char* kKeyLoss = "loss";
+constexpr const char* kKeyCorrect = "correct";
+constexpr const char* kKeyDtype = "dtype";
+constexpr const char* kKeyMessage = "msg";
+constexpr uint64_t kDtypeFloat32 = 0;
+constexpr size_t kNumKeys = 16;
+
+bool get_uint(const msgpack::object& v, uint64_t* out) {
+  if (v.type != msgpack::type::POSITIVE_INTEGER) return false;
+  *out = v.via.u64;
+  return true;
+}
+
+struct Decoder {
+  Decoder(Header* header, std::string* error_out) : h(header), error(error_out) {}
+  Header* h;
+  std::string* error;
+  uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0;
+  std::set<std::string> seen;
+
+  bool fail(const std::string& what) {
+    *error = what;
+    return false;
+  }
+
+  bool field(const std::string& key, const msgpack::object& v) {
+    if (!seen.insert(key).second) return fail("duplicate header field '" + key + "'");
+    uint64_t* target = nullptr;
+    if (key == kKeyMagic) target = &magic;
+    else if (key == kKeyVersion) target = &version;
+    else if (key == kKeyOp) target = &op;
+    else if (key == kKeyRequest) target = &h->request_id;
+    else if (key == kKeyRole) target = &role;
+    else if (key == kKeySender) target = &sender;
+    else if (key == kKeyStep) target = &h->step;
+    else if (key == kKeyOffset) target = &h->offset;
+    else if (key == kKeyLength) target = &h->length;
+    else if (key == kKeyTotal) target = &h->total;
+    else if (key == kKeyWorkers) target = &workers;
+    else if (key == kKeySamples) target = &h->samples;
+    else if (key == kKeyCorrect) target = &h->correct;
+    else if (key == kKeyDtype) target = &dtype;
+    if (target != nullptr) {
+      return get_uint(v, target) || fail("header field '" + key + "' is not an unsigned integer");
+    }
+    if (key == kKeyLoss) {
+      // msgpack-cxx writes a double with an integral value as an integer.
+      if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) {
+        h->loss_sum = v.via.f64;
+      } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
+        h->loss_sum = static_cast<double>(v.via.u64);
+      } else if (v.type == msgpack::type::NEGATIVE_INTEGER) {
+        h->loss_sum = static_cast<double>(v.via.i64);
+      } else {
+        return fail("header field 'loss' is not a number");
+      }
+      return std::isfinite(h->loss_sum) || fail("header field 'loss' is not finite");
+    }
+    if (key == kKeyMessage) {
+      if (v.type != msgpack::type::STR) return fail("header field 'msg' is not a string");
+      h->message.assign(v.via.str.ptr, v.via.str.size);
+      return true;
+    }
+    return fail("unknown header field '" + key + "'");
+  }
+
+  bool finish() {
+    for (const char* key : {kKeyMagic, kKeyVersion, kKeyOp, kKeyRequest, kKeyRole, kKeySender}) {
+      if (!seen.count(key)) return fail(std::string("header field '") + key + "' is missing");
+    }
+    if (magic != kMagic) return fail("bad magic (not a pstrain message)");
+    if (version != kProtocolVersion) {
+      return fail("protocol version " + std::to_string(version) + " is not supported (expected " +
+                  std::to_string(kProtocolVersion) + ")");
+    }
+    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kError)) {
+      return fail("unknown op " + std::to_string(op));
+    }
+    if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
+    if (sender > UINT32_MAX) return fail("sender index out of range");
+    if (workers > UINT32_MAX) return fail("nw out of range");
+    if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
+    if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
+        h->total > (uint64_t{1} << 40)) {
+      return fail("slice fields out of range");
+    }
+    h->op = static_cast<Op>(op);
+    h->role = static_cast<SenderRole>(role);
+    h->sender = static_cast<uint32_t>(sender);
+    h->num_workers = static_cast<uint32_t>(workers);
+    return true;
+  }
+};
+
+}  // namespace
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::kHello: return "HELLO";
+    case Op::kWelcome: return "WELCOME";
+    case Op::kInit: return "INIT";
+    case Op::kPush: return "PUSH";
+    case Op::kPull: return "PULL";
+    case Op::kParams: return "PARAMS";
+    case Op::kDone: return "DONE";
+    case Op::kError: return "ERROR";
+  }
+  return "?";
+}
+
+bool op_has_payload(Op op) { return op == Op::kInit || op == Op::kPush || op == Op::kParams; }
+
+std::string encode_header(const Header& h) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> pk(buffer);
+  pk.pack_map(kNumKeys);
+  auto put = [&pk](const char* key, uint64_t value) {
+    pk.pack(key);
+    pk.pack_uint64(value);
+  };
+  put(kKeyMagic, kMagic);
+  put(kKeyVersion, kProtocolVersion);
+  put(kKeyOp, static_cast<uint64_t>(h.op));
+  put(kKeyRequest, h.request_id);
+  put(kKeyRole, static_cast<uint64_t>(h.role));
+  put(kKeySender, h.sender);
+  put(kKeyStep, h.step);
+  put(kKeyOffset, h.offset);
+  put(kKeyLength, h.length);
+  put(kKeyTotal, h.total);
+  put(kKeyWorkers, h.num_workers);
+  put(kKeySamples, h.samples);
+  put(kKeyCorrect, h.correct);
+  put(kKeyDtype, kDtypeFloat32);
+  pk.pack(kKeyLoss);
+  pk.pack_double(h.loss_sum);
+  pk.pack(kKeyMessage);
+  pk.pack(h.message.size() > kMaxMessageChars ? h.message.substr(0, kMaxMessageChars) : h.message);
+  return std::string(buffer.data(), buffer.size());
+}
+
+bool decode_header(const void* data, size_t size, Header* out, std::string* error) {
+  *out = Header{};
+  if (size == 0) return (*error = "empty header frame", false);
+  if (size > kMaxHeaderBytes) {
+    *error = "header frame of " + std::to_string(size) + " bytes exceeds " +
+             std::to_string(kMaxHeaderBytes);
+    return false;
+  }
+  msgpack::object_handle handle;
+  try {
+    // Limits keep a few hostile bytes from declaring huge containers.
+    const msgpack::unpack_limit limit(/*array=*/0, /*map=*/2 * kNumKeys, /*str=*/kMaxMessageChars,
+                                      /*bin=*/0, /*ext=*/0, /*depth=*/2);
+    size_t consumed = 0;
+    handle = msgpack::unpack(static_cast<const char*>(data), size, consumed, nullptr, nullptr, limit);
+    if (consumed != size) return (*error = "trailing bytes after the header map", false);
+  } catch (const std::exception& e) {
+    *error = std::string("header is not valid MessagePack (") + e.what() + ")";
+    return false;
+  }
+  const msgpack::object& root = handle.get();
+  if (root.type != msgpack::type::MAP) return (*error = "header is not a MessagePack map", false);
+  Decoder d{out, error};
+  for (uint32_t i = 0; i < root.via.map.size; ++i) {
+    const msgpack::object_kv& kv = root.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) return (*error = "header key is not a string", false);
+    if (!d.field(std::string(kv.key.via.str.ptr, kv.key.via.str.size), kv.val)) return false;
+  }
+  return d.finish();
+}
+
+bool check_frames(const Header& h, size_t num_frames, size_t payload_bytes, std::string* error) {
+  const size_t want_frames = op_has_payload(h.op) ? 2 : 1;
+  if (num_frames != want_frames) {
+    *error = std::string(op_name(h.op)) + " needs " + std::to_string(want_frames) +
+             " frame(s), got " + std::to_string(num_frames);
+    return false;
+  }
+  if (want_frames == 2 && payload_bytes != h.length * sizeof(float)) {
+    *error = std::string(op_name(h.op)) + " payload is " + std::to_string(payload_bytes) +
+             " bytes, header says " + std::to_string(h.length) + " float32 (" +
+             std::to_string(h.length * sizeof(float)) + " bytes)";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,60 @@
+// pstrain wire protocol, version 1 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
+// frame with `length` little-endian float32 values. Every field is validated on receipt.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pstrain {
+
+constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
+constexpr uint32_t kProtocolVersion = 1;
+constexpr size_t kMaxHeaderBytes = 1024;
+constexpr size_t kMaxMessageChars = 512;
+
+enum class Op : uint32_t {
+  kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total` floats
+  kWelcome = 2,  // PS -> worker: registered; offset/length = the PS's slice, step = its version
+  kInit = 3,     // chief -> PS: initial values of the slice (payload)
+  kPush = 4,     // worker -> PS: gradient sum of the slice for `step` over `samples` samples
+  kPull = 5,     // worker -> PS: send parameters of version `step` once they exist
+  kParams = 6,   // PS -> worker: parameters of version `step` (payload) + metrics of step-1
+  kDone = 7,     // worker -> PS: this worker has finished training
+  kError = 8,    // either way: request `request_id` failed; `message` says why
+};
+const char* op_name(Op op);
+
+enum class SenderRole : uint32_t { kWorker = 0, kPs = 1 };
+
+struct Header {
+  Op op = Op::kError;
+  uint64_t request_id = 0;
+  SenderRole role = SenderRole::kWorker;
+  uint32_t sender = 0;        // index of the sender within its role
+  uint64_t step = 0;          // step (PUSH) or parameter version (PULL, PARAMS, WELCOME)
+  uint64_t offset = 0;        // slice, in float32 elements of the flat vector
+  uint64_t length = 0;
+  uint64_t total = 0;         // HELLO: elements of the whole flat vector
+  uint32_t num_workers = 0;   // HELLO: N as the worker knows it
+  uint64_t samples = 0;       // PUSH: samples summed in the gradient; PARAMS: of step-1, all workers
+  double loss_sum = 0;        // PUSH/PARAMS: summed loss over those samples
+  uint64_t correct = 0;       // PUSH/PARAMS: correctly classified samples among them
+  std::string message;        // ERROR: why
+};
+
+// Whether an op carries the float32 payload frame.
+bool op_has_payload(Op op);
+
+std::string encode_header(const Header& header);
+
+// Decodes and validates frame 0. On failure returns false and sets *error to a message that
+// names the offending field; *out is then unspecified.
+bool decode_header(const void* data, size_t size, Header* out, std::string* error);
+
+// Checks the frame count and payload size against the header (after decode_header).
+bool check_frames(const Header& header, size_t num_frames, size_t payload_bytes,
+                  std::string* error);
+
+}  // namespace pstrain

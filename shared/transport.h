@@ -1,0 +1,45 @@
+// Message transport behind a small interface (STYLE.md item 2). A Message is a list of frames
+// plus its peer: the routing id on the server side, the shard index on the client side.
+// ZeroMQ is the real implementation (ROUTER on the server, one DEALER per shard on a client).
+// An Endpoint is not thread-safe: exactly one thread owns it (docs/threading.md).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+namespace pstrain {
+
+using Clock = std::chrono::steady_clock;
+
+struct Message {
+  std::string route;  // server side: the ZeroMQ routing id of the peer
+  int shard = -1;     // client side: which server the message came from / goes to
+  std::vector<zmq::message_t> frames;
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  // Sends msg to msg.route (server) or msg.shard (client). Returns false, with the reason in
+  // *error, if the message could not be queued before `deadline` or the peer is gone.
+  virtual bool send(Message&& msg, Clock::time_point deadline, std::string* error) = 0;
+  // Waits for the next message from any peer until `deadline`; false on timeout.
+  virtual bool recv(Message* msg, Clock::time_point deadline) = 0;
+  // Human-readable address of peer/shard i (client) or the bound address (server).
+  virtual std::string address(int shard = 0) const = 0;
+};
+
+// One ZeroMQ context per process, owned by main() and passed down (no singletons).
+std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
+                                          int port);
+std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
+                                          const std::vector<std::string>& server_addresses);
+
+// Milliseconds left until `deadline`, clamped to [0, INT_MAX].
+int millis_until(Clock::time_point deadline);
+Clock::time_point deadline_after(double seconds);
+
+}  // namespace pstrain

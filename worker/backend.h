@@ -1,0 +1,48 @@
+// The compute backend of a worker: the few primitives an MLP needs. The CPU backend
+// (worker/cpu/) uses OpenBLAS; the CUDA backend (worker/cuda/) implements the same interface.
+// All float pointers passed to a backend point into memory it allocated.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace pstrain {
+
+using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
+
+struct BatchStats {
+  double loss_sum = 0;   // summed cross-entropy over the batch
+  int64_t correct = 0;   // samples whose arg-max logit is the label
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
+  virtual void upload(float* dst, const float* host, size_t n) = 0;
+  virtual void download(float* host, const float* src, size_t n) = 0;
+
+  // Row-major C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k], op(B) is [k,n].
+  virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                    const float* b, float beta, float* c) = 0;
+  // y[r, :] += bias, then ReLU if `relu`.
+  virtual void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) = 0;
+  // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
+  virtual void relu_backward(float* dy, const float* y, size_t n) = 0;
+  // dbias[c] = sum over rows of dy[r, c].
+  virtual void column_sums(const float* dy, int rows, int cols, float* dbias) = 0;
+  // Softmax cross-entropy of logits[rows, cols] against host labels. If dlogits is not null it
+  // receives the gradient of the summed loss (softmax - onehot), per sample.
+  virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
+                                  float* dlogits) = 0;
+};
+
+// OpenBLAS with `threads` threads.
+std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+}  // namespace pstrain

@@ -1,0 +1,98 @@
+#include "worker/model.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+Mlp::Mlp(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend)
+    : backend_(backend), max_batch_(max_batch) {
+  if (input_dim < 1 || classes < 2 || max_batch < 1) throw Error("model: invalid dimensions");
+  widths_.push_back(input_dim);
+  widths_.insert(widths_.end(), hidden.begin(), hidden.end());
+  widths_.push_back(classes);
+  const size_t max_width = static_cast<size_t>(*std::max_element(widths_.begin(), widths_.end()));
+  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
+    const auto in = static_cast<size_t>(widths_[l]), out = static_cast<size_t>(widths_[l + 1]);
+    layout_.add("layer" + std::to_string(l) + ".weight", {in, out});
+    layout_.add("layer" + std::to_string(l) + ".bias", {out});
+    acts_.push_back(backend_.allocate(static_cast<size_t>(max_batch) * out));
+  }
+  delta_a_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
+  delta_b_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
+}
+
+size_t Mlp::activation_floats() const {
+  size_t n = 0;
+  for (size_t l = 1; l < widths_.size(); ++l) n += static_cast<size_t>(max_batch_) * widths_[l];
+  const size_t max_width = static_cast<size_t>(*std::max_element(widths_.begin(), widths_.end()));
+  return n + 2 * static_cast<size_t>(max_batch_) * max_width;
+}
+
+void Mlp::init(uint64_t seed, float* host_params) const {
+  std::fill(host_params, host_params + layout_.total(), 0.0f);
+  uint64_t state = seed ^ 0x5eed5eed5eed5eedULL;
+  for (const TensorSpec& t : layout_.tensors()) {
+    if (t.shape.size() != 2) continue;  // biases stay zero
+    const double limit = std::sqrt(6.0 / static_cast<double>(t.shape[0]));
+    for (size_t i = 0; i < t.size; ++i) {
+      const double u = static_cast<double>(splitmix64(state) >> 40) / static_cast<double>(1ULL << 24);
+      host_params[t.offset + i] = static_cast<float>((2.0 * u - 1.0) * limit);
+    }
+  }
+}
+
+const float* Mlp::forward(const float* params, const float* x, int batch) {
+  PSTRAIN_CHECK(batch >= 1 && batch <= max_batch_);
+  const float* input = x;
+  const size_t layers = widths_.size() - 1;
+  for (size_t l = 0; l < layers; ++l) {
+    const TensorSpec& w = layout_.tensors()[2 * l];
+    const TensorSpec& b = layout_.tensors()[2 * l + 1];
+    float* out = acts_[l].get();
+    backend_.gemm(false, false, batch, widths_[l + 1], widths_[l], 1.0f, input, params + w.offset, 0.0f, out);
+    backend_.bias_activation(out, params + b.offset, batch, widths_[l + 1], l + 1 < layers);
+    input = out;
+  }
+  return input;
+}
+
+BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad) {
+  const float* logits = forward(params, x, batch);
+  const size_t layers = widths_.size() - 1;
+  float* delta = delta_a_.get();  // d(loss)/d(pre-activation) of layer l
+  float* spare = delta_b_.get();
+  const BatchStats stats = backend_.softmax_xent(logits, y, batch, widths_.back(), delta);
+  for (size_t l = layers; l-- > 0;) {
+    const TensorSpec& w = layout_.tensors()[2 * l];
+    const TensorSpec& b = layout_.tensors()[2 * l + 1];
+    const float* input = l == 0 ? x : acts_[l - 1].get();
+    const int in = widths_[l], out = widths_[l + 1];
+    backend_.gemm(true, false, in, out, batch, 1.0f, input, delta, 0.0f, grad + w.offset);
+    backend_.column_sums(delta, batch, out, grad + b.offset);
+    if (l == 0) break;
+    backend_.gemm(false, true, batch, in, out, 1.0f, delta, params + w.offset, 0.0f, spare);
+    backend_.relu_backward(spare, acts_[l - 1].get(), static_cast<size_t>(batch) * in);
+    std::swap(delta, spare);
+  }
+  return stats;
+}
+
+BatchStats Mlp::evaluate(const float* params, const float* x, const int32_t* y, int batch) {
+  const float* logits = forward(params, x, batch);
+  return backend_.softmax_xent(logits, y, batch, widths_.back(), nullptr);
+}
+
+}  // namespace pstrain

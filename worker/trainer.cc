@@ -1,0 +1,155 @@
+#include "worker/trainer.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <iomanip>
+#include <numeric>
+#include <sstream>
+
+#include "shared/error.h"
+#include "shared/log.h"
+#include "shared/npy.h"
+#include "worker/backend.h"
+#include "worker/data/dataset.h"
+#include "worker/data/prefetch.h"
+#include "worker/data/sampler.h"
+#include "worker/model.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+namespace {
+
+constexpr int kEvalBatch = 500;
+
+struct Totals {  // running sums of global metrics
+  uint64_t samples = 0, correct = 0;
+  double loss = 0;
+  void add(const StepMetrics& m) {
+    samples += m.samples;
+    correct += m.correct;
+    loss += m.loss_sum;
+  }
+  double mean_loss() const { return samples ? loss / samples : 0; }
+  double accuracy() const { return samples ? static_cast<double>(correct) / samples : 0; }
+};
+
+BatchStats evaluate(Mlp& model, const float* params, const Dataset& data) {
+  std::vector<size_t> records(kEvalBatch);
+  std::vector<float> x(static_cast<size_t>(kEvalBatch) * data.feature_dim());
+  std::vector<int32_t> y(kEvalBatch);
+  BatchStats total;
+  for (size_t start = 0; start < data.size(); start += kEvalBatch) {
+    const size_t count = std::min<size_t>(kEvalBatch, data.size() - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    const BatchStats s = model.evaluate(params, x.data(), y.data(), static_cast<int>(count));
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+  }
+  return total;
+}
+
+void save_params(const std::string& dir, const Layout& layout, const float* params) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw Error("cannot create --save-params dir '" + dir + "'");
+  for (const TensorSpec& t : layout.tensors()) write_npy(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
+  PSLOG(INFO) << "saved " << layout.tensors().size() << " variables to " << dir;
+}
+
+std::string fixed(double value, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << value;
+  return os.str();
+}
+
+}  // namespace
+
+TrainSummary train(const JobOptions& o, Endpoint& ps) {
+  const bool chief = o.index == 0;
+  const std::string tag = "w" + std::to_string(o.index) + ": ";
+  const std::string data_dir = o.data_dir.empty() ? default_data_dir() : o.data_dir;
+  const std::string cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  const auto train_data = Dataset::open_mnist_dir(data_dir, "train", cache_dir);
+  const auto test_data = chief ? Dataset::open_mnist_dir(data_dir, "t10k", cache_dir) : nullptr;
+  const ShardSampler sampler(train_data->size(), o.index, o.num_workers, o.batch_size, o.seed, o.shuffle);
+  const uint64_t steps_per_epoch = sampler.steps_per_epoch();
+  uint64_t total_steps = steps_per_epoch * static_cast<uint64_t>(o.epochs);
+  if (o.steps > 0) total_steps = std::min(total_steps, static_cast<uint64_t>(o.steps));
+  PSLOG(INFO) << tag << "data " << data_dir << ": " << train_data->size() << " training records; this worker's shard is "
+              << sampler.shard_size() << " records per epoch (positions " << o.index << ", " << o.index << "+"
+              << o.num_workers << ", ...), " << steps_per_epoch << " steps of " << o.batch_size;
+
+  const auto backend = make_cpu_backend(o.threads);
+  Mlp model(static_cast<int>(train_data->feature_dim()), o.hidden, train_data->num_classes(),
+            std::max(o.batch_size, chief ? kEvalBatch : 1), *backend);
+  const size_t total = model.layout().total();
+  // CPU backend: buffers are host memory, read and written by the PS client directly.
+  BufferPtr params = backend->allocate(total);
+  BufferPtr grad = backend->allocate(total);
+  PSLOG(INFO) << tag << "device " << backend->name() << "; model " << total << " parameters; memory plan: params "
+              << fixed(total * 4 / 1048576.0, 2) << " MiB, grads " << fixed(total * 4 / 1048576.0, 2)
+              << " MiB, activations " << fixed(model.activation_floats() * 4 / 1048576.0, 2) << " MiB";
+
+  PsClient client(o, total, ps);
+  if (client.hello() != 0) throw Error("the parameter servers are past version 0 (resume is not supported)");
+  if (chief) {
+    model.init(o.seed, params.get());
+    client.init(params.get());
+  }
+  client.pull(0, params.get());
+  PSLOG(INFO) << tag << "registered with " << o.num_ps << " PS shard(s); training " << total_steps << " steps";
+
+  Prefetcher prefetch(*train_data, sampler, 0, static_cast<uint64_t>(o.epochs), total_steps, o.prefetch);
+  const auto start = Clock::now();
+  auto interval_start = start;
+  Totals interval, epoch_totals;
+  TrainSummary summary;
+  Batch batch;
+  for (uint64_t step = 0; step < total_steps; ++step) {
+    if (!prefetch.next(batch)) throw Error("data ended before step " + std::to_string(step));
+    const BatchStats s = model.train_step(params.get(), batch.x.data(), batch.y.data(), batch.size, grad.get());
+    client.push(step, grad.get(), static_cast<uint64_t>(batch.size), s.loss_sum, static_cast<uint64_t>(s.correct));
+    const StepMetrics m = client.pull(step + 1, params.get());
+    interval.add(m);
+    epoch_totals.add(m);
+    const bool epoch_end = (step + 1) % steps_per_epoch == 0;
+    const bool last = step + 1 == total_steps;
+    if (!chief) continue;
+    if ((step + 1) % static_cast<uint64_t>(o.log_every) == 0 || epoch_end || last) {
+      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
+      PSLOG(INFO) << "epoch " << batch.epoch + 1 << "/" << o.epochs << " step " << step % steps_per_epoch + 1 << "/"
+                  << steps_per_epoch << " (global " << step + 1 << ") loss " << fixed(interval.mean_loss(), 4)
+                  << " acc " << fixed(interval.accuracy(), 4) << " samples/s "
+                  << fixed(interval.samples / std::max(secs, 1e-9), 0);
+      interval = Totals{};
+      interval_start = Clock::now();
+    }
+    if (epoch_end || last) {
+      const BatchStats t = evaluate(model, params.get(), *test_data);
+      summary.test_loss = t.loss_sum / test_data->size();
+      summary.test_accuracy = static_cast<double>(t.correct) / test_data->size();
+      summary.train_loss = epoch_totals.mean_loss();
+      summary.train_accuracy = epoch_totals.accuracy();
+      PSLOG(INFO) << "epoch " << batch.epoch + 1 << " done: train loss " << fixed(summary.train_loss, 4) << " acc "
+                  << fixed(summary.train_accuracy, 4) << "; test loss " << fixed(summary.test_loss, 4) << " acc "
+                  << fixed(summary.test_accuracy, 4);
+      epoch_totals = Totals{};
+    }
+  }
+  summary.steps = total_steps;
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  summary.samples_per_second =
+      static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
+  if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), params.get());
+  client.done();
+  if (chief) {
+    PSLOG(INFO) << "summary: workers=" << o.num_workers << " ps=" << o.num_ps << " steps=" << summary.steps
+                << " time_s=" << fixed(summary.seconds, 1) << " samples_per_s=" << fixed(summary.samples_per_second, 0)
+                << " train_loss=" << fixed(summary.train_loss, 4) << " train_accuracy=" << fixed(summary.train_accuracy, 4)
+                << " test_loss=" << fixed(summary.test_loss, 4) << " test_accuracy=" << fixed(summary.test_accuracy, 4);
+  }
+  return summary;
+}
+
+}  // namespace pstrain

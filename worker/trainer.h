@@ -1,0 +1,24 @@
+// The worker's training loop in sync mode: pull version t, compute the gradient of its batch,
+// push each shard its slice, pull version t+1. The chief (worker 0) also initialises the
+// parameters, prints progress, evaluates the test set and saves the parameters.
+#pragma once
+
+#include <cstdint>
+
+#include "shared/options.h"
+#include "shared/transport.h"
+
+namespace pstrain {
+
+struct TrainSummary {
+  uint64_t steps = 0;
+  double seconds = 0;
+  double samples_per_second = 0;  // global: all workers' samples
+  double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
+  double test_loss = 0, test_accuracy = 0;    // chief only
+};
+
+// Runs the whole job for this worker; throws pstrain::Error on failure.
+TrainSummary train(const JobOptions& options, Endpoint& ps);
+
+}  // namespace pstrain
