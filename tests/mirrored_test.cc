@@ -1,0 +1,114 @@
+// The mirrored contract of sync mode (DESIGN.md): N workers of batch b, on any number of PS
+// shards, end with the same parameters as ONE worker of batch N*b, to float rounding.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <tuple>
+
+#include "shared/npy.h"
+#include "test_util/idx_writer.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+constexpr int kBatch = 8;
+constexpr int kSteps = 20;
+
+struct Params {
+  std::vector<std::string> names = {"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias",
+                                    "layer2.weight", "layer2.bias"};
+  std::vector<std::vector<float>> values;
+};
+
+Params load(const std::string& dir) {
+  Params p;
+  for (const auto& name : p.names) {
+    std::vector<size_t> shape;
+    p.values.push_back(read_npy(dir + "/" + name + ".npy", &shape));
+  }
+  return p;
+}
+
+// max |a - b| relative to max |a| over all variables.
+double relative_difference(const Params& a, const Params& b) {
+  double diff = 0, scale = 0;
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    EXPECT_EQ(a.values[v].size(), b.values[v].size()) << a.names[v];
+    for (size_t i = 0; i < a.values[v].size() && i < b.values[v].size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(a.values[v][i] - b.values[v][i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(a.values[v][i])));
+    }
+  }
+  return diff / scale;
+}
+
+class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+ protected:
+  static void SetUpTestSuite() {
+    data_dir_ = new std::string(make_temp_dir("mirrored"));
+    // 300 records: with a global batch of 24 an epoch is 12 steps, so 20 steps cross an epoch.
+    write_synthetic_mnist(*data_dir_, "train", 300, 8, 8, 11, false);
+    write_synthetic_mnist(*data_dir_, "t10k", 100, 8, 8, 12, false);
+  }
+
+  // Trains kSteps steps and returns the saved parameters.
+  Params train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag) {
+    const std::string dir = make_temp_dir("mirrored-" + tag);
+    Job job;
+    job.num_ps = num_ps;
+    job.num_workers = num_workers;
+    job.dir = dir;
+    const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
+    job.args = {"--data-dir", *data_dir_, "--cache-dir", dir, "--hidden", "16,8", "--batch-size",
+                std::to_string(batch), "--steps", std::to_string(kSteps), "--epochs", "5", "--optimizer",
+                optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7", "--log-every", "5",
+                "--timeout", "30", "--save-params", dir + "/params"};
+    const JobResult result = run_job(job);
+    EXPECT_TRUE(result.ok()) << result.logs;
+    Params params = load(dir + "/params");
+    std::filesystem::remove_all(dir);
+    return params;
+  }
+
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*data_dir_);
+    delete data_dir_;
+    data_dir_ = nullptr;
+  }
+
+  static std::string* data_dir_;
+};
+std::string* MirroredTest::data_dir_ = nullptr;
+
+TEST_P(MirroredTest, NWorkersEqualOneWorkerOnTheConcatenatedBatch) {
+  const auto& [optimizer, n] = GetParam();
+  const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
+  const Params reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");
+  for (int shards : {1, 2}) {
+    const Params p = train(shards, n, kBatch, optimizer, optimizer + "-n" + std::to_string(n));
+    const double rel = relative_difference(reference, p);
+    EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " S=" << shards;
+    std::printf("%s N=%d S=%d: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, shards, rel);
+  }
+}
+
+// The check must be able to fail: a different global batch gives clearly different parameters.
+TEST_F(MirroredTest, DifferentGlobalBatchIsDetected) {
+  const Params a = train(1, 1, 16, "sgd", "neg-a");
+  const Params b = train(1, 2, 16, "sgd", "neg-b");
+  EXPECT_GT(relative_difference(a, b), 1e-3);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, MirroredTest,
+                         ::testing::Combine(::testing::Values("sgd", "momentum", "adam"),
+                                            ::testing::Values(1, 2, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_N" + std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace pstrain::test

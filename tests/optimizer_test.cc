@@ -1,0 +1,84 @@
+#include "shared/optimizer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+OptimizerOptions opts(const std::string& kind) {
+  OptimizerOptions o;
+  o.kind = kind;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  o.weight_decay = 0.01;
+  return o;
+}
+
+TEST(OptimizerTest, SgdMatchesClosedForm) {
+  auto opt = make_optimizer(opts("sgd"), 2);
+  std::vector<float> p = {1.0f, -2.0f};
+  const std::vector<float> g = {4.0f, 8.0f};  // summed over 4 samples
+  opt->apply(p.data(), g.data(), 0.25f);
+  EXPECT_FLOAT_EQ(p[0], 1.0f * (1 - 0.1f * 0.01f) - 0.1f * 1.0f);
+  EXPECT_FLOAT_EQ(p[1], -2.0f * (1 - 0.1f * 0.01f) - 0.1f * 2.0f);
+  EXPECT_EQ(opt->steps(), 1);
+}
+
+TEST(OptimizerTest, MomentumAccumulatesVelocity) {
+  OptimizerOptions o = opts("momentum");
+  o.weight_decay = 0;
+  auto opt = make_optimizer(o, 1);
+  std::vector<float> p = {0.0f};
+  const std::vector<float> g = {1.0f};
+  opt->apply(p.data(), g.data(), 1.0f);  // v = 1
+  opt->apply(p.data(), g.data(), 1.0f);  // v = 1.9
+  EXPECT_NEAR(p[0], -0.1 * 1.0 - 0.1 * 1.9, 1e-6);
+}
+
+TEST(OptimizerTest, AdamMatchesReferenceImplementation) {
+  OptimizerOptions o = opts("adam");
+  o.lr = 0.01;
+  auto opt = make_optimizer(o, 1);
+  std::vector<float> p = {0.5f};
+  double ref = 0.5, m = 0, v = 0;
+  const double grads[] = {0.3, -0.1, 0.7, 0.0, -2.0};
+  for (int t = 1; t <= 5; ++t) {
+    const float g = static_cast<float>(grads[t - 1]);
+    opt->apply(p.data(), &g, 1.0f);
+    m = o.beta1 * m + (1 - o.beta1) * grads[t - 1];
+    v = o.beta2 * v + (1 - o.beta2) * grads[t - 1] * grads[t - 1];
+    const double mhat = m / (1 - std::pow(o.beta1, t)), vhat = v / (1 - std::pow(o.beta2, t));
+    ref = ref * (1 - o.lr * o.weight_decay) - o.lr * mhat / (std::sqrt(vhat) + o.epsilon);
+    EXPECT_NEAR(p[0], ref, 1e-6) << "step " << t;
+  }
+}
+
+// Applying slice by slice (as S shards do) equals applying to the whole vector.
+TEST(OptimizerTest, SlicedApplicationEqualsWhole) {
+  for (const char* kind : {"sgd", "momentum", "adam"}) {
+    std::vector<float> whole(10), sliced(10), grad(10);
+    for (int i = 0; i < 10; ++i) {
+      whole[i] = sliced[i] = 0.1f * static_cast<float>(i) - 0.3f;
+      grad[i] = std::sin(static_cast<float>(i));
+    }
+    auto all = make_optimizer(opts(kind), 10);
+    auto first = make_optimizer(opts(kind), 4);
+    auto second = make_optimizer(opts(kind), 6);
+    for (int step = 0; step < 3; ++step) {
+      all->apply(whole.data(), grad.data(), 0.5f);
+      first->apply(sliced.data(), grad.data(), 0.5f);
+      second->apply(sliced.data() + 4, grad.data() + 4, 0.5f);
+    }
+    EXPECT_EQ(whole, sliced) << kind;
+  }
+}
+
+TEST(OptimizerTest, UnknownKindIsAnError) { EXPECT_THROW(make_optimizer(opts("rmsprop"), 1), Error); }
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,67 @@
+#include "shared/options.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "shared/error.h"
+#include "test_util/idx_writer.h"
+
+namespace pstrain {
+namespace {
+
+std::optional<JobOptions> parse(Role role, std::vector<const char*> args) {
+  args.insert(args.begin(), "prog");
+  return parse_job_options(role, static_cast<int>(args.size()), args.data());
+}
+
+TEST(OptionsTest, DefaultsAndFlags) {
+  const auto o = parse(Role::kWorker, {"--ps-hosts", "127.0.0.1:5000,localhost:5001", "--num-ps", "2",
+                                       "--hidden", "32,16,8", "--optimizer", "momentum", "--shuffle", "false"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->ps_hosts.size(), 2u);
+  EXPECT_EQ(o->ps_hosts[1].host, "localhost");
+  EXPECT_EQ(o->ps_hosts[1].port, 5001);
+  EXPECT_EQ(o->hidden, (std::vector<int>{32, 16, 8}));
+  EXPECT_EQ(o->optimizer.kind, "momentum");
+  EXPECT_FALSE(o->shuffle);
+  EXPECT_EQ(o->batch_size, 64);
+  EXPECT_EQ(o->bind, "127.0.0.1");
+}
+
+TEST(OptionsTest, ConfigFileAndFlagsWin) {
+  const std::string dir = make_temp_dir("options");
+  std::ofstream(dir + "/job.cfg") << "# comment\nbatch-size = 32\nlr = 0.5\nnum-workers = 3\n";
+  const auto o = parse(Role::kPs, {"--config", (dir + "/job.cfg").c_str(), "--lr", "0.25"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(o->batch_size, 32);
+  EXPECT_EQ(o->num_workers, 3);
+  EXPECT_DOUBLE_EQ(o->optimizer.lr, 0.25);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
+  const auto message = [](std::vector<const char*> args) {
+    try {
+      parse(Role::kPs, args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({"--optimizer", "rmsprop"}).find("--optimizer"), std::string::npos);
+  EXPECT_NE(message({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
+  EXPECT_NE(message({"--lr", "-1"}).find("--lr"), std::string::npos);
+  EXPECT_NE(message({"--hidden", "16,x"}).find("--hidden"), std::string::npos);
+  EXPECT_NE(message({"--index", "1"}).find("--index"), std::string::npos);
+  EXPECT_NE(message({"--mode", "magic"}).find("--mode"), std::string::npos);
+  EXPECT_NE(message({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
+  EXPECT_NE(message({"--config", "/nonexistent/job.cfg"}).find("--config"), std::string::npos);
+  EXPECT_NE(message({"--shuffle", "maybe"}).find("--shuffle"), std::string::npos);
+  EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "nohostport"}), UsageError);
+  EXPECT_THROW(parse(Role::kWorker, {"--num-ps", "2", "--ps-hosts", "h:1"}), UsageError);
+}
+
+}  // namespace
+}  // namespace pstrain

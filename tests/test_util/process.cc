@@ -1,0 +1,129 @@
+#include "test_util/process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace pstrain::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Condition polling for another process (not synchronisation between threads of this one).
+constexpr auto kPollInterval = std::chrono::milliseconds(5);
+
+}  // namespace
+
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+ExitStatus wait_for(pid_t pid, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  ExitStatus status;
+  for (;;) {
+    int raw = 0;
+    const pid_t r = waitpid(pid, &raw, WNOHANG);
+    if (r == pid) {
+      if (WIFEXITED(raw)) status.code = WEXITSTATUS(raw);
+      if (WIFSIGNALED(raw)) status.signal = WTERMSIG(raw);
+      return status;
+    }
+    if (r < 0) return status;
+    if (Clock::now() >= deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &raw, 0);
+      status.timed_out = true;
+      return status;
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string wait_for_file(const std::string& path, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (Clock::now() < deadline) {
+    std::ifstream in(path);
+    std::string line;
+    if (in && std::getline(in, line) && !line.empty()) return line;
+    std::this_thread::sleep_for(kPollInterval);
+  }
+  throw std::runtime_error("timed out waiting for " + path);
+}
+
+bool JobResult::ok() const {
+  for (const auto& s : ps) {
+    if (!s.ok()) return false;
+  }
+  for (const auto& s : workers) {
+    if (!s.ok()) return false;
+  }
+  return true;
+}
+
+std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids) {
+  std::vector<std::string> addresses;
+  for (int s = 0; s < job.num_ps; ++s) {
+    const std::string port_file = job.dir + "/ps" + std::to_string(s) + ".addr";
+    std::vector<std::string> argv = {PSTRAIN_PS_BIN, "--index", std::to_string(s), "--num-ps",
+                                     std::to_string(job.num_ps), "--num-workers",
+                                     std::to_string(job.num_workers), "--port-file", port_file};
+    argv.insert(argv.end(), job.args.begin(), job.args.end());
+    pids->push_back(spawn(argv, job.dir + "/ps" + std::to_string(s) + ".log"));
+  }
+  for (int s = 0; s < job.num_ps; ++s) {
+    addresses.push_back(wait_for_file(job.dir + "/ps" + std::to_string(s) + ".addr", 30));
+  }
+  return addresses;
+}
+
+JobResult run_job(const Job& job) {
+  std::vector<pid_t> ps_pids, worker_pids;
+  const std::vector<std::string> addresses = start_servers(job, &ps_pids);
+  std::string hosts;
+  for (const auto& a : addresses) hosts += (hosts.empty() ? "" : ",") + a;
+  for (int i = 0; i < job.num_workers; ++i) {
+    std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--index", std::to_string(i), "--num-ps",
+                                     std::to_string(job.num_ps), "--num-workers",
+                                     std::to_string(job.num_workers), "--ps-hosts", hosts};
+    argv.insert(argv.end(), job.args.begin(), job.args.end());
+    worker_pids.push_back(spawn(argv, job.dir + "/w" + std::to_string(i) + ".log"));
+  }
+  JobResult result;
+  for (pid_t pid : worker_pids) result.workers.push_back(wait_for(pid, job.timeout_s));
+  for (pid_t pid : ps_pids) result.ps.push_back(wait_for(pid, 10));
+  for (int s = 0; s < job.num_ps; ++s) result.logs += read_file(job.dir + "/ps" + std::to_string(s) + ".log");
+  for (int i = 0; i < job.num_workers; ++i) result.logs += read_file(job.dir + "/w" + std::to_string(i) + ".log");
+  return result;
+}
+
+}  // namespace pstrain::test

@@ -1,0 +1,43 @@
+// Helpers for multi-process tests: spawn the real binaries on loopback, wait with deadlines.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+namespace pstrain::test {
+
+struct ExitStatus {
+  bool timed_out = false;  // the process was still running at the deadline (then killed)
+  int code = -1;           // exit code if it exited
+  int signal = 0;          // signal number if it was killed
+  bool ok() const { return !timed_out && signal == 0 && code == 0; }
+};
+
+// Starts argv[0] with stdout and stderr appended to log_path; returns its pid.
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path);
+// Waits for pid until timeout_s; on timeout kills it (SIGKILL) and reports timed_out.
+ExitStatus wait_for(pid_t pid, double timeout_s);
+std::string read_file(const std::string& path);
+// Waits until `path` exists and is non-empty (a PS's --port-file); returns its first line.
+std::string wait_for_file(const std::string& path, double timeout_s);
+
+// A whole job: S pstrain-ps and N pstrain-worker processes, all with `args`.
+struct Job {
+  int num_ps = 1;
+  int num_workers = 1;
+  std::vector<std::string> args;
+  std::string dir;          // logs and port files go here
+  double timeout_s = 120;
+};
+struct JobResult {
+  std::vector<ExitStatus> ps, workers;
+  std::string logs;  // every process's log, concatenated, for failure messages
+  bool ok() const;
+};
+JobResult run_job(const Job& job);
+// Starts the PS processes only; returns their addresses ("host:port") and pids.
+std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids);
+
+}  // namespace pstrain::test
