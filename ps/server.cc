@@ -89,6 +89,10 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (h.total == 0 || (total_ != 0 && h.total != total_)) {
     return fail("model of " + std::to_string(h.total) + " parameters does not match " + std::to_string(total_));
   }
+  if (total_ != 0 && h.step != total_steps_) {
+    return fail("job of " + std::to_string(h.step) + " steps does not match the other workers' " +
+                std::to_string(total_steps_));
+  }
   const auto known = worker_of_route_.find(msg.route);
   std::string& owner = route_of_worker_[h.sender];
   if ((known != worker_of_route_.end() && known->second != static_cast<int>(h.sender)) ||
@@ -97,6 +101,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   }
   if (total_ == 0) {
     total_ = h.total;
+    total_steps_ = h.step;
     slice_ = balance_slices(total_, options_.num_ps)[static_cast<size_t>(options_.index)];
     params_.assign(slice_.length, 0.0f);
     accum_.assign(slice_.length, 0.0f);
@@ -166,7 +171,8 @@ bool ParameterServer::on_push(const Message& msg, const Header& h, std::string* 
 }
 
 void ParameterServer::apply_update() {
-  optimizer_->apply(params_.data(), accum_.data(), 1.0f / static_cast<float>(accum_samples_));
+  optimizer_->apply(params_.data(), accum_.data(), 1.0f / static_cast<float>(accum_samples_),
+                    scheduled_lr(options_.optimizer, version_, total_steps_));
   ++version_;
   last_samples_ = accum_samples_;
   last_loss_ = accum_loss_;

@@ -54,7 +54,8 @@ class ParameterServer {
   std::unique_ptr<ConsistencyPolicy> policy_;
   std::unique_ptr<Optimizer> optimizer_;
 
-  uint64_t total_ = 0;  // learned from the first HELLO
+  uint64_t total_ = 0;        // parameters of the model, learned from the first HELLO
+  uint64_t total_steps_ = 0;  // updates of the job (HELLO's step field), for the lr schedule
   Slice slice_;
   bool initialized_ = false;
   uint64_t version_ = 0;

@@ -1,5 +1,6 @@
 #include "shared/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -24,9 +25,9 @@ class OptimizerBase : public Optimizer {
 class Sgd final : public OptimizerBase {
  public:
   using OptimizerBase::OptimizerBase;
-  void apply(float* p, const float* g, float scale) override {
-    const float lr = static_cast<float>(o_.lr);
-    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+  void apply(float* p, const float* g, float scale, double lr_now) override {
+    const float lr = static_cast<float>(lr_now);
+    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
     for (size_t i = 0; i < n_; ++i) p[i] = decay * p[i] - lr * (scale * g[i]);
     ++steps_;
   }
@@ -36,10 +37,10 @@ class Sgd final : public OptimizerBase {
 class Momentum final : public OptimizerBase {
  public:
   Momentum(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), velocity_(n, 0.0f) {}
-  void apply(float* p, const float* g, float scale) override {
-    const float lr = static_cast<float>(o_.lr);
+  void apply(float* p, const float* g, float scale, double lr_now) override {
+    const float lr = static_cast<float>(lr_now);
     const float mu = static_cast<float>(o_.momentum);
-    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
     float* v = velocity_.data();
     for (size_t i = 0; i < n_; ++i) {
       v[i] = mu * v[i] + scale * g[i];
@@ -57,14 +58,14 @@ class Momentum final : public OptimizerBase {
 class Adam final : public OptimizerBase {
  public:
   Adam(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), m_(n, 0.0f), v_(n, 0.0f) {}
-  void apply(float* p, const float* g, float scale) override {
+  void apply(float* p, const float* g, float scale, double lr_now) override {
     ++steps_;
     const double t = static_cast<double>(steps_);
     const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
-    const float step_size = static_cast<float>(o_.lr / (1.0 - std::pow(o_.beta1, t)));
+    const float step_size = static_cast<float>(lr_now / (1.0 - std::pow(o_.beta1, t)));
     const float inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t)));
     const float eps = static_cast<float>(o_.epsilon);
-    const float decay = static_cast<float>(1.0 - o_.lr * o_.weight_decay);
+    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
     float* m = m_.data();
     float* v = v_.data();
     for (size_t i = 0; i < n_; ++i) {
@@ -80,6 +81,12 @@ class Adam final : public OptimizerBase {
 };
 
 }  // namespace
+
+double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t total_steps) {
+  if (options.schedule != "cosine" || total_steps == 0) return options.lr;
+  const double progress = std::min(1.0, static_cast<double>(step) / static_cast<double>(total_steps));
+  return options.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, size_t n) {
   if (options.kind == "sgd") return std::make_unique<Sgd>(options, n);

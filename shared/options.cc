@@ -68,6 +68,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("beta1", po::value(&o.optimizer.beta1)->default_value(o.optimizer.beta1), "Adam first-moment decay")
       ("beta2", po::value(&o.optimizer.beta2)->default_value(o.optimizer.beta2), "Adam second-moment decay")
       ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
+      ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine: cosine decays the learning rate to 0 over the job's steps")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print progress every this many steps")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)");
@@ -105,6 +106,8 @@ void validate(const JobOptions& o, Role role) {
   require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",
           "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam");
   require(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive number");
+  require(opt.schedule == "constant" || opt.schedule == "cosine",
+          "--lr-schedule: '" + opt.schedule + "' is not one of constant, cosine");
   require(opt.momentum >= 0 && opt.momentum < 1, "--momentum must be in [0, 1)");
   require(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1)");
   require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");

@@ -26,6 +26,7 @@ struct OptimizerOptions {
   double beta2 = 0.999;         // Adam second-moment decay
   double epsilon = 1e-8;        // Adam denominator epsilon
   double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
+  std::string schedule = "constant";  // constant | cosine (lr decays to 0 over the job's steps)
 };
 
 struct JobOptions {

@@ -15,7 +15,8 @@ constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
 enum class Op : uint32_t {
-  kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total` floats
+  kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total`
+                 // floats, job of `step` updates
   kWelcome = 2,  // PS -> worker: registered; offset/length = the PS's slice, step = its version
   kInit = 3,     // chief -> PS: initial values of the slice (payload)
   kPush = 4,     // worker -> PS: gradient sum of the slice for `step` over `samples` samples

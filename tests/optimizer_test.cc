@@ -23,7 +23,7 @@ TEST(OptimizerTest, SgdMatchesClosedForm) {
   auto opt = make_optimizer(opts("sgd"), 2);
   std::vector<float> p = {1.0f, -2.0f};
   const std::vector<float> g = {4.0f, 8.0f};  // summed over 4 samples
-  opt->apply(p.data(), g.data(), 0.25f);
+  opt->apply(p.data(), g.data(), 0.25f, 0.1);
   EXPECT_FLOAT_EQ(p[0], 1.0f * (1 - 0.1f * 0.01f) - 0.1f * 1.0f);
   EXPECT_FLOAT_EQ(p[1], -2.0f * (1 - 0.1f * 0.01f) - 0.1f * 2.0f);
   EXPECT_EQ(opt->steps(), 1);
@@ -35,8 +35,8 @@ TEST(OptimizerTest, MomentumAccumulatesVelocity) {
   auto opt = make_optimizer(o, 1);
   std::vector<float> p = {0.0f};
   const std::vector<float> g = {1.0f};
-  opt->apply(p.data(), g.data(), 1.0f);  // v = 1
-  opt->apply(p.data(), g.data(), 1.0f);  // v = 1.9
+  opt->apply(p.data(), g.data(), 1.0f, 0.1);  // v = 1
+  opt->apply(p.data(), g.data(), 1.0f, 0.1);  // v = 1.9
   EXPECT_NEAR(p[0], -0.1 * 1.0 - 0.1 * 1.9, 1e-6);
 }
 
@@ -49,7 +49,7 @@ TEST(OptimizerTest, AdamMatchesReferenceImplementation) {
   const double grads[] = {0.3, -0.1, 0.7, 0.0, -2.0};
   for (int t = 1; t <= 5; ++t) {
     const float g = static_cast<float>(grads[t - 1]);
-    opt->apply(p.data(), &g, 1.0f);
+    opt->apply(p.data(), &g, 1.0f, o.lr);
     m = o.beta1 * m + (1 - o.beta1) * grads[t - 1];
     v = o.beta2 * v + (1 - o.beta2) * grads[t - 1] * grads[t - 1];
     const double mhat = m / (1 - std::pow(o.beta1, t)), vhat = v / (1 - std::pow(o.beta2, t));
@@ -70,12 +70,21 @@ TEST(OptimizerTest, SlicedApplicationEqualsWhole) {
     auto first = make_optimizer(opts(kind), 4);
     auto second = make_optimizer(opts(kind), 6);
     for (int step = 0; step < 3; ++step) {
-      all->apply(whole.data(), grad.data(), 0.5f);
-      first->apply(sliced.data(), grad.data(), 0.5f);
-      second->apply(sliced.data() + 4, grad.data() + 4, 0.5f);
+      all->apply(whole.data(), grad.data(), 0.5f, 0.1);
+      first->apply(sliced.data(), grad.data(), 0.5f, 0.1);
+      second->apply(sliced.data() + 4, grad.data() + 4, 0.5f, 0.1);
     }
     EXPECT_EQ(whole, sliced) << kind;
   }
+}
+
+TEST(OptimizerTest, CosineScheduleDecaysToZero) {
+  OptimizerOptions o = opts("sgd");
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 50, 100), 0.1);  // constant
+  o.schedule = "cosine";
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 0, 100), 0.1);
+  EXPECT_NEAR(scheduled_lr(o, 50, 100), 0.05, 1e-12);
+  EXPECT_NEAR(scheduled_lr(o, 100, 100), 0.0, 1e-12);
 }
 
 TEST(OptimizerTest, UnknownKindIsAnError) { EXPECT_THROW(make_optimizer(opts("rmsprop"), 1), Error); }

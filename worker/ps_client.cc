@@ -86,12 +86,12 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
   return replies;
 }
 
-uint64_t PsClient::hello() {
+uint64_t PsClient::hello(uint64_t total_steps) {
   const int shards = options_.num_ps;
   const uint64_t rid = next_request_++;
   std::vector<bool> pending(static_cast<size_t>(shards), true);
   for (int s = 0; s < shards; ++s) {
-    Header h = request(Op::kHello, 0, s);
+    Header h = request(Op::kHello, total_steps, s);
     h.request_id = rid;
     h.total = total_;
     h.num_workers = static_cast<uint32_t>(options_.num_workers);

@@ -28,7 +28,7 @@ class PsClient {
 
   // Registers with every shard, logging while a shard is not reachable yet. Returns the version
   // the shards are at.
-  uint64_t hello();
+  uint64_t hello(uint64_t total_steps);
   void init(const float* params);  // chief only: initial values of every slice
   void push(uint64_t step, const float* grad, uint64_t samples, double loss_sum, uint64_t correct);
   // Blocks until every shard sent its slice of version `version` into params.

@@ -92,7 +92,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
               << " MiB, activations " << fixed(model.activation_floats() * 4 / 1048576.0, 2) << " MiB";
 
   PsClient client(o, total, ps);
-  if (client.hello() != 0) throw Error("the parameter servers are past version 0 (resume is not supported)");
+  if (client.hello(total_steps) != 0) throw Error("the parameter servers are past version 0 (resume is not supported)");
   if (chief) {
     model.init(o.seed, params.get());
     client.init(params.get());
