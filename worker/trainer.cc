@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
+#include <fstream>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
@@ -55,6 +57,16 @@ void save_params(const std::string& dir, const Layout& layout, const float* para
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw Error("cannot create --save-params dir '" + dir + "'");
   for (const TensorSpec& t : layout.tensors()) write_npy(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
   PSLOG(INFO) << "saved " << layout.tensors().size() << " variables to " << dir;
+}
+
+// Peak resident memory of this process in KiB (VmHWM), 0 where /proc is unavailable.
+long peak_rss_kb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
 }
 
 std::string fixed(double value, int digits) {
@@ -143,6 +155,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
       static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
   if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), params.get());
   client.done();
+  PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb();
   if (chief) {
     PSLOG(INFO) << "summary: workers=" << o.num_workers << " ps=" << o.num_ps << " steps=" << summary.steps
                 << " time_s=" << fixed(summary.seconds, 1) << " samples_per_s=" << fixed(summary.samples_per_second, 0)

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -28,7 +29,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) {
       dup2(fd, STDOUT_FILENO);
       dup2(fd, STDERR_FILENO);
@@ -94,6 +95,7 @@ std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids)
   std::vector<std::string> addresses;
   for (int s = 0; s < job.num_ps; ++s) {
     const std::string port_file = job.dir + "/ps" + std::to_string(s) + ".addr";
+    std::remove(port_file.c_str());  // a previous job's address must not be read
     std::vector<std::string> argv = {PSTRAIN_PS_BIN, "--index", std::to_string(s), "--num-ps",
                                      std::to_string(job.num_ps), "--num-workers",
                                      std::to_string(job.num_workers), "--port-file", port_file};

@@ -15,7 +15,7 @@ struct ExitStatus {
   bool ok() const { return !timed_out && signal == 0 && code == 0; }
 };
 
-// Starts argv[0] with stdout and stderr appended to log_path; returns its pid.
+// Starts argv[0] with stdout and stderr written to log_path (truncated first); returns its pid.
 pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path);
 // Waits for pid until timeout_s; on timeout kills it (SIGKILL) and reports timed_out.
 ExitStatus wait_for(pid_t pid, double timeout_s);

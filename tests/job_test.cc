@@ -1,0 +1,93 @@
+// Whole jobs of real pstrain-ps / pstrain-worker processes on loopback.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "test_util/idx_writer.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+class JobTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = make_temp_dir("job"); }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string dir_;
+};
+
+// A barrier that cannot complete is reported with the missing worker's index, and the waiting
+// worker gives up at its deadline with a message naming the shard.
+TEST_F(JobTest, StalledBarrierNamesTheMissingWorker) {
+  write_synthetic_mnist(dir_, "train", 200, 8, 8, 1, false);
+  write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
+  Job job;
+  job.num_workers = 2;
+  job.dir = dir_;
+  job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--hidden", "8", "--batch-size", "4",
+              "--stall-report", "0.2", "--timeout", "2"};
+  std::vector<pid_t> ps;
+  const auto addresses = start_servers(job, &ps);
+  // Only worker 0 runs: worker 1 never pushes step 0.
+  std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--index", "0", "--num-workers", "2",
+                                   "--ps-hosts", addresses[0]};
+  argv.insert(argv.end(), job.args.begin(), job.args.end());
+  const ExitStatus worker = wait_for(spawn(argv, dir_ + "/w0.log"), 30);
+  kill(ps[0], SIGTERM);
+  wait_for(ps[0], 10);
+  const std::string ps_log = read_file(dir_ + "/ps0.log");
+  const std::string w_log = read_file(dir_ + "/w0.log");
+  EXPECT_FALSE(worker.timed_out);
+  EXPECT_EQ(worker.code, 1) << w_log;
+  EXPECT_NE(w_log.find("timed out after 2"), std::string::npos) << w_log;
+  EXPECT_NE(w_log.find("waiting for parameters from ps0"), std::string::npos) << w_log;
+  EXPECT_NE(ps_log.find("stall: barrier of step 0 has waited"), std::string::npos) << ps_log;
+  EXPECT_NE(ps_log.find("for worker(s) 1\n"), std::string::npos) << ps_log;
+}
+
+TEST_F(JobTest, WorkerWithoutServerFailsAtItsDeadline) {
+  write_synthetic_mnist(dir_, "train", 100, 8, 8, 1, false);
+  write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
+  // A port nothing listens on (bound then released by a PS that exits at once is racy; use port 1).
+  const ExitStatus worker = wait_for(
+      spawn({PSTRAIN_WORKER_BIN, "--ps-hosts", "127.0.0.1:1", "--data-dir", dir_, "--cache-dir", dir_,
+             "--timeout", "1"},
+            dir_ + "/w0.log"),
+      30);
+  const std::string log = read_file(dir_ + "/w0.log");
+  EXPECT_EQ(worker.code, 1) << log;
+  EXPECT_NE(log.find("timed out after 1"), std::string::npos) << log;
+  EXPECT_NE(log.find("HELLO from ps0 at 127.0.0.1:1"), std::string::npos) << log;
+}
+
+// A worker's memory does not grow with the dataset: the same job on 10x the records.
+TEST_F(JobTest, WorkerPeakMemoryDoesNotGrowWithDatasetSize) {
+  long peak[2] = {0, 0};
+  const uint32_t sizes[2] = {6000, 60000};
+  for (int k = 0; k < 2; ++k) {
+    const std::string data = dir_ + "/data" + std::to_string(k);
+    std::filesystem::create_directories(data);
+    write_synthetic_mnist(data, "train", sizes[k], 28, 28, 3, true);
+    write_synthetic_mnist(data, "t10k", 1000, 28, 28, 4, false);
+    Job job;
+    job.dir = data;
+    job.args = {"--data-dir", data, "--cache-dir", data, "--steps", "150", "--batch-size", "64",
+                "--timeout", "20"};
+    const JobResult result = run_job(job);
+    ASSERT_TRUE(result.ok()) << result.logs;
+    // The worker's own VmHWM: ru_maxrss would include what the forked test process had mapped.
+    const size_t at = result.logs.find("peak_rss_kib=");
+    ASSERT_NE(at, std::string::npos) << result.logs;
+    peak[k] = std::atol(result.logs.c_str() + at + 13);
+    ASSERT_GT(peak[k], 0);
+  }
+  std::printf("worker peak RSS: %ld KiB with 6k records, %ld KiB with 60k\n", peak[0], peak[1]);
+  EXPECT_LE(peak[1], peak[0] + 2048) << "peak RSS " << peak[0] << " KiB for 6k records, " << peak[1]
+                                     << " KiB for 60k";
+}
+
+}  // namespace
+}  // namespace pstrain::test

@@ -1,0 +1,148 @@
+#include "worker/data/dataset.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+
+#include "shared/error.h"
+#include "worker/data/idx.h"
+
+namespace pstrain {
+namespace {
+
+constexpr size_t kFeatureChunk = 4096;    // bytes of one record read per pread
+constexpr size_t kLabelChunk = 4096;      // labels validated per pread
+
+const std::array<float, 256>& unit_scale() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int v = 0; v < 256; ++v) t[v] = static_cast<float>(v) / 255.0f;
+    return t;
+  }();
+  return table;
+}
+
+class IdxDataset final : public Dataset {
+ public:
+  IdxDataset(const std::string& images, const std::string& labels, const std::string& cache_dir,
+             int num_classes)
+      : images_(images, cache_dir, 3), labels_(labels, cache_dir, 1), num_classes_(num_classes) {
+    if (labels_.count() != images_.count()) {
+      throw Error(labels_.name() + ": has " + std::to_string(labels_.count()) + " labels but " +
+                  images_.name() + " has " + std::to_string(images_.count()) + " images");
+    }
+    check_labels();
+  }
+
+  size_t size() const override { return images_.count(); }
+  size_t feature_dim() const override { return images_.record_bytes(); }
+  int num_classes() const override { return num_classes_; }
+
+  void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {
+    for (size_t i = 0; i < count; ++i) {
+      if (records[i] >= size()) {
+        throw Error(images_.name() + ": record " + std::to_string(records[i]) +
+                    " out of range (" + std::to_string(size()) + " records)");
+      }
+      read_features(records[i], features + i * feature_dim());
+      labels[i] = read_label(records[i]);
+    }
+  }
+
+ private:
+  void read_features(size_t record, float* out) const {
+    const auto& scale = unit_scale();
+    uint8_t buf[kFeatureChunk];
+    const size_t dim = feature_dim();
+    for (size_t done = 0; done < dim; done += kFeatureChunk) {
+      const size_t len = std::min(kFeatureChunk, dim - done);
+      images_.read_data(record * dim + done, len, buf);
+      for (size_t j = 0; j < len; ++j) out[done + j] = scale[buf[j]];
+    }
+  }
+
+  int32_t read_label(size_t record) const {
+    uint8_t label = 0;
+    labels_.read_data(record, 1, &label);
+    check_label(label, record);
+    return label;
+  }
+
+  void check_label(uint8_t label, uint64_t record) const {
+    if (label >= num_classes_) {
+      throw Error(labels_.name() + ": label " + std::to_string(label) + " of record " +
+                  std::to_string(record) + " is not < num_classes " +
+                  std::to_string(num_classes_));
+    }
+  }
+
+  // Streams the labels once so that a bad value is reported at open, not mid-training.
+  void check_labels() const {
+    uint8_t buf[kLabelChunk];
+    for (uint64_t first = 0; first < labels_.count(); first += kLabelChunk) {
+      const size_t len = std::min<uint64_t>(kLabelChunk, labels_.count() - first);
+      labels_.read_data(first, len, buf);
+      for (size_t i = 0; i < len; ++i) check_label(buf[i], first + i);
+    }
+  }
+
+  IdxFile images_;
+  IdxFile labels_;
+  int num_classes_;
+};
+
+bool is_file(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// DIR/name if it exists, else DIR/name.gz.
+std::string find_idx(const std::string& dir, const std::string& name) {
+  const std::string plain = dir + "/" + name;
+  if (is_file(plain)) return plain;
+  if (is_file(plain + ".gz")) return plain + ".gz";
+  throw Error("data directory " + dir + ": missing " + name + " (or " + name + ".gz)");
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> Dataset::open_idx(const std::string& images, const std::string& labels,
+                                           const std::string& cache_dir, int num_classes) {
+  if (num_classes < 1 || num_classes > 256) {
+    throw Error(labels + ": num_classes must be in [1, 256] for uint8 labels, got " +
+                std::to_string(num_classes));
+  }
+  return std::make_unique<IdxDataset>(images, labels, cache_dir, num_classes);
+}
+
+std::unique_ptr<Dataset> Dataset::open_mnist_dir(const std::string& dir, const std::string& split,
+                                                 const std::string& cache_dir) {
+  if (split != "train" && split != "t10k") {
+    throw Error("data directory " + dir + ": unknown split '" + split + "' (train or t10k)");
+  }
+  const std::string images = find_idx(dir, split + "-images-idx3-ubyte");
+  const std::string labels = find_idx(dir, split + "-labels-idx1-ubyte");
+  return open_idx(images, labels, cache_dir);
+}
+
+std::string default_data_dir() {
+  const std::string env = env_or_empty("FASHION_MNIST_DIR");
+  return env.empty() ? "/usr/share/datasets/fashion-mnist" : env;
+}
+
+std::string default_cache_dir() {
+  const std::string xdg = env_or_empty("XDG_CACHE_HOME");
+  if (!xdg.empty()) return xdg + "/pstrain";
+  const std::string home = env_or_empty("HOME");
+  if (!home.empty()) return home + "/.cache/pstrain";
+  return "/tmp/pstrain-cache";
+}
+
+}  // namespace pstrain

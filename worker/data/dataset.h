@@ -1,0 +1,45 @@
+// Random-access classification records (features scaled to [0,1]) for the worker's data pipeline.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pstrain {
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+
+  // images/labels: IDX files (plain or gzip; magic 0x00000803 [n, rows, cols] and 0x00000801 [n]).
+  // cache_dir: where gzip files are decompressed once (created when needed). Every label must be
+  // < num_classes. Throws pstrain::Error naming the file on any problem.
+  static std::unique_ptr<Dataset> open_idx(const std::string& images, const std::string& labels,
+                                           const std::string& cache_dir, int num_classes = 10);
+  // split "train" or "t10k": DIR/<split>-images-idx3-ubyte[.gz] and DIR/<split>-labels-idx1-ubyte[.gz],
+  // preferring the plain file when both exist.
+  static std::unique_ptr<Dataset> open_mnist_dir(const std::string& dir, const std::string& split,
+                                                 const std::string& cache_dir);
+
+  virtual size_t size() const = 0;
+  virtual size_t feature_dim() const = 0;
+  virtual int num_classes() const = 0;
+  // Reads records[i] for i < count into features (count * feature_dim floats) and labels.
+  // Throws pstrain::Error for a record index >= size() or a read failure. Does not mutate the
+  // object; one thread may call it while others only read sizes.
+  virtual void read(const size_t* records, size_t count, float* features,
+                    int32_t* labels) const = 0;
+
+ protected:
+  Dataset() = default;
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
+};
+
+// $FASHION_MNIST_DIR if set, else /usr/share/datasets/fashion-mnist.
+std::string default_data_dir();
+// $XDG_CACHE_HOME/pstrain, else $HOME/.cache/pstrain, else /tmp/pstrain-cache.
+std::string default_cache_dir();
+
+}  // namespace pstrain

@@ -1,0 +1,159 @@
+#include "worker/data/prefetch.h"
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "shared/error.h"
+#include "worker/data/dataset.h"
+#include "worker/data/sampler.h"
+
+namespace pstrain {
+
+class Prefetcher::Impl {
+ public:
+  Impl(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch, uint64_t epochs,
+       uint64_t max_batches, size_t depth)
+      : data_(data),
+        sampler_(sampler),
+        first_epoch_(first_epoch),
+        epochs_(epochs),
+        max_batches_(max_batches),
+        ring_(depth),
+        records_(static_cast<size_t>(sampler.batch())) {
+    free_.reserve(depth + 2);  // every buffer in flight: the ring, the one filling, the consumer's
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    space_.notify_all();
+    thread_.join();
+  }
+
+  bool next(Batch& out) {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_.wait(lock, [this] { return count_ > 0 || done_; });
+    if (count_ == 0) {
+      if (failed_) throw Error(error_);
+      return false;
+    }
+    Batch& slot = ring_[head_];
+    std::swap(out, slot);
+    if (free_.size() < free_.capacity()) free_.push_back(std::move(slot));
+    head_ = (head_ + 1) % ring_.size();
+    --count_;
+    lock.unlock();
+    space_.notify_one();
+    return true;
+  }
+
+ private:
+  void run() {
+    bool failed = true;
+    std::string error;
+    try {
+      produce();
+      failed = false;
+    } catch (const Error& e) {
+      error = e.what();
+    } catch (const std::exception& e) {
+      error = std::string("data reader thread: ") + e.what();
+    } catch (...) {
+      error = "data reader thread: unknown exception";
+    }
+    finish(failed, error);
+  }
+
+  void produce() {
+    uint64_t produced = 0;
+    for (uint64_t i = 0; i < epochs_; ++i) {
+      const uint64_t e = first_epoch_ + i;
+      for (uint64_t s = 0; s < sampler_.steps_per_epoch(); ++s) {
+        if (max_batches_ != 0 && produced == max_batches_) return;
+        Batch batch;
+        if (!acquire(batch)) return;
+        fill(batch, e, s);
+        publish(std::move(batch));
+        ++produced;
+      }
+    }
+  }
+
+  // Waits for queue space, then hands out a recycled buffer if there is one.
+  bool acquire(Batch& batch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    space_.wait(lock, [this] { return stop_ || count_ < ring_.size(); });
+    if (stop_) return false;
+    if (!free_.empty()) {
+      batch = std::move(free_.back());
+      free_.pop_back();
+    }
+    return true;
+  }
+
+  void fill(Batch& batch, uint64_t epoch, uint64_t step) {
+    const size_t size = records_.size();
+    batch.epoch = epoch;
+    batch.step = step;
+    batch.size = static_cast<int>(size);
+    batch.x.resize(size * data_.feature_dim());
+    batch.y.resize(size);
+    sampler_.batch_records(epoch, step, records_.data());
+    data_.read(records_.data(), size, batch.x.data(), batch.y.data());
+  }
+
+  void publish(Batch&& batch) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ring_[(head_ + count_) % ring_.size()] = std::move(batch);
+      ++count_;
+    }
+    ready_.notify_one();
+  }
+
+  void finish(bool failed, const std::string& error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failed_ = failed;
+      error_ = error;
+      done_ = true;
+    }
+    ready_.notify_one();
+  }
+
+  const Dataset& data_;
+  const ShardSampler& sampler_;
+  const uint64_t first_epoch_, epochs_, max_batches_;
+
+  std::mutex mu_;
+  std::condition_variable space_;  // the reader waits for queue space (or stop)
+  std::condition_variable ready_;  // the consumer waits for a batch (or the end)
+  std::vector<Batch> ring_;        // queued batches: ring_[head_], ... count_ of them
+  size_t head_ = 0, count_ = 0;
+  std::vector<Batch> free_;        // buffers handed back by the consumer
+  bool stop_ = false, done_ = false, failed_ = false;
+  std::string error_;              // the reader's failure, set with done_
+
+  std::vector<size_t> records_;    // the reader thread's record indices for one batch
+  std::thread thread_;             // last: started after everything above exists
+};
+
+Prefetcher::Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch,
+                       uint64_t epochs, uint64_t max_batches, int depth) {
+  if (depth < 1) throw Error("prefetcher: depth must be >= 1, got " + std::to_string(depth));
+  impl_ = std::make_unique<Impl>(data, sampler, first_epoch, epochs, max_batches,
+                                 static_cast<size_t>(depth));
+}
+
+Prefetcher::~Prefetcher() = default;
+
+bool Prefetcher::next(Batch& out) { return impl_->next(out); }
+
+}  // namespace pstrain

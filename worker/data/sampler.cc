@@ -1,0 +1,83 @@
+#include "worker/data/sampler.h"
+
+#include <string>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Smallest even b with 2^b >= n, for n >= 2.
+int even_domain_bits(uint64_t n) {
+  const int bits = 64 - __builtin_clzll(n - 1);
+  return bits + (bits & 1);
+}
+
+}  // namespace
+
+Permutation::Permutation(uint64_t n, uint64_t seed, uint64_t epoch, bool shuffle)
+    : n_(n), identity_(!shuffle || n <= 1) {
+  if (identity_) return;
+  half_bits_ = even_domain_bits(n) / 2;
+  half_mask_ = (uint64_t{1} << half_bits_) - 1;
+  const uint64_t key = splitmix64(splitmix64(seed) ^ epoch);
+  for (int r = 0; r < kRounds; ++r) keys_[r] = splitmix64(key + static_cast<uint64_t>(r));
+}
+
+uint64_t Permutation::encrypt(uint64_t x) const {
+  uint64_t left = x >> half_bits_;
+  uint64_t right = x & half_mask_;
+  for (const uint64_t key : keys_) {
+    const uint64_t mixed = left ^ (splitmix64(right ^ key) & half_mask_);
+    left = right;
+    right = mixed;
+  }
+  return (left << half_bits_) | right;
+}
+
+uint64_t Permutation::operator()(uint64_t position) const {
+  PSTRAIN_CHECK_LT(position, n_);
+  if (identity_) return position;
+  // The domain is < 4n, so on average fewer than 4 rounds of walking are needed.
+  uint64_t x = encrypt(position);
+  while (x >= n_) x = encrypt(x);
+  return x;
+}
+
+ShardSampler::ShardSampler(uint64_t n, int rank, int world, int batch, uint64_t seed, bool shuffle)
+    : n_(n), rank_(rank), world_(world), batch_(batch), seed_(seed), shuffle_(shuffle) {
+  if (world < 1) throw Error("data sampler: world size must be >= 1, got " + std::to_string(world));
+  if (rank < 0 || rank >= world) {
+    throw Error("data sampler: rank " + std::to_string(rank) + " out of range for " +
+                std::to_string(world) + " workers");
+  }
+  if (batch < 1) throw Error("data sampler: batch size must be >= 1, got " + std::to_string(batch));
+  const uint64_t global_batch = static_cast<uint64_t>(world) * static_cast<uint64_t>(batch);
+  if (n < global_batch) {
+    throw Error("data sampler: empty shard: " + std::to_string(n) + " records < " +
+                std::to_string(world) + " workers x batch " + std::to_string(batch));
+  }
+  steps_ = n / global_batch;
+}
+
+void ShardSampler::batch_records(uint64_t epoch, uint64_t step, size_t* out) const {
+  if (step >= steps_) {
+    throw Error("data sampler: step " + std::to_string(step) + " out of range (" +
+                std::to_string(steps_) + " steps per epoch)");
+  }
+  const Permutation perm(n_, seed_, epoch, shuffle_);
+  const uint64_t world = static_cast<uint64_t>(world_);
+  const uint64_t first = step * static_cast<uint64_t>(batch_);
+  for (int j = 0; j < batch_; ++j) {
+    out[j] = static_cast<size_t>(perm(static_cast<uint64_t>(rank_) + world * (first + j)));
+  }
+}
+
+}  // namespace pstrain
