@@ -22,6 +22,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // Whether buffers from allocate() are ordinary host memory (CPU) or device memory (CUDA).
+  virtual bool host_accessible() const = 0;
+  // Bytes currently allocated through allocate().
+  virtual size_t bytes_allocated() const = 0;
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
   virtual void upload(float* dst, const float* host, size_t n) = 0;
@@ -44,5 +48,12 @@ class Backend {
 
 // OpenBLAS with `threads` threads.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
+
+// CUDA (worker/cuda/): the number of usable GPUs, 0 when the build has no CUDA or no device is
+// present (never throws).
+int cuda_device_count();
+// cuBLAS backend on GPU `device`. Throws pstrain::Error if CUDA is unavailable, or if an
+// allocation would take the backend past memory_limit_bytes (0 = no limit).
+std::unique_ptr<Backend> make_cuda_backend(int device, size_t memory_limit_bytes);
 
 }  // namespace pstrain

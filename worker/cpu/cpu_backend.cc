@@ -14,9 +14,15 @@ class CpuBackend final : public Backend {
   explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
 
   std::string name() const override { return "cpu (OpenBLAS)"; }
+  bool host_accessible() const override { return true; }
+  size_t bytes_allocated() const override { return *allocated_; }
 
   BufferPtr allocate(size_t n) override {
-    return BufferPtr(new float[n](), [](float* p) { delete[] p; });
+    *allocated_ += n * sizeof(float);
+    return BufferPtr(new float[n](), [allocated = allocated_, n](float* p) {
+      *allocated -= n * sizeof(float);
+      delete[] p;
+    });
   }
   void upload(float* dst, const float* host, size_t n) override {
     if (dst != host) std::memcpy(dst, host, n * sizeof(float));
@@ -75,6 +81,10 @@ class CpuBackend final : public Backend {
     }
     return stats;
   }
+
+ private:
+  // Shared with the deleters, so a buffer may outlive the backend.
+  std::shared_ptr<size_t> allocated_ = std::make_shared<size_t>(0);
 };
 
 }  // namespace
