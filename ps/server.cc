@@ -18,6 +18,8 @@ std::string printable(const std::string& route) {
   return os.str();
 }
 
+constexpr double kCloseSeconds = 5;
+
 bool all_finite(const float* data, size_t n) {
   float acc = 0.0f;
   for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;  // NaN or inf anywhere makes acc NaN
@@ -46,6 +48,7 @@ void ParameterServer::serve() {
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version_ << "; exiting";
+  endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
 
 void ParameterServer::handle(Message& msg) {
@@ -73,7 +76,7 @@ void ParameterServer::handle(Message& msg) {
     case Op::kInit: ok = on_init(msg, h, &error); break;
     case Op::kPush: ok = on_push(msg, h, &error); break;
     case Op::kPull: ok = on_pull(msg, h, &error); break;
-    case Op::kDone: on_done(h); break;
+    case Op::kDone: on_done(msg, h); break;
     default: ok = false; error = std::string(op_name(h.op)) + " is not a request"; break;
   }
   if (!ok) reject(msg.route, h.request_id, error);
@@ -183,7 +186,8 @@ void ParameterServer::apply_update() {
 
 bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* error) {
   if (total_ == 0) return (*error = "pull before HELLO", false);
-  const PullVerdict verdict = initialized_ ? policy_->check_pull(h.step, version_) : PullVerdict::kPark;
+  PullVerdict verdict = policy_->check_pull(h.step, version_);
+  if (!initialized_ && verdict == PullVerdict::kAnswerNow) verdict = PullVerdict::kPark;  // wait for INIT
   if (verdict == PullVerdict::kReject) {
     *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(version_);
     return false;
@@ -208,13 +212,17 @@ void ParameterServer::answer_parked() {
   parked_.swap(still);
 }
 
-void ParameterServer::on_done(const Header& h) {
+void ParameterServer::on_done(const Message& msg, const Header& h) {
   if (!done_[h.sender]) {
     done_[h.sender] = true;
     ++num_done_;
     PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " is done (" << num_done_ << "/"
                 << options_.num_workers << ")";
   }
+  Header ack;
+  ack.op = Op::kDone;
+  ack.request_id = h.request_id;
+  reply(msg.route, ack, nullptr);
 }
 
 void ParameterServer::send_params(const std::string& route, uint64_t request_id) {
@@ -248,9 +256,11 @@ void ParameterServer::reply(const std::string& route, Header h, const float* pay
   const std::string header = encode_header(h);
   out.frames.emplace_back(header.data(), header.size());
   if (payload != nullptr) out.frames.emplace_back(payload, h.length * sizeof(float));
+  // One try, no waiting: a peer whose queue is full is not reading, and the PS's one thread must
+  // not block on it while the other workers wait.
   std::string error;
-  if (!endpoint_.send(std::move(out), deadline_after(options_.timeout_s), &error)) {
-    PSLOG(WARN) << "ps" << options_.index << ": could not answer " << printable(route) << ": " << error;
+  if (!endpoint_.send(std::move(out), Clock::now(), &error)) {
+    PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << printable(route) << ": " << error;
   }
 }
 

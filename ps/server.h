@@ -40,7 +40,7 @@ class ParameterServer {
   bool on_init(const Message& msg, const Header& h, std::string* error);
   bool on_push(const Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
-  void on_done(const Header& h);
+  void on_done(const Message& msg, const Header& h);
   bool check_slice(const Header& h, std::string* error) const;
   void apply_update();
   void answer_parked();

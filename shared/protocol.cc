@@ -27,6 +27,25 @@ constexpr const char* kKeyMessage = "msg";
 constexpr uint64_t kDtypeFloat32 = 0;
 constexpr size_t kNumKeys = 16;
 
+// A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
+std::string sanitize(const std::string& raw) {
+  constexpr size_t kMaxShown = 64;
+  std::string out;
+  for (size_t i = 0; i < raw.size() && i < kMaxShown; ++i) {
+    const unsigned char c = static_cast<unsigned char>(raw[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      static const char* hex = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  if (raw.size() > kMaxShown) out += "...";
+  return out;
+}
+
 bool get_uint(const msgpack::object& v, uint64_t* out) {
   if (v.type != msgpack::type::POSITIVE_INTEGER) return false;
   *out = v.via.u64;
@@ -46,7 +65,7 @@ struct Decoder {
   }
 
   bool field(const std::string& key, const msgpack::object& v) {
-    if (!seen.insert(key).second) return fail("duplicate header field '" + key + "'");
+    if (!seen.insert(key).second) return fail("duplicate header field '" + sanitize(key) + "'");
     uint64_t* target = nullptr;
     if (key == kKeyMagic) target = &magic;
     else if (key == kKeyVersion) target = &version;
@@ -83,7 +102,7 @@ struct Decoder {
       h->message.assign(v.via.str.ptr, v.via.str.size);
       return true;
     }
-    return fail("unknown header field '" + key + "'");
+    return fail("unknown header field '" + sanitize(key) + "'");
   }
 
   bool finish() {

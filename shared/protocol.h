@@ -22,7 +22,7 @@ enum class Op : uint32_t {
   kPush = 4,     // worker -> PS: gradient sum of the slice for `step` over `samples` samples
   kPull = 5,     // worker -> PS: send parameters of version `step` once they exist
   kParams = 6,   // PS -> worker: parameters of version `step` (payload) + metrics of step-1
-  kDone = 7,     // worker -> PS: this worker has finished training
+  kDone = 7,     // worker -> PS: this worker has finished training; PS -> worker: acknowledged
   kError = 8,    // either way: request `request_id` failed; `message` says why
 };
 const char* op_name(Op op);

@@ -30,6 +30,9 @@ class Endpoint {
   virtual bool recv(Message* msg, Clock::time_point deadline) = 0;
   // Human-readable address of peer/shard i (client) or the bound address (server).
   virtual std::string address(int shard = 0) const = 0;
+  // Closes the socket(s), giving queued outgoing messages until `deadline` to leave (otherwise
+  // sockets drop them: linger is 0 so a dead peer never blocks shutdown). Idempotent.
+  virtual void close(Clock::time_point deadline) = 0;
 };
 
 // One ZeroMQ context per process, owned by main() and passed down (no singletons).

@@ -82,6 +82,12 @@ class ZmqServer final : public Endpoint {
 
   std::string address(int) const override { return address_; }
 
+  void close(Clock::time_point deadline) override {
+    if (!socket_) return;
+    socket_.set(zmq::sockopt::linger, millis_until(deadline));
+    socket_.close();
+  }
+
  private:
   zmq::socket_t socket_;
   std::string address_;
@@ -126,6 +132,14 @@ class ZmqClient final : public Endpoint {
   }
 
   std::string address(int shard) const override { return addresses_.at(shard); }
+
+  void close(Clock::time_point deadline) override {
+    for (auto& socket : sockets_) {
+      if (!socket) continue;
+      socket.set(zmq::sockopt::linger, millis_until(deadline));
+      socket.close();
+    }
+  }
 
  private:
   std::vector<std::string> addresses_;

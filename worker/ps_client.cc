@@ -157,8 +157,15 @@ StepMetrics PsClient::pull(uint64_t version, float* params) {
 }
 
 void PsClient::done() {
-  for (int s = 0; s < options_.num_ps; ++s) send(s, request(Op::kDone, 0, s), nullptr);
-  ++next_request_;
+  // Waits for every shard's acknowledgement: the process may exit right after, and ZeroMQ
+  // drops what is still queued when a socket with linger 0 closes.
+  const uint64_t rid = next_request_++;
+  for (int s = 0; s < options_.num_ps; ++s) {
+    Header h = request(Op::kDone, 0, s);
+    h.request_id = rid;
+    send(s, h, nullptr);
+  }
+  await(std::vector<bool>(static_cast<size_t>(options_.num_ps), true), rid, Op::kDone, "DONE");
 }
 
 }  // namespace pstrain

@@ -1,0 +1,114 @@
+# shellcheck shell=bash
+# Installs the Debian packages pstrain needs and builds it. Sourced (never executed) by
+# launch/launch.sh and tests/run.sh so the logic exists once; sourcing only defines functions.
+#
+#   source launch/setup.sh && pstrain_setup     # packages, then configure (once) and build
+#
+# Environment:
+#   PSTRAIN_BUILD_DIR=DIR   build directory (default: <repo>/build)
+#   PSTRAIN_NO_INSTALL=1    skip the package step (not Debian, or packages managed elsewhere)
+# Never reads standard input. Functions return non-zero (never exit) after printing why.
+
+declare -g PSTRAIN_REPO
+PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# Build and run-time dependencies: libraries, test framework and the default data set.
+declare -ga PSTRAIN_PACKAGES=(libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+  libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist)
+# Tools: only installed when the command is missing (a cmake from elsewhere is fine).
+declare -gA PSTRAIN_TOOLS=([cmake]=cmake [g++]=g++ [make]=make)
+
+pstrain_build_dir() {
+  printf '%s\n' "${PSTRAIN_BUILD_DIR:-$PSTRAIN_REPO/build}"
+}
+
+# Prints the packages of PSTRAIN_PACKAGES/PSTRAIN_TOOLS that are not installed, one a line.
+pstrain_missing_packages() {
+  local pkg tool
+  for pkg in "${PSTRAIN_PACKAGES[@]}"; do
+    [[ $(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null) == installed ]] ||
+      printf '%s\n' "$pkg"
+  done
+  for tool in "${!PSTRAIN_TOOLS[@]}"; do
+    command -v "$tool" >/dev/null || printf '%s\n' "${PSTRAIN_TOOLS[$tool]}"
+  done
+}
+
+# True when apt knows an installation candidate for every package given.
+pstrain_apt_knows() {
+  local pkg
+  for pkg in "$@"; do
+    apt-cache show --no-all-versions "$pkg" >/dev/null 2>&1 || return 1
+  done
+}
+
+# Runs apt-get noninteractively, as root or through passwordless sudo.
+pstrain_apt_get() {
+  local -a prefix=()
+  if ((EUID != 0)); then
+    prefix=(sudo -n)
+  fi
+  "${prefix[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -q -y "$@" </dev/null
+}
+
+pstrain_install_packages() {
+  local -a missing
+  mapfile -t missing < <(pstrain_missing_packages)
+  ((${#missing[@]})) || return 0
+  echo "setup: installing missing packages: ${missing[*]}"
+  if ((EUID != 0)) && ! sudo -n true 2>/dev/null </dev/null; then
+    echo "setup: error: packages missing and not root (no passwordless sudo); run:" >&2
+    echo "  sudo apt-get install ${missing[*]}" >&2
+    echo "  or set PSTRAIN_NO_INSTALL=1 / use --no-setup if they are installed elsewhere" >&2
+    return 1
+  fi
+  local updated=0
+  if ! pstrain_apt_knows "${missing[@]}"; then
+    echo "setup: refreshing package lists (apt-get update)"
+    pstrain_apt_get update || { echo "setup: error: apt-get update failed" >&2; return 1; }
+    updated=1
+  fi
+  pstrain_apt_get install --no-install-recommends "${missing[@]}" && return 0
+  if ((!updated)); then  # stale package lists: refresh once and retry
+    echo "setup: install failed; refreshing package lists and retrying"
+    pstrain_apt_get update && pstrain_apt_get install --no-install-recommends "${missing[@]}" &&
+      return 0
+  fi
+  echo "setup: error: could not install: ${missing[*]} (see apt-get's messages above)" >&2
+  return 1
+}
+
+pstrain_check_packages() {
+  if [[ ${PSTRAIN_NO_INSTALL:-0} == 1 ]]; then
+    echo "setup: PSTRAIN_NO_INSTALL=1: not checking packages"
+  elif ! command -v dpkg-query >/dev/null; then
+    echo "setup: not a Debian system (no dpkg-query); install the equivalents of:" \
+         "${PSTRAIN_PACKAGES[*]} cmake g++ make"
+  else
+    echo "setup: checking packages (dpkg-query)"
+    pstrain_install_packages
+  fi
+}
+
+# Configures the build directory once (Release), then builds incrementally.
+pstrain_build() {
+  local build_dir jobs
+  build_dir=$(pstrain_build_dir)
+  jobs=$(nproc 2>/dev/null || echo 2)
+  # CUDA code is always compiled where the toolkit exists, even when nvcc is not on PATH.
+  if [[ -z ${CUDACXX:-} ]] && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
+    export CUDACXX=/usr/local/cuda/bin/nvcc
+  fi
+  if [[ ! -f $build_dir/CMakeCache.txt ]]; then
+    echo "setup: configuring $build_dir (cmake, Release)"
+    cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release </dev/null ||
+      { echo "setup: error: cmake configure failed" >&2; return 1; }
+  fi
+  echo "setup: building in $build_dir (cmake --build, -j$jobs)"
+  cmake --build "$build_dir" -j"$jobs" </dev/null ||
+    { echo "setup: error: build failed" >&2; return 1; }
+}
+
+pstrain_setup() {
+  pstrain_check_packages && pstrain_build
+}

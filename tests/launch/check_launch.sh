@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
+# prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
+# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, and that no process of a run
+# survives it. Each case marks its processes with a unique string and checks with pgrep.
+#
+#   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+launch=$repo/launch/launch.sh
+work=$(mktemp -d "${TMPDIR:-/tmp}/check_launch.XXXXXX")
+export PSTRAIN_PS_BIN=$here/fake_ps.sh PSTRAIN_WORKER_BIN=$here/fake_worker.sh
+failures=0
+
+pass() { printf 'ok    %s: %s\n' "$case" "$1"; }
+flunk() { printf 'FAIL  %s: %s\n' "$case" "$1"; failures=$((failures + 1)); }
+check() {  # check DESCRIPTION COMMAND...
+  local what=$1
+  shift
+  if "$@"; then pass "$what"; else flunk "$what"; fi
+}
+
+# start CASE [VAR=value...] -- [launch.sh flags]: runs launch.sh in the background.
+# Sets case, marker, run (its run dir), out (its stdout+stderr) and lpid.
+start() {
+  case=$1
+  shift
+  local -a envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  marker="cl-$$-$RANDOM-$case"
+  run=$work/$case-$marker
+  out=$work/$case.out
+  : >"$out"  # exists before the background job opens it, for wait_for's first grep
+  env --default-signal=INT "${envs[@]}" bash "$launch" --no-setup --run-dir "$run" "$@" \
+    -- --fake-marker "$marker" >"$out" 2>&1 &
+  lpid=$!
+}
+
+# finish SECONDS: waits for launch.sh; sets rc (999 = still running, then killed) and elapsed.
+finish() {
+  local deadline=$((SECONDS + $1)) start=$SECONDS
+  while kill -0 "$lpid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
+  if kill -0 "$lpid" 2>/dev/null; then
+    kill -KILL "$lpid"
+    wait "$lpid"
+    rc=999
+  else
+    wait "$lpid"
+    rc=$?
+  fi
+  elapsed=$((SECONDS - start))
+}
+
+# wait_for REGEX [SECONDS]: waits until launch.sh's output matches (extended regex).
+wait_for() {
+  local deadline=$((SECONDS + ${2:-10}))
+  until grep -Eq -- "$1" "$out"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+out_has() { grep -Eq -- "$1" "$out"; }
+file_has() { [[ -f $1 ]] && grep -Eq -- "$2" "$1"; }
+pid_of() { sed -nE "s/^launch: started $1 \(pid ([0-9]+)\)$/\1/p" "$out"; }
+
+# No process whose command line carries this case's marker (launcher, fakes, the fake worker's
+# child, prefixers) may be left, after waiting up to $1 seconds (default: none).
+no_survivors() {
+  local deadline=$((SECONDS + ${1:-0}))
+  while pgrep -f -- "$marker" >/dev/null; do
+    if ((SECONDS >= deadline)); then
+      pgrep -a -f -- "$marker" | sed 's/^/      survivor: /'
+      return 1
+    fi
+    sleep 0.1
+  done
+}
+
+expect_exit() {  # expect_exit CODE MAX_SECONDS
+  check "exits $1 within $2 s (got $rc after ${elapsed}s)" \
+    test "$rc" -eq "$1" -a "$elapsed" -le "$2"
+  check "no process of the run survives" no_survivors
+}
+
+case_default_job() {
+  start default_job --
+  finish 20
+  expect_exit 0 20
+  check "first line names the run dir" test "$(head -n1 "$out")" = "launch: run directory $run"
+  check "1 PS and 2 workers from the config" \
+    test "$(cut -f1 "$run/cmd.txt" | tr '\n' ' ')" = "ps0 w0 w1 "
+  check "config passed as an absolute path" \
+    file_has "$run/cmd.txt" \
+    "^w1	[0-9]+	.*--config $repo/configs/fashion_mlp.cfg --index 1 --num-ps 1 --num-workers 2 "
+  check "chief's summary printed with its prefix" out_has '^\[w0\] summary: test_accuracy=0\.9$'
+  check "stderr lines prefixed too" \
+    out_has '^\[w1\] fake w1 of 2: connecting to 127\.0\.0\.1:[0-9]+ '
+  check "PS output prefixed" out_has '^\[ps0\] fake ps0: all 2 workers done; exiting$'
+  check "log files unprefixed" file_has "$run/w0.log" '^summary: test_accuracy=0\.9$'
+  check "PS log written" file_has "$run/ps0.log" '^fake ps0: listening on '
+  check "completion line" out_has "^launch: training completed; logs in $run\$"
+}
+
+case_flags_and_config() {
+  local port=$((30000 + RANDOM % 20000))
+  printf '# test config\nnum-ps = 3  # overridden by --num-ps\nnum-workers = 1\nlr = 0.1\n' \
+    >"$work/test.cfg"
+  start flags_and_config -- --config "$work/test.cfg" --num-ps 2 --base-port "$port"
+  finish 20
+  expect_exit 0 20
+  check "--num-ps beats the config, num-workers from it" \
+    test "$(cut -f1 "$run/cmd.txt" | tr '\n' ' ')" = "ps0 ps1 w0 "
+  check "PS s gets port P+s" file_has "$run/cmd.txt" "^ps1	.* --port $((port + 1)) "
+  check "workers get both PS addresses" \
+    file_has "$run/w0.log" "connecting to 127\.0\.0\.1:$port 127\.0\.0\.1:$((port + 1)) "
+  check "job flags after -- reach every process" \
+    test "$(grep -c -- "--fake-marker $marker\$" "$run/cmd.txt")" -eq 3
+}
+
+case_worker_fails() {
+  start worker_fails FAKE_FAIL_INDEX=1 -- --num-workers 3
+  finish 15
+  expect_exit 1 10
+  check "names w1 and its status" \
+    out_has '^launch: w1 \(pid [0-9]+\) died: exited with status 3; stopping all$'
+}
+
+case_worker_killed() {
+  start worker_killed FAKE_HANG=1 --
+  wait_for '^\[w1\] fake w1: hanging' || flunk "w1 never started hanging"
+  local pid
+  pid=$(pid_of w1)
+  check "launch.sh reports w1's real pid" \
+    grep -q -- "fake_worker.sh.*--index 1 " <(tr '\0' ' ' <"/proc/$pid/cmdline")
+  kill -KILL "$pid"
+  finish 15
+  expect_exit 1 10
+  check "names w1, pid and signal" \
+    out_has "^launch: w1 \(pid $pid\) died: killed by signal 9 \(SIGKILL\); stopping all\$"
+  check "no bash job notice in the output" eval "! out_has ': line [0-9]+: +[0-9]+ '"
+}
+
+case_launcher_signalled() {  # case_launcher_signalled NAME SIGNAL EXPECTED_CODE [VAR=value...]
+  local sig=$2 code=$3
+  start "$1" FAKE_HANG=1 "${@:4}" -- --num-ps 2 --num-workers 2
+  if ! wait_for '^\[w1\] fake w1: hanging' || ! wait_for '^\[w0\] fake w0: hanging'; then
+    flunk "workers never started hanging"
+  fi
+  kill "-$sig" "$lpid"
+  finish 15
+  expect_exit "$code" 10
+  check "says it received SIG$sig" out_has "^launch: received SIG$sig; stopping all\$"
+}
+
+case_term_ignored() {
+  case_launcher_signalled term_ignored TERM 143 FAKE_IGNORE_TERM=1 PSTRAIN_STOP_GRACE=1
+  check "escalates to SIGKILL, naming the processes" \
+    out_has '^launch: (w[01] ){2}still running 1s after SIGTERM; sending SIGKILL$'
+}
+
+case_launcher_killed() {
+  start launcher_killed FAKE_HANG=1 --
+  wait_for '^\[w1\] fake w1: hanging' || flunk "w1 never started hanging"
+  kill -KILL "$lpid"
+  wait "$lpid" 2>/dev/null
+  check "children of a SIGKILLed launcher exit (parent-death signal)" no_survivors 5
+}
+
+case_leftover_child() {
+  start leftover_child FAKE_LEAVE_CHILD=1 --
+  finish 20
+  expect_exit 0 10
+  check "names the process group left behind" \
+    out_has '^launch: w0 left processes behind; stopping them$'
+}
+
+case_ps_fails_at_start() {
+  start ps_fails FAKE_PS_FAIL_INDEX=1 -- --num-ps 2
+  finish 15
+  expect_exit 1 10
+  check "names ps1" out_has '^launch: ps1 \(pid [0-9]+\) died: exited with status 2; stopping all$'
+  check "no worker started" eval "! out_has '^launch: started w'"
+}
+
+case_start_timeout() {
+  start start_timeout FAKE_PS_NO_ADDR=1 PSTRAIN_START_TIMEOUT=1 --
+  finish 15
+  expect_exit 4 10
+  check "logs the wait" out_has '^launch: waiting for ps0\.\.\.$'
+  check "names ps0" out_has '^launch: ps0 did not report an address within 1s; stopping all$'
+}
+
+case_ps_lingers() {
+  start ps_lingers FAKE_PS_LINGER=1 PSTRAIN_PS_EXIT_TIMEOUT=1 --
+  finish 15
+  expect_exit 1 10
+  check "names the PS" out_has '^launch: ps0 still running 1s after the workers finished'
+}
+
+case_usage() {
+  case=usage
+  local flag
+  bash "$launch" --help >"$work/help.out" 2>&1
+  check "--help exits 0" test $? -eq 0
+  for flag in --num-ps --num-workers --config --base-port --bind --run-dir --no-setup --help; do
+    check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
+  done
+  bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
+  check "unknown flag exits 2" test $? -eq 2
+  check "unknown flag is named" grep -q "unknown flag '--bogus'" "$work/bogus.out"
+  bash "$launch" --no-setup --num-workers 0 >/dev/null 2>&1
+  check "--num-workers 0 exits 2" test $? -eq 2
+  bash "$launch" --no-setup --num-ps >/dev/null 2>&1
+  check "missing value exits 2" test $? -eq 2
+  bash "$launch" --no-setup --config "$work/missing.cfg" >/dev/null 2>&1
+  check "missing config exits 2" test $? -eq 2
+  PSTRAIN_WORKER_BIN=$work/missing bash "$launch" --no-setup --run-dir "$work/nobin" \
+    >/dev/null 2>&1
+  check "missing binary exits 3" test $? -eq 3
+}
+
+main() {
+  case_usage
+  case_default_job
+  case_flags_and_config
+  case_worker_fails
+  case_worker_killed
+  case_launcher_signalled sigterm TERM 143
+  case_launcher_signalled sigint INT 130
+  case_term_ignored
+  case_launcher_killed
+  case_leftover_child
+  case_ps_fails_at_start
+  case_start_timeout
+  case_ps_lingers
+  if ((failures)); then
+    echo "check_launch: $failures check(s) failed; outputs kept in $work"
+    exit 1
+  fi
+  rm -rf "$work"
+  echo "check_launch: all checks passed"
+}
+
+main

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Stand-in for pstrain-worker in check_launch.sh: same flags (unknown ones ignored), no network.
+# Prints a few lines on stdout and stderr, touches DIR/fake_done.<index> (DIR = $FAKE_STATE_DIR,
+# else $PSTRAIN_RUN_DIR) so fake_ps.sh can exit, and exits 0; worker 0 ends with a summary line.
+# Behaviour by environment:
+#   FAKE_FAIL_INDEX=i    worker i exits 3 after its work
+#   FAKE_HANG=1          every worker hangs, waiting on a child process (tests group kill)
+#   FAKE_IGNORE_TERM=1   ...and ignores SIGTERM (tests the launcher's SIGKILL escalation)
+#   FAKE_LEAVE_CHILD=1   worker 0 exits 0 but leaves a child process running
+#   FAKE_WORK_S=S        seconds of "work" before finishing (default 0.3)
+index=0 num_ps=1 num_workers=1 ps_hosts="" all_args=("$@")
+while (($#)); do
+  case $1 in
+    --index) index=$2; shift ;;
+    --num-ps) num_ps=$2; shift ;;
+    --num-workers) num_workers=$2; shift ;;
+    --ps-hosts) ps_hosts=$2; shift ;;
+  esac
+  shift
+done
+state_dir=${FAKE_STATE_DIR:-${PSTRAIN_RUN_DIR:-}}
+[[ -n $state_dir ]] || { echo "fake worker: need FAKE_STATE_DIR or PSTRAIN_RUN_DIR" >&2; exit 2; }
+
+IFS=, read -r -a hosts <<<"$ps_hosts"
+if ((${#hosts[@]} != num_ps)); then
+  echo "fake w$index: --ps-hosts '$ps_hosts' does not list $num_ps PS" >&2
+  exit 2
+fi
+echo "fake w$index of $num_workers: connecting to ${hosts[*]} (pid $$)" >&2
+echo "fake w$index: step 1 loss=2.30"
+sleep "${FAKE_WORK_S:-0.3}"
+
+if [[ ${FAKE_HANG:-0} == 1 ]]; then
+  [[ ${FAKE_IGNORE_TERM:-0} == 1 ]] && trap '' TERM
+  # The child's command line carries this worker's arguments, so a test can find it with pgrep.
+  bash -c 'while :; do sleep 1; done' fake_worker_child "${all_args[@]}" &
+  child=$!
+  [[ ${FAKE_IGNORE_TERM:-0} == 1 ]] || trap 'kill "$child" 2>/dev/null; exit 143' TERM
+  echo "fake w$index: hanging (child pid $child)" >&2
+  while :; do wait "$child"; done
+fi
+if [[ ${FAKE_FAIL_INDEX-} == "$index" ]]; then
+  echo "fake w$index: failing on purpose" >&2
+  exit 3
+fi
+touch "$state_dir/fake_done.$index"
+if [[ ${FAKE_LEAVE_CHILD:-0} == 1 ]] && ((index == 0)); then
+  bash -c 'while :; do sleep 1; done' fake_worker_child "${all_args[@]}" &
+fi
+if ((index == 0)); then
+  echo "summary: test_accuracy=0.9"
+else
+  echo "fake w$index: done" >&2
+fi

@@ -1,0 +1,134 @@
+// launch/launch.sh driving the real binaries: fail fast, and the mirrored contract end to end.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <thread>
+
+#include "shared/npy.h"
+#include "test_util/idx_writer.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+// Processes named in RUNDIR/cmd.txt ("name<TAB>pid<TAB>command" lines).
+std::vector<pid_t> launched_pids(const std::string& run_dir) {
+  std::vector<pid_t> pids;
+  std::istringstream lines(read_file(run_dir + "/cmd.txt"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t tab = line.find('\t');
+    if (tab != std::string::npos) pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + tab + 1)));
+  }
+  return pids;
+}
+
+pid_t pid_of(const std::string& run_dir, const std::string& name) {
+  std::istringstream lines(read_file(run_dir + "/cmd.txt"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "\t", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + name.size() + 1));
+  }
+  return -1;
+}
+
+// Alive = exists and is not a zombie (orphans may stay unreaped in a container).
+bool alive(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+// Waits (bounded) until `path` contains `text`: another process's progress, not a sleep.
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+class LaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("launch");
+    write_synthetic_mnist(dir_, "train", 3000, 8, 8, 5, false);
+    write_synthetic_mnist(dir_, "t10k", 200, 8, 8, 6, false);
+    setenv("PSTRAIN_BUILD_DIR", std::filesystem::path(PSTRAIN_PS_BIN).parent_path().c_str(), 1);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::vector<std::string> launch(const std::string& run, std::vector<std::string> counts,
+                                  std::vector<std::string> flags) {
+    std::vector<std::string> argv = {"/bin/bash", PSTRAIN_LAUNCH_SH, "--no-setup", "--run-dir", dir_ + "/" + run};
+    argv.insert(argv.end(), counts.begin(), counts.end());
+    argv.push_back("--");
+    for (const char* f : {"--hidden", "16,8", "--timeout", "20"}) argv.push_back(f);
+    argv.push_back("--data-dir");
+    argv.push_back(dir_);
+    argv.push_back("--cache-dir");
+    argv.push_back(dir_);
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    return argv;
+  }
+
+  std::string dir_;
+};
+
+TEST_F(LaunchTest, KilledWorkerStopsTheJobNamingIt) {
+  const std::string run = dir_ + "/kill";
+  const pid_t launcher = spawn(launch("kill", {"--num-workers", "3"}, {"--epochs", "1000", "--batch-size", "4"}),
+                               dir_ + "/launch.log");
+  ASSERT_TRUE(wait_for_text(run + "/w0.log", "training", 60)) << read_file(dir_ + "/launch.log");
+  const pid_t w1 = pid_of(run, "w1");
+  ASSERT_GT(w1, 0) << read_file(run + "/cmd.txt");
+  const std::vector<pid_t> pids = launched_pids(run);
+  ASSERT_EQ(pids.size(), 4u);  // ps0, w0, w1, w2
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(kill(w1, SIGKILL), 0);
+  const ExitStatus status = wait_for(launcher, 30);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string out = read_file(dir_ + "/launch.log");
+  EXPECT_FALSE(status.timed_out) << out;
+  EXPECT_NE(status.code, 0) << out;
+  EXPECT_LT(seconds, 30);
+  EXPECT_NE(out.find("w1 (pid " + std::to_string(w1) + ") died: killed by signal 9"), std::string::npos) << out;
+  for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived the launcher";
+}
+
+TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
+  const auto train = [&](const std::string& run, int ps, int workers, int batch) {
+    const std::string params = dir_ + "/" + run + "-params";
+    const pid_t launcher = spawn(launch(run, {"--num-ps", std::to_string(ps), "--num-workers", std::to_string(workers)},
+                                        {"--steps", "20", "--batch-size", std::to_string(batch), "--optimizer",
+                                         "momentum", "--lr", "0.05", "--save-params", params}),
+                                 dir_ + "/" + run + ".log");
+    const ExitStatus status = wait_for(launcher, 120);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return params;
+  };
+  const std::string one = train("one", 1, 1, 24);
+  const std::string many = train("many", 2, 3, 8);
+  double diff = 0, scale = 0;
+  for (const char* name : {"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "layer2.weight", "layer2.bias"}) {
+    std::vector<size_t> sa, sb;
+    const auto a = read_npy(one + "/" + name + ".npy", &sa);
+    const auto b = read_npy(many + "/" + name + ".npy", &sb);
+    ASSERT_EQ(sa, sb) << name;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+      scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
+    }
+  }
+  EXPECT_LE(diff, 1e-5 * scale);
+}
+
+}  // namespace
+}  // namespace pstrain::test
