@@ -1,0 +1,181 @@
+// bench/comm: what a push+pull round of pstrain costs against the transport's own limit.
+//
+// For each size B, a raw ZeroMQ round trip of B bytes between two processes (DEALER -> ROUTER
+// echo) is measured, then for every (N workers, S shards) a real PS job in separate processes:
+// each worker pushes a B-byte gradient and pulls B bytes of parameters back, per round. Each row
+// prints both medians and efficiency = raw_time / pstrain_time (1.0 = as fast as the transport).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "bench/bench_util.h"
+#include "ps/server.h"
+#include "shared/options.h"
+#include "worker/ps_client.h"
+
+namespace pstrain::bench {
+namespace {
+
+struct Config {
+  std::vector<size_t> sizes_mib = {1, 16, 64, 256};
+  std::vector<int> workers = {1, 2, 4};
+  std::vector<int> shards = {1, 2, 4};
+  int rounds = 5;
+  bool json = false;
+};
+
+// Raw transport: median seconds of a B-byte round trip (zero-copy send, echo by the server).
+double raw_round_trip(size_t bytes, int rounds) {
+  Pipe address_pipe, result_pipe;
+  const pid_t server = fork_child([&] {
+    zmq::context_t context(1);
+    zmq::socket_t socket(context, zmq::socket_type::router);
+    socket.set(zmq::sockopt::linger, 10000);  // the last echo must leave before this child exits
+    socket.bind("tcp://127.0.0.1:*");
+    address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
+    for (int r = 0; r < rounds + 1; ++r) {
+      zmq::message_t id, payload;
+      (void)socket.recv(id);
+      (void)socket.recv(payload);
+      socket.send(id, zmq::send_flags::sndmore);
+      socket.send(payload, zmq::send_flags::none);
+    }
+  });
+  const std::string endpoint = address_pipe.read_string();
+  const pid_t client = fork_child([&] {
+    zmq::context_t context(1);
+    zmq::socket_t socket(context, zmq::socket_type::dealer);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.connect(endpoint);
+    std::vector<char> buffer(bytes, 1);
+    std::vector<double> times;
+    for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up the connection
+      const double start = now_seconds();
+      zmq::message_t out(buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
+      socket.send(out, zmq::send_flags::none);
+      zmq::message_t in;
+      (void)socket.recv(in);
+      if (r > 0) times.push_back(now_seconds() - start);
+    }
+    result_pipe.write_doubles(times);
+  });
+  const std::vector<double> times = result_pipe.read_doubles();
+  wait_child(client);
+  wait_child(server);
+  return median(times);
+}
+
+// pstrain: median over rounds of the slowest worker's push+pull time.
+double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds) {
+  const uint64_t total = bytes / sizeof(float);
+  JobOptions base;
+  base.num_workers = num_workers;
+  base.num_ps = num_ps;
+  base.optimizer.kind = "sgd";
+  base.optimizer.lr = 1e-6;
+  base.timeout_s = 120;
+  std::vector<pid_t> children;
+  std::vector<std::string> hosts;
+  for (int s = 0; s < num_ps; ++s) {
+    Pipe address_pipe;
+    children.push_back(fork_child([&] {
+      JobOptions o = base;
+      o.index = s;
+      zmq::context_t context(1);
+      auto endpoint = make_zmq_server(context, "127.0.0.1", 0);
+      address_pipe.write_string(endpoint->address());
+      ParameterServer server(o, *endpoint);
+      server.serve();
+    }));
+    hosts.push_back(address_pipe.read_string());
+  }
+  std::vector<Pipe> results(static_cast<size_t>(num_workers));
+  for (int i = 0; i < num_workers; ++i) {
+    children.push_back(fork_child([&] {
+      JobOptions o = base;
+      o.index = i;
+      zmq::context_t context(1);
+      auto endpoint = make_zmq_client(context, hosts);
+      PsClient client(o, total, *endpoint);
+      client.hello(static_cast<uint64_t>(rounds + 1));
+      std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
+      if (i == 0) client.init(params.data());
+      client.pull(0, params.data());
+      std::vector<double> times;
+      for (int r = 0; r < rounds + 1; ++r) {
+        const double start = now_seconds();
+        client.push(static_cast<uint64_t>(r), grad.data(), 1, 0.0, 0);
+        client.pull(static_cast<uint64_t>(r) + 1, params.data());
+        if (r > 0) times.push_back(now_seconds() - start);
+      }
+      client.done();
+      results[static_cast<size_t>(i)].write_doubles(times);
+    }));
+  }
+  std::vector<double> slowest(static_cast<size_t>(rounds), 0.0);
+  for (auto& pipe : results) {
+    const std::vector<double> t = pipe.read_doubles();
+    for (size_t r = 0; r < t.size() && r < slowest.size(); ++r) slowest[r] = std::max(slowest[r], t[r]);
+  }
+  for (pid_t pid : children) wait_child(pid);
+  return median(slowest);
+}
+
+int run(const Config& c) {
+  std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n", c.rounds);
+  bool first = true;
+  for (size_t mib : c.sizes_mib) {
+    const size_t bytes = mib << 20;
+    const double raw = raw_round_trip(bytes, c.rounds);
+    for (int n : c.workers) {
+      for (int s : c.shards) {
+        const double t = pstrain_round(bytes, n, s, c.rounds);
+        const double efficiency = raw / t;
+        const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
+        if (c.json) {
+          std::printf("%s  {\"bytes\": %zu, \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, \"pstrain_ms\": %.3f, "
+                      "\"efficiency\": %.3f, \"aggregate_GBps\": %.3f}",
+                      first ? "" : ",\n", bytes, n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+        } else {
+          std::printf("size=%zuMiB workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f\n",
+                      mib, n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+        }
+        std::fflush(stdout);
+        first = false;
+      }
+    }
+  }
+  if (c.json) std::printf("\n]\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace pstrain::bench
+
+int main(int argc, char** argv) {
+  pstrain::bench::Config c;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      if (i + 1 >= argc) pstrain::bench::usage_error("missing value after " + arg);
+      return argv[++i];
+    };
+    if (arg == "--json") c.json = true;
+    else if (arg == "--rounds") c.rounds = pstrain::bench::parse_positive(value(), arg);
+    else if (arg == "--sizes") c.sizes_mib = pstrain::bench::parse_list<size_t>(value(), arg);
+    else if (arg == "--workers") c.workers = pstrain::bench::parse_list<int>(value(), arg);
+    else if (arg == "--shards") c.shards = pstrain::bench::parse_list<int>(value(), arg);
+    else if (arg == "-h" || arg == "--help") {
+      std::printf("usage: comm [--sizes MiB,...] [--workers N,...] [--shards S,...] [--rounds R] [--json]\n"
+                  "  defaults: --sizes 1,16,64,256 --workers 1,2,4 --shards 1,2,4 --rounds 5\n");
+      return 0;
+    } else pstrain::bench::usage_error("unknown flag " + arg);
+  }
+  return pstrain::bench::run(c);
+}
