@@ -27,6 +27,7 @@ struct Config {
   std::vector<int> workers = {1, 2, 4};
   std::vector<int> shards = {1, 2, 4};
   int rounds = 5;
+  int chunk_kib = JobOptions().chunk_kib;
   bool json = false;
 };
 
@@ -72,7 +73,7 @@ double raw_round_trip(size_t bytes, int rounds) {
 }
 
 // pstrain: median over rounds of the slowest worker's push+pull time.
-double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds) {
+double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds, int chunk_kib) {
   const uint64_t total = bytes / sizeof(float);
   JobOptions base;
   base.num_workers = num_workers;
@@ -80,6 +81,7 @@ double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds) {
   base.optimizer.kind = "sgd";
   base.optimizer.lr = 1e-6;
   base.timeout_s = 120;
+  base.chunk_kib = chunk_kib;
   std::vector<pid_t> children;
   std::vector<std::string> hosts;
   for (int s = 0; s < num_ps; ++s) {
@@ -110,8 +112,9 @@ double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds) {
       std::vector<double> times;
       for (int r = 0; r < rounds + 1; ++r) {
         const double start = now_seconds();
-        client.push(static_cast<uint64_t>(r), grad.data(), 1, 0.0, 0);
-        client.pull(static_cast<uint64_t>(r) + 1, params.data());
+        client.request_params(static_cast<uint64_t>(r) + 1);
+        client.push_ready(static_cast<uint64_t>(r), grad.data(), 0, PushInfo{1, 0.0, 0, {}});
+        client.receive_params(params.data(), nullptr, nullptr);
         if (r > 0) times.push_back(now_seconds() - start);
       }
       client.done();
@@ -135,7 +138,7 @@ int run(const Config& c) {
     const double raw = raw_round_trip(bytes, c.rounds);
     for (int n : c.workers) {
       for (int s : c.shards) {
-        const double t = pstrain_round(bytes, n, s, c.rounds);
+        const double t = pstrain_round(bytes, n, s, c.rounds, c.chunk_kib);
         const double efficiency = raw / t;
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
@@ -168,12 +171,14 @@ int main(int argc, char** argv) {
     };
     if (arg == "--json") c.json = true;
     else if (arg == "--rounds") c.rounds = pstrain::bench::parse_positive(value(), arg);
+    else if (arg == "--chunk-kib") c.chunk_kib = pstrain::bench::parse_positive(value(), arg);
     else if (arg == "--sizes") c.sizes_mib = pstrain::bench::parse_list<size_t>(value(), arg);
     else if (arg == "--workers") c.workers = pstrain::bench::parse_list<int>(value(), arg);
     else if (arg == "--shards") c.shards = pstrain::bench::parse_list<int>(value(), arg);
     else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: comm [--sizes MiB,...] [--workers N,...] [--shards S,...] [--rounds R] [--json]\n"
-                  "  defaults: --sizes 1,16,64,256 --workers 1,2,4 --shards 1,2,4 --rounds 5\n");
+      std::printf("usage: comm [--sizes MiB,...] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--json]\n"
+                  "  defaults: --sizes 1,16,64,256 --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n",
+                  pstrain::JobOptions().chunk_kib);
       return 0;
     } else pstrain::bench::usage_error("unknown flag " + arg);
   }

@@ -1,14 +1,41 @@
 #include "ps/server.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
 #include "shared/error.h"
 #include "shared/log.h"
+#include "shared/numeric.h"
 
 namespace pstrain {
+
+struct ParameterServer::Chunk {
+  Slice range;       // in the flat vector
+  size_t local = 0;  // offset within the slice (and the optimizer's state)
+  // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
+  std::shared_ptr<std::vector<float>> values;
+  std::vector<float> accum;  // gradient sum of the pending step (pushes > 1)
+  std::unique_ptr<ConsistencyPolicy> policy;
+  bool initialized = false;
+  uint64_t version = 0;
+  int pushes = 0;  // pushes received for the pending step
+  Clock::time_point waiting_since;
+  // Metrics of the pending step, and of the last applied one (sent with PARAMS).
+  Header pending, last;
+};
+
+struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its version
+  std::string route;
+  uint64_t request_id;
+  uint64_t want;
+  std::vector<bool> sent;
+  size_t left;
+};
+
 namespace {
+
+constexpr double kCloseSeconds = 5;
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -18,12 +45,28 @@ std::string printable(const std::string& route) {
   return os.str();
 }
 
-constexpr double kCloseSeconds = 5;
+std::string slice_text(uint64_t offset, uint64_t length) {
+  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
+}
 
-bool all_finite(const float* data, size_t n) {
-  float acc = 0.0f;
-  for (size_t i = 0; i < n; ++i) acc += data[i] * 0.0f;  // NaN or inf anywhere makes acc NaN
-  return acc == 0.0f;
+// Adds a push's metrics and step times to the pending sums of its chunk.
+void add_metrics(Header* sum, const Header& h, int pushes) {
+  if (pushes == 0) {
+    *sum = Header{};
+    sum->slowest = h.sender;
+    sum->slowest_us = h.times.busy_us();
+  } else if (h.times.busy_us() > sum->slowest_us) {
+    sum->slowest = h.sender;
+    sum->slowest_us = h.times.busy_us();
+  }
+  sum->samples += h.samples;
+  sum->loss_sum += h.loss_sum;
+  sum->correct += h.correct;
+  sum->times.data_us += h.times.data_us;
+  sum->times.compute_us += h.times.compute_us;
+  sum->times.push_us += h.times.push_us;
+  sum->times.wait_us += h.times.wait_us;
+  sum->times.pull_us += h.times.pull_us;
 }
 
 }  // namespace
@@ -31,9 +74,24 @@ bool all_finite(const float* data, size_t n) {
 ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
-      policy_(make_policy(options.mode, options.num_workers)),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
-      done_(static_cast<size_t>(options.num_workers), false) {}
+      done_(static_cast<size_t>(options.num_workers), false) {
+  make_policy(options.mode, options.num_workers);  // rejects an unknown mode before serving
+}
+
+ParameterServer::~ParameterServer() = default;
+
+uint64_t ParameterServer::version() const {
+  uint64_t v = UINT64_MAX;
+  for (const Chunk& c : chunks_) v = std::min(v, c.version);
+  return chunks_.empty() ? 0 : v;
+}
+
+std::vector<float> ParameterServer::params() const {
+  std::vector<float> out;
+  for (const Chunk& c : chunks_) out.insert(out.end(), c.values->begin(), c.values->end());
+  return out;
+}
 
 void ParameterServer::serve() {
   PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address() << ", mode "
@@ -47,7 +105,7 @@ void ParameterServer::serve() {
     report_stall();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
-              << " workers done at version " << version_ << "; exiting";
+              << " workers done at version " << version() << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
 
@@ -106,12 +164,19 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
     total_ = h.total;
     total_steps_ = h.step;
     slice_ = balance_slices(total_, options_.num_ps)[static_cast<size_t>(options_.index)];
-    params_.assign(slice_.length, 0.0f);
-    accum_.assign(slice_.length, 0.0f);
+    chunk_len_ = std::max<size_t>(1, static_cast<size_t>(options_.chunk_kib) * 1024 / sizeof(float));
+    for (size_t local = 0; local < slice_.length; local += chunk_len_) {
+      Chunk c;
+      c.local = local;
+      c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
+      c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
+      c.policy = make_policy(options_.mode, options_.num_workers);
+      chunks_.push_back(std::move(c));
+    }
     optimizer_ = make_optimizer(options_.optimizer, slice_.length);
-    PSLOG(INFO) << "ps" << options_.index << ": model has " << total_ << " parameters; this shard holds ["
-                << slice_.offset << ", " << slice_.end() << ") = " << slice_.length * sizeof(float) / 1024.0
-                << " KiB";
+    PSLOG(INFO) << "ps" << options_.index << ": model has " << total_ << " parameters; this shard holds "
+                << slice_text(slice_.offset, slice_.length) << " = " << slice_.length * sizeof(float) / 1024.0
+                << " KiB in " << chunks_.size() << " chunk(s)";
   }
   if (owner.empty()) PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " registered";
   owner = msg.route;
@@ -119,97 +184,110 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   Header welcome;
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
-  welcome.step = version_;
+  welcome.step = version();
   welcome.offset = slice_.offset;
   welcome.length = slice_.length;
   welcome.total = total_;
+  welcome.chunk = chunk_len_;
   reply(msg.route, welcome, nullptr);
 }
 
-bool ParameterServer::check_slice(const Header& h, std::string* error) const {
-  if (h.offset != slice_.offset || h.length != slice_.length) {
-    *error = "slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
-             ") is not this shard's [" + std::to_string(slice_.offset) + ", +" +
-             std::to_string(slice_.length) + ")";
-    return false;
+ParameterServer::Chunk* ParameterServer::find_chunk(const Header& h, std::string* error) {
+  if (h.offset >= slice_.offset && h.offset < slice_.end() && (h.offset - slice_.offset) % chunk_len_ == 0) {
+    Chunk& c = chunks_[(h.offset - slice_.offset) / chunk_len_];
+    if (c.range.length == h.length) return &c;
   }
-  return true;
+  *error = "slice " + slice_text(h.offset, h.length) + " is not a chunk of this shard's " +
+           slice_text(slice_.offset, slice_.length) + " (chunks of " + std::to_string(chunk_len_) + ")";
+  return nullptr;
 }
 
 bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* error) {
   if (h.sender != 0) return (*error = "only the chief (worker 0) initialises parameters", false);
-  if (initialized_) return (*error = "parameters are already initialised", false);
-  if (!check_slice(h, error)) return false;
+  Chunk* c = find_chunk(h, error);
+  if (c == nullptr) return false;
+  if (c->initialized) return (*error = "parameters are already initialised", false);
   const float* values = msg.frames[1].data<float>();
-  if (!all_finite(values, slice_.length)) return (*error = "initial values are not all finite", false);
-  std::memcpy(params_.data(), values, slice_.length * sizeof(float));
-  initialized_ = true;
-  answer_parked();
+  if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
+  std::memcpy(c->values->data(), values, c->range.length * sizeof(float));
+  c->initialized = true;
+  chunk_advanced(static_cast<size_t>(c - chunks_.data()));
   return true;
 }
 
 bool ParameterServer::on_push(const Message& msg, const Header& h, std::string* error) {
-  if (!initialized_) return (*error = "push before the parameters were initialised", false);
-  if (!check_slice(h, error)) return false;
+  Chunk* c = find_chunk(h, error);
+  if (c == nullptr) return false;
+  if (!c->initialized) return (*error = "push before the parameters were initialised", false);
   const int worker = static_cast<int>(h.sender);
-  *error = policy_->check_push(worker, h.step, version_);
+  *error = c->policy->check_push(worker, h.step, c->version);
   if (!error->empty()) return false;
   if (h.samples == 0) return (*error = "push with zero samples", false);
   const float* grad = msg.frames[1].data<float>();
-  if (!all_finite(grad, slice_.length)) return (*error = "gradient is not all finite", false);
+  const size_t n = c->range.length;
+  if (!all_finite(grad, n)) return (*error = "gradient is not all finite", false);
 
-  const bool first = policy_->missing().empty();
-  if (first) waiting_since_ = Clock::now();
-  float* acc = accum_.data();
-  if (first) {
-    std::memcpy(acc, grad, slice_.length * sizeof(float));
+  // Every check passed: only now is state touched.
+  if (c->pushes == 0) c->waiting_since = Clock::now();
+  add_metrics(&c->pending, h, c->pushes);
+  const bool first = c->pushes++ == 0;
+  const bool complete = c->policy->record_push(worker);
+  if (first && complete) {
+    apply(*c, grad);  // a single worker: straight from the message, no accumulation
+  } else if (first) {
+    c->accum.resize(n);
+    std::memcpy(c->accum.data(), grad, n * sizeof(float));
   } else {
-    for (size_t i = 0; i < slice_.length; ++i) acc[i] += grad[i];
+    add_into(c->accum.data(), grad, n);
+    if (complete) apply(*c, c->accum.data());
   }
-  accum_samples_ = (first ? 0 : accum_samples_) + h.samples;
-  accum_loss_ = (first ? 0 : accum_loss_) + h.loss_sum;
-  accum_correct_ = (first ? 0 : accum_correct_) + h.correct;
-  if (policy_->record_push(worker)) apply_update();
+  if (complete) chunk_advanced(static_cast<size_t>(c - chunks_.data()));
   return true;
 }
 
-void ParameterServer::apply_update() {
-  optimizer_->apply(params_.data(), accum_.data(), 1.0f / static_cast<float>(accum_samples_),
-                    scheduled_lr(options_.optimizer, version_, total_steps_));
-  ++version_;
-  last_samples_ = accum_samples_;
-  last_loss_ = accum_loss_;
-  last_correct_ = accum_correct_;
-  policy_->applied();
-  answer_parked();
+void ParameterServer::apply(Chunk& c, const float* grad_sum) {
+  if (c.values.use_count() > 1) c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
+  optimizer_->apply(c.local, c.range.length, c.values->data(), grad_sum,
+                    1.0f / static_cast<float>(c.pending.samples),
+                    scheduled_lr(options_.optimizer, c.version, total_steps_), c.version);
+  ++c.version;
+  c.last = c.pending;
+  c.pushes = 0;
+  c.policy->applied();
 }
 
 bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* error) {
   if (total_ == 0) return (*error = "pull before HELLO", false);
-  PullVerdict verdict = policy_->check_pull(h.step, version_);
-  if (!initialized_ && verdict == PullVerdict::kAnswerNow) verdict = PullVerdict::kPark;  // wait for INIT
-  if (verdict == PullVerdict::kReject) {
-    *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(version_);
-    return false;
+  for (const Chunk& c : chunks_) {
+    if (c.policy->check_pull(h.step, c.version) == PullVerdict::kReject) {
+      *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(c.version);
+      return false;
+    }
   }
-  if (verdict == PullVerdict::kPark) {
-    parked_.push_back(Parked{msg.route, h.request_id, h.step});
-  } else {
-    send_params(msg.route, h.request_id);
+  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size()};
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const Chunk& c = chunks_[i];
+    if (c.initialized && c.policy->check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
+      send_chunk(msg.route, h.request_id, c);
+      p.sent[i] = true;
+      --p.left;
+    }
   }
+  if (p.left > 0) parked_.push_back(std::move(p));
   return true;
 }
 
-void ParameterServer::answer_parked() {
-  std::vector<Parked> still;
-  for (const Parked& p : parked_) {
-    if (initialized_ && policy_->check_pull(p.want, version_) == PullVerdict::kAnswerNow) {
-      send_params(p.route, p.request_id);
-    } else {
-      still.push_back(p);
+void ParameterServer::chunk_advanced(size_t index) {
+  const Chunk& c = chunks_[index];
+  for (Parked& p : parked_) {
+    if (!p.sent[index] && c.policy->check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
+      send_chunk(p.route, p.request_id, c);
+      p.sent[index] = true;
+      --p.left;
     }
   }
-  parked_.swap(still);
+  parked_.erase(std::remove_if(parked_.begin(), parked_.end(), [](const Parked& p) { return p.left == 0; }),
+                parked_.end());
 }
 
 void ParameterServer::on_done(const Message& msg, const Header& h) {
@@ -225,17 +303,19 @@ void ParameterServer::on_done(const Message& msg, const Header& h) {
   reply(msg.route, ack, nullptr);
 }
 
-void ParameterServer::send_params(const std::string& route, uint64_t request_id) {
-  Header h;
+void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c) {
+  Header h = c.last;
   h.op = Op::kParams;
   h.request_id = request_id;
-  h.step = version_;
-  h.offset = slice_.offset;
-  h.length = slice_.length;
-  h.samples = last_samples_;
-  h.loss_sum = last_loss_;
-  h.correct = last_correct_;
-  reply(route, h, params_.data());
+  h.step = c.version;
+  h.offset = c.range.offset;
+  h.length = c.range.length;
+  // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
+  auto* hold = new std::shared_ptr<std::vector<float>>(c.values);
+  zmq::message_t payload(
+      (*hold)->data(), c.range.length * sizeof(float),
+      [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);
+  reply(route, h, &payload);
 }
 
 void ParameterServer::reject(const std::string& route, uint64_t request_id, const std::string& why) {
@@ -248,14 +328,14 @@ void ParameterServer::reject(const std::string& route, uint64_t request_id, cons
   reply(route, h, nullptr);
 }
 
-void ParameterServer::reply(const std::string& route, Header h, const float* payload) {
+void ParameterServer::reply(const std::string& route, Header h, zmq::message_t* payload) {
   h.role = SenderRole::kPs;
   h.sender = static_cast<uint32_t>(options_.index);
   Message out;
   out.route = route;
   const std::string header = encode_header(h);
   out.frames.emplace_back(header.data(), header.size());
-  if (payload != nullptr) out.frames.emplace_back(payload, h.length * sizeof(float));
+  if (payload != nullptr) out.frames.push_back(std::move(*payload));
   // One try, no waiting: a peer whose queue is full is not reading, and the PS's one thread must
   // not block on it while the other workers wait.
   std::string error;
@@ -268,13 +348,19 @@ void ParameterServer::report_stall() {
   const auto now = Clock::now();
   const auto threshold = std::chrono::duration<double>(options_.stall_report_s);
   if (now - last_stall_report_ < threshold) return;
-  std::vector<int> missing = policy_->missing();
+  // The chunk that has waited longest for its barrier, if any.
+  const Chunk* stalled = nullptr;
+  for (const Chunk& c : chunks_) {
+    if (c.pushes > 0 && (stalled == nullptr || c.waiting_since < stalled->waiting_since)) stalled = &c;
+  }
+  std::vector<int> missing;
   std::ostringstream os;
   os << "ps" << options_.index << ": stall: ";
-  if (!missing.empty()) {
-    if (now - waiting_since_ < threshold) return;
-    os << "barrier of step " << version_ << " has waited "
-       << std::chrono::duration<double>(now - waiting_since_).count() << " s for worker(s)";
+  if (stalled != nullptr) {
+    if (now - stalled->waiting_since < threshold) return;
+    missing = stalled->policy->missing();
+    os << "barrier of step " << stalled->version << " has waited "
+       << std::chrono::duration<double>(now - stalled->waiting_since).count() << " s for worker(s)";
   } else {
     for (int i = 0; i < options_.num_workers; ++i) {
       if (route_of_worker_[static_cast<size_t>(i)].empty()) missing.push_back(i);

@@ -1,5 +1,9 @@
 // The parameter server of one shard: holds its slice of the flat parameter vector and the
 // optimizer state for it, validates every message, and serves workers until all said DONE.
+//
+// The slice is cut into chunks of --chunk-kib; every message carries one chunk, and every chunk
+// has its own barrier and version. A chunk is applied as soon as all workers pushed it, and sent
+// at once to the workers whose PULL waits for it, so receiving, applying and sending overlap.
 #pragma once
 
 #include <cstdint>
@@ -21,19 +25,17 @@ class ParameterServer {
  public:
   // `endpoint` must outlive the server; the calling thread of serve() owns it.
   ParameterServer(const JobOptions& options, Endpoint& endpoint);
+  ~ParameterServer();
   // Serves until every worker has said DONE. Throws pstrain::Error on a fatal failure.
   void serve();
 
-  uint64_t version() const { return version_; }
-  const std::vector<float>& params() const { return params_; }
+  uint64_t version() const;                // of the least advanced chunk
+  std::vector<float> params() const;       // a copy of the slice
   uint64_t rejected() const { return rejected_; }  // messages answered with an error or dropped
 
  private:
-  struct Parked {
-    std::string route;
-    uint64_t request_id;
-    uint64_t want;
-  };
+  struct Chunk;
+  struct Parked;
 
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
@@ -41,29 +43,23 @@ class ParameterServer {
   bool on_push(const Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   void on_done(const Message& msg, const Header& h);
-  bool check_slice(const Header& h, std::string* error) const;
-  void apply_update();
-  void answer_parked();
-  void send_params(const std::string& route, uint64_t request_id);
+  Chunk* find_chunk(const Header& h, std::string* error);
+  void apply(Chunk& chunk, const float* grad_sum);
+  void chunk_advanced(size_t index);
+  void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk);
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
-  void reply(const std::string& route, Header h, const float* payload);
+  void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
 
   const JobOptions options_;
   Endpoint& endpoint_;
-  std::unique_ptr<ConsistencyPolicy> policy_;
   std::unique_ptr<Optimizer> optimizer_;
 
   uint64_t total_ = 0;        // parameters of the model, learned from the first HELLO
   uint64_t total_steps_ = 0;  // updates of the job (HELLO's step field), for the lr schedule
   Slice slice_;
-  bool initialized_ = false;
-  uint64_t version_ = 0;
-  std::vector<float> params_, accum_;
-  uint64_t accum_samples_ = 0, accum_correct_ = 0;
-  double accum_loss_ = 0;
-  uint64_t last_samples_ = 0, last_correct_ = 0;  // metrics of the last applied step
-  double last_loss_ = 0;
+  size_t chunk_len_ = 0;      // elements per chunk (the last one may be shorter)
+  std::vector<Chunk> chunks_;
 
   std::map<std::string, int> worker_of_route_;
   std::vector<std::string> route_of_worker_;
@@ -71,7 +67,6 @@ class ParameterServer {
   int num_done_ = 0;
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
-  Clock::time_point waiting_since_;
   Clock::time_point last_stall_report_;
 };
 

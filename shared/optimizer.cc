@@ -13,23 +13,23 @@ class OptimizerBase : public Optimizer {
  public:
   OptimizerBase(const OptimizerOptions& o, size_t n) : o_(o), n_(n) {}
   size_t size() const override { return n_; }
-  long steps() const override { return steps_; }
 
  protected:
+  void check_range(size_t offset, size_t n) const { PSTRAIN_CHECK_LE(offset + n, n_); }
   const OptimizerOptions o_;
   const size_t n_;
-  long steps_ = 0;
 };
 
 // p -= lr * (g + wd * p)
 class Sgd final : public OptimizerBase {
  public:
   using OptimizerBase::OptimizerBase;
-  void apply(float* p, const float* g, float scale, double lr_now) override {
-    const float lr = static_cast<float>(lr_now);
+  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
+             double lr_now, uint64_t) override {
+    check_range(offset, n);
+    const float step = static_cast<float>(lr_now) * scale;
     const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    for (size_t i = 0; i < n_; ++i) p[i] = decay * p[i] - lr * (scale * g[i]);
-    ++steps_;
+    for (size_t i = 0; i < n; ++i) p[i] = decay * p[i] - step * g[i];
   }
 };
 
@@ -37,16 +37,17 @@ class Sgd final : public OptimizerBase {
 class Momentum final : public OptimizerBase {
  public:
   Momentum(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), velocity_(n, 0.0f) {}
-  void apply(float* p, const float* g, float scale, double lr_now) override {
+  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
+             double lr_now, uint64_t) override {
+    check_range(offset, n);
     const float lr = static_cast<float>(lr_now);
     const float mu = static_cast<float>(o_.momentum);
     const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    float* v = velocity_.data();
-    for (size_t i = 0; i < n_; ++i) {
+    float* __restrict v = velocity_.data() + offset;
+    for (size_t i = 0; i < n; ++i) {
       v[i] = mu * v[i] + scale * g[i];
       p[i] = decay * p[i] - lr * v[i];
     }
-    ++steps_;
   }
 
  private:
@@ -58,17 +59,18 @@ class Momentum final : public OptimizerBase {
 class Adam final : public OptimizerBase {
  public:
   Adam(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), m_(n, 0.0f), v_(n, 0.0f) {}
-  void apply(float* p, const float* g, float scale, double lr_now) override {
-    ++steps_;
-    const double t = static_cast<double>(steps_);
+  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
+             double lr_now, uint64_t step) override {
+    check_range(offset, n);
+    const double t = static_cast<double>(step + 1);
     const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
     const float step_size = static_cast<float>(lr_now / (1.0 - std::pow(o_.beta1, t)));
     const float inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t)));
     const float eps = static_cast<float>(o_.epsilon);
     const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    float* m = m_.data();
-    float* v = v_.data();
-    for (size_t i = 0; i < n_; ++i) {
+    float* __restrict m = m_.data() + offset;
+    float* __restrict v = v_.data() + offset;
+    for (size_t i = 0; i < n; ++i) {
       const float gi = scale * g[i];
       m[i] = b1 * m[i] + (1.0f - b1) * gi;
       v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;

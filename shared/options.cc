@@ -47,7 +47,8 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
       ("port-file", po::value(&o.port_file), "PS: once bound, write host:port to this file")
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
-      ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported");
+      ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
+      ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it");
   po::options_description model("Model and data");
   model.add_options()
       ("hidden", po::value(&hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
@@ -96,6 +97,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535]");
   require(o.timeout_s > 0, "--timeout must be positive");
   require(o.stall_report_s > 0, "--stall-report must be positive");
+  require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");

@@ -41,6 +41,7 @@ struct JobOptions {
   std::string port_file;        // PS: write "host:port" here once bound ("" = don't)
   double timeout_s = 60;        // deadline of any blocking network wait
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
+  int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
 
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP

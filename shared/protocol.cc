@@ -24,8 +24,16 @@ constexpr const char* kKeyLoss = "loss";
 constexpr const char* kKeyCorrect = "correct";
 constexpr const char* kKeyDtype = "dtype";
 constexpr const char* kKeyMessage = "msg";
+constexpr const char* kKeyChunk = "chunk";
+constexpr const char* kKeyData = "t_data";
+constexpr const char* kKeyCompute = "t_comp";
+constexpr const char* kKeyPush = "t_push";
+constexpr const char* kKeyWait = "t_wait";
+constexpr const char* kKeyPull = "t_pull";
+constexpr const char* kKeySlowest = "slow";
+constexpr const char* kKeySlowestTime = "slow_us";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 16;
+constexpr size_t kNumKeys = 24;
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -56,7 +64,7 @@ struct Decoder {
   Decoder(Header* header, std::string* error_out) : h(header), error(error_out) {}
   Header* h;
   std::string* error;
-  uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0;
+  uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0, slowest = 0;
   std::set<std::string> seen;
 
   bool fail(const std::string& what) {
@@ -64,24 +72,25 @@ struct Decoder {
     return false;
   }
 
+  uint64_t* uint_target(const std::string& key) {
+    const std::pair<const char*, uint64_t*> fields[] = {
+        {kKeyMagic, &magic},          {kKeyVersion, &version},         {kKeyOp, &op},
+        {kKeyRequest, &h->request_id}, {kKeyRole, &role},              {kKeySender, &sender},
+        {kKeyStep, &h->step},         {kKeyOffset, &h->offset},        {kKeyLength, &h->length},
+        {kKeyTotal, &h->total},       {kKeyWorkers, &workers},         {kKeySamples, &h->samples},
+        {kKeyCorrect, &h->correct},   {kKeyDtype, &dtype},             {kKeyChunk, &h->chunk},
+        {kKeyData, &h->times.data_us}, {kKeyCompute, &h->times.compute_us},
+        {kKeyPush, &h->times.push_us}, {kKeyWait, &h->times.wait_us}, {kKeyPull, &h->times.pull_us},
+        {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us}};
+    for (const auto& [name, target] : fields) {
+      if (key == name) return target;
+    }
+    return nullptr;
+  }
+
   bool field(const std::string& key, const msgpack::object& v) {
     if (!seen.insert(key).second) return fail("duplicate header field '" + sanitize(key) + "'");
-    uint64_t* target = nullptr;
-    if (key == kKeyMagic) target = &magic;
-    else if (key == kKeyVersion) target = &version;
-    else if (key == kKeyOp) target = &op;
-    else if (key == kKeyRequest) target = &h->request_id;
-    else if (key == kKeyRole) target = &role;
-    else if (key == kKeySender) target = &sender;
-    else if (key == kKeyStep) target = &h->step;
-    else if (key == kKeyOffset) target = &h->offset;
-    else if (key == kKeyLength) target = &h->length;
-    else if (key == kKeyTotal) target = &h->total;
-    else if (key == kKeyWorkers) target = &workers;
-    else if (key == kKeySamples) target = &h->samples;
-    else if (key == kKeyCorrect) target = &h->correct;
-    else if (key == kKeyDtype) target = &dtype;
-    if (target != nullptr) {
+    if (uint64_t* target = uint_target(key)) {
       return get_uint(v, target) || fail("header field '" + key + "' is not an unsigned integer");
     }
     if (key == kKeyLoss) {
@@ -120,6 +129,7 @@ struct Decoder {
     if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
     if (sender > UINT32_MAX) return fail("sender index out of range");
     if (workers > UINT32_MAX) return fail("nw out of range");
+    if (slowest > UINT32_MAX) return fail("slow out of range");
     if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
     if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
         h->total > (uint64_t{1} << 40)) {
@@ -129,6 +139,7 @@ struct Decoder {
     h->role = static_cast<SenderRole>(role);
     h->sender = static_cast<uint32_t>(sender);
     h->num_workers = static_cast<uint32_t>(workers);
+    h->slowest = static_cast<uint32_t>(slowest);
     return true;
   }
 };
@@ -173,6 +184,14 @@ std::string encode_header(const Header& h) {
   put(kKeySamples, h.samples);
   put(kKeyCorrect, h.correct);
   put(kKeyDtype, kDtypeFloat32);
+  put(kKeyChunk, h.chunk);
+  put(kKeyData, h.times.data_us);
+  put(kKeyCompute, h.times.compute_us);
+  put(kKeyPush, h.times.push_us);
+  put(kKeyWait, h.times.wait_us);
+  put(kKeyPull, h.times.pull_us);
+  put(kKeySlowest, h.slowest);
+  put(kKeySlowestTime, h.slowest_us);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyMessage);

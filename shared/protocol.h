@@ -18,16 +18,27 @@ enum class Op : uint32_t {
   kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total`
                  // floats, job of `step` updates
   kWelcome = 2,  // PS -> worker: registered; offset/length = the PS's slice, step = its version
-  kInit = 3,     // chief -> PS: initial values of the slice (payload)
-  kPush = 4,     // worker -> PS: gradient sum of the slice for `step` over `samples` samples
-  kPull = 5,     // worker -> PS: send parameters of version `step` once they exist
-  kParams = 6,   // PS -> worker: parameters of version `step` (payload) + metrics of step-1
+  kInit = 3,     // chief -> PS: initial values of one chunk (payload)
+  kPush = 4,     // worker -> PS: gradient sum of one chunk for `step` over `samples` samples
+  kPull = 5,     // worker -> PS: send every chunk of the slice once it reaches version `step`
+  kParams = 6,   // PS -> worker: one chunk at version `step` (payload) + metrics of step-1
   kDone = 7,     // worker -> PS: this worker has finished training; PS -> worker: acknowledged
   kError = 8,    // either way: request `request_id` failed; `message` says why
 };
 const char* op_name(Op op);
 
 enum class SenderRole : uint32_t { kWorker = 0, kPs = 1 };
+
+// Where one step of a worker went, in microseconds (the parts add up to the step's wall time).
+struct StepTimes {
+  uint64_t data_us = 0;     // waiting for the prefetch queue
+  uint64_t compute_us = 0;  // forward + backward, less the push calls made during backward
+  uint64_t push_us = 0;     // sending gradient chunks
+  uint64_t wait_us = 0;     // from the last push until the first parameter chunk arrived
+  uint64_t pull_us = 0;     // receiving and storing the rest of the parameter chunks
+  uint64_t busy_us() const { return data_us + compute_us + push_us; }
+  uint64_t total_us() const { return busy_us() + wait_us + pull_us; }
+};
 
 struct Header {
   Op op = Op::kError;
@@ -42,6 +53,10 @@ struct Header {
   uint64_t samples = 0;       // PUSH: samples summed in the gradient; PARAMS: of step-1, all workers
   double loss_sum = 0;        // PUSH/PARAMS: summed loss over those samples
   uint64_t correct = 0;       // PUSH/PARAMS: correctly classified samples among them
+  uint64_t chunk = 0;         // WELCOME: elements per chunk of the slice (messages carry one chunk)
+  StepTimes times;            // PUSH: this worker's previous step; PARAMS: summed over workers
+  uint32_t slowest = 0;       // PARAMS: the worker with the largest busy time in that step
+  uint64_t slowest_us = 0;    // PARAMS: its busy time
   std::string message;        // ERROR: why
 };
 

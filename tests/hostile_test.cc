@@ -520,7 +520,7 @@ void misbehave_before_init(FakeWorkers& f) {
   f.reject(0, message(f.request(Op::kInit, 0, 0), &nan_init), "initial values are not all finite", "NaN INIT");
   Header wrong = f.request(Op::kInit, 0, 0);
   wrong.offset = 0;
-  f.reject(0, message(wrong, &kFakeInit), "slice [0, +5) is not this shard's [5, +5)", "INIT of shard 0's slice");
+  f.reject(0, message(wrong, &kFakeInit), "slice [0, +5) is not a chunk of this shard's [5, +5) (chunks of 262144)", "INIT of shard 0's slice");
   f.reject(1, message(hello_header(0, 99, 2, kFakeTotal, kFakeSteps)),
            "worker 0 is already registered from another peer", "HELLO claiming worker 0");
 }
@@ -539,11 +539,11 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
   f.reject(1, message(f.push(1, step, 0), &g), "push with zero samples", "zero samples");
   Header h = f.push(1, step, 2);
   h.offset = 0;
-  f.reject(1, message(h, &g), "slice [0, +5) is not this shard's [5, +5)", "shard 0's slice");
+  f.reject(1, message(h, &g), "slice [0, +5) is not a chunk of this shard's [5, +5) (chunks of 262144)", "shard 0's slice");
   h = f.push(1, step, 2);
   h.length = kShardLength + 1;
   const std::vector<float> longer(kShardLength + 1, 0.25f);
-  f.reject(1, message(h, &longer), "slice [5, +6) is not this shard's [5, +5)", "slice longer than the shard's");
+  f.reject(1, message(h, &longer), "slice [5, +6) is not a chunk of this shard's [5, +5) (chunks of 262144)", "slice longer than the shard's");
   f.reject(1, {encode_header(f.push(1, step, 2)), bytes_of(longer)},
            "PUSH payload is 24 bytes, header says 5 float32 (20 bytes)", "more floats than the header says");
   h = f.push(1, step, 2);

@@ -23,10 +23,9 @@ TEST(OptimizerTest, SgdMatchesClosedForm) {
   auto opt = make_optimizer(opts("sgd"), 2);
   std::vector<float> p = {1.0f, -2.0f};
   const std::vector<float> g = {4.0f, 8.0f};  // summed over 4 samples
-  opt->apply(p.data(), g.data(), 0.25f, 0.1);
+  opt->apply(0, 2, p.data(), g.data(), 0.25f, 0.1, 0);
   EXPECT_FLOAT_EQ(p[0], 1.0f * (1 - 0.1f * 0.01f) - 0.1f * 1.0f);
   EXPECT_FLOAT_EQ(p[1], -2.0f * (1 - 0.1f * 0.01f) - 0.1f * 2.0f);
-  EXPECT_EQ(opt->steps(), 1);
 }
 
 TEST(OptimizerTest, MomentumAccumulatesVelocity) {
@@ -35,8 +34,8 @@ TEST(OptimizerTest, MomentumAccumulatesVelocity) {
   auto opt = make_optimizer(o, 1);
   std::vector<float> p = {0.0f};
   const std::vector<float> g = {1.0f};
-  opt->apply(p.data(), g.data(), 1.0f, 0.1);  // v = 1
-  opt->apply(p.data(), g.data(), 1.0f, 0.1);  // v = 1.9
+  opt->apply(0, 1, p.data(), g.data(), 1.0f, 0.1, 0);  // v = 1
+  opt->apply(0, 1, p.data(), g.data(), 1.0f, 0.1, 1);  // v = 1.9
   EXPECT_NEAR(p[0], -0.1 * 1.0 - 0.1 * 1.9, 1e-6);
 }
 
@@ -49,7 +48,7 @@ TEST(OptimizerTest, AdamMatchesReferenceImplementation) {
   const double grads[] = {0.3, -0.1, 0.7, 0.0, -2.0};
   for (int t = 1; t <= 5; ++t) {
     const float g = static_cast<float>(grads[t - 1]);
-    opt->apply(p.data(), &g, 1.0f, o.lr);
+    opt->apply(0, 1, p.data(), &g, 1.0f, o.lr, static_cast<uint64_t>(t - 1));
     m = o.beta1 * m + (1 - o.beta1) * grads[t - 1];
     v = o.beta2 * v + (1 - o.beta2) * grads[t - 1] * grads[t - 1];
     const double mhat = m / (1 - std::pow(o.beta1, t)), vhat = v / (1 - std::pow(o.beta2, t));
@@ -69,10 +68,12 @@ TEST(OptimizerTest, SlicedApplicationEqualsWhole) {
     auto all = make_optimizer(opts(kind), 10);
     auto first = make_optimizer(opts(kind), 4);
     auto second = make_optimizer(opts(kind), 6);
-    for (int step = 0; step < 3; ++step) {
-      all->apply(whole.data(), grad.data(), 0.5f, 0.1);
-      first->apply(sliced.data(), grad.data(), 0.5f, 0.1);
-      second->apply(sliced.data() + 4, grad.data() + 4, 0.5f, 0.1);
+    for (uint64_t step = 0; step < 3; ++step) {
+      all->apply(0, 10, whole.data(), grad.data(), 0.5f, 0.1, step);
+      first->apply(0, 4, sliced.data(), grad.data(), 0.5f, 0.1, step);
+      // The second shard in two chunks, as the PS applies it.
+      second->apply(0, 2, sliced.data() + 4, grad.data() + 4, 0.5f, 0.1, step);
+      second->apply(2, 4, sliced.data() + 6, grad.data() + 6, 0.5f, 0.1, step);
     }
     EXPECT_EQ(whole, sliced) << kind;
   }

@@ -69,7 +69,8 @@ const float* Mlp::forward(const float* params, const float* x, int batch) {
   return input;
 }
 
-BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad) {
+BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
+                           const GradReady& on_ready) {
   const float* logits = forward(params, x, batch);
   const size_t layers = widths_.size() - 1;
   float* delta = delta_a_.get();  // d(loss)/d(pre-activation) of layer l
@@ -82,6 +83,7 @@ BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y
     const int in = widths_[l], out = widths_[l + 1];
     backend_.gemm(true, false, in, out, batch, 1.0f, input, delta, 0.0f, grad + w.offset);
     backend_.column_sums(delta, batch, out, grad + b.offset);
+    if (on_ready) on_ready(w.offset, stats);
     if (l == 0) break;
     backend_.gemm(false, true, batch, in, out, 1.0f, delta, params + w.offset, 0.0f, spare);
     backend_.relu_backward(spare, acts_[l - 1].get(), static_cast<size_t>(batch) * in);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "shared/layout.h"
@@ -24,9 +25,14 @@ class Mlp {
   // He-uniform, biases zero. Writes layout().total() floats into host memory.
   void init(uint64_t seed, float* host_params) const;
 
+  // Called during backward each time grad[from, total) is complete (layers finish last to
+  // first), with the batch's loss statistics (known after the forward pass).
+  using GradReady = std::function<void(size_t from, const BatchStats& stats)>;
+
   // Forward and backward on a batch (x, y in backend memory / host labels). grad receives the
   // gradient of the SUMMED loss over the batch (not the mean).
-  BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad);
+  BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
+                        const GradReady& on_ready = nullptr);
   // Forward only.
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
 

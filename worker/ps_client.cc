@@ -8,7 +8,13 @@
 
 namespace pstrain {
 namespace {
+
 constexpr double kWaitReportSeconds = 5;  // log a line this often while a reply is missing
+
+uint64_t micros(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
 }  // namespace
 
 PsClient::PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint)
@@ -26,12 +32,12 @@ Header PsClient::request(Op op, uint64_t step, int shard) const {
   return h;
 }
 
-void PsClient::send(int shard, const Header& h, const float* payload) {
+void PsClient::send(int shard, const Header& h, zmq::message_t* payload) {
   Message msg;
   msg.shard = shard;
   const std::string header = encode_header(h);
   msg.frames.emplace_back(header.data(), header.size());
-  if (payload != nullptr) msg.frames.emplace_back(payload + h.offset, h.length * sizeof(float));
+  if (payload != nullptr) msg.frames.push_back(std::move(*payload));
   std::string error;
   if (!endpoint_.send(std::move(msg), deadline_after(options_.timeout_s), &error)) {
     throw Error(std::string("sending ") + op_name(h.op) + " to ps" + std::to_string(shard) + " at " +
@@ -39,13 +45,23 @@ void PsClient::send(int shard, const Header& h, const float* payload) {
   }
 }
 
+Header PsClient::decode(const Message& msg) const {
+  Header h;
+  std::string error;
+  const size_t payload = msg.frames.size() > 1 ? msg.frames[1].size() : 0;
+  if (msg.frames.empty() || !decode_header(msg.frames[0].data(), msg.frames[0].size(), &h, &error) ||
+      !check_frames(h, msg.frames.size(), payload, &error)) {
+    throw Error("malformed reply from ps" + std::to_string(msg.shard) + ": " + error);
+  }
+  return h;
+}
+
 std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t request_id, Op want,
                                      const char* what) {
   const int shards = static_cast<int>(pending.size());
   std::vector<Message> replies(static_cast<size_t>(shards));
   std::vector<bool> waiting = pending;
-  int left = 0;
-  for (bool p : pending) left += p;
+  int left = static_cast<int>(std::count(pending.begin(), pending.end(), true));
   const auto deadline = deadline_after(options_.timeout_s);
   const auto missing = [&] {
     std::string text;
@@ -56,8 +72,7 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
   };
   while (left > 0) {
     Message msg;
-    const auto tick = std::min(deadline, deadline_after(kWaitReportSeconds));
-    if (!endpoint_.recv(&msg, tick)) {
+    if (!endpoint_.recv(&msg, std::min(deadline, deadline_after(kWaitReportSeconds)))) {
       if (Clock::now() >= deadline) {
         throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for " + what +
                     " from" + missing());
@@ -65,16 +80,8 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
       PSLOG(INFO) << "w" << options_.index << ": waiting for " << what << " from" << missing();
       continue;
     }
-    Header h;
-    std::string error;
-    const size_t payload = msg.frames.size() > 1 ? msg.frames[1].size() : 0;
-    if (msg.frames.empty() || !decode_header(msg.frames[0].data(), msg.frames[0].size(), &h, &error) ||
-        !check_frames(h, msg.frames.size(), payload, &error)) {
-      throw Error("malformed reply from ps" + std::to_string(msg.shard) + ": " + error);
-    }
-    if (h.op == Op::kError) {
-      throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
-    }
+    const Header h = decode(msg);
+    if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
     const auto s = static_cast<size_t>(msg.shard);
     if (h.request_id != request_id || h.op != want || !waiting[s]) {
       throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(msg.shard));
@@ -89,7 +96,6 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
 uint64_t PsClient::hello(uint64_t total_steps) {
   const int shards = options_.num_ps;
   const uint64_t rid = next_request_++;
-  std::vector<bool> pending(static_cast<size_t>(shards), true);
   for (int s = 0; s < shards; ++s) {
     Header h = request(Op::kHello, total_steps, s);
     h.request_id = rid;
@@ -98,15 +104,19 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     send(s, h, nullptr);
     PSLOG(INFO) << "w" << options_.index << ": connecting to ps" << s << " at " << endpoint_.address(s);
   }
-  const auto replies = await(pending, rid, Op::kWelcome, "HELLO");
+  const auto replies = await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
   uint64_t version = 0;
+  chunks_.clear();
   for (int s = 0; s < shards; ++s) {
-    Header h;
-    std::string error;
-    decode_header(replies[s].frames[0].data(), replies[s].frames[0].size(), &h, &error);
-    if (h.offset != slices_[s].offset || h.length != slices_[s].length) {
+    const Header h = decode(replies[static_cast<size_t>(s)]);
+    const Slice& slice = slices_[static_cast<size_t>(s)];
+    if (h.offset != slice.offset || h.length != slice.length) {
       throw Error("ps" + std::to_string(s) + " holds a different slice than this worker expects "
                   "(are --num-ps and the model the same everywhere?)");
+    }
+    if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
+    for (uint64_t local = 0; local < slice.length; local += h.chunk) {
+      chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
     }
     if (s == 0) version = h.step;
     if (h.step != version) throw Error("shards are at different versions");
@@ -115,45 +125,94 @@ uint64_t PsClient::hello(uint64_t total_steps) {
 }
 
 void PsClient::init(const float* params) {
-  for (int s = 0; s < options_.num_ps; ++s) send(s, request(Op::kInit, 0, s), params);
+  for (const ChunkRef& c : chunks_) {
+    Header h = request(Op::kInit, 0, c.shard);
+    h.offset = c.range.offset;
+    h.length = c.range.length;
+    zmq::message_t payload(params + c.range.offset, c.range.length * sizeof(float));  // copied: sent once
+    send(c.shard, h, &payload);
+  }
   ++next_request_;
 }
 
-void PsClient::push(uint64_t step, const float* grad, uint64_t samples, double loss_sum, uint64_t correct) {
+void PsClient::request_params(uint64_t version) {
+  pull_request_ = next_request_++;
+  pull_version_ = version;
   for (int s = 0; s < options_.num_ps; ++s) {
-    Header h = request(Op::kPush, step, s);
-    h.samples = samples;
-    h.loss_sum = loss_sum;
-    h.correct = correct;
-    send(s, h, grad);
+    Header h = request(Op::kPull, version, s);
+    h.request_id = pull_request_;
+    send(s, h, nullptr);
   }
-  ++next_request_;
+}
+
+void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, const PushInfo& info) {
+  if (pushing_step_ != step) {
+    pushing_step_ = step;
+    unpushed_ = chunks_.size();
+  }
+  while (unpushed_ > 0 && chunks_[unpushed_ - 1].range.offset >= ready_from) {
+    const ChunkRef& c = chunks_[--unpushed_];
+    Header h = request(Op::kPush, step, c.shard);
+    h.offset = c.range.offset;
+    h.length = c.range.length;
+    h.samples = info.samples;
+    h.loss_sum = info.loss_sum;
+    h.correct = info.correct;
+    h.times = info.times;
+    zmq::message_t payload(const_cast<float*>(grad) + c.range.offset, c.range.length * sizeof(float),
+                           [](void*, void*) {}, nullptr);  // zero-copy, see push_ready's contract
+    send(c.shard, h, &payload);
+  }
+}
+
+StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t* pull_us) {
+  const auto start = Clock::now();
+  auto first = start;
+  std::vector<bool> received(chunks_.size(), false);
+  size_t left = chunks_.size();
+  StepMetrics metrics;
+  const auto deadline = deadline_after(options_.timeout_s);
+  while (left > 0) {
+    Message msg;
+    if (!endpoint_.recv(&msg, std::min(deadline, deadline_after(kWaitReportSeconds)))) {
+      std::string shards;
+      for (size_t i = 0; i < chunks_.size(); ++i) {
+        const std::string name = " ps" + std::to_string(chunks_[i].shard) + " at " + endpoint_.address(chunks_[i].shard);
+        if (!received[i] && shards.find(name) == std::string::npos) shards += name;
+      }
+      if (Clock::now() >= deadline) {
+        throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for parameters from" + shards);
+      }
+      PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards;
+      continue;
+    }
+    if (left == chunks_.size()) first = Clock::now();
+    const Header h = decode(msg);
+    if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected parameters: " + h.message);
+    const auto it = std::find_if(chunks_.begin(), chunks_.end(), [&](const ChunkRef& c) {
+      return c.shard == msg.shard && c.range.offset == h.offset && c.range.length == h.length;
+    });
+    const size_t index = static_cast<size_t>(it - chunks_.begin());
+    if (h.op != Op::kParams || h.request_id != pull_request_ || h.step != pull_version_ || it == chunks_.end() ||
+        received[index]) {
+      throw Error("unexpected " + std::string(op_name(h.op)) + " from ps" + std::to_string(msg.shard) + " (version " +
+                  std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
+                  ")) while pulling version " + std::to_string(pull_version_));
+    }
+    std::memcpy(params + h.offset, msg.frames[1].data(), h.length * sizeof(float));
+    received[index] = true;
+    --left;
+    if (index == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us};
+  }
+  const auto end = Clock::now();
+  if (wait_us != nullptr) *wait_us = micros(first - start);
+  if (pull_us != nullptr) *pull_us = micros(end - first);
+  return metrics;
 }
 
 StepMetrics PsClient::pull(uint64_t version, float* params) {
-  const uint64_t rid = next_request_++;
-  for (int s = 0; s < options_.num_ps; ++s) {
-    Header h = request(Op::kPull, version, s);
-    h.request_id = rid;
-    send(s, h, nullptr);
-  }
-  const auto replies = await(std::vector<bool>(static_cast<size_t>(options_.num_ps), true), rid,
-                             Op::kParams, "parameters");
-  StepMetrics metrics;
-  for (int s = 0; s < options_.num_ps; ++s) {
-    Header h;
-    std::string error;
-    decode_header(replies[s].frames[0].data(), replies[s].frames[0].size(), &h, &error);
-    const Slice& slice = slices_[static_cast<size_t>(s)];
-    if (h.step != version || h.offset != slice.offset || h.length != slice.length) {
-      throw Error("ps" + std::to_string(s) + " answered version " + std::to_string(h.step) + " slice [" +
-                  std::to_string(h.offset) + ", +" + std::to_string(h.length) + ") to a pull of version " +
-                  std::to_string(version));
-    }
-    std::memcpy(params + slice.offset, replies[s].frames[1].data(), slice.length * sizeof(float));
-    if (s == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct};
-  }
-  return metrics;
+  request_params(version);
+  return receive_params(params, nullptr, nullptr);
 }
 
 void PsClient::done() {

@@ -1,11 +1,10 @@
 // The worker's side of the PS protocol: registers with every shard, pushes each shard its slice
-// of the gradient, pulls each shard's slice of the parameters. The calling thread owns the
+// of the gradient chunk by chunk (as soon as backward has produced a chunk), and receives the
+// parameter chunks of the next version as each shard finishes them. The calling thread owns the
 // transport (docs/threading.md). Every wait has the job's --timeout deadline.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
 #include "shared/layout.h"
@@ -15,10 +14,20 @@
 
 namespace pstrain {
 
-struct StepMetrics {  // of one global step, summed over all workers (from shard 0)
+struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint64_t samples = 0;
   double loss_sum = 0;
   uint64_t correct = 0;
+  StepTimes times;          // summed over workers: divide by N for the mean
+  uint32_t slowest = 0;     // the worker with the largest busy time
+  uint64_t slowest_us = 0;
+};
+
+struct PushInfo {  // what rides along with this worker's gradient chunks
+  uint64_t samples = 0;
+  double loss_sum = 0;
+  uint64_t correct = 0;
+  StepTimes times;  // of this worker's previous step
 };
 
 class PsClient {
@@ -26,28 +35,46 @@ class PsClient {
   // `total` = floats of the flat parameter vector. `endpoint` has one peer per shard.
   PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint);
 
-  // Registers with every shard, logging while a shard is not reachable yet. Returns the version
-  // the shards are at.
+  // Registers with every shard, logging while a shard is not reachable yet. `total_steps` is the
+  // length of the job (the PS's learning-rate schedule). Returns the version the shards are at.
   uint64_t hello(uint64_t total_steps);
-  void init(const float* params);  // chief only: initial values of every slice
-  void push(uint64_t step, const float* grad, uint64_t samples, double loss_sum, uint64_t correct);
-  // Blocks until every shard sent its slice of version `version` into params.
+  void init(const float* params);  // chief only: initial values of every chunk
+
+  // Asks every shard for the parameters of `version`; chunks are sent as they become ready.
+  void request_params(uint64_t version);
+  // Pushes, for `step`, every chunk not pushed yet that lies inside [ready_from, total) of grad.
+  // Sends without copying: grad must not change until receive_params() has returned.
+  void push_ready(uint64_t step, const float* grad, size_t ready_from, const PushInfo& info);
+  // Receives every chunk of the requested version into params. Sets *wait_us (until the first
+  // chunk arrived) and *pull_us (the rest).
+  StepMetrics receive_params(float* params, uint64_t* wait_us, uint64_t* pull_us);
+  // request_params + receive_params.
   StepMetrics pull(uint64_t version, float* params);
   void done();
 
   const std::vector<Slice>& slices() const { return slices_; }
+  size_t num_chunks() const { return chunks_.size(); }
 
  private:
+  struct ChunkRef {
+    int shard;
+    Slice range;
+  };
+
   Header request(Op op, uint64_t step, int shard) const;
-  void send(int shard, const Header& h, const float* payload);
-  // Receives the reply to request_id from each shard that has one outstanding (pending[s]).
-  std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want,
-                             const char* what);
+  void send(int shard, const Header& h, zmq::message_t* payload);
+  // Receives the one reply to request_id from each shard marked pending.
+  std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want, const char* what);
+  Header decode(const Message& msg) const;
 
   const JobOptions options_;
   const uint64_t total_;
   Endpoint& endpoint_;
   std::vector<Slice> slices_;
+  std::vector<ChunkRef> chunks_;   // every shard's chunks, in flat-vector order
+  size_t unpushed_ = 0;            // chunks_[0, unpushed_) are not pushed yet this step
+  uint64_t pushing_step_ = UINT64_MAX;
+  uint64_t pull_request_ = 0, pull_version_ = 0;
   uint64_t next_request_ = 1;
 };
 

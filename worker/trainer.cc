@@ -18,6 +18,7 @@
 #include "worker/data/prefetch.h"
 #include "worker/data/sampler.h"
 #include "worker/model.h"
+#include "worker/progress.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {
@@ -25,17 +26,9 @@ namespace {
 
 constexpr int kEvalBatch = 500;
 
-struct Totals {  // running sums of global metrics
-  uint64_t samples = 0, correct = 0;
-  double loss = 0;
-  void add(const StepMetrics& m) {
-    samples += m.samples;
-    correct += m.correct;
-    loss += m.loss_sum;
-  }
-  double mean_loss() const { return samples ? loss / samples : 0; }
-  double accuracy() const { return samples ? static_cast<double>(correct) / samples : 0; }
-};
+uint64_t micros(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
 
 BatchStats evaluate(Mlp& model, const float* params, const Dataset& data) {
   std::vector<size_t> records(kEvalBatch);
@@ -115,16 +108,35 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
   Prefetcher prefetch(*train_data, sampler, 0, static_cast<uint64_t>(o.epochs), total_steps, o.prefetch);
   const auto start = Clock::now();
   auto interval_start = start;
-  Totals interval, epoch_totals;
+  StepStats interval(o.num_workers), epoch(o.num_workers), run(o.num_workers);
   TrainSummary summary;
   Batch batch;
+  StepTimes previous;  // this worker's last step, reported with the next step's pushes
   for (uint64_t step = 0; step < total_steps; ++step) {
+    const auto t0 = Clock::now();
     if (!prefetch.next(batch)) throw Error("data ended before step " + std::to_string(step));
-    const BatchStats s = model.train_step(params.get(), batch.x.data(), batch.y.data(), batch.size, grad.get());
-    client.push(step, grad.get(), static_cast<uint64_t>(batch.size), s.loss_sum, static_cast<uint64_t>(s.correct));
-    const StepMetrics m = client.pull(step + 1, params.get());
+    const auto t1 = Clock::now();
+    client.request_params(step + 1);  // answered chunk by chunk as the shards finish them
+    PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
+    Clock::duration pushing{};
+    const auto push = [&](size_t from, const BatchStats& s) {
+      const auto p0 = Clock::now();
+      info.loss_sum = s.loss_sum;
+      info.correct = static_cast<uint64_t>(s.correct);
+      client.push_ready(step, grad.get(), from, info);
+      pushing += Clock::now() - p0;
+    };
+    model.train_step(params.get(), batch.x.data(), batch.y.data(), batch.size, grad.get(), push);
+    const auto t2 = Clock::now();
+    StepTimes times;
+    times.data_us = micros(t1 - t0);
+    times.push_us = micros(pushing);
+    times.compute_us = micros(t2 - t1) - times.push_us;
+    const StepMetrics m = client.receive_params(params.get(), &times.wait_us, &times.pull_us);
+    previous = times;
     interval.add(m);
-    epoch_totals.add(m);
+    epoch.add(m);
+    run.add(m);
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     const bool last = step + 1 == total_steps;
     if (!chief) continue;
@@ -133,20 +145,24 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
       PSLOG(INFO) << "epoch " << batch.epoch + 1 << "/" << o.epochs << " step " << step % steps_per_epoch + 1 << "/"
                   << steps_per_epoch << " (global " << step + 1 << ") loss " << fixed(interval.mean_loss(), 4)
                   << " acc " << fixed(interval.accuracy(), 4) << " samples/s "
-                  << fixed(interval.samples / std::max(secs, 1e-9), 0);
-      interval = Totals{};
+                  << fixed(interval.samples() / std::max(secs, 1e-9), 0) << " | measured "
+                  << fixed(1e3 * secs / static_cast<double>(interval.steps()), 2) << " ms/step; "
+                  << interval.breakdown();
+      const std::string slow = interval.straggler();
+      if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
+      interval.reset();
       interval_start = Clock::now();
     }
     if (epoch_end || last) {
       const BatchStats t = evaluate(model, params.get(), *test_data);
       summary.test_loss = t.loss_sum / test_data->size();
       summary.test_accuracy = static_cast<double>(t.correct) / test_data->size();
-      summary.train_loss = epoch_totals.mean_loss();
-      summary.train_accuracy = epoch_totals.accuracy();
+      summary.train_loss = epoch.mean_loss();
+      summary.train_accuracy = epoch.accuracy();
       PSLOG(INFO) << "epoch " << batch.epoch + 1 << " done: train loss " << fixed(summary.train_loss, 4) << " acc "
                   << fixed(summary.train_accuracy, 4) << "; test loss " << fixed(summary.test_loss, 4) << " acc "
                   << fixed(summary.test_accuracy, 4);
-      epoch_totals = Totals{};
+      epoch.reset();
     }
   }
   summary.steps = total_steps;
@@ -160,7 +176,8 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
     PSLOG(INFO) << "summary: workers=" << o.num_workers << " ps=" << o.num_ps << " steps=" << summary.steps
                 << " time_s=" << fixed(summary.seconds, 1) << " samples_per_s=" << fixed(summary.samples_per_second, 0)
                 << " train_loss=" << fixed(summary.train_loss, 4) << " train_accuracy=" << fixed(summary.train_accuracy, 4)
-                << " test_loss=" << fixed(summary.test_loss, 4) << " test_accuracy=" << fixed(summary.test_accuracy, 4);
+                << " test_loss=" << fixed(summary.test_loss, 4) << " test_accuracy=" << fixed(summary.test_accuracy, 4)
+                << " | " << run.breakdown();
   }
   return summary;
 }

@@ -1,0 +1,50 @@
+#include "worker/progress.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace pstrain {
+
+void StepStats::add(const StepMetrics& m) {
+  ++steps_;
+  samples_ += m.samples;
+  correct_ += m.correct;
+  loss_ += m.loss_sum;
+  if (m.times.total_us() == 0) return;  // the first step carries no times yet
+  ++timed_steps_;
+  times_.data_us += m.times.data_us;
+  times_.compute_us += m.times.compute_us;
+  times_.push_us += m.times.push_us;
+  times_.wait_us += m.times.wait_us;
+  times_.pull_us += m.times.pull_us;
+  slowest_us_ += m.slowest_us;
+  if (m.slowest < slowest_count_.size()) ++slowest_count_[m.slowest];
+}
+
+void StepStats::reset() { *this = StepStats(static_cast<int>(slowest_count_.size())); }
+
+std::string StepStats::breakdown() const {
+  if (timed_steps_ == 0) return "";
+  const double per = 1e3 * static_cast<double>(timed_steps_) * static_cast<double>(slowest_count_.size());
+  char line[200];
+  std::snprintf(line, sizeof line, "step %.2f ms = data %.2f + compute %.2f + push %.2f + wait %.2f + pull %.2f",
+                times_.total_us() / per, times_.data_us / per, times_.compute_us / per, times_.push_us / per,
+                times_.wait_us / per, times_.pull_us / per);
+  return line;
+}
+
+std::string StepStats::straggler() const {
+  const size_t workers = slowest_count_.size();
+  if (workers < 2 || timed_steps_ == 0) return "";
+  const auto top = std::max_element(slowest_count_.begin(), slowest_count_.end());
+  const double share = static_cast<double>(*top) / static_cast<double>(timed_steps_);
+  const double mean_busy_ms = times_.busy_us() / 1e3 / static_cast<double>(timed_steps_ * workers);
+  const double slowest_busy_ms = slowest_us_ / 1e3 / static_cast<double>(timed_steps_);
+  if (share < 0.75 || slowest_busy_ms < 1.1 * mean_busy_ms) return "";
+  char line[160];
+  std::snprintf(line, sizeof line, "w%zu is the slowest in %.0f%% of steps (busy %.2f ms vs %.2f ms mean)",
+                static_cast<size_t>(top - slowest_count_.begin()), 100 * share, slowest_busy_ms, mean_busy_ms);
+  return line;
+}
+
+}  // namespace pstrain
