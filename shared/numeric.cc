@@ -5,6 +5,7 @@
 
 namespace pstrain {
 
+PSTRAIN_MULTIVERSION
 bool all_finite(const float* data, size_t n) {
   constexpr uint32_t kExponent = 0x7f800000u;  // all ones: infinity or NaN
   uint32_t bad = 0;
@@ -16,6 +17,7 @@ bool all_finite(const float* data, size_t n) {
   return bad == 0;
 }
 
+PSTRAIN_MULTIVERSION
 void add_into(float* __restrict dst, const float* __restrict src, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }

@@ -3,6 +3,13 @@
 
 #include <cstddef>
 
+// Hot element-wise loops are compiled for AVX-512, AVX2 and the baseline; the loader picks one.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PSTRAIN_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define PSTRAIN_MULTIVERSION
+#endif
+
 namespace pstrain {
 
 // True if no element is NaN or infinite (checks the exponent bits; vectorises, unlike isfinite).

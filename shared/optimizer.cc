@@ -5,9 +5,35 @@
 #include <vector>
 
 #include "shared/error.h"
+#include "shared/numeric.h"
 
 namespace pstrain {
 namespace {
+
+PSTRAIN_MULTIVERSION
+void sgd_kernel(size_t n, float* __restrict p, const float* __restrict g, float step, float decay) {
+  for (size_t i = 0; i < n; ++i) p[i] = decay * p[i] - step * g[i];
+}
+
+PSTRAIN_MULTIVERSION
+void momentum_kernel(size_t n, float* __restrict p, const float* __restrict g, float* __restrict v, float scale,
+                     float lr, float mu, float decay) {
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = mu * v[i] + scale * g[i];
+    p[i] = decay * p[i] - lr * v[i];
+  }
+}
+
+PSTRAIN_MULTIVERSION
+void adam_kernel(size_t n, float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v,
+                 float scale, float b1, float b2, float step_size, float inv_sqrt_c2, float eps, float decay) {
+  for (size_t i = 0; i < n; ++i) {
+    const float gi = scale * g[i];
+    m[i] = b1 * m[i] + (1.0f - b1) * gi;
+    v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+    p[i] = decay * p[i] - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
+  }
+}
 
 class OptimizerBase : public Optimizer {
  public:
@@ -16,6 +42,7 @@ class OptimizerBase : public Optimizer {
 
  protected:
   void check_range(size_t offset, size_t n) const { PSTRAIN_CHECK_LE(offset + n, n_); }
+  float decay(double lr) const { return static_cast<float>(1.0 - lr * o_.weight_decay); }
   const OptimizerOptions o_;
   const size_t n_;
 };
@@ -24,12 +51,9 @@ class OptimizerBase : public Optimizer {
 class Sgd final : public OptimizerBase {
  public:
   using OptimizerBase::OptimizerBase;
-  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
-             double lr_now, uint64_t) override {
+  void apply(size_t offset, size_t n, float* p, const float* g, float scale, double lr, uint64_t) override {
     check_range(offset, n);
-    const float step = static_cast<float>(lr_now) * scale;
-    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    for (size_t i = 0; i < n; ++i) p[i] = decay * p[i] - step * g[i];
+    sgd_kernel(n, p, g, static_cast<float>(lr) * scale, decay(lr));
   }
 };
 
@@ -37,17 +61,10 @@ class Sgd final : public OptimizerBase {
 class Momentum final : public OptimizerBase {
  public:
   Momentum(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), velocity_(n, 0.0f) {}
-  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
-             double lr_now, uint64_t) override {
+  void apply(size_t offset, size_t n, float* p, const float* g, float scale, double lr, uint64_t) override {
     check_range(offset, n);
-    const float lr = static_cast<float>(lr_now);
-    const float mu = static_cast<float>(o_.momentum);
-    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    float* __restrict v = velocity_.data() + offset;
-    for (size_t i = 0; i < n; ++i) {
-      v[i] = mu * v[i] + scale * g[i];
-      p[i] = decay * p[i] - lr * v[i];
-    }
+    momentum_kernel(n, p, g, velocity_.data() + offset, scale, static_cast<float>(lr),
+                    static_cast<float>(o_.momentum), decay(lr));
   }
 
  private:
@@ -59,23 +76,13 @@ class Momentum final : public OptimizerBase {
 class Adam final : public OptimizerBase {
  public:
   Adam(const OptimizerOptions& o, size_t n) : OptimizerBase(o, n), m_(n, 0.0f), v_(n, 0.0f) {}
-  void apply(size_t offset, size_t n, float* __restrict p, const float* __restrict g, float scale,
-             double lr_now, uint64_t step) override {
+  void apply(size_t offset, size_t n, float* p, const float* g, float scale, double lr, uint64_t step) override {
     check_range(offset, n);
     const double t = static_cast<double>(step + 1);
-    const float b1 = static_cast<float>(o_.beta1), b2 = static_cast<float>(o_.beta2);
-    const float step_size = static_cast<float>(lr_now / (1.0 - std::pow(o_.beta1, t)));
-    const float inv_sqrt_c2 = static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t)));
-    const float eps = static_cast<float>(o_.epsilon);
-    const float decay = static_cast<float>(1.0 - lr_now * o_.weight_decay);
-    float* __restrict m = m_.data() + offset;
-    float* __restrict v = v_.data() + offset;
-    for (size_t i = 0; i < n; ++i) {
-      const float gi = scale * g[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * gi;
-      v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
-      p[i] = decay * p[i] - step_size * m[i] / (std::sqrt(v[i]) * inv_sqrt_c2 + eps);
-    }
+    adam_kernel(n, p, g, m_.data() + offset, v_.data() + offset, scale, static_cast<float>(o_.beta1),
+                static_cast<float>(o_.beta2), static_cast<float>(lr / (1.0 - std::pow(o_.beta1, t))),
+                static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t))), static_cast<float>(o_.epsilon),
+                decay(lr));
   }
 
  private:

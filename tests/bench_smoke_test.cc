@@ -1,0 +1,52 @@
+// The benchmarks are not tests; this only checks that each one runs and prints well-formed rows.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string run(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen((command + " 2>/dev/null").c_str(), "r");
+  if (pipe == nullptr) return out;
+  char buffer[4096];
+  while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  EXPECT_EQ(pclose(pipe), 0) << command;
+  return out;
+}
+
+int matching_lines(const std::string& text, const std::regex& row) {
+  std::istringstream lines(text);
+  std::string line;
+  int count = 0;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_TRUE(std::regex_match(line, row)) << "malformed row: " << line;
+    ++count;
+  }
+  return count;
+}
+
+const std::string kNum = "[0-9]+(\\.[0-9]+)?";
+
+TEST(BenchSmokeTest, CommPrintsOneRowPerConfiguration) {
+  const std::string out = run(std::string(PSTRAIN_BENCH_DIR) + "/comm --sizes 1 --workers 1,2 --shards 1 --rounds 2");
+  const std::regex row("size=1MiB workers=[12] shards=1 raw_ms=" + kNum + " pstrain_ms=" + kNum + " efficiency=" + kNum +
+                       " aggregate_GBps=" + kNum);
+  EXPECT_EQ(matching_lines(out, row), 2) << out;
+  const std::string json = run(std::string(PSTRAIN_BENCH_DIR) + "/comm --sizes 1 --workers 1 --shards 2 --rounds 1 --json");
+  EXPECT_NE(json.find("\"efficiency\": "), std::string::npos) << json;
+  EXPECT_EQ(json.front(), '[');
+}
+
+TEST(BenchSmokeTest, ApplyPrintsEveryUpdateAgainstMemcpy) {
+  const std::string out = run(std::string(PSTRAIN_BENCH_DIR) + "/apply --mib 1 --rounds 1");
+  const std::regex row("update=(accumulate|finite-check|sgd|momentum|adam) mib=1 ms=" + kNum + " GBps=" + kNum +
+                       " memcpy_GBps=" + kNum + " ratio=" + kNum);
+  EXPECT_EQ(matching_lines(out, row), 5) << out;
+}
+
+}  // namespace
