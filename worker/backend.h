@@ -24,7 +24,7 @@ class Backend {
   virtual std::string name() const = 0;
   // Whether buffers from allocate() are ordinary host memory (CPU) or device memory (CUDA).
   virtual bool host_accessible() const = 0;
-  // Bytes currently allocated through allocate().
+  // Bytes currently held: allocate()d buffers plus the backend's own workspace and scratch.
   virtual size_t bytes_allocated() const = 0;
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed

@@ -1,22 +1,306 @@
-// Placeholder until the CUDA backend lands: reports the devices, refuses to create a backend.
+// The CUDA backend: cuBLAS (full FP32) for the GEMMs, the kernels of kernels.cu for the rest, all
+// on one non-blocking stream of its own. Each buffer from allocate() is one cudaMalloc of exactly
+// the size asked for. bytes_allocated() counts those plus the backend's own scratch (the cuBLAS
+// workspace, the softmax's labels and per-row results), and all of it stays under
+// memory_limit_bytes. A backend is driven by one thread at a time; several may share a device.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <utility>
 
 #include "shared/error.h"
 #include "worker/backend.h"
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/cuda_info.h"
+#include "worker/cuda/kernels.cuh"
 
 namespace pstrain {
+namespace {
+
+using ByteCount = std::shared_ptr<std::atomic<size_t>>;
+
+std::string bytes_text(size_t bytes) {
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f", static_cast<double>(bytes) / 1048576.0);
+  return std::to_string(bytes) + " bytes (" + mib + " MiB)";
+}
+
+// Frees one cudaMalloc allocation and takes it off its backend's count. It shares the count, so
+// a buffer may outlive the backend.
+struct DeviceFree {
+  int device;
+  size_t bytes;
+  ByteCount allocated;
+
+  void operator()(float* p) const noexcept {
+    ScopedDevice guard(device, std::nothrow);
+    PSTRAIN_CUDA_WARN(cudaFree(p));
+    allocated->fetch_sub(bytes);
+  }
+};
+
+// A stream that does not synchronise with the legacy default stream.
+class CudaStream {
+ public:
+  explicit CudaStream(int device) : device_(device) {
+    ScopedDevice guard(device);
+    PSTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaStream() {
+    if (stream_ == nullptr) return;
+    ScopedDevice guard(device_, std::nothrow);
+    PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
+    PSTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
+  }
+  CudaStream(CudaStream&& other) noexcept
+      : device_(other.device_), stream_(std::exchange(other.stream_, nullptr)) {}
+  CudaStream& operator=(CudaStream&&) = delete;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  cudaStream_t get() const { return stream_; }
+  void synchronize() const { PSTRAIN_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+struct CublasDestroy {
+  int device;
+  void operator()(cublasHandle_t handle) const noexcept {
+    ScopedDevice guard(device, std::nothrow);
+    PSTRAIN_CUBLAS_WARN(cublasDestroy(handle));
+  }
+};
+using CublasHandle = std::unique_ptr<cublasContext, CublasDestroy>;
+
+// A cuBLAS handle on `stream` that computes in full FP32: no TF32, the GPU must match the CPU to
+// float rounding.
+CublasHandle make_cublas(int device, cudaStream_t stream) {
+  ScopedDevice guard(device);
+  cublasHandle_t raw = nullptr;
+  PSTRAIN_CUBLAS_CHECK(cublasCreate(&raw));
+  CublasHandle handle(raw, CublasDestroy{device});
+  PSTRAIN_CUBLAS_CHECK(cublasSetStream(raw, stream));
+  PSTRAIN_CUBLAS_CHECK(cublasSetMathMode(raw, CUBLAS_DEFAULT_MATH));
+  return handle;
+}
+
+// cuBLAS's recommended workspace (see cublasSetWorkspace): 32 MiB from Hopper on, 4 MiB before.
+size_t cublas_workspace_bytes(int device) {
+  int major = 0;
+  PSTRAIN_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  return static_cast<size_t>(major >= 9 ? 32 : 4) << 20;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, size_t memory_limit_bytes)
+      : device_(device),
+        limit_(memory_limit_bytes),
+        name_("cuda:" + std::to_string(device) + " (" + gpu_name(device) + ")"),
+        stream_(device),
+        blas_(make_cublas(device, stream_.get())) {
+    const size_t bytes = cublas_workspace_bytes(device_);
+    workspace_ = allocate_floats(bytes / sizeof(float), "the cuBLAS workspace");
+    ScopedDevice guard(device_);
+    // Set after cublasSetStream, which would reset it to cuBLAS's own (uncounted) pool.
+    PSTRAIN_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), workspace_.get(), bytes));
+  }
+  ~CudaBackend() override {
+    ScopedDevice guard(device_, std::nothrow);
+    PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_.get()));
+  }
+
+  std::string name() const override { return name_; }
+  bool host_accessible() const override { return false; }
+  size_t bytes_allocated() const override { return allocated_->load(); }
+
+  BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
+
+  void upload(float* dst, const float* host, size_t n) override {
+    if (n == 0) return;
+    PSTRAIN_CHECK(dst != nullptr && host != nullptr);
+    copy(dst, host, n * sizeof(float), cudaMemcpyHostToDevice);
+  }
+  void download(float* host, const float* src, size_t n) override {
+    if (n == 0) return;
+    PSTRAIN_CHECK(host != nullptr && src != nullptr);
+    copy(host, src, n * sizeof(float), cudaMemcpyDeviceToHost);
+  }
+
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, const float* b,
+            float beta, float* c) override {
+    PSTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0);
+    if (m == 0 || n == 0) return;
+    ScopedDevice guard(device_);
+    // A row-major [r, c] array read column-major is its [c, r] transpose, so row-major
+    // C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands and m with n,
+    // keep each operand's op and leading dimension.
+    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    PSTRAIN_CUBLAS_CHECK(cublasSgemm(blas_.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                                     std::max(ldb, 1), a, std::max(lda, 1), &beta, c, n));
+  }
+
+  void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+    ScopedDevice guard(device_);
+    kernels::bias_activation(y, bias, rows, cols, relu, stream_.get());
+  }
+
+  void relu_backward(float* dy, const float* y, size_t n) override {
+    ScopedDevice guard(device_);
+    kernels::relu_backward(dy, y, n, stream_.get());
+  }
+
+  void column_sums(const float* dy, int rows, int cols, float* dbias) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+    ScopedDevice guard(device_);
+    kernels::column_sums(dy, rows, cols, dbias, stream_.get());
+  }
+
+  BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
+                          float* dlogits) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 1);
+    if (rows == 0) return BatchStats{};
+    PSTRAIN_CHECK(logits != nullptr && labels != nullptr);
+    for (int r = 0; r < rows; ++r) {  // on the GPU a bad label would read out of bounds
+      if (labels[r] < 0 || labels[r] >= cols) {
+        throw Error(label() + ": label " + std::to_string(labels[r]) + " of sample " + std::to_string(r) +
+                    " is outside [0, " + std::to_string(cols) + ")");
+      }
+    }
+    ScopedDevice guard(device_);
+    const XentScratch s = xent_scratch(rows);
+    PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(s.labels, labels, static_cast<size_t>(rows) * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+    kernels::softmax_xent(logits, s.labels, rows, cols, dlogits, s.row_loss, s.row_correct, s.totals,
+                          stream_.get());
+    kernels::XentTotals totals{};
+    PSTRAIN_CUDA_CHECK(
+        cudaMemcpyAsync(&totals, s.totals, sizeof totals, cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.synchronize();
+    return BatchStats{totals.loss_sum, static_cast<int64_t>(totals.correct)};
+  }
+
+ private:
+  struct XentScratch {
+    kernels::XentTotals* totals;
+    double* row_loss;
+    int32_t* labels;
+    int32_t* row_correct;
+  };
+
+  std::string label() const { return "cuda:" + std::to_string(device_); }
+
+  // One cudaMalloc of exactly n floats, zeroed, counted, refused past the limit.
+  BufferPtr allocate_floats(size_t n, const std::string& what) {
+    if (n == 0) return BufferPtr(nullptr, [](float*) {});
+    if (n > std::numeric_limits<size_t>::max() / sizeof(float)) {
+      throw Error(label() + ": " + what + " of " + std::to_string(n) + " floats: the size overflows");
+    }
+    const size_t bytes = n * sizeof(float);
+    const size_t held = allocated_->load();
+    if (limit_ != 0 && (bytes > limit_ || held > limit_ - bytes)) {
+      throw Error(label() + ": allocating " + what + " of " + bytes_text(bytes) +
+                  " would exceed the GPU memory limit of " + bytes_text(limit_) + "; " + bytes_text(held) +
+                  " are already allocated");
+    }
+    ScopedDevice guard(device_);
+    void* p = nullptr;
+    const cudaError_t err = cudaMalloc(&p, bytes);
+    if (err != cudaSuccess) {
+      (void)cudaGetLastError();
+      throw Error(malloc_failure(err, what, bytes, held));
+    }
+    allocated_->fetch_add(bytes);
+    BufferPtr buffer(static_cast<float*>(p), DeviceFree{device_, bytes, allocated_});
+    PSTRAIN_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_.get()));
+    stream_.synchronize();  // zero before any stream, not only this backend's, can use it
+    return buffer;
+  }
+
+  std::string malloc_failure(cudaError_t err, const std::string& what, size_t bytes, size_t held) const {
+    std::string message = label() + ": cudaMalloc of " + what + " of " + bytes_text(bytes) +
+                          " failed: " + cudaGetErrorName(err) + " (" + cudaGetErrorString(err) +
+                          "); this backend holds " + bytes_text(held);
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) == cudaSuccess) {
+      message += ", the device has " + bytes_text(free_bytes) + " free of " + bytes_text(total_bytes);
+    } else {
+      (void)cudaGetLastError();
+    }
+    return message;
+  }
+
+  void copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    ScopedDevice guard(device_);
+    PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream_.get()));
+    stream_.synchronize();  // the host side may be reused (or be pageable) once we return
+  }
+
+  // [totals | row_loss x rows | labels x rows | row_correct x rows], grown to the largest batch
+  // seen, never shrunk.
+  XentScratch xent_scratch(int rows) {
+    if (rows > xent_rows_) {
+      xent_scratch_.reset();  // first, so that the limit sees only the new size
+      xent_rows_ = 0;
+      const size_t bytes =
+          sizeof(kernels::XentTotals) + static_cast<size_t>(rows) * (sizeof(double) + 2 * sizeof(int32_t));
+      xent_scratch_ = allocate_floats((bytes + sizeof(float) - 1) / sizeof(float),
+                                      "softmax scratch for " + std::to_string(rows) + " rows");
+      xent_rows_ = rows;
+    }
+    char* base = reinterpret_cast<char*>(xent_scratch_.get());
+    XentScratch s;
+    s.totals = reinterpret_cast<kernels::XentTotals*>(base);
+    s.row_loss = reinterpret_cast<double*>(base + sizeof(kernels::XentTotals));
+    s.labels = reinterpret_cast<int32_t*>(s.row_loss + xent_rows_);
+    s.row_correct = s.labels + xent_rows_;
+    return s;
+  }
+
+  const int device_;
+  const size_t limit_;  // bytes; 0 = none
+  const std::string name_;
+  ByteCount allocated_ = std::make_shared<std::atomic<size_t>>(0);
+  // Destroyed in reverse: scratch, then the cuBLAS handle, then its workspace, then the stream.
+  CudaStream stream_;
+  BufferPtr workspace_;
+  CublasHandle blas_;
+  BufferPtr xent_scratch_;
+  int xent_rows_ = 0;
+};
+
+}  // namespace
 
 int cuda_device_count() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no device" error
+    (void)cudaGetLastError();  // "no device" / "no driver" must not show up as a later launch error
     return 0;
   }
   return count;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int, size_t) {
-  throw Error("the CUDA backend is not implemented yet");
+std::unique_ptr<Backend> make_cuda_backend(int device, size_t memory_limit_bytes) {
+  const int count = cuda_device_count();
+  if (count == 0) {
+    throw Error("no CUDA device is usable (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides them all)");
+  }
+  if (device < 0 || device >= count) {
+    throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
+                " visible)");
+  }
+  return std::make_unique<CudaBackend>(device, memory_limit_bytes);
 }
 
 }  // namespace pstrain

@@ -1,0 +1,650 @@
+// The CUDA backend against the CPU reference (ggml's test-backend-ops pattern): every op on
+// random inputs with a tolerance derived per op, the MLP's gradients against central finite
+// differences and against the CPU MLP, 20 SGD steps on both, allocation accounting, the memory
+// limit, and two backends sharing a device. Compiled in every build; every test skips when
+// cuda_device_count() == 0 (no GPU, no driver, or a build without CUDA).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "shared/error.h"
+#include "worker/backend.h"
+#include "worker/model.h"
+#ifdef PSTRAIN_HAVE_CUDA
+#include "worker/cuda/cuda_info.h"
+#include "worker/cuda/pinned.h"
+#endif
+
+namespace pstrain {
+namespace {
+
+constexpr int kDevice = 0;
+constexpr size_t kMiB = size_t{1} << 20;
+
+class CudaBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device (cuda_device_count() == 0)";
+    gpu_ = make_cuda_backend(kDevice, 0);
+    cpu_ = make_cpu_backend(1);
+  }
+
+  std::unique_ptr<Backend> gpu_, cpu_;
+};
+using CudaMlpTest = CudaBackendTest;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> random_labels(size_t n, int classes, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, classes - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& y : v) y = dist(rng);
+  return v;
+}
+
+// A buffer of `backend` holding `host`.
+BufferPtr put(Backend& backend, const std::vector<float>& host) {
+  BufferPtr buffer = backend.allocate(host.size());
+  backend.upload(buffer.get(), host.data(), host.size());
+  return buffer;
+}
+
+std::vector<float> get(Backend& backend, const float* buffer, size_t n) {
+  std::vector<float> host(n);
+  backend.download(host.data(), buffer, n);
+  return host;
+}
+
+// |actual[i] - expected[i]| <= bound[i] everywhere (NaN fails); one failure names the worst index.
+void expect_within(const std::vector<float>& actual, const std::vector<float>& expected,
+                   const std::vector<double>& bound, const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  ASSERT_EQ(bound.size(), expected.size()) << what;
+  size_t bad = 0, worst = 0;
+  double worst_ratio = 0;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    const double diff = std::fabs(static_cast<double>(actual[i]) - expected[i]);
+    if (diff <= bound[i]) continue;
+    ++bad;
+    const double ratio = bound[i] > 0 ? diff / bound[i] : HUGE_VAL;
+    if (bad == 1 || ratio > worst_ratio) {
+      worst = i;
+      worst_ratio = ratio;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << actual.size()
+                     << " elements out of tolerance; worst [" << worst << "] " << actual[worst] << " vs "
+                     << expected[worst] << " (bound " << bound[worst] << ")";
+}
+
+void expect_within(const std::vector<float>& actual, const std::vector<float>& expected, double bound,
+                   const std::string& what) {
+  expect_within(actual, expected, std::vector<double>(expected.size(), bound), what);
+}
+
+// max |actual - expected| <= rel * max |expected| over each tensor of the layout.
+void expect_tensors_close(const std::vector<float>& actual, const std::vector<float>& expected,
+                          const Layout& layout, double rel, const std::string& what) {
+  for (const TensorSpec& t : layout.tensors()) {
+    double scale = 0;
+    for (size_t i = t.offset; i < t.offset + t.size; ++i)
+      scale = std::max(scale, std::fabs(double{expected[i]}));
+    const std::vector<float> a(actual.begin() + t.offset, actual.begin() + t.offset + t.size);
+    const std::vector<float> e(expected.begin() + t.offset, expected.begin() + t.offset + t.size);
+    expect_within(a, e, rel * scale, what + " " + t.name);
+  }
+}
+
+// ---- ops against the CPU backend ----
+
+struct GemmShape {
+  int m, n, k;
+};
+
+// Each backend's element of alpha op(A) op(B) + beta C is within (k + 2) u M of the exact value
+// (u = FLT_EPSILON / 2; M = the same expression in absolute values), so the two are within
+// (k + 2) FLT_EPSILON M of each other. TF32 would miss this by orders of magnitude.
+TEST_F(CudaBackendTest, GemmMatchesCpuInAllTransposeCombinations) {
+  // Odd, non-square; the last one has a long k (cuBLAS may split it and use its workspace).
+  for (const GemmShape& s : {GemmShape{37, 23, 51}, GemmShape{300, 257, 129}, GemmShape{9, 5, 4099}}) {
+    for (const bool ta : {false, true}) {
+      for (const bool tb : {false, true}) {
+        for (const float beta : {0.0f, 0.5f}) {
+          std::ostringstream what;
+          what << "gemm m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << ta << " trans_b=" << tb
+               << " beta=" << beta;
+          SCOPED_TRACE(what.str());
+          const float alpha = 0.75f;
+          const auto a = random_floats(static_cast<size_t>(s.m) * s.k, 1);
+          const auto b = random_floats(static_cast<size_t>(s.k) * s.n, 2);
+          const auto c0 = random_floats(static_cast<size_t>(s.m) * s.n, 3);
+          const auto run = [&](Backend& backend) {
+            BufferPtr da = put(backend, a), db = put(backend, b), dc = put(backend, c0);
+            backend.gemm(ta, tb, s.m, s.n, s.k, alpha, da.get(), db.get(), beta, dc.get());
+            return get(backend, dc.get(), c0.size());
+          };
+          const std::vector<float> gpu = run(*gpu_), cpu = run(*cpu_);
+
+          std::vector<float> exact(c0.size());
+          std::vector<double> bound(c0.size());
+          for (int i = 0; i < s.m; ++i) {
+            for (int j = 0; j < s.n; ++j) {
+              double sum = 0, mag = 0;
+              for (int p = 0; p < s.k; ++p) {
+                const double x =
+                    ta ? a[static_cast<size_t>(p) * s.m + i] : a[static_cast<size_t>(i) * s.k + p];
+                const double y =
+                    tb ? b[static_cast<size_t>(j) * s.k + p] : b[static_cast<size_t>(p) * s.n + j];
+                sum += x * y;
+                mag += std::fabs(x * y);
+              }
+              const size_t ij = static_cast<size_t>(i) * s.n + j;
+              exact[ij] = static_cast<float>(alpha * sum + beta * double{c0[ij]});
+              bound[ij] =
+                  (s.k + 2) * double{FLT_EPSILON} * (alpha * mag + beta * std::fabs(double{c0[ij]})) + 1e-30;
+            }
+          }
+          expect_within(gpu, cpu, bound, what.str() + " vs cpu");
+          expect_within(gpu, exact, bound, what.str() + " vs exact");
+        }
+      }
+    }
+  }
+}
+
+// One float addition and a comparison: bit-identical.
+TEST_F(CudaBackendTest, BiasActivationMatchesCpuExactly) {
+  for (const auto& [rows, cols] :
+       {std::pair{33, 47}, std::pair{1, 5}, std::pair{1000, 300}, std::pair{7, 1}}) {
+    for (const bool relu : {false, true}) {
+      const std::string what = "bias_activation " + std::to_string(rows) + "x" + std::to_string(cols) +
+                               (relu ? " relu" : " linear");
+      const auto y = random_floats(static_cast<size_t>(rows) * cols, 4);
+      const auto bias = random_floats(static_cast<size_t>(cols), 5, -0.5f, 0.5f);
+      const auto run = [&](Backend& backend) {
+        BufferPtr dy = put(backend, y), db = put(backend, bias);
+        backend.bias_activation(dy.get(), db.get(), rows, cols, relu);
+        return get(backend, dy.get(), y.size());
+      };
+      const std::vector<float> gpu = run(*gpu_);
+      expect_within(gpu, run(*cpu_), 0.0, what);
+      if (relu) {
+        EXPECT_EQ(*std::min_element(gpu.begin(), gpu.end()), 0.0f) << what;
+      }
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, ReluBackwardMatchesCpuExactly) {
+  const size_t n = 10007;
+  auto y = random_floats(n, 6);
+  for (float& v : y) v = std::max(v, 0.0f);  // a ReLU output: about half exactly zero
+  const auto dy = random_floats(n, 7);
+  const auto run = [&](Backend& backend) {
+    BufferPtr ddy = put(backend, dy), dyv = put(backend, y);
+    backend.relu_backward(ddy.get(), dyv.get(), n);
+    return get(backend, ddy.get(), n);
+  };
+  expect_within(run(*gpu_), run(*cpu_), 0.0, "relu_backward");
+}
+
+// Two float sums of the same `rows` terms in different orders differ by at most
+// (rows + 1) FLT_EPSILON sum|dy|.
+TEST_F(CudaBackendTest, ColumnSumsMatchCpu) {
+  for (const auto& [rows, cols] :
+       {std::pair{1000, 70}, std::pair{5, 3}, std::pair{20000, 10}, std::pair{33, 1025}, std::pair{1, 1}}) {
+    const std::string what = "column_sums " + std::to_string(rows) + "x" + std::to_string(cols);
+    const auto dy = random_floats(static_cast<size_t>(rows) * cols, 8);
+    const std::vector<float> stale(static_cast<size_t>(cols), 123.0f);  // overwritten, not added to
+    const auto run = [&](Backend& backend) {
+      BufferPtr ddy = put(backend, dy), dbias = put(backend, stale);
+      backend.column_sums(ddy.get(), rows, cols, dbias.get());
+      return get(backend, dbias.get(), stale.size());
+    };
+    std::vector<double> bound(static_cast<size_t>(cols), 0.0);
+    for (int r = 0; r < rows; ++r) {
+      for (int c = 0; c < cols; ++c) bound[c] += std::fabs(double{dy[static_cast<size_t>(r) * cols + c]});
+    }
+    for (double& b : bound) b *= (rows + 1) * double{FLT_EPSILON};
+    expect_within(run(*gpu_), run(*cpu_), bound, what);
+  }
+}
+
+struct XentResult {
+  BatchStats stats, stats_forward_only;
+  std::vector<float> dlogits;
+};
+
+XentResult run_xent(Backend& backend, const std::vector<float>& logits, const std::vector<int32_t>& labels,
+                    int cols) {
+  const int rows = static_cast<int>(labels.size());
+  BufferPtr dz = put(backend, logits), dd = backend.allocate(logits.size());
+  XentResult result;
+  result.stats = backend.softmax_xent(dz.get(), labels.data(), rows, cols, dd.get());
+  result.stats_forward_only = backend.softmax_xent(dz.get(), labels.data(), rows, cols, nullptr);
+  result.dlogits = get(backend, dd.get(), logits.size());
+  return result;
+}
+
+// Per-row losses are computed in double from the same float differences z - max on both sides,
+// so the sums agree to ~1e-15 relative; 1e-9 leaves room for exp/log's last bits. The gradient
+// is a double rounded to float, off by at most an ulp of values in [-1, 1].
+void expect_xent_matches(const XentResult& gpu, const XentResult& cpu, const std::string& what) {
+  EXPECT_NEAR(gpu.stats.loss_sum, cpu.stats.loss_sum, 1e-9 * (1 + std::fabs(cpu.stats.loss_sum))) << what;
+  EXPECT_EQ(gpu.stats.correct, cpu.stats.correct) << what;
+  EXPECT_EQ(gpu.stats_forward_only.loss_sum, gpu.stats.loss_sum) << what << " (without dlogits)";
+  EXPECT_EQ(gpu.stats_forward_only.correct, gpu.stats.correct) << what << " (without dlogits)";
+  expect_within(gpu.dlogits, cpu.dlogits, 2.5e-7, what + " dlogits");
+}
+
+TEST_F(CudaBackendTest, SoftmaxXentMatchesCpu) {
+  struct Case {
+    int rows, cols;
+    float scale, offset;  // logits = offset * (row pattern) + U(-scale, scale)
+  };
+  // One lane, several lanes, partly filled lanes, a long row; the last two have logits around
+  // +-1e4, where exp() of an unshifted logit overflows.
+  for (const Case& c : {Case{67, 10, 5, 0}, Case{45, 300, 3, 0}, Case{3, 5000, 4, 0}, Case{20, 33, 10, 1e4f},
+                        Case{64, 10, 30, -1e4f}}) {
+    const std::string what = "softmax_xent " + std::to_string(c.rows) + "x" + std::to_string(c.cols) +
+                             " offset " + std::to_string(c.offset);
+    auto logits = random_floats(static_cast<size_t>(c.rows) * c.cols, 9, -c.scale, c.scale);
+    for (int r = 0; r < c.rows; ++r) {
+      for (int k = 0; k < c.cols; ++k) logits[static_cast<size_t>(r) * c.cols + k] += c.offset * (1 + r % 3);
+    }
+    const auto labels = random_labels(static_cast<size_t>(c.rows), c.cols, 10);
+    const XentResult gpu = run_xent(*gpu_, logits, labels, c.cols),
+                     cpu = run_xent(*cpu_, logits, labels, c.cols);
+    expect_xent_matches(gpu, cpu, what);
+    EXPECT_TRUE(std::isfinite(gpu.stats.loss_sum)) << what;
+    for (int r = 0; r < c.rows; ++r) {  // softmax - onehot sums to zero
+      double sum = 0;
+      for (int k = 0; k < c.cols; ++k) sum += gpu.dlogits[static_cast<size_t>(r) * c.cols + k];
+      EXPECT_NEAR(sum, 0.0, 1e-5) << what << " row " << r;
+    }
+  }
+}
+
+// Equal maxima: the arg-max is the lowest index, as std::max_element gives on the CPU.
+TEST_F(CudaBackendTest, SoftmaxXentTiesGoToTheLowestIndex) {
+  const int cols = 40;  // the tied entries sit in different lanes of a warp and in one lane
+  std::vector<float> logits(4 * cols, 0.0f);
+  const auto set_row = [&](int r, std::vector<int> max_at) {
+    for (int k = 0; k < cols; ++k) logits[r * cols + k] = -0.25f * static_cast<float>(k % 7);
+    for (int k : max_at) logits[r * cols + k] = 3.0f;
+  };
+  set_row(0, {5, 37});
+  set_row(1, {5, 37});
+  set_row(2, {3, 35});                                       // same lane (35 = 3 + 32)
+  std::fill(logits.begin() + 3 * cols, logits.end(), 1.5f);  // all equal: arg-max 0
+  const std::vector<int32_t> labels = {5, 37, 35, 0};        // correct: yes, no, no, yes
+  const XentResult gpu = run_xent(*gpu_, logits, labels, cols), cpu = run_xent(*cpu_, logits, labels, cols);
+  EXPECT_EQ(gpu.stats.correct, 2);
+  expect_xent_matches(gpu, cpu, "softmax_xent ties");
+}
+
+TEST_F(CudaBackendTest, SoftmaxXentRejectsALabelOutOfRange) {
+  const int rows = 3, cols = 4;
+  BufferPtr logits = put(*gpu_, random_floats(rows * cols, 11));
+  for (const int32_t bad : {-1, cols}) {
+    const std::vector<int32_t> labels = {0, bad, 1};
+    try {
+      gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
+      ADD_FAILURE() << "label " << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("label " + std::to_string(bad) + " of sample 1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  const std::vector<int32_t> good = {0, 3, 1};  // the backend is still usable
+  EXPECT_TRUE(std::isfinite(gpu_->softmax_xent(logits.get(), good.data(), rows, cols, nullptr).loss_sum));
+}
+
+TEST_F(CudaBackendTest, UploadDownloadRoundTripAndZeroedAllocation) {
+  const size_t n = 100003;
+  BufferPtr buffer = gpu_->allocate(n);
+  EXPECT_EQ(get(*gpu_, buffer.get(), n), std::vector<float>(n, 0.0f));
+  const auto host = random_floats(n, 12);
+  gpu_->upload(buffer.get(), host.data(), n);
+  EXPECT_EQ(get(*gpu_, buffer.get(), n), host);
+  gpu_->upload(buffer.get() + 17, host.data(), 5);  // a sub-range, as the PS client writes slices
+  const std::vector<float> part = get(*gpu_, buffer.get() + 17, 5);
+  EXPECT_EQ(part, std::vector<float>(host.begin(), host.begin() + 5));
+#ifdef PSTRAIN_HAVE_CUDA
+  PinnedBuffer pinned(n);
+  EXPECT_EQ(pinned.size(), n);
+  EXPECT_EQ(pinned[n - 1], 0.0f);
+  gpu_->download(pinned.data(), buffer.get(), n);
+  PinnedBuffer moved = std::move(pinned);
+  EXPECT_EQ(pinned.data(), nullptr);  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_EQ(moved[3], host[3]);
+  BufferPtr copy = gpu_->allocate(n);
+  gpu_->upload(copy.get(), moved.data(), n);
+  EXPECT_EQ(get(*gpu_, copy.get(), n), get(*gpu_, buffer.get(), n));
+#endif
+}
+
+TEST_F(CudaBackendTest, ReportsItsDevice) {
+  EXPECT_FALSE(gpu_->host_accessible());
+  const std::string name = gpu_->name();
+  EXPECT_EQ(name.rfind("cuda:0 (", 0), 0u) << name;
+  EXPECT_EQ(name.back(), ')') << name;
+#ifdef PSTRAIN_HAVE_CUDA
+  EXPECT_EQ(name, "cuda:0 (" + gpu_name(kDevice) + ")");
+  const GpuMemory memory = gpu_memory(kDevice);
+  EXPECT_GT(memory.total_bytes, 0u);
+  EXPECT_LE(memory.free_bytes, memory.total_bytes);
+#endif
+  EXPECT_THROW(make_cuda_backend(cuda_device_count(), 0), Error);
+  EXPECT_THROW(make_cuda_backend(-1, 0), Error);
+}
+
+// ---- the MLP on the GPU ----
+
+// Central differences of the summed loss, the step taken as the float parameters actually moved.
+// With h = 1e-3 the truncation error is ~h^2 and the float forward's rounding noise ~1e-7 / h, so
+// 2e-3 relative (the CPU MLP's own test) holds with a wide margin; the data is the CPU test's,
+// whose pre-activations are far from the ReLU kinks.
+TEST_F(CudaMlpTest, GradientMatchesFiniteDifferences) {
+  const int batch = 5, in = 6, classes = 4;
+  Mlp model(in, {7, 5}, classes, batch, *gpu_);
+  const size_t n = model.layout().total();
+  std::vector<float> params(n), x(batch * in);
+  model.init(3, params.data());
+  for (size_t i = 0; i < n; ++i) params[i] += 0.05f * std::sin(static_cast<float>(i));  // non-zero biases
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.7f * static_cast<float>(i));
+  const std::vector<int32_t> y = {0, 3, 1, 2, 3};
+  BufferPtr dparams = put(*gpu_, params), dx = put(*gpu_, x), dgrad = gpu_->allocate(n);
+  model.train_step(dparams.get(), dx.get(), y.data(), batch, dgrad.get());
+  const std::vector<float> grad = get(*gpu_, dgrad.get(), n);
+
+  const float h = 1e-3f;
+  double worst = 0;
+  size_t worst_i = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float saved = params[i], up = saved + h, down = saved - h;
+    gpu_->upload(dparams.get() + i, &up, 1);
+    const double loss_up = model.evaluate(dparams.get(), dx.get(), y.data(), batch).loss_sum;
+    gpu_->upload(dparams.get() + i, &down, 1);
+    const double loss_down = model.evaluate(dparams.get(), dx.get(), y.data(), batch).loss_sum;
+    gpu_->upload(dparams.get() + i, &saved, 1);
+    const double numeric = (loss_up - loss_down) / (double{up} - double{down});
+    const double err = std::fabs(numeric - grad[i]) / std::max(1.0, std::fabs(numeric));
+    if (err > worst) {
+      worst = err;
+      worst_i = i;
+    }
+  }
+  EXPECT_LT(worst, 2e-3) << "parameter " << worst_i;
+}
+
+// The same forward and backward on both backends: float rounding apart, so each tensor's gradient
+// within 1e-4 of its largest entry (sums of at most 64 products: ~64 u = 4e-6 expected).
+TEST_F(CudaMlpTest, GradientsMatchTheCpuMlp) {
+  const int in = 50, classes = 10, max_batch = 40;
+  const std::vector<int> hidden = {64, 33};
+  Mlp gpu_model(in, hidden, classes, max_batch, *gpu_), cpu_model(in, hidden, classes, max_batch, *cpu_);
+  const Layout& layout = cpu_model.layout();
+  const size_t n = layout.total();
+  std::vector<float> params(n);
+  cpu_model.init(7, params.data());
+  for (size_t i = 0; i < n; ++i) params[i] += 0.02f * std::sin(0.37f * static_cast<float>(i));
+  for (const int batch : {max_batch, 17}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto x = random_floats(static_cast<size_t>(batch) * in, 13);
+    const auto y = random_labels(static_cast<size_t>(batch), classes, 14);
+    const auto run = [&](Backend& backend, Mlp& model, std::vector<float>& grad) {
+      BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
+      const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get());
+      grad = get(backend, dg.get(), n);
+      return stats;
+    };
+    std::vector<float> gpu_grad, cpu_grad;
+    const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
+    EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+    EXPECT_EQ(g.correct, c.correct);
+    expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "gradient");
+  }
+}
+
+// A learnable task: labels are the arg-max of a fixed random linear map of the input.
+struct SgdData {
+  std::vector<std::vector<float>> x;
+  std::vector<std::vector<int32_t>> y;
+};
+
+SgdData make_sgd_data(int steps, int batch, int in, int classes) {
+  const auto teacher = random_floats(static_cast<size_t>(in) * classes, 15);
+  SgdData data;
+  for (int s = 0; s < steps; ++s) {
+    data.x.push_back(random_floats(static_cast<size_t>(batch) * in, 100 + s));
+    std::vector<int32_t> y(static_cast<size_t>(batch));
+    for (int b = 0; b < batch; ++b) {
+      std::vector<double> score(static_cast<size_t>(classes), 0.0);
+      for (int i = 0; i < in; ++i) {
+        for (int c = 0; c < classes; ++c) score[c] += data.x[s][b * in + i] * teacher[i * classes + c];
+      }
+      y[b] = static_cast<int32_t>(std::max_element(score.begin(), score.end()) - score.begin());
+    }
+    data.y.push_back(y);
+  }
+  return data;
+}
+
+struct SgdRun {
+  std::vector<float> params;
+  std::vector<double> losses;
+};
+
+// SGD on the mean gradient, applied on the host: download the gradient (into `staging`), update,
+// upload the parameters, as a worker does around the parameter server.
+SgdRun train_sgd(Backend& backend, const SgdData& data, const std::vector<float>& init, float* staging,
+                 int in, const std::vector<int>& hidden, int classes, float lr) {
+  const int batch = static_cast<int>(data.y[0].size());
+  Mlp model(in, hidden, classes, batch, backend);
+  const size_t n = model.layout().total();
+  SgdRun run{init, {}};
+  BufferPtr params = put(backend, init), grad = backend.allocate(n), x = backend.allocate(data.x[0].size());
+  for (size_t s = 0; s < data.x.size(); ++s) {
+    backend.upload(x.get(), data.x[s].data(), data.x[s].size());
+    run.losses.push_back(
+        model.train_step(params.get(), x.get(), data.y[s].data(), batch, grad.get()).loss_sum / batch);
+    backend.download(staging, grad.get(), n);
+    for (size_t i = 0; i < n; ++i) run.params[i] -= lr / static_cast<float>(batch) * staging[i];
+    backend.upload(params.get(), run.params.data(), n);
+  }
+  return run;
+}
+
+TEST_F(CudaMlpTest, TwentySgdStepsMatchTheCpu) {
+  const int steps = 20, batch = 64, in = 32, classes = 10;
+  const std::vector<int> hidden = {64, 48};
+  const float lr = 0.5f;
+  const SgdData data = make_sgd_data(steps, batch, in, classes);
+  Mlp shape(in, hidden, classes, 1, *cpu_);
+  const size_t n = shape.layout().total();
+  std::vector<float> init(n);
+  shape.init(21, init.data());
+
+  std::vector<float> cpu_staging(n);
+#ifdef PSTRAIN_HAVE_CUDA
+  PinnedBuffer gpu_staging(n);
+  float* staging = gpu_staging.data();
+#else
+  std::vector<float> gpu_staging(n);
+  float* staging = gpu_staging.data();
+#endif
+  const SgdRun gpu = train_sgd(*gpu_, data, init, staging, in, hidden, classes, lr);
+  const SgdRun cpu = train_sgd(*cpu_, data, init, cpu_staging.data(), in, hidden, classes, lr);
+
+  expect_tensors_close(gpu.params, cpu.params, shape.layout(), 1e-4, "parameters after 20 steps");
+  for (int s = 0; s < steps; ++s)
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-4 * cpu.losses[s]) << "step " << s;
+  // Not vacuous: the model learned, and the parameters moved well beyond the tolerance.
+  EXPECT_LT(cpu.losses.back(), 0.8 * cpu.losses.front());
+  double moved = 0;
+  for (size_t i = 0; i < n; ++i) moved = std::max(moved, std::fabs(double{cpu.params[i]} - init[i]));
+  EXPECT_GT(moved, 1e-2);
+}
+
+// ---- memory ----
+
+TEST_F(CudaBackendTest, BytesAllocatedIsTheSumOfRequestsPlusScratch) {
+  const size_t base = gpu_->bytes_allocated();  // the cuBLAS workspace, nothing else
+  EXPECT_LE(base, 32 * kMiB);
+  size_t requested = 0;
+  std::vector<BufferPtr> buffers;
+  for (const size_t n : {size_t{1}, size_t{3}, size_t{1000}, size_t{12345}, size_t{1} << 20, size_t{7}}) {
+    buffers.push_back(gpu_->allocate(n));
+    requested += n * sizeof(float);
+    EXPECT_EQ(gpu_->bytes_allocated(), base + requested) << "after allocating " << n << " floats";
+  }
+  BufferPtr empty = gpu_->allocate(0);
+  EXPECT_EQ(gpu_->bytes_allocated(), base + requested);
+  buffers[2].reset();
+  requested -= 1000 * sizeof(float);
+  EXPECT_EQ(gpu_->bytes_allocated(), base + requested);
+
+  // softmax_xent's scratch: allocated once for the largest batch, a few bytes per row.
+  const int rows = 100, cols = 10;
+  BufferPtr logits = put(*gpu_, random_floats(rows * cols, 16));
+  requested += rows * cols * sizeof(float);
+  const auto labels = random_labels(rows, cols, 17);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
+  const size_t scratch = gpu_->bytes_allocated() - base - requested;
+  EXPECT_GT(scratch, 0u);
+  EXPECT_LE(scratch, size_t{64} * rows + 256);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows / 2, cols, nullptr);
+  EXPECT_EQ(gpu_->bytes_allocated(), base + requested + scratch);
+
+  buffers.clear();
+  logits.reset();
+  EXPECT_EQ(gpu_->bytes_allocated(), base + scratch);
+
+  // A buffer may outlive its backend.
+  auto other = make_cuda_backend(kDevice, 0);
+  BufferPtr orphan = other->allocate(1000);
+  other.reset();
+  orphan.reset();
+}
+
+// What the device reports as used grows by what the backend counts (cudaMalloc rounds each
+// allocation up to its page size: the 16 MiB slack).
+TEST_F(CudaBackendTest, DeviceMemoryUseMatchesBytesAllocated) {
+#ifndef PSTRAIN_HAVE_CUDA
+  GTEST_SKIP() << "gpu_memory() needs the CUDA build";
+#else
+  const int batch = 2048, in = 784, classes = 10;
+  const GpuMemory before = gpu_memory(kDevice);
+  const size_t counted_before = gpu_->bytes_allocated();
+  Mlp model(in, {2048, 2048}, classes, batch, *gpu_);
+  const size_t n = model.layout().total();
+  BufferPtr params = gpu_->allocate(n), grad = gpu_->allocate(n),
+            x = gpu_->allocate(static_cast<size_t>(batch) * in);
+  const GpuMemory after = gpu_memory(kDevice);
+  const size_t counted = gpu_->bytes_allocated() - counted_before;
+  EXPECT_EQ(counted, (model.activation_floats() + 2 * n + static_cast<size_t>(batch) * in) * sizeof(float));
+  const double used = static_cast<double>(before.free_bytes) - static_cast<double>(after.free_bytes);
+  EXPECT_LE(std::fabs(used - static_cast<double>(counted)), 0.1 * static_cast<double>(counted) + 16.0 * kMiB)
+      << "device used " << used << " bytes for " << counted << " counted";
+#endif
+}
+
+TEST_F(CudaBackendTest, MemoryLimitRefusesAndNamesTheLimit) {
+  const size_t limit = 64 * kMiB;
+  auto limited = make_cuda_backend(kDevice, limit);
+  const size_t base = limited->bytes_allocated();
+  ASSERT_LT(base, limit);
+  const int rows = 8, cols = 4;
+  BufferPtr logits = put(*limited, random_floats(rows * cols, 18));
+  const size_t room = (limit - limited->bytes_allocated()) / sizeof(float);
+  BufferPtr fill = limited->allocate(room);  // exactly up to the limit is allowed
+  const size_t held = limited->bytes_allocated();
+  EXPECT_LE(held, limit);
+  EXPECT_LT(limit - held, sizeof(float));
+
+  try {
+    limited->allocate(1);
+    ADD_FAILURE() << "an allocation past the limit was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("limit of " + std::to_string(limit) + " bytes"), std::string::npos) << message;
+    EXPECT_NE(message.find("4 bytes"), std::string::npos) << message;
+  }
+  EXPECT_EQ(limited->bytes_allocated(), held);
+  // The backend's own scratch is under the same limit.
+  const auto labels = random_labels(rows, cols, 19);
+  EXPECT_THROW(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr), Error);
+  EXPECT_EQ(limited->bytes_allocated(), held);
+
+  fill.reset();
+  EXPECT_TRUE(
+      std::isfinite(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr).loss_sum));
+  BufferPtr again = limited->allocate(1000);
+  EXPECT_NE(again.get(), nullptr);
+  // A limit below the backend's fixed needs (the cuBLAS workspace) is refused up front.
+  EXPECT_THROW(make_cuda_backend(kDevice, 4096), Error);
+}
+
+// More than the device has: a pstrain::Error, and the backend goes on working (the failed
+// cudaMalloc must not resurface as the next launch's error).
+TEST_F(CudaBackendTest, OutOfMemoryIsAnErrorAndRecoverable) {
+  EXPECT_THROW(gpu_->allocate(size_t{1} << 42), Error);  // 16 TiB
+  const auto logits = random_floats(6 * 3, 20);
+  const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2};
+  expect_xent_matches(run_xent(*gpu_, logits, labels, 3), run_xent(*cpu_, logits, labels, 3), "after OOM");
+}
+
+TEST_F(CudaBackendTest, TwoBackendsOnOneDeviceCoexist) {
+  auto second = make_cuda_backend(kDevice, 0);
+  EXPECT_EQ(second->name(), gpu_->name());
+  const size_t base_a = gpu_->bytes_allocated(), base_b = second->bytes_allocated();
+  const int m = 65, n = 33, k = 97;
+  const auto a = random_floats(static_cast<size_t>(m) * k, 21),
+             b = random_floats(static_cast<size_t>(k) * n, 22);
+  // Interleaved: both backends' buffers and work in flight at once.
+  BufferPtr a1 = put(*gpu_, a), a2 = put(*second, a), b1 = put(*gpu_, b), b2 = put(*second, b);
+  BufferPtr c1 = gpu_->allocate(static_cast<size_t>(m) * n),
+            c2 = second->allocate(static_cast<size_t>(m) * n);
+  const size_t each = (a.size() + b.size() + static_cast<size_t>(m) * n) * sizeof(float);
+  EXPECT_EQ(gpu_->bytes_allocated() - base_a, each);
+  EXPECT_EQ(second->bytes_allocated() - base_b, each);
+  gpu_->gemm(false, false, m, n, k, 1.0f, a1.get(), b1.get(), 0.0f, c1.get());
+  second->gemm(false, false, m, n, k, 1.0f, a2.get(), b2.get(), 0.0f, c2.get());
+  BufferPtr ca = put(*cpu_, a), cb = put(*cpu_, b), cc = cpu_->allocate(static_cast<size_t>(m) * n);
+  cpu_->gemm(false, false, m, n, k, 1.0f, ca.get(), cb.get(), 0.0f, cc.get());
+  const std::vector<float> reference = get(*cpu_, cc.get(), static_cast<size_t>(m) * n);
+  const double bound = (k + 2) * double{FLT_EPSILON} * k;  // |a|, |b| <= 1
+  expect_within(get(*gpu_, c1.get(), reference.size()), reference, bound, "first backend");
+  expect_within(get(*second, c2.get(), reference.size()), reference, bound, "second backend");
+
+  // Each keeps its own count; one going away leaves the other working.
+  a2.reset();
+  b2.reset();
+  c2.reset();
+  EXPECT_EQ(second->bytes_allocated(), base_b);
+  second.reset();
+  gpu_->gemm(false, false, m, n, k, 1.0f, a1.get(), b1.get(), 0.0f, c1.get());
+  expect_within(get(*gpu_, c1.get(), reference.size()), reference, bound,
+                "first backend after the second closed");
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -1,0 +1,186 @@
+#include <algorithm>
+#include <climits>
+#include <cmath>
+
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/kernels.cuh"
+
+namespace pstrain {
+namespace kernels {
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kWarp = 32;
+constexpr size_t kMaxGrid = 65535;  // blocks of a grid-stride dimension (the limit of grid.y)
+
+unsigned blocks_for(size_t n, size_t per_block) {
+  return static_cast<unsigned>(std::min((n + per_block - 1) / per_block, kMaxGrid));
+}
+
+// ---- bias + activation: a column tile per block in x, rows grid-strided in y ----
+
+constexpr int kBiasCols = 32, kBiasRows = 8;
+
+__global__ void bias_activation_kernel(float* y, const float* bias, int rows, int cols, bool relu) {
+  const size_t c = static_cast<size_t>(blockIdx.x) * kBiasCols + threadIdx.x;
+  if (c >= static_cast<size_t>(cols)) return;
+  const float b = bias[c];
+  for (size_t r = static_cast<size_t>(blockIdx.y) * kBiasRows + threadIdx.y; r < static_cast<size_t>(rows);
+       r += static_cast<size_t>(gridDim.y) * kBiasRows) {
+    float& v = y[r * cols + c];
+    const float s = v + b;
+    v = relu && s < 0.0f ? 0.0f : s;
+  }
+}
+
+// ---- ReLU backward: grid-stride over the flat array ----
+
+constexpr int kFlatThreads = 256;
+
+__global__ void relu_backward_kernel(float* dy, const float* y, size_t n) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * kFlatThreads;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kFlatThreads + threadIdx.x; i < n; i += stride) {
+    if (!(y[i] > 0.0f)) dy[i] = 0.0f;
+  }
+}
+
+// ---- column sums: 32 columns per block, 32 row lanes each, then a tree over the lanes ----
+
+constexpr int kSumCols = 32, kSumLanes = 32;
+
+__global__ void column_sums_kernel(const float* dy, int rows, int cols, float* dbias) {
+  __shared__ float partial[kSumLanes][kSumCols];
+  const size_t c = static_cast<size_t>(blockIdx.x) * kSumCols + threadIdx.x;
+  float sum = 0.0f;
+  if (c < static_cast<size_t>(cols)) {
+    for (size_t r = threadIdx.y; r < static_cast<size_t>(rows); r += kSumLanes) sum += dy[r * cols + c];
+  }
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  for (unsigned half = kSumLanes / 2; half > 0; half /= 2) {
+    if (threadIdx.y < half) partial[threadIdx.y][threadIdx.x] += partial[threadIdx.y + half][threadIdx.x];
+    __syncthreads();
+  }
+  if (threadIdx.y == 0 && c < static_cast<size_t>(cols)) dbias[c] = partial[0][threadIdx.x];
+}
+
+// ---- softmax cross-entropy: one warp per row, then one block sums the rows ----
+
+constexpr int kXentRowsPerBlock = 4;
+
+// All lanes return the same sum: each butterfly step adds the same two values (in either order).
+__device__ double warp_sum(double v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+
+// The warp's (value, index) maximum, the lowest index among equal values; broadcast from lane 0.
+__device__ void warp_argmax(float& value, int& index) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const float v = __shfl_down_sync(kFullMask, value, offset);
+    const int i = __shfl_down_sync(kFullMask, index, offset);
+    if (v > value || (v == value && i < index)) {
+      value = v;
+      index = i;
+    }
+  }
+  value = __shfl_sync(kFullMask, value, 0);
+  index = __shfl_sync(kFullMask, index, 0);
+}
+
+__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int rows, int cols,
+                                    float* dlogits, double* row_loss, int32_t* row_correct) {
+  const size_t row = static_cast<size_t>(blockIdx.x) * kXentRowsPerBlock + threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp;
+  if (row >= static_cast<size_t>(rows)) return;  // the whole warp leaves together
+  const float* z = logits + row * cols;
+
+  // Each lane keeps its first maximum (std::max_element's strict '<'); empty lanes lose ties.
+  float zmax = -INFINITY;
+  int argmax = INT_MAX;
+  for (int c = lane; c < cols; c += kWarp) {
+    if (argmax == INT_MAX || z[c] > zmax) {
+      zmax = z[c];
+      argmax = c;
+    }
+  }
+  warp_argmax(zmax, argmax);
+
+  double denom = 0;
+  for (int c = lane; c < cols; c += kWarp) denom += exp(static_cast<double>(z[c] - zmax));
+  denom = warp_sum(denom);
+
+  const int label = labels[row];
+  if (lane == 0) {
+    row_loss[row] = log(denom) - static_cast<double>(z[label] - zmax);
+    row_correct[row] = argmax == label;
+  }
+  __syncwarp();  // z[label] is read before any lane overwrites it when dlogits aliases logits
+  if (dlogits == nullptr) return;
+  float* d = dlogits + row * cols;
+  for (int c = lane; c < cols; c += kWarp) {
+    d[c] = static_cast<float>(exp(static_cast<double>(z[c] - zmax)) / denom) - (c == label ? 1.0f : 0.0f);
+  }
+}
+
+constexpr int kTotalsThreads = 256;
+
+__global__ void xent_totals_kernel(const double* row_loss, const int32_t* row_correct, int rows,
+                                   XentTotals* totals) {
+  __shared__ double loss[kTotalsThreads];
+  __shared__ long long correct[kTotalsThreads];
+  double l = 0;
+  long long k = 0;
+  for (size_t r = threadIdx.x; r < static_cast<size_t>(rows); r += kTotalsThreads) {
+    l += row_loss[r];
+    k += row_correct[r];
+  }
+  loss[threadIdx.x] = l;
+  correct[threadIdx.x] = k;
+  __syncthreads();
+  for (unsigned half = kTotalsThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      loss[threadIdx.x] += loss[threadIdx.x + half];
+      correct[threadIdx.x] += correct[threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *totals = XentTotals{loss[0], correct[0]};
+}
+
+}  // namespace
+
+void bias_activation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const dim3 grid(static_cast<unsigned>((static_cast<size_t>(cols) + kBiasCols - 1) / kBiasCols),
+                  blocks_for(static_cast<size_t>(rows), kBiasRows));
+  bias_activation_kernel<<<grid, dim3(kBiasCols, kBiasRows), 0, stream>>>(y, bias, rows, cols, relu);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  relu_backward_kernel<<<blocks_for(n, kFlatThreads), kFlatThreads, 0, stream>>>(dy, y, n);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void column_sums(const float* dy, int rows, int cols, float* dbias, cudaStream_t stream) {
+  if (cols <= 0) return;
+  const unsigned grid = static_cast<unsigned>((static_cast<size_t>(cols) + kSumCols - 1) / kSumCols);
+  column_sums_kernel<<<grid, dim3(kSumCols, kSumLanes), 0, stream>>>(dy, rows, cols, dbias);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+                  double* row_loss, int32_t* row_correct, XentTotals* totals, cudaStream_t stream) {
+  const unsigned grid =
+      static_cast<unsigned>((static_cast<size_t>(rows) + kXentRowsPerBlock - 1) / kXentRowsPerBlock);
+  softmax_xent_kernel<<<grid, kXentRowsPerBlock * kWarp, 0, stream>>>(logits, labels, rows, cols, dlogits,
+                                                                      row_loss, row_correct);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+  xent_totals_kernel<<<1, kTotalsThreads, 0, stream>>>(row_loss, row_correct, rows, totals);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kernels
+}  // namespace pstrain

@@ -1,0 +1,38 @@
+// Launchers of the CUDA backend's element-wise and reduction kernels (the kernels themselves are
+// file-local in kernels.cu). Each computes what the CPU backend's op of the same name computes
+// (worker/cpu/cpu_backend.cc), enqueues on `stream`, checks the launch and returns without
+// synchronising. All pointers are device memory; sizes are validated by the caller.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pstrain {
+namespace kernels {
+
+// y[r, c] += bias[c], then y = max(y, 0) if `relu` (NaN stays NaN, as std::max on the CPU).
+void bias_activation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream);
+
+// dy[i] = 0 where !(y[i] > 0).
+void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream);
+
+// dbias[c] = sum over r of dy[r, c] (overwritten, not accumulated). Deterministic.
+void column_sums(const float* dy, int rows, int cols, float* dbias, cudaStream_t stream);
+
+struct XentTotals {
+  double loss_sum;
+  long long correct;
+};
+
+// Softmax cross-entropy of logits[rows, cols] against device labels (each in [0, cols)):
+// row_loss[r] = log(sum_c exp(z_c - max)) - (z_label - max) (in double, as on the CPU),
+// row_correct[r] = (arg-max == label), ties going to the lowest index; if dlogits is not null it
+// receives softmax - onehot (it may alias logits). Then *totals = the sums of row_loss and
+// row_correct, in a fixed order. rows >= 1.
+void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+                  double* row_loss, int32_t* row_correct, XentTotals* totals, cudaStream_t stream);
+
+}  // namespace kernels
+}  // namespace pstrain
