@@ -65,3 +65,21 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+TEST(OptionsTest, DeviceFlag) {
+  const char* ok[] = {"auto", "cpu", "cuda", "cuda:0", "cuda:12"};
+  for (const char* d : ok) {
+    const char* argv[] = {"prog", "--device", d};
+    EXPECT_EQ(parse_job_options(Role::kPs, 3, argv).value().device, d);
+  }
+  for (const char* d : {"gpu", "cuda:", "cuda:x", "cuda:-1"}) {
+    const char* argv[] = {"prog", "--device", d};
+    EXPECT_THROW(parse_job_options(Role::kPs, 3, argv), UsageError) << d;
+  }
+}
+
+}  // namespace
+}  // namespace pstrain

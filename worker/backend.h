@@ -28,6 +28,8 @@ class Backend {
   virtual size_t bytes_allocated() const = 0;
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
+  // n floats of host memory for staging transfers (pinned on CUDA); not in bytes_allocated().
+  virtual BufferPtr allocate_host(size_t n) = 0;
   virtual void upload(float* dst, const float* host, size_t n) = 0;
   virtual void download(float* host, const float* src, size_t n) = 0;
 

@@ -24,21 +24,40 @@ Mlp::Mlp(int input_dim, const std::vector<int>& hidden, int classes, int max_bat
   widths_.insert(widths_.end(), hidden.begin(), hidden.end());
   widths_.push_back(classes);
   const size_t max_width = static_cast<size_t>(*std::max_element(widths_.begin(), widths_.end()));
+  layout_ = layout_for(input_dim, hidden, classes);
   for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    const auto in = static_cast<size_t>(widths_[l]), out = static_cast<size_t>(widths_[l + 1]);
-    layout_.add("layer" + std::to_string(l) + ".weight", {in, out});
-    layout_.add("layer" + std::to_string(l) + ".bias", {out});
-    acts_.push_back(backend_.allocate(static_cast<size_t>(max_batch) * out));
+    acts_.push_back(backend_.allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(widths_[l + 1])));
   }
   delta_a_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
   delta_b_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
 }
 
+Layout Mlp::layout_for(int input_dim, const std::vector<int>& hidden, int classes) {
+  Layout layout;
+  int in = input_dim;
+  for (size_t l = 0; l <= hidden.size(); ++l) {
+    const int out = l < hidden.size() ? hidden[l] : classes;
+    layout.add("layer" + std::to_string(l) + ".weight", {static_cast<size_t>(in), static_cast<size_t>(out)});
+    layout.add("layer" + std::to_string(l) + ".bias", {static_cast<size_t>(out)});
+    in = out;
+  }
+  return layout;
+}
+
 size_t Mlp::activation_floats() const {
+  return activation_floats(widths_.front(), std::vector<int>(widths_.begin() + 1, widths_.end() - 1), widths_.back(),
+                           max_batch_);
+}
+
+size_t Mlp::activation_floats(int input_dim, const std::vector<int>& hidden, int classes, int max_batch) {
   size_t n = 0;
-  for (size_t l = 1; l < widths_.size(); ++l) n += static_cast<size_t>(max_batch_) * widths_[l];
-  const size_t max_width = static_cast<size_t>(*std::max_element(widths_.begin(), widths_.end()));
-  return n + 2 * static_cast<size_t>(max_batch_) * max_width;
+  int max_width = std::max(input_dim, classes);
+  for (int w : hidden) {
+    n += static_cast<size_t>(max_batch) * static_cast<size_t>(w);
+    max_width = std::max(max_width, w);
+  }
+  n += static_cast<size_t>(max_batch) * static_cast<size_t>(classes);
+  return n + 2 * static_cast<size_t>(max_batch) * static_cast<size_t>(max_width);  // the two deltas
 }
 
 void Mlp::init(uint64_t seed, float* host_params) const {

@@ -20,6 +20,10 @@ class Mlp {
   int input_dim() const { return widths_.front(); }
   int classes() const { return widths_.back(); }
   size_t activation_floats() const;
+  // The layout of such a model, and what activation_floats() will be, before constructing one
+  // (for a memory plan).
+  static Layout layout_for(int input_dim, const std::vector<int>& hidden, int classes);
+  static size_t activation_floats(int input_dim, const std::vector<int>& hidden, int classes, int max_batch);
 
   // Deterministic initialisation from the seed alone (the same for any worker count): weights
   // He-uniform, biases zero. Writes layout().total() floats into host memory.

@@ -20,6 +20,7 @@
 #include "worker/model.h"
 #include "worker/progress.h"
 #include "worker/ps_client.h"
+#include "worker/replica.h"
 
 namespace pstrain {
 namespace {
@@ -30,7 +31,7 @@ uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
-BatchStats evaluate(Mlp& model, const float* params, const Dataset& data) {
+BatchStats evaluate(Mlp& model, Replica& replica, const Dataset& data) {
   std::vector<size_t> records(kEvalBatch);
   std::vector<float> x(static_cast<size_t>(kEvalBatch) * data.feature_dim());
   std::vector<int32_t> y(kEvalBatch);
@@ -39,7 +40,8 @@ BatchStats evaluate(Mlp& model, const float* params, const Dataset& data) {
     const size_t count = std::min<size_t>(kEvalBatch, data.size() - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
     data.read(records.data(), count, x.data(), y.data());
-    const BatchStats s = model.evaluate(params, x.data(), y.data(), static_cast<int>(count));
+    const float* input = replica.input(x.data(), count * data.feature_dim());
+    const BatchStats s = model.evaluate(replica.params(), input, y.data(), static_cast<int>(count));
     total.loss_sum += s.loss_sum;
     total.correct += s.correct;
   }
@@ -60,6 +62,30 @@ long peak_rss_kb() {
     if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
   }
   return 0;
+}
+
+std::string fixed(double value, int digits);
+
+struct MemoryPlan {  // MiB
+  double params = 0, grads = 0, activations = 0, input = 0, workspace = 0;
+  double total() const { return params + grads + activations + input + workspace; }
+  std::string text() const {
+    return "params " + fixed(params, 2) + " + grads " + fixed(grads, 2) + " + activations " + fixed(activations, 2) +
+           " + input " + fixed(input, 2) + " + workspace " + fixed(workspace, 2) + " = " + fixed(total(), 2) + " MiB";
+  }
+};
+
+// What the worker will allocate on its device, computed before allocating anything but the
+// backend's own workspace (already held).
+MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, int input_dim, int classes, int max_batch) {
+  constexpr double kMiB = 1048576.0;
+  const size_t total = Mlp::layout_for(input_dim, o.hidden, classes).total();
+  MemoryPlan plan;
+  plan.params = plan.grads = total * sizeof(float) / kMiB;
+  plan.activations = Mlp::activation_floats(input_dim, o.hidden, classes, max_batch) * sizeof(float) / kMiB;
+  plan.input = backend.host_accessible() ? 0 : static_cast<double>(max_batch) * input_dim * sizeof(float) / kMiB;
+  plan.workspace = backend.bytes_allocated() / kMiB;
+  return plan;
 }
 
 std::string fixed(double value, int digits) {
@@ -85,24 +111,31 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
               << sampler.shard_size() << " records per epoch (positions " << o.index << ", " << o.index << "+"
               << o.num_workers << ", ...), " << steps_per_epoch << " steps of " << o.batch_size;
 
-  const auto backend = make_cpu_backend(o.threads);
-  Mlp model(static_cast<int>(train_data->feature_dim()), o.hidden, train_data->num_classes(),
-            std::max(o.batch_size, chief ? kEvalBatch : 1), *backend);
+  const auto backend = make_backend(o);
+  const int input_dim = static_cast<int>(train_data->feature_dim());
+  const int max_batch = std::max(o.batch_size, chief ? kEvalBatch : 1);
+  const size_t input_floats = static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim);
+  const MemoryPlan plan = plan_memory(*backend, o, input_dim, train_data->num_classes(), max_batch);
+  PSLOG(INFO) << tag << "device " << backend->name() << "; memory plan: " << plan.text();
+  if (o.gpu_memory_limit_mib > 0 && !backend->host_accessible() &&
+      plan.total() > static_cast<double>(o.gpu_memory_limit_mib)) {
+    throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
+                std::to_string(o.gpu_memory_limit_mib) + " MiB (" + plan.text() + ")");
+  }
+  Mlp model(input_dim, o.hidden, train_data->num_classes(), max_batch, *backend);
   const size_t total = model.layout().total();
-  // CPU backend: buffers are host memory, read and written by the PS client directly.
-  BufferPtr params = backend->allocate(total);
-  BufferPtr grad = backend->allocate(total);
-  PSLOG(INFO) << tag << "device " << backend->name() << "; model " << total << " parameters; memory plan: params "
-              << fixed(total * 4 / 1048576.0, 2) << " MiB, grads " << fixed(total * 4 / 1048576.0, 2)
-              << " MiB, activations " << fixed(model.activation_floats() * 4 / 1048576.0, 2) << " MiB";
+  Replica replica(*backend, total, input_floats);
+  PSLOG(INFO) << tag << "model " << total << " parameters; allocated " << fixed(backend->bytes_allocated() / 1048576.0, 2)
+              << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)";
 
   PsClient client(o, total, ps);
   if (client.hello(total_steps) != 0) throw Error("the parameter servers are past version 0 (resume is not supported)");
   if (chief) {
-    model.init(o.seed, params.get());
-    client.init(params.get());
+    model.init(o.seed, replica.host_params());
+    client.init(replica.host_params());
   }
-  client.pull(0, params.get());
+  client.pull(0, replica.host_params());
+  replica.params_to_device();
   PSLOG(INFO) << tag << "registered with " << o.num_ps << " PS shard(s); training " << total_steps << " steps";
 
   Prefetcher prefetch(*train_data, sampler, 0, static_cast<uint64_t>(o.epochs), total_steps, o.prefetch);
@@ -119,20 +152,25 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
     client.request_params(step + 1);  // answered chunk by chunk as the shards finish them
     PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
     Clock::duration pushing{};
+    size_t ready_to = total;  // grad[ready_to, total) is already on the host
     const auto push = [&](size_t from, const BatchStats& s) {
+      replica.grad_to_host(from, ready_to);
+      ready_to = from;
       const auto p0 = Clock::now();
       info.loss_sum = s.loss_sum;
       info.correct = static_cast<uint64_t>(s.correct);
-      client.push_ready(step, grad.get(), from, info);
+      client.push_ready(step, replica.host_grad(), from, info);
       pushing += Clock::now() - p0;
     };
-    model.train_step(params.get(), batch.x.data(), batch.y.data(), batch.size, grad.get(), push);
+    const float* x = replica.input(batch.x.data(), batch.x.size());
+    model.train_step(replica.params(), x, batch.y.data(), batch.size, replica.grad(), push);
     const auto t2 = Clock::now();
     StepTimes times;
     times.data_us = micros(t1 - t0);
     times.push_us = micros(pushing);
     times.compute_us = micros(t2 - t1) - times.push_us;
-    const StepMetrics m = client.receive_params(params.get(), &times.wait_us, &times.pull_us);
+    const StepMetrics m = client.receive_params(replica.host_params(), &times.wait_us, &times.pull_us);
+    replica.params_to_device();
     previous = times;
     interval.add(m);
     epoch.add(m);
@@ -154,7 +192,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
       interval_start = Clock::now();
     }
     if (epoch_end || last) {
-      const BatchStats t = evaluate(model, params.get(), *test_data);
+      const BatchStats t = evaluate(model, replica, *test_data);
       summary.test_loss = t.loss_sum / test_data->size();
       summary.test_accuracy = static_cast<double>(t.correct) / test_data->size();
       summary.train_loss = epoch.mean_loss();
@@ -169,7 +207,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.samples_per_second =
       static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
-  if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), params.get());
+  if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), replica.host_params());
   client.done();
   PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb();
   if (chief) {

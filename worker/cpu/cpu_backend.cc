@@ -24,6 +24,10 @@ class CpuBackend final : public Backend {
       delete[] p;
     });
   }
+  BufferPtr allocate_host(size_t n) override {
+    return BufferPtr(new float[n](), [](float* p) { delete[] p; });
+  }
+
   void upload(float* dst, const float* host, size_t n) override {
     if (dst != host) std::memcpy(dst, host, n * sizeof(float));
   }

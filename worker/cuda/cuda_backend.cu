@@ -16,6 +16,7 @@
 
 #include "shared/error.h"
 #include "worker/backend.h"
+#include "worker/cuda/pinned.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/kernels.cuh"
@@ -124,6 +125,11 @@ class CudaBackend final : public Backend {
   size_t bytes_allocated() const override { return allocated_->load(); }
 
   BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
+
+  BufferPtr allocate_host(size_t n) override {
+    auto* pinned = new PinnedBuffer(n);
+    return BufferPtr(pinned->data(), [pinned](float*) { delete pinned; });
+  }
 
   void upload(float* dst, const float* host, size_t n) override {
     if (n == 0) return;

@@ -1,0 +1,58 @@
+#include "worker/replica.h"
+
+#include <gtest/gtest.h>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
+  JobOptions o;
+  o.device = "cpu";
+  auto backend = make_backend(o);
+  EXPECT_TRUE(backend->host_accessible());
+  Replica replica(*backend, 10, 4);
+  EXPECT_EQ(replica.host_params(), replica.params());
+  EXPECT_EQ(replica.host_grad(), replica.grad());
+  const float x[4] = {1, 2, 3, 4};
+  EXPECT_EQ(replica.input(x, 4), x);
+  EXPECT_EQ(backend->bytes_allocated(), 2 * 10 * sizeof(float));
+}
+
+TEST(ReplicaTest, GpuRequestWithoutGpuIsAClearError) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
+  JobOptions o;
+  for (const char* device : {"cuda", "cuda:1"}) {
+    o.device = device;
+    try {
+      make_backend(o);
+      ADD_FAILURE() << device << " did not fail";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos) << e.what();
+    }
+  }
+  o.device = "auto";
+  EXPECT_TRUE(make_backend(o)->host_accessible());  // auto falls back to the CPU
+}
+
+TEST(ReplicaTest, GpuReplicaStagesThroughHostBuffers) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  JobOptions o;
+  o.device = "cuda:0";
+  auto backend = make_backend(o);
+  Replica replica(*backend, 1000, 64);
+  EXPECT_NE(replica.host_params(), replica.params());
+  for (int i = 0; i < 1000; ++i) replica.host_params()[i] = static_cast<float>(i);
+  replica.params_to_device();
+  std::vector<float> back(1000);
+  backend->download(back.data(), replica.params(), 1000);
+  EXPECT_EQ(back[999], 999.0f);
+  backend->upload(replica.grad(), back.data(), 1000);
+  replica.grad_to_host(500, 1000);
+  EXPECT_EQ(replica.host_grad()[999], 999.0f);
+  EXPECT_EQ(replica.host_grad()[0], 0.0f);  // outside the range: not copied
+}
+
+}  // namespace
+}  // namespace pstrain

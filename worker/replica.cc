@@ -1,0 +1,52 @@
+#include "worker/replica.h"
+
+#include "shared/error.h"
+#include "shared/log.h"
+
+namespace pstrain {
+
+std::unique_ptr<Backend> make_backend(const JobOptions& o) {
+  const int gpus = cuda_device_count();
+  if (o.device == "cpu" || (o.device == "auto" && gpus == 0)) return make_cpu_backend(o.threads);
+  if (gpus == 0) throw Error("--device " + o.device + ": no CUDA device is visible to this worker");
+  const int device = o.device.rfind("cuda:", 0) == 0 ? std::stoi(o.device.substr(5)) : o.index % gpus;
+  if (device >= gpus) {
+    throw Error("--device " + o.device + ": only " + std::to_string(gpus) + " CUDA device(s) are visible");
+  }
+  const size_t limit = static_cast<size_t>(o.gpu_memory_limit_mib) << 20;
+  return make_cuda_backend(device, limit);
+}
+
+Replica::Replica(Backend& backend, size_t total, size_t input_floats)
+    : backend_(backend),
+      total_(total),
+      params_(backend.allocate(total)),
+      grad_(backend.allocate(total)),
+      input_(backend.host_accessible() ? nullptr : backend.allocate(input_floats)) {
+  if (backend.host_accessible()) {
+    host_params_ = params_.get();
+    host_grad_ = grad_.get();
+  } else {
+    host_params_buffer_ = backend.allocate_host(total);
+    host_grad_buffer_ = backend.allocate_host(total);
+    host_params_ = host_params_buffer_.get();
+    host_grad_ = host_grad_buffer_.get();
+  }
+}
+
+void Replica::params_to_device() {
+  if (!backend_.host_accessible()) backend_.upload(params_.get(), host_params_, total_);
+}
+
+void Replica::grad_to_host(size_t from, size_t to) {
+  PSTRAIN_CHECK(from <= to && to <= total_);
+  if (!backend_.host_accessible()) backend_.download(host_grad_ + from, grad_.get() + from, to - from);
+}
+
+const float* Replica::input(const float* host_x, size_t floats) {
+  if (backend_.host_accessible()) return host_x;
+  backend_.upload(input_.get(), host_x, floats);
+  return input_.get();
+}
+
+}  // namespace pstrain

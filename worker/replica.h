@@ -1,0 +1,42 @@
+// The worker's model replica on its device: parameters, gradients and the input batch in
+// backend memory, and the host buffers the PS client reads and writes. On the CPU they are the
+// same memory; on a GPU, host buffers are pinned and every transfer is explicit.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "shared/options.h"
+#include "worker/backend.h"
+
+namespace pstrain {
+
+// Picks the backend for --device (see JobOptions::device) and logs the choice. Throws
+// pstrain::Error if a GPU is asked for and none is usable.
+std::unique_ptr<Backend> make_backend(const JobOptions& options);
+
+class Replica {
+ public:
+  // Allocates params and grads of `total` floats and an input buffer of `input_floats`.
+  Replica(Backend& backend, size_t total, size_t input_floats);
+
+  float* host_params() { return host_params_; }
+  const float* host_grad() const { return host_grad_; }
+  const float* params() const { return params_.get(); }
+  float* grad() { return grad_.get(); }
+
+  void params_to_device();                    // after the parameters were pulled
+  void grad_to_host(size_t from, size_t to);  // gradient elements [from, to), during backward
+  const float* input(const float* host_x, size_t floats);  // the batch, where the backend reads it
+
+ private:
+  Backend& backend_;
+  const size_t total_;
+  BufferPtr params_, grad_, input_;
+  BufferPtr host_params_buffer_, host_grad_buffer_;  // GPU only
+  float* host_params_;
+  float* host_grad_;
+};
+
+}  // namespace pstrain
