@@ -23,6 +23,7 @@
 #include "shared/npy.h"
 #include "shared/protocol.h"
 #include "test_util/idx_writer.h"
+#include "test_util/params.h"
 #include "test_util/process.h"
 
 namespace pstrain::test {
@@ -202,33 +203,6 @@ Frames patched(Frames frames, const std::string& marker, size_t skip, char value
   return frames;
 }
 
-struct Params {
-  std::vector<std::string> names = {"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias",
-                                    "layer2.weight", "layer2.bias"};
-  std::vector<std::vector<float>> values;
-};
-
-Params load_params(const std::string& dir) {
-  Params p;
-  for (const auto& name : p.names) {
-    std::vector<size_t> shape;
-    p.values.push_back(read_npy(dir + "/" + name + ".npy", &shape));
-  }
-  return p;
-}
-
-// max |a - b| / max |a| over all variables.
-double relative_difference(const Params& a, const Params& b) {
-  double diff = 0, scale = 0;
-  for (size_t v = 0; v < a.values.size(); ++v) {
-    EXPECT_EQ(a.values[v].size(), b.values[v].size()) << a.names[v];
-    for (size_t i = 0; i < a.values[v].size() && i < b.values[v].size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(a.values[v][i] - b.values[v][i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(a.values[v][i])));
-    }
-  }
-  return diff / scale;
-}
 
 class HostileTest : public ::testing::Test {
  protected:
@@ -397,7 +371,7 @@ TEST_F(HostileTest, HostileTrafficDuringTrainingIsRejectedAndChangesNothing) {
   const JobResult ref = run_job(job(ref_dir.path, 2));
   ASSERT_TRUE(ref.ok()) << ref.logs;
   EXPECT_EQ(count_of(ref.logs, kRejectedLine), 0u) << ref.logs;
-  const Params want = load_params(ref_dir.path + "/params");
+  const SavedParams want = load_saved_params(ref_dir.path + "/params");
 
   const TempDir dir("hostile");
   const Job j = job(dir.path, 2);
@@ -432,7 +406,7 @@ TEST_F(HostileTest, HostileTrafficDuringTrainingIsRejectedAndChangesNothing) {
   // Every hostile message left one "rejected" line; the real workers' traffic left none.
   EXPECT_EQ(count_of(read_file(ps_log), kRejectedLine), static_cast<size_t>(hostile.rejected())) << logs;
   EXPECT_NE(read_file(dir.path + "/w0.log").find("(global 30)"), std::string::npos) << logs;
-  const double rel = relative_difference(want, load_params(dir.path + "/params"));
+  const double rel = relative_difference(want, load_saved_params(dir.path + "/params"));
   EXPECT_LE(rel, 1e-6) << "hostile traffic changed the trained parameters";
   std::printf("%d hostile messages rejected during training; max |difference| / max |parameter| = %.3g\n",
               hostile.rejected(), rel);

@@ -9,8 +9,8 @@
 #include <sstream>
 #include <thread>
 
-#include "shared/npy.h"
 #include "test_util/idx_writer.h"
+#include "test_util/params.h"
 #include "test_util/process.h"
 
 namespace pstrain::test {
@@ -116,18 +116,7 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
   };
   const std::string one = train("one", 1, 1, 24);
   const std::string many = train("many", 2, 3, 8);
-  double diff = 0, scale = 0;
-  for (const char* name : {"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias", "layer2.weight", "layer2.bias"}) {
-    std::vector<size_t> sa, sb;
-    const auto a = read_npy(one + "/" + name + ".npy", &sa);
-    const auto b = read_npy(many + "/" + name + ".npy", &sb);
-    ASSERT_EQ(sa, sb) << name;
-    for (size_t i = 0; i < a.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(a[i])));
-    }
-  }
-  EXPECT_LE(diff, 1e-5 * scale);
+  EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
 }
 
 }  // namespace

@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <tuple>
 
-#include "shared/npy.h"
 #include "test_util/idx_writer.h"
+#include "test_util/params.h"
 #include "test_util/process.h"
 
 namespace pstrain::test {
@@ -17,34 +17,6 @@ namespace {
 
 constexpr int kBatch = 8;
 constexpr int kSteps = 20;
-
-struct Params {
-  std::vector<std::string> names = {"layer0.weight", "layer0.bias", "layer1.weight", "layer1.bias",
-                                    "layer2.weight", "layer2.bias"};
-  std::vector<std::vector<float>> values;
-};
-
-Params load(const std::string& dir) {
-  Params p;
-  for (const auto& name : p.names) {
-    std::vector<size_t> shape;
-    p.values.push_back(read_npy(dir + "/" + name + ".npy", &shape));
-  }
-  return p;
-}
-
-// max |a - b| relative to max |a| over all variables.
-double relative_difference(const Params& a, const Params& b) {
-  double diff = 0, scale = 0;
-  for (size_t v = 0; v < a.values.size(); ++v) {
-    EXPECT_EQ(a.values[v].size(), b.values[v].size()) << a.names[v];
-    for (size_t i = 0; i < a.values[v].size() && i < b.values[v].size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::fabs(a.values[v][i] - b.values[v][i])));
-      scale = std::max(scale, static_cast<double>(std::fabs(a.values[v][i])));
-    }
-  }
-  return diff / scale;
-}
 
 class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {
  protected:
@@ -56,7 +28,7 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
   }
 
   // Trains kSteps steps and returns the saved parameters.
-  Params train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag) {
+  SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag) {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
     job.num_ps = num_ps;
@@ -69,7 +41,7 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
                 "--timeout", "30", "--save-params", dir + "/params"};
     const JobResult result = run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
-    Params params = load(dir + "/params");
+    SavedParams params = load_saved_params(dir + "/params");
     std::filesystem::remove_all(dir);
     return params;
   }
@@ -87,9 +59,9 @@ std::string* MirroredTest::data_dir_ = nullptr;
 TEST_P(MirroredTest, NWorkersEqualOneWorkerOnTheConcatenatedBatch) {
   const auto& [optimizer, n] = GetParam();
   const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
-  const Params reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");
+  const SavedParams reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");
   for (int shards : {1, 2}) {
-    const Params p = train(shards, n, kBatch, optimizer, optimizer + "-n" + std::to_string(n));
+    const SavedParams p = train(shards, n, kBatch, optimizer, optimizer + "-n" + std::to_string(n));
     const double rel = relative_difference(reference, p);
     EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " S=" << shards;
     std::printf("%s N=%d S=%d: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, shards, rel);
@@ -98,8 +70,8 @@ TEST_P(MirroredTest, NWorkersEqualOneWorkerOnTheConcatenatedBatch) {
 
 // The check must be able to fail: a different global batch gives clearly different parameters.
 TEST_F(MirroredTest, DifferentGlobalBatchIsDetected) {
-  const Params a = train(1, 1, 16, "sgd", "neg-a");
-  const Params b = train(1, 2, 16, "sgd", "neg-b");
+  const SavedParams a = train(1, 1, 16, "sgd", "neg-a");
+  const SavedParams b = train(1, 2, 16, "sgd", "neg-b");
   EXPECT_GT(relative_difference(a, b), 1e-3);
 }
 

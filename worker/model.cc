@@ -4,15 +4,16 @@
 #include <cmath>
 
 #include "shared/error.h"
+#include "shared/random.h"
 
 namespace pstrain {
 namespace {
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
+// The next value of a SplitMix64 stream.
+uint64_t next_random(uint64_t& state) {
+  const uint64_t value = splitmix64(state);
+  state += kGolden;
+  return value;
 }
 
 }  // namespace
@@ -67,7 +68,7 @@ void Mlp::init(uint64_t seed, float* host_params) const {
     if (t.shape.size() != 2) continue;  // biases stay zero
     const double limit = std::sqrt(6.0 / static_cast<double>(t.shape[0]));
     for (size_t i = 0; i < t.size; ++i) {
-      const double u = static_cast<double>(splitmix64(state) >> 40) / static_cast<double>(1ULL << 24);
+      const double u = static_cast<double>(next_random(state) >> 40) / static_cast<double>(1ULL << 24);
       host_params[t.offset + i] = static_cast<float>((2.0 * u - 1.0) * limit);
     }
   }

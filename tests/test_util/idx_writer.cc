@@ -8,16 +8,11 @@
 #include <vector>
 
 #include "shared/error.h"
+#include "shared/random.h"
 
 namespace pstrain {
 namespace {
 
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // A plain or gzip output file.
 class OutFile {
@@ -99,7 +94,7 @@ std::string make_temp_dir(const std::string& tag) {
 }
 
 uint8_t synthetic_label(uint64_t seed, uint32_t record) {
-  return static_cast<uint8_t>(mix(seed ^ mix(record)) % 10);
+  return static_cast<uint8_t>(splitmix64(seed ^ splitmix64(record)) % 10);
 }
 
 void write_synthetic_mnist(const std::string& dir, const std::string& split, uint32_t n,
@@ -107,13 +102,13 @@ void write_synthetic_mnist(const std::string& dir, const std::string& split, uin
   const uint32_t dim = rows * cols;
   std::vector<uint8_t> templates(10 * static_cast<size_t>(dim));
   for (size_t i = 0; i < templates.size(); ++i) {
-    templates[i] = mix(seed * 31 + i) % 4 == 0 ? 200 : 20;  // a quarter of each class's pixels lit
+    templates[i] = splitmix64(seed * 31 + i) % 4 == 0 ? 200 : 20;  // a quarter of each class's pixels lit
   }
   const std::string suffix = gzip ? ".gz" : "";
   write_idx_images(
       dir + "/" + split + "-images-idx3-ubyte" + suffix, n, rows, cols,
       [&](uint32_t r, uint32_t p) {
-        const int noise = static_cast<int>(mix(seed ^ ((uint64_t{r} << 32) | p)) % 81) - 40;
+        const int noise = static_cast<int>(splitmix64(seed ^ ((uint64_t{r} << 32) | p)) % 81) - 40;
         const int v = templates[synthetic_label(seed, r) * size_t{dim} + p] + noise;
         return static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
       },

@@ -3,16 +3,11 @@
 #include <string>
 
 #include "shared/error.h"
+#include "shared/random.h"
 
 namespace pstrain {
 namespace {
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Smallest even b with 2^b >= n, for n >= 2.
 int even_domain_bits(uint64_t n) {

@@ -1,0 +1,14 @@
+// Deterministic pseudo-random numbers that depend only on their inputs (the same on every
+// process and platform), for initialisation, shuffling and synthetic test data.
+#pragma once
+
+#include <cstdint>
+
+namespace pstrain {
+
+// SplitMix64: a well-mixed 64-bit function of x. Successive values of a stream are
+// splitmix64(seed), splitmix64(seed + kGolden), splitmix64(seed + 2 * kGolden), ...
+constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+uint64_t splitmix64(uint64_t x);
+
+}  // namespace pstrain
