@@ -1,0 +1,415 @@
+#include "shared/ring_rendezvous.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "shared/error.h"
+#include "shared/log.h"
+#include "shared/ring_wire.h"
+#include "shared/transport.h"
+
+namespace pstrain {
+namespace {
+
+constexpr double kWaitReportSeconds = 5;
+constexpr int64_t kMaxCoordinatorFrame = 64 << 10;
+constexpr int kAbortLingerMillis = 1000;  // lets ABORT reach the others although we are closing
+
+std::string seconds(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
+
+bool is_wildcard(const std::string& host) { return host.empty() || host == "*" || host == "0.0.0.0"; }
+
+// "host:port" -> {host, port}; throws pstrain::Error naming `what`. Port 0 only if allow_any_port.
+void split_host_port(const std::string& text, const std::string& what, bool allow_any_port, std::string* host,
+                     int* port) {
+  const size_t colon = text.rfind(':');
+  const std::string digits = colon == std::string::npos ? "" : text.substr(colon + 1);
+  const bool numeric =
+      !digits.empty() && digits.size() <= 5 && digits.find_first_not_of("0123456789") == std::string::npos;
+  const int value = numeric ? std::stoi(digits) : -1;
+  if (colon == 0 || !numeric || value > 65535 || (value == 0 && !allow_any_port)) {
+    throw Error(what + " '" + text + "' is not host:port");
+  }
+  *host = text.substr(0, colon);
+  *port = value;
+}
+
+// A peer's text frame (address or reason): bounded, printable ASCII; false otherwise.
+bool text_of(const zmq::message_t& frame, std::string* out) {
+  if (frame.size() > kMaxRingTextBytes) return false;
+  out->assign(static_cast<const char*>(frame.data()), frame.size());
+  return std::all_of(out->begin(), out->end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+bool valid_address(const std::string& text) {
+  try {
+    std::string host;
+    int port = 0;
+    split_host_port(text, "address", false, &host, &port);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+RingHeader setup_header(RingOp op, const RingOptions& o) {
+  RingHeader h;
+  h.op = op;
+  h.sender = static_cast<uint32_t>(o.rank);
+  h.world = static_cast<uint32_t>(o.world);
+  return h;
+}
+
+zmq::message_t text_frame(const std::string& text) { return zmq::message_t(text.data(), text.size()); }
+
+void recv_all(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
+  frames->clear();
+  do {
+    zmq::message_t part;
+    if (!socket.recv(part, zmq::recv_flags::none)) throw Error("zmq: message vanished mid-receive");
+    frames->push_back(std::move(part));
+  } while (socket.get(zmq::sockopt::rcvmore));
+}
+
+bool poll_in(zmq::socket_t& socket, Clock::time_point until) {
+  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
+  return zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(until))) > 0;
+}
+
+void configure(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::maxmsgsize, kMaxCoordinatorFrame);
+}
+
+// Rank 0: collects HELLO from ranks 1..N-1, keeps them told who is missing, answers ADDRESSES.
+class Coordinator {
+ public:
+  Coordinator(zmq::context_t& context, const RingOptions& o)
+      : o_(o), socket_(context, zmq::socket_type::router) {
+    configure(socket_);
+    std::string host;
+    int port = 0;
+    split_host_port(o.coordinator, "coordinator", true, &host, &port);
+    const std::string endpoint = "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
+    try {
+      socket_.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw Error("cannot bind the ring coordinator on " + endpoint + ": " + e.what());
+    }
+    const std::string bound = socket_.get(zmq::sockopt::last_endpoint);
+    bound_ = host + bound.substr(bound.rfind(':'));
+    addresses_.resize(static_cast<size_t>(o.world));
+    routes_.resize(static_cast<size_t>(o.world));
+  }
+
+  RingRendezvous run(const std::string& ring_address) {
+    addresses_[0] = advertised(ring_address);
+    if (o_.on_coordinator_bound) o_.on_coordinator_bound(bound_);
+    const auto deadline = deadline_after(o_.timeout_s);
+    auto report = deadline_after(kWaitReportSeconds);
+    std::vector<zmq::message_t> frames;
+    while (!missing().empty()) {
+      if (poll_in(socket_, std::min(deadline, report))) {
+        recv_all(socket_, &frames);
+        handle(frames);
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        abort_all("ring rendezvous timed out after " + seconds(o_.timeout_s) + ": " + rank_list(missing()) +
+                  " did not join (coordinator rank 0 at " + bound_ + ")");
+      }
+      if (now >= report) {
+        PSLOG(INFO) << "ring rank 0: waiting for " << rank_list(missing()) << " to join (coordinator at "
+                    << bound_ << ")";
+        report = deadline_after(kWaitReportSeconds);
+      }
+    }
+    RingHeader h = setup_header(RingOp::kAddresses, o_);
+    h.length = static_cast<uint64_t>(o_.world);
+    for (int r = 1; r < o_.world; ++r) {
+      std::vector<zmq::message_t> reply;
+      reply.push_back(encode_ring_header(h));
+      for (const auto& address : addresses_) reply.push_back(text_frame(address));
+      send_to(routes_[static_cast<size_t>(r)], reply);
+    }
+    return RingRendezvous{addresses_, std::move(socket_)};
+  }
+
+ private:
+  std::vector<int> missing() const {
+    std::vector<int> ranks;
+    for (int r = 1; r < o_.world; ++r) {
+      if (routes_[static_cast<size_t>(r)].empty()) ranks.push_back(r);
+    }
+    return ranks;
+  }
+
+  std::string advertised(const std::string& address) const {
+    const size_t colon = address.rfind(':');
+    if (!is_wildcard(address.substr(0, colon))) return address;
+    std::string host = o_.coordinator.substr(0, o_.coordinator.rfind(':'));
+    if (is_wildcard(host)) {
+      char name[256] = {};
+      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+    }
+    return host + address.substr(colon);
+  }
+
+  // Checks a HELLO [routing id, header, ring address]. A malformed one is ignored (with a log
+  // line and an ABORT to its sender); a well-formed one that does not fit this ring fails the job.
+  std::string check_hello(std::vector<zmq::message_t>& frames, RingHeader* h, std::string* address) {
+    std::string error;
+    if (frames.size() != 3) return "expected 2 frames, got " + std::to_string(frames.size() - 1);
+    if (!decode_ring_header(frames[1].data(), frames[1].size(), h, &error)) return error;
+    if (h->op != RingOp::kHello || h->seq != 0) {
+      return std::string("expected HELLO, got ") + ring_op_name(h->op) + " #" + std::to_string(h->seq);
+    }
+    const std::string who = "rank " + std::to_string(h->sender);
+    if (h->sender == 0 || h->sender >= static_cast<uint32_t>(o_.world) ||
+        h->world != static_cast<uint32_t>(o_.world)) {
+      abort_all(who + " of world " + std::to_string(h->world) + " tried to join a ring of world " +
+                    std::to_string(o_.world),
+                frames[0].to_string());
+    }
+    if (h->total != o_.chunk_bytes) {
+      abort_all(who + " uses chunk_bytes " + std::to_string(h->total) + ", rank 0 uses " +
+                    std::to_string(o_.chunk_bytes),
+                frames[0].to_string());
+    }
+    if (!text_of(frames[2], address) || !valid_address(*address))
+      return who + " sent an invalid ring address";
+    return "";
+  }
+
+  void handle(std::vector<zmq::message_t>& frames) {
+    const std::string route = frames[0].to_string();
+    RingHeader h;
+    std::string address;
+    const std::string error = check_hello(frames, &h, &address);
+    if (!error.empty()) {
+      PSLOG(WARN) << "ring rank 0: ignoring a malformed rendezvous message: " << error;
+      send_to(route, abort_message(error));
+      return;
+    }
+    const auto r = static_cast<size_t>(h.sender);
+    if (routes_[r] == route) return;
+    if (!routes_[r].empty()) abort_all("rank " + std::to_string(r) + " joined twice", route);
+    routes_[r] = route;
+    const size_t colon = address.rfind(':');
+    if (is_wildcard(address.substr(0, colon))) address = peer_host(frames[1]) + address.substr(colon);
+    addresses_[r] = address;
+    PSLOG(DEBUG) << "ring rank 0: rank " << r << " joined, ring address " << address;
+    tell_pending();
+  }
+
+  static std::string peer_host(zmq::message_t& frame) {
+    try {
+      return frame.gets("Peer-Address");
+    } catch (const zmq::error_t&) {
+      return "127.0.0.1";
+    }
+  }
+
+  void tell_pending() {
+    const std::vector<int> ranks = missing();
+    if (ranks.empty()) return;
+    RingHeader h = setup_header(RingOp::kPending, o_);
+    h.length = ranks.size();
+    std::string list;
+    for (int r : ranks) {
+      for (int i = 0; i < 4; ++i)
+        list.push_back(static_cast<char>((static_cast<uint32_t>(r) >> (8 * i)) & 0xff));
+    }
+    for (const auto& route : routes_) {
+      if (route.empty()) continue;
+      std::vector<zmq::message_t> frames;
+      frames.push_back(encode_ring_header(h));
+      frames.push_back(text_frame(list));
+      send_to(route, frames);
+    }
+  }
+
+  std::vector<zmq::message_t> abort_message(const std::string& why) const {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(encode_ring_header(setup_header(RingOp::kAbort, o_)));
+    frames.push_back(text_frame(why.substr(0, kMaxRingTextBytes)));
+    return frames;
+  }
+
+  [[noreturn]] void abort_all(const std::string& why, const std::string& offender = "") {
+    socket_.set(zmq::sockopt::linger, kAbortLingerMillis);
+    for (const auto& route : routes_) {
+      if (!route.empty()) send_to(route, abort_message(why));
+    }
+    if (!offender.empty()) send_to(offender, abort_message(why));
+    throw Error(why);
+  }
+
+  // A ROUTER never blocks: without ROUTER_MANDATORY it drops a message for a peer that is gone
+  // or whose queue is full; that peer then fails at its own deadline.
+  void send_to(const std::string& route, std::vector<zmq::message_t>& frames) {
+    socket_.send(zmq::buffer(route), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      socket_.send(frames[i], more | zmq::send_flags::dontwait);
+    }
+  }
+  void send_to(const std::string& route, std::vector<zmq::message_t>&& frames) { send_to(route, frames); }
+
+  const RingOptions& o_;
+  zmq::socket_t socket_;
+  std::string bound_;
+  std::vector<std::string> addresses_;  // by rank
+  std::vector<std::string> routes_;     // ZeroMQ routing id by rank; empty = not joined
+};
+
+// Ranks 1..N-1: HELLO to the coordinator, then PENDING updates until ADDRESSES or ABORT.
+class Member {
+ public:
+  Member(zmq::context_t& context, const RingOptions& o) : o_(o), socket_(context, zmq::socket_type::dealer) {
+    configure(socket_);
+    std::string host;
+    int port = 0;
+    split_host_port(o.coordinator, "coordinator", false, &host, &port);
+    try {
+      socket_.connect("tcp://" + o.coordinator);
+    } catch (const zmq::error_t& e) {
+      throw Error("cannot connect to the ring coordinator " + o.coordinator + ": " + e.what());
+    }
+  }
+
+  RingRendezvous run(const std::string& ring_address) {
+    const auto deadline = deadline_after(o_.timeout_s);
+    RingHeader hello = setup_header(RingOp::kHello, o_);
+    hello.total = o_.chunk_bytes;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(encode_ring_header(hello));
+    frames.push_back(text_frame(ring_address));
+    send(frames, deadline);
+    auto report = deadline_after(kWaitReportSeconds);
+    for (;;) {
+      if (poll_in(socket_, std::min(deadline, report))) {
+        recv_all(socket_, &frames);
+        if (handle(frames, ring_address)) return RingRendezvous{addresses_, std::move(socket_)};
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= deadline)
+        throw Error("ring rendezvous timed out after " + seconds(o_.timeout_s) + ": " + problem());
+      if (now >= report) {
+        PSLOG(INFO) << "ring rank " << o_.rank << ": waiting for " << waiting_for();
+        report = deadline_after(kWaitReportSeconds);
+      }
+    }
+  }
+
+ private:
+  std::string waiting_for() const {
+    if (pending_.empty()) return "rank 0 (the coordinator at " + o_.coordinator + ")";
+    return rank_list(pending_) + " to join (rank 0, the coordinator at " + o_.coordinator +
+           ", is waiting too)";
+  }
+
+  std::string problem() const {
+    if (!heard_) return "rank 0 (the coordinator at " + o_.coordinator + ") has not answered";
+    if (pending_.empty()) return "rank 0 (the coordinator at " + o_.coordinator + ") sent no address list";
+    return rank_list(pending_) + " did not join (rank 0, the coordinator at " + o_.coordinator +
+           ", is still waiting)";
+  }
+
+  void send(std::vector<zmq::message_t>& frames, Clock::time_point deadline) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+      while (!socket_.send(frames[i], more | zmq::send_flags::dontwait)) {
+        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
+        if (zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(deadline))) == 0) {
+          throw Error("ring rendezvous timed out after " + seconds(o_.timeout_s) +
+                      ": cannot reach rank 0 (the coordinator at " + o_.coordinator + ")");
+        }
+      }
+    }
+  }
+
+  [[noreturn]] void malformed(const std::string& error) const {
+    throw Error("ring rendezvous: malformed message from rank 0 (the coordinator at " + o_.coordinator +
+                "): " + error);
+  }
+
+  // True once ADDRESSES arrived and were valid.
+  bool handle(std::vector<zmq::message_t>& frames, const std::string& ring_address) {
+    RingHeader h;
+    std::string error;
+    if (!decode_ring_header(frames[0].data(), frames[0].size(), &h, &error)) malformed(error);
+    RingHeader want = setup_header(h.op, o_);
+    want.sender = 0;
+    want.length = h.length;
+    if (!ring_header_matches(h, want, &error)) malformed(error);
+    heard_ = true;
+    std::string text;
+    switch (h.op) {
+      case RingOp::kAbort:
+        if (frames.size() != 2 || !text_of(frames[1], &text)) malformed("unreadable ABORT");
+        throw Error("ring rendezvous failed: rank 0 (the coordinator at " + o_.coordinator +
+                    ") reports: " + text);
+      case RingOp::kPending:
+        if (frames.size() != 2 || h.length >= static_cast<uint64_t>(o_.world) ||
+            frames[1].size() != 4 * h.length) {
+          malformed("bad PENDING list");
+        }
+        pending_.clear();
+        for (size_t i = 0; i < h.length; ++i) {
+          const auto* p = static_cast<const unsigned char*>(frames[1].data()) + 4 * i;
+          const uint32_t r = p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
+          if (r == 0 || r >= static_cast<uint32_t>(o_.world)) malformed("bad PENDING list");
+          pending_.push_back(static_cast<int>(r));
+        }
+        return false;
+      case RingOp::kAddresses:
+        if (h.length != static_cast<uint64_t>(o_.world) || frames.size() != 1 + h.length)
+          malformed("bad ADDRESSES");
+        addresses_.clear();
+        for (size_t r = 1; r < frames.size(); ++r) {
+          if (!text_of(frames[r], &text) || !valid_address(text))
+            malformed("bad address of rank " + std::to_string(r - 1));
+          addresses_.push_back(text);
+        }
+        if (!is_wildcard(ring_address.substr(0, ring_address.rfind(':'))) &&
+            addresses_[static_cast<size_t>(o_.rank)] != ring_address) {
+          malformed("it lists " + addresses_[static_cast<size_t>(o_.rank)] + " for this rank, which is at " +
+                    ring_address);
+        }
+        return true;
+      default:
+        malformed(std::string("unexpected ") + ring_op_name(h.op));
+    }
+  }
+
+  const RingOptions& o_;
+  zmq::socket_t socket_;
+  bool heard_ = false;
+  std::vector<int> pending_;
+  std::vector<std::string> addresses_;
+};
+
+}  // namespace
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
+  return text;
+}
+
+RingRendezvous ring_rendezvous(zmq::context_t& context, const RingOptions& options,
+                               const std::string& ring_address) {
+  if (options.rank == 0) return Coordinator(context, options).run(ring_address);
+  return Member(context, options).run(ring_address);
+}
+
+}  // namespace pstrain
