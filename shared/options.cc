@@ -38,14 +38,16 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
                                   std::string& shuffle) {
   po::options_description cluster("Cluster");
   cluster.add_options()
-      ("mode", po::value(&o.mode)->default_value(o.mode), "consistency mode: sync (barrier per step)")
+      ("mode", po::value(&o.mode)->default_value(o.mode), "sync (parameter servers, barrier per step) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("collective", po::value(&o.collective)->default_value(o.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
+      ("coordinator", po::value(&o.coordinator), "allreduce: host:port where worker 0 listens for the rendezvous (worker 0 may give port 0 and report the bound address with --port-file)")
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
       ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
       ("index", po::value(&o.index)->default_value(o.index), "index of this process within its role (0-based)")
       ("ps-hosts", po::value(&ps_hosts), "worker: host:port of every PS shard, comma-separated, in shard order")
       ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
-      ("port-file", po::value(&o.port_file), "PS: once bound, write host:port to this file")
+      ("port-file", po::value(&o.port_file), "PS (and worker 0 in allreduce mode): once bound, write host:port to this file")
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
       ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it");
@@ -90,7 +92,9 @@ void validate(const JobOptions& o, Role role) {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw UsageError(message);
   };
-  require(o.mode == "sync", "--mode: '" + o.mode + "' is not supported (supported: sync)");
+  require(o.mode == "sync" || o.mode == "allreduce", "--mode: '" + o.mode + "' is not one of sync, allreduce");
+  require(o.collective == "ring" || o.collective == "nccl",
+          "--collective: '" + o.collective + "' is not one of ring, nccl");
   require(o.num_workers >= 1, "--num-workers must be at least 1");
   require(o.num_ps >= 1, "--num-ps must be at least 1");
   const int count = role == Role::kPs ? o.num_ps : o.num_workers;
@@ -123,7 +127,14 @@ void validate(const JobOptions& o, Role role) {
   require(opt.epsilon > 0, "--epsilon must be positive");
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
-  if (role == Role::kWorker) {
+  if (role == Role::kWorker && o.mode == "allreduce") {
+    require(o.num_workers == 1 || !o.coordinator.empty(),
+            "--mode allreduce with several workers needs --coordinator host:port (worker 0's rendezvous)");
+    if (!o.coordinator.empty()) {
+      const HostPort hp = parse_host_port(o.coordinator, /*allow_port_zero=*/true);
+      require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
+    }
+  } else if (role == Role::kWorker) {
     require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
             "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
                 std::to_string(o.num_ps));
@@ -132,13 +143,13 @@ void validate(const JobOptions& o, Role role) {
 
 }  // namespace
 
-HostPort parse_host_port(const std::string& text) {
+HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
     throw UsageError("'" + text + "' is not host:port");
   }
   HostPort hp{text.substr(0, colon), parse_int(text.substr(colon + 1), "port of '" + text + "'")};
-  if (hp.port <= 0 || hp.port > 65535) throw UsageError("port of '" + text + "' is out of range");
+  if (hp.port < (allow_port_zero ? 0 : 1) || hp.port > 65535) throw UsageError("port of '" + text + "' is out of range");
   return hp;
 }
 

@@ -31,14 +31,16 @@ struct OptimizerOptions {
 
 struct JobOptions {
   // Cluster.
-  std::string mode = "sync";    // sync (other modes come later)
+  std::string mode = "sync";    // sync (PS barrier per step) | allreduce (no PS on the data path)
+  std::string collective = "ring";  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
+  std::string coordinator;      // allreduce: host:port of worker 0's rendezvous (worker 0 may use port 0)
   int num_workers = 1;          // N
   int num_ps = 1;               // S
   int index = 0;                // this process's index among its role
   std::vector<HostPort> ps_hosts;  // workers: host:port of each PS shard, in shard order
   std::string bind = "127.0.0.1";  // PS: address to bind (loopback by default)
   int port = 0;                 // PS: port to bind, 0 = any free port
-  std::string port_file;        // PS: write "host:port" here once bound ("" = don't)
+  std::string port_file;        // PS, and worker 0 in allreduce: write the bound "host:port" here
   double timeout_s = 60;        // deadline of any blocking network wait
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
   int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
@@ -67,7 +69,7 @@ struct JobOptions {
 // with a readable message for bad flags or values.
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
 
-// "host:port" -> HostPort; throws pstrain::Error.
-HostPort parse_host_port(const std::string& text);
+// "host:port" -> HostPort; throws pstrain::UsageError. Port 0 ("any free port") only if allowed.
+HostPort parse_host_port(const std::string& text, bool allow_port_zero = false);
 
 }  // namespace pstrain

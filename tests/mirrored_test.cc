@@ -27,11 +27,11 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
     write_synthetic_mnist(*data_dir_, "t10k", 100, 8, 8, 12, false);
   }
 
-  // Trains kSteps steps and returns the saved parameters.
+  // Trains kSteps steps and returns the saved parameters (num_ps 0: allreduce mode, ring).
   SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag) {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
-    job.num_ps = num_ps;
+    job.num_ps = std::max(num_ps, 1);
     job.num_workers = num_workers;
     job.dir = dir;
     const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
@@ -39,7 +39,7 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
                 std::to_string(batch), "--steps", std::to_string(kSteps), "--epochs", "5", "--optimizer",
                 optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7", "--log-every", "5",
                 "--timeout", "30", "--save-params", dir + "/params"};
-    const JobResult result = run_job(job);
+    const JobResult result = num_ps == 0 ? run_allreduce_job(job) : run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
     SavedParams params = load_saved_params(dir + "/params");
     std::filesystem::remove_all(dir);
@@ -66,6 +66,17 @@ TEST_P(MirroredTest, NWorkersEqualOneWorkerOnTheConcatenatedBatch) {
     EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " S=" << shards;
     std::printf("%s N=%d S=%d: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, shards, rel);
   }
+}
+
+// allreduce mode with the ring collective keeps the same contract, with no PS at all.
+TEST_P(MirroredTest, RingAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
+  const auto& [optimizer, n] = GetParam();
+  const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
+  const SavedParams reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");
+  const SavedParams p = train(0, n, kBatch, optimizer, optimizer + "-ring" + std::to_string(n));
+  const double rel = relative_difference(reference, p);
+  EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " ring";
+  std::printf("%s N=%d ring all-reduce: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, rel);
 }
 
 // The check must be able to fail: a different global batch gives clearly different parameters.

@@ -3,18 +3,47 @@
 #include <vector>
 
 #include "shared/error.h"
+#include "shared/file_util.h"
 #include "shared/log.h"
 #include "worker/trainer.h"
+
+namespace {
+
+// allreduce mode: rendezvous with the other workers through worker 0's coordinator.
+std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o) {
+  if (o.collective == "nccl") {
+    throw pstrain::UsageError("--collective nccl is not implemented yet; use --collective ring");
+  }
+  pstrain::RingOptions ring;
+  ring.rank = o.index;
+  ring.world = o.num_workers;
+  ring.coordinator = o.coordinator;
+  ring.bind = o.bind;
+  ring.timeout_s = o.timeout_s;
+  if (!o.port_file.empty()) {
+    ring.on_coordinator_bound = [&o](const std::string& address) {
+      pstrain::write_file_atomically(o.port_file, address + "\n");
+    };
+  }
+  return pstrain::make_ring_collective(context, ring);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (!options) return 0;
-    std::vector<std::string> servers;
-    for (const auto& hp : options->ps_hosts) servers.push_back(hp.host + ":" + std::to_string(hp.port));
+    const pstrain::JobOptions& o = *options;
     zmq::context_t context(1);
-    auto endpoint = pstrain::make_zmq_client(context, servers);
-    pstrain::train(*options, *endpoint);
+    std::unique_ptr<pstrain::Endpoint> servers;
+    pstrain::train(o, [&](uint64_t total) -> std::unique_ptr<pstrain::Exchange> {
+      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o));
+      std::vector<std::string> addresses;
+      for (const auto& hp : o.ps_hosts) addresses.push_back(hp.host + ":" + std::to_string(hp.port));
+      servers = pstrain::make_zmq_client(context, addresses);
+      return pstrain::make_ps_exchange(o, total, *servers);
+    });
     return 0;
   } catch (const pstrain::UsageError& e) {
     PSLOG(ERROR) << "pstrain-worker: " << e.what() << " (see --help)";

@@ -22,7 +22,7 @@ class Replica {
   Replica(Backend& backend, size_t total, size_t input_floats);
 
   float* host_params() { return host_params_; }
-  const float* host_grad() const { return host_grad_; }
+  float* host_grad() { return host_grad_; }  // all-reduce sums in place
   const float* params() const { return params_.get(); }
   float* grad() { return grad_.get(); }
 

@@ -19,7 +19,7 @@
 #include "worker/data/sampler.h"
 #include "worker/model.h"
 #include "worker/progress.h"
-#include "worker/ps_client.h"
+#include "worker/exchange.h"
 #include "worker/replica.h"
 
 namespace pstrain {
@@ -96,7 +96,7 @@ std::string fixed(double value, int digits) {
 
 }  // namespace
 
-TrainSummary train(const JobOptions& o, Endpoint& ps) {
+TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   const bool chief = o.index == 0;
   const std::string tag = "w" + std::to_string(o.index) + ": ";
   const std::string data_dir = o.data_dir.empty() ? default_data_dir() : o.data_dir;
@@ -128,15 +128,11 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
   PSLOG(INFO) << tag << "model " << total << " parameters; allocated " << fixed(backend->bytes_allocated() / 1048576.0, 2)
               << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)";
 
-  PsClient client(o, total, ps);
-  if (client.hello(total_steps) != 0) throw Error("the parameter servers are past version 0 (resume is not supported)");
-  if (chief) {
-    model.init(o.seed, replica.host_params());
-    client.init(replica.host_params());
-  }
-  client.pull(0, replica.host_params());
+  const auto exchange = make_exchange(total);
+  model.init(o.seed, replica.host_params());  // the same on every worker: it depends on the seed alone
+  exchange->start(replica.host_params(), total_steps);
   replica.params_to_device();
-  PSLOG(INFO) << tag << "registered with " << o.num_ps << " PS shard(s); training " << total_steps << " steps";
+  PSLOG(INFO) << tag << "training " << total_steps << " steps";
 
   Prefetcher prefetch(*train_data, sampler, 0, static_cast<uint64_t>(o.epochs), total_steps, o.prefetch);
   const auto start = Clock::now();
@@ -149,7 +145,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
     const auto t0 = Clock::now();
     if (!prefetch.next(batch)) throw Error("data ended before step " + std::to_string(step));
     const auto t1 = Clock::now();
-    client.request_params(step + 1);  // answered chunk by chunk as the shards finish them
+    exchange->begin_step(step);
     PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
     Clock::duration pushing{};
     size_t ready_to = total;  // grad[ready_to, total) is already on the host
@@ -159,7 +155,7 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
       const auto p0 = Clock::now();
       info.loss_sum = s.loss_sum;
       info.correct = static_cast<uint64_t>(s.correct);
-      client.push_ready(step, replica.host_grad(), from, info);
+      exchange->gradient_ready(step, replica.host_grad(), from, info);
       pushing += Clock::now() - p0;
     };
     const float* x = replica.input(batch.x.data(), batch.x.size());
@@ -167,9 +163,9 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
     const auto t2 = Clock::now();
     StepTimes times;
     times.data_us = micros(t1 - t0);
-    times.push_us = micros(pushing);
-    times.compute_us = micros(t2 - t1) - times.push_us;
-    const StepMetrics m = client.receive_params(replica.host_params(), &times.wait_us, &times.pull_us);
+    times.compute_us = micros(t2 - t1) - micros(pushing);
+    const StepMetrics m = exchange->finish_step(step, replica.host_params(), replica.host_grad(), info, &times);
+    times.push_us += micros(pushing);
     replica.params_to_device();
     previous = times;
     interval.add(m);
@@ -208,10 +204,11 @@ TrainSummary train(const JobOptions& o, Endpoint& ps) {
   summary.samples_per_second =
       static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
   if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), replica.host_params());
-  client.done();
+  exchange->done();
   PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb();
   if (chief) {
-    PSLOG(INFO) << "summary: workers=" << o.num_workers << " ps=" << o.num_ps << " steps=" << summary.steps
+    PSLOG(INFO) << "summary: mode=" << o.mode << " workers=" << o.num_workers
+                << (o.mode == "sync" ? " ps=" + std::to_string(o.num_ps) : "") << " steps=" << summary.steps
                 << " time_s=" << fixed(summary.seconds, 1) << " samples_per_s=" << fixed(summary.samples_per_second, 0)
                 << " train_loss=" << fixed(summary.train_loss, 4) << " train_accuracy=" << fixed(summary.train_accuracy, 4)
                 << " test_loss=" << fixed(summary.test_loss, 4) << " test_accuracy=" << fixed(summary.test_accuracy, 4)

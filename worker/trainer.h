@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "shared/options.h"
-#include "shared/transport.h"
+#include "worker/exchange.h"
 
 namespace pstrain {
 
@@ -19,6 +19,6 @@ struct TrainSummary {
 };
 
 // Runs the whole job for this worker; throws pstrain::Error on failure.
-TrainSummary train(const JobOptions& options, Endpoint& ps);
+TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange);
 
 }  // namespace pstrain

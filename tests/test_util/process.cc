@@ -108,24 +108,53 @@ std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids)
   return addresses;
 }
 
+namespace {
+
+std::vector<std::string> worker_argv(const Job& job, int index, const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--index", std::to_string(index), "--num-ps",
+                                   std::to_string(job.num_ps), "--num-workers", std::to_string(job.num_workers)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), job.args.begin(), job.args.end());
+  return argv;
+}
+
+JobResult collect(const Job& job, const std::vector<pid_t>& worker_pids, const std::vector<pid_t>& ps_pids) {
+  JobResult result;
+  for (pid_t pid : worker_pids) result.workers.push_back(wait_for(pid, job.timeout_s));
+  for (pid_t pid : ps_pids) result.ps.push_back(wait_for(pid, 10));
+  for (size_t s = 0; s < ps_pids.size(); ++s) result.logs += read_file(job.dir + "/ps" + std::to_string(s) + ".log");
+  for (int i = 0; i < job.num_workers; ++i) result.logs += read_file(job.dir + "/w" + std::to_string(i) + ".log");
+  return result;
+}
+
+}  // namespace
+
 JobResult run_job(const Job& job) {
   std::vector<pid_t> ps_pids, worker_pids;
   const std::vector<std::string> addresses = start_servers(job, &ps_pids);
   std::string hosts;
   for (const auto& a : addresses) hosts += (hosts.empty() ? "" : ",") + a;
   for (int i = 0; i < job.num_workers; ++i) {
-    std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--index", std::to_string(i), "--num-ps",
-                                     std::to_string(job.num_ps), "--num-workers",
-                                     std::to_string(job.num_workers), "--ps-hosts", hosts};
-    argv.insert(argv.end(), job.args.begin(), job.args.end());
-    worker_pids.push_back(spawn(argv, job.dir + "/w" + std::to_string(i) + ".log"));
+    worker_pids.push_back(spawn(worker_argv(job, i, {"--ps-hosts", hosts}), job.dir + "/w" + std::to_string(i) + ".log"));
   }
-  JobResult result;
-  for (pid_t pid : worker_pids) result.workers.push_back(wait_for(pid, job.timeout_s));
-  for (pid_t pid : ps_pids) result.ps.push_back(wait_for(pid, 10));
-  for (int s = 0; s < job.num_ps; ++s) result.logs += read_file(job.dir + "/ps" + std::to_string(s) + ".log");
-  for (int i = 0; i < job.num_workers; ++i) result.logs += read_file(job.dir + "/w" + std::to_string(i) + ".log");
-  return result;
+  return collect(job, worker_pids, ps_pids);
+}
+
+JobResult run_allreduce_job(const Job& job) {
+  const std::string port_file = job.dir + "/w0.addr";
+  std::remove(port_file.c_str());
+  const std::vector<std::string> mode = {"--mode", "allreduce", "--collective", "ring"};
+  std::vector<std::string> chief = mode;
+  chief.insert(chief.end(), {"--coordinator", "127.0.0.1:0", "--port-file", port_file});
+  std::vector<pid_t> worker_pids = {spawn(worker_argv(job, 0, chief), job.dir + "/w0.log")};
+  if (job.num_workers > 1) {
+    std::vector<std::string> others = mode;
+    others.insert(others.end(), {"--coordinator", wait_for_file(port_file, 30)});
+    for (int i = 1; i < job.num_workers; ++i) {
+      worker_pids.push_back(spawn(worker_argv(job, i, others), job.dir + "/w" + std::to_string(i) + ".log"));
+    }
+  }
+  return collect(job, worker_pids, {});
 }
 
 }  // namespace pstrain::test

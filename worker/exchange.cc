@@ -1,0 +1,107 @@
+#include "worker/exchange.h"
+
+#include "shared/error.h"
+#include "shared/log.h"
+#include "shared/optimizer.h"
+
+namespace pstrain {
+namespace {
+
+uint64_t micros(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+class PsExchange final : public Exchange {
+ public:
+  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers) : o_(o), client_(o, total, servers) {}
+
+  void start(float* host_params, uint64_t total_steps) override {
+    if (client_.hello(total_steps) != 0) {
+      throw Error("the parameter servers are past version 0 (resume is not supported)");
+    }
+    if (o_.index == 0) client_.init(host_params);
+    client_.pull(0, host_params);
+    PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.num_ps << " PS shard(s) in "
+                << client_.num_chunks() << " chunk(s)";
+  }
+
+  void begin_step(uint64_t step) override { client_.request_params(step + 1); }
+
+  void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
+    client_.push_ready(step, host_grad, from, info);
+  }
+
+  StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
+                          StepTimes* times) override {
+    const auto start = Clock::now();
+    client_.push_ready(step, host_grad, 0, info);  // whatever backward did not push yet
+    times->push_us = micros(Clock::now() - start);
+    return client_.receive_params(host_params, &times->wait_us, &times->pull_us);
+  }
+
+  void done() override { client_.done(); }
+
+ private:
+  const JobOptions o_;
+  PsClient client_;
+};
+
+class AllreduceExchange final : public Exchange {
+ public:
+  AllreduceExchange(const JobOptions& o, uint64_t total, std::unique_ptr<Collective> collective)
+      : o_(o), total_(total), collective_(std::move(collective)), optimizer_(make_optimizer(o.optimizer, total)) {}
+
+  void start(float*, uint64_t total_steps) override {
+    // Every worker initialised from the same seed; nothing to fetch.
+    total_steps_ = total_steps;
+    PSLOG(INFO) << "w" << o_.index << ": all-reduce ring of " << collective_->world() << " worker(s) ready";
+  }
+
+  void begin_step(uint64_t) override {}
+  void gradient_ready(uint64_t, float*, size_t, const PushInfo&) override {}
+
+  StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
+                          StepTimes* times) override {
+    double sums[8] = {static_cast<double>(info.samples), info.loss_sum, static_cast<double>(info.correct),
+                      static_cast<double>(info.times.data_us), static_cast<double>(info.times.compute_us),
+                      static_cast<double>(info.times.push_us), static_cast<double>(info.times.wait_us),
+                      static_cast<double>(info.times.pull_us)};
+    const auto t0 = Clock::now();
+    collective_->allreduce_sum(host_grad, total_, sums, 8);
+    const auto t1 = Clock::now();
+    optimizer_->apply(0, total_, host_params, host_grad, static_cast<float>(1.0 / sums[0]),
+                      scheduled_lr(o_.optimizer, step, total_steps_), step);
+    times->push_us = micros(t1 - t0);
+    times->wait_us = 0;
+    times->pull_us = micros(Clock::now() - t1);
+    StepMetrics m;
+    m.samples = static_cast<uint64_t>(sums[0]);
+    m.loss_sum = sums[1];
+    m.correct = static_cast<uint64_t>(sums[2]);
+    m.times = StepTimes{static_cast<uint64_t>(sums[3]), static_cast<uint64_t>(sums[4]), static_cast<uint64_t>(sums[5]),
+                        static_cast<uint64_t>(sums[6]), static_cast<uint64_t>(sums[7])};
+    return m;
+  }
+
+  void done() override {}
+
+ private:
+  const JobOptions o_;
+  const uint64_t total_;
+  uint64_t total_steps_ = 0;
+  std::unique_ptr<Collective> collective_;
+  std::unique_ptr<Optimizer> optimizer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers) {
+  return std::make_unique<PsExchange>(options, total, servers);
+}
+
+std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
+                                                  std::unique_ptr<Collective> collective) {
+  return std::make_unique<AllreduceExchange>(options, total, std::move(collective));
+}
+
+}  // namespace pstrain

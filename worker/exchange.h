@@ -1,0 +1,43 @@
+// How a worker turns its gradient into the next parameters: through the parameter servers
+// (sync mode) or by all-reducing with the other workers and applying the optimizer locally
+// (allreduce mode). The trainer's loop is the same for both.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "shared/collective.h"
+#include "shared/options.h"
+#include "shared/transport.h"
+#include "worker/ps_client.h"
+
+namespace pstrain {
+
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  // host_params holds this worker's deterministic initialisation; afterwards it holds version 0
+  // of the job's parameters. total_steps is the job's length (learning-rate schedule).
+  virtual void start(float* host_params, uint64_t total_steps) = 0;
+  // Step `step` begins (its gradient is not computed yet).
+  virtual void begin_step(uint64_t step) = 0;
+  // host_grad[from, total) of step `step` is final (called during backward, `from` decreasing).
+  virtual void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) = 0;
+  // The whole gradient is final: leaves version step+1 in host_params. Sets times->push_us,
+  // wait_us and pull_us to what this call took (pushes made by gradient_ready are the caller's
+  // to time).
+  virtual StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
+                                  StepTimes* times) = 0;
+  virtual void done() = 0;
+};
+
+// Makes the exchange once the model's size (floats) is known.
+using ExchangeFactory = std::function<std::unique_ptr<Exchange>(uint64_t total)>;
+
+std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers);
+// In allreduce mode: push_us is the all-reduce, pull_us the local optimizer update, wait_us 0.
+std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
+                                                  std::unique_ptr<Collective> collective);
+
+}  // namespace pstrain
