@@ -57,7 +57,7 @@ EOF
 
 # ---------------------------------------------------------------- command line and settings
 
-num_ps="" num_workers="" config="" base_port="" bind="" run_dir=""
+num_ps="" num_workers="" config="" base_port="" bind="" run_dir="" mode=""
 no_setup=${PSTRAIN_NO_SETUP:-0}
 extra=()
 
@@ -125,14 +125,28 @@ require_int() {
   fi
 }
 
+# The job's --mode: from the flags after --, else the config file, else sync.
+resolve_mode() {
+  local i
+  for ((i = 0; i < ${#extra[@]}; i++)); do
+    case ${extra[i]} in
+      --mode) mode=${extra[i + 1]:-} ;;
+      --mode=*) mode=${extra[i]#--mode=} ;;
+    esac
+  done
+  : "${mode:=$(config_value mode "$config")}" "${mode:=sync}"
+}
+
 resolve_settings() {
   resolve_config
+  resolve_mode
   : "${num_ps:=$(config_value num-ps "$config")}" "${num_ps:=1}"
   : "${num_workers:=$(config_value num-workers "$config")}" "${num_workers:=1}"
   require_int --num-ps "$num_ps" 1
+  [[ $mode == allreduce ]] && num_ps=0  # the workers all-reduce among themselves: no PS
   require_int --num-workers "$num_workers" 1
   if [[ -n $base_port ]]; then
-    require_int --base-port "$base_port" 1 $((65536 - num_ps))
+    require_int --base-port "$base_port" 1 $((65536 - (num_ps > 0 ? num_ps : 1)))
   fi
   start_timeout=${PSTRAIN_START_TIMEOUT:-60}
   ps_exit_timeout=${PSTRAIN_PS_EXIT_TIMEOUT:-30}
@@ -361,31 +375,31 @@ start_ps() {
   done
 }
 
-# Reads RUNDIR/ps<s>.addr; a wildcard bind address is reached through loopback.
+# Reads RUNDIR/<name>.addr; a wildcard bind address is reached through loopback.
 read_address() {
   local addr host
-  read -r addr <"$run_dir/ps$1.addr"
+  read -r addr <"$run_dir/$1.addr"
   host=${addr%:*}
   case $host in 0.0.0.0 | '*' | '' | '[::]' | ::) host=127.0.0.1 ;; esac
   printf '%s:%s\n' "$host" "${addr##*:}"
 }
 
-# Waits until every PS has written its address; sets ps_hosts (comma-separated, shard order).
-wait_for_ps() {
-  local s deadline
-  local -a addrs=()
+# Waits until each named process has written RUNDIR/<name>.addr; sets addr_of[name].
+declare -A addr_of=()
+wait_for_addresses() {
+  local name deadline
   local -A pending=()
-  for ((s = 0; s < num_ps; s++)); do
-    say "waiting for ps$s..."
-    pending[ps$s]=$s
+  for name in "$@"; do
+    say "waiting for $name..."
+    pending[$name]=1
   done
   clock; deadline=$((now + start_timeout * 1000))
   while ((${#pending[@]})); do
-    for s in "${pending[@]}"; do
-      [[ -s $run_dir/ps$s.addr ]] || continue
-      addrs[s]=$(read_address "$s")
-      say "ps$s ready at ${addrs[s]}"
-      unset "pending[ps$s]"
+    for name in "${!pending[@]}"; do
+      [[ -s $run_dir/$name.addr ]] || continue
+      addr_of[$name]=$(read_address "$name")
+      say "$name ready at ${addr_of[$name]}"
+      unset "pending[$name]"
     done
     ((${#pending[@]})) || break
     reap_exited start
@@ -394,6 +408,15 @@ wait_for_ps() {
       fail "${!pending[*]} did not report an address within ${start_timeout}s" "$EXIT_START"
     tick
   done
+}
+
+# Sets ps_hosts: every PS's address, comma-separated, in shard order.
+wait_for_ps() {
+  local s
+  local -a names=() addrs=()
+  for ((s = 0; s < num_ps; s++)); do names+=("ps$s"); done
+  wait_for_addresses "${names[@]}"
+  for ((s = 0; s < num_ps; s++)); do addrs+=("${addr_of[ps$s]}"); done
   ps_hosts=$(IFS=,; printf '%s' "${addrs[*]}")
 }
 
@@ -403,6 +426,23 @@ start_workers() {
     spawn "w$i" "$worker_bin" --config "$config" --index "$i" --num-ps "$num_ps" \
       --num-workers "$num_workers" --ps-hosts "$ps_hosts" "${extra[@]}"
   done
+  workers_left=$num_workers
+}
+
+# allreduce mode: worker 0 is the ring's rendezvous (on --base-port, else a free port it reports
+# in RUNDIR/w0.addr); the others join it there.
+start_ring_workers() {
+  local i
+  local -a common=(--config "$config" --num-workers "$num_workers")
+  [[ -n $bind ]] && common+=(--bind "$bind")
+  spawn w0 "$worker_bin" "${common[@]}" --index 0 --coordinator "${bind:-127.0.0.1}:${base_port:-0}" \
+    --port-file "$run_dir/w0.addr" "${extra[@]}"
+  if ((num_workers > 1)); then
+    wait_for_addresses w0
+    for ((i = 1; i < num_workers; i++)); do
+      spawn "w$i" "$worker_bin" "${common[@]}" --index "$i" --coordinator "${addr_of[w0]}" "${extra[@]}"
+    done
+  fi
   workers_left=$num_workers
 }
 
@@ -445,10 +485,14 @@ main() {
   # Bash reports children killed by a signal on stderr ("line N: PID Killed ..."); this script
   # reports them itself, so those lines are dropped and everything else passes through.
   exec 2> >(exec sed -u -E '/: line [0-9]+: +[0-9]+ /d' >&2)
-  say "config $config; $num_ps PS, $num_workers workers${extra[*]:+; job flags: ${extra[*]}}"
-  start_ps
-  wait_for_ps
-  start_workers
+  say "config $config; mode $mode; $num_ps PS, $num_workers workers${extra[*]:+; job flags: ${extra[*]}}"
+  if [[ $mode == allreduce ]]; then
+    start_ring_workers
+  else
+    start_ps
+    wait_for_ps
+    start_workers
+  fi
   supervise
   say "training completed; logs in $run_dir"
   exit "$EXIT_OK"

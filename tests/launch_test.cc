@@ -119,5 +119,23 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
   EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
 }
 
+// allreduce mode through the launcher: no PS is started, and the result is sync mode's.
+TEST_F(LaunchTest, AllreduceModeStartsNoServerAndMatchesSync) {
+  const auto train = [&](const std::string& run, std::vector<std::string> mode) {
+    const std::string params = dir_ + "/" + run + "-params";
+    std::vector<std::string> flags = {"--steps", "20", "--batch-size", "8", "--save-params", params};
+    flags.insert(flags.end(), mode.begin(), mode.end());
+    const pid_t launcher = spawn(launch(run, {"--num-workers", "3"}, flags), dir_ + "/" + run + ".log");
+    const ExitStatus status = wait_for(launcher, 120);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return params;
+  };
+  const std::string ring = train("ring", {"--mode", "allreduce", "--collective", "ring"});
+  const std::string sync = train("sync", {});
+  EXPECT_EQ(pid_of(dir_ + "/ring", "ps0"), -1) << read_file(dir_ + "/ring/cmd.txt");
+  EXPECT_EQ(launched_pids(dir_ + "/ring").size(), 3u);
+  EXPECT_LE(relative_difference(load_saved_params(sync), load_saved_params(ring)), 1e-5);
+}
+
 }  // namespace
 }  // namespace pstrain::test
