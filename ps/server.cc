@@ -15,7 +15,9 @@ struct ParameterServer::Chunk {
   size_t local = 0;  // offset within the slice (and the optimizer's state)
   // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
   std::shared_ptr<std::vector<float>> values;
-  std::vector<float> accum;  // gradient sum of the pending step (pushes > 1)
+  // Gradient sum of the pending step: the first push's own message, the others added into it
+  // (a received message is ours to write), so no push is ever copied.
+  zmq::message_t accum;
   std::unique_ptr<ConsistencyPolicy> policy;
   bool initialized = false;
   uint64_t version = 0;
@@ -43,6 +45,15 @@ std::string printable(const std::string& route) {
   const char* hex = "0123456789abcdef";
   for (unsigned char c : route) os << hex[c >> 4] << hex[c & 15];
   return os.str();
+}
+
+// ZeroMQ may place a small frame anywhere in its receive buffer; the PS reads (and accumulates
+// into) payloads as floats, so a misaligned one is moved to a fresh, aligned allocation. Large
+// frames get their own allocation from ZeroMQ and are never copied here.
+void align_payload(zmq::message_t* frame) {
+  if (reinterpret_cast<uintptr_t>(frame->data()) % alignof(float) == 0) return;
+  zmq::message_t aligned(frame->data(), frame->size());
+  frame->swap(aligned);
 }
 
 std::string slice_text(uint64_t offset, uint64_t length) {
@@ -118,6 +129,7 @@ void ParameterServer::handle(Message& msg) {
   }
   const size_t payload = msg.frames.size() > 1 ? msg.frames[1].size() : 0;
   if (!check_frames(h, msg.frames.size(), payload, &error)) return reject(msg.route, h.request_id, error);
+  if (payload > 0) align_payload(&msg.frames[1]);
   if (h.role != SenderRole::kWorker) return reject(msg.route, h.request_id, "only workers talk to a PS");
   if (h.op == Op::kHello) return on_hello(msg, h);
 
@@ -215,7 +227,7 @@ bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* 
   return true;
 }
 
-bool ParameterServer::on_push(const Message& msg, const Header& h, std::string* error) {
+bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error) {
   Chunk* c = find_chunk(h, error);
   if (c == nullptr) return false;
   if (!c->initialized) return (*error = "push before the parameters were initialised", false);
@@ -232,15 +244,12 @@ bool ParameterServer::on_push(const Message& msg, const Header& h, std::string* 
   add_metrics(&c->pending, h, c->pushes);
   const bool first = c->pushes++ == 0;
   const bool complete = c->policy->record_push(worker);
-  if (first && complete) {
-    apply(*c, grad);  // a single worker: straight from the message, no accumulation
-  } else if (first) {
-    c->accum.resize(n);
-    std::memcpy(c->accum.data(), grad, n * sizeof(float));
+  if (first) {
+    c->accum.move(msg.frames[1]);
   } else {
-    add_into(c->accum.data(), grad, n);
-    if (complete) apply(*c, c->accum.data());
+    add_into(c->accum.data<float>(), grad, n);
   }
+  if (complete) apply(*c, c->accum.data<float>());
   if (complete) chunk_advanced(static_cast<size_t>(c - chunks_.data()));
   return true;
 }
@@ -253,6 +262,7 @@ void ParameterServer::apply(Chunk& c, const float* grad_sum) {
   ++c.version;
   c.last = c.pending;
   c.pushes = 0;
+  c.accum.rebuild();  // gives the message's buffer back to ZeroMQ
   c.policy->applied();
 }
 

@@ -40,7 +40,7 @@ class ParameterServer {
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
   bool on_init(const Message& msg, const Header& h, std::string* error);
-  bool on_push(const Message& msg, const Header& h, std::string* error);
+  bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   void on_done(const Message& msg, const Header& h);
   Chunk* find_chunk(const Header& h, std::string* error);
