@@ -1,4 +1,5 @@
 #include "shared/ring_link.h"
+#include "shared/zmq_util.h"
 
 #include <condition_variable>
 #include <mutex>
@@ -50,19 +51,8 @@ RingLink::RingLink(zmq::context_t& context, const std::string& bind_host, int cl
       left_(context, zmq::socket_type::pull),
       right_(context, zmq::socket_type::push),
       close_linger_ms_(close_linger_ms) {
-  for (zmq::socket_t* s : {&left_, &right_}) {
-    s->set(zmq::sockopt::linger, 0);
-    s->set(zmq::sockopt::sndhwm, kRingHighWaterMark);
-    s->set(zmq::sockopt::rcvhwm, kRingHighWaterMark);
-  }
-  const std::string endpoint = "tcp://" + bind_host + ":*";
-  try {
-    left_.bind(endpoint);
-  } catch (const zmq::error_t& e) {
-    throw Error("cannot bind the ring link on " + endpoint + ": " + e.what());
-  }
-  const std::string bound = left_.get(zmq::sockopt::last_endpoint);
-  address_ = bind_host + bound.substr(bound.rfind(':'));
+  for (zmq::socket_t* s : {&left_, &right_}) set_socket_defaults(*s, kRingHighWaterMark);
+  address_ = bind_tcp(left_, bind_host, 0, "the ring link");
 }
 
 // The last messages of the last operation may still sit in ZeroMQ's queue when the owner

@@ -1,4 +1,5 @@
 #include "shared/ring_rendezvous.h"
+#include "shared/zmq_util.h"
 
 #include <unistd.h>
 
@@ -68,20 +69,6 @@ RingHeader setup_header(RingOp op, const RingOptions& o) {
 
 zmq::message_t text_frame(const std::string& text) { return zmq::message_t(text.data(), text.size()); }
 
-void recv_all(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
-  frames->clear();
-  do {
-    zmq::message_t part;
-    if (!socket.recv(part, zmq::recv_flags::none)) throw Error("zmq: message vanished mid-receive");
-    frames->push_back(std::move(part));
-  } while (socket.get(zmq::sockopt::rcvmore));
-}
-
-bool poll_in(zmq::socket_t& socket, Clock::time_point until) {
-  zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-  return zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(until))) > 0;
-}
-
 void configure(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::linger, 0);
   socket.set(zmq::sockopt::maxmsgsize, kMaxCoordinatorFrame);
@@ -96,14 +83,7 @@ class Coordinator {
     std::string host;
     int port = 0;
     split_host_port(o.coordinator, "coordinator", true, &host, &port);
-    const std::string endpoint = "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
-    try {
-      socket_.bind(endpoint);
-    } catch (const zmq::error_t& e) {
-      throw Error("cannot bind the ring coordinator on " + endpoint + ": " + e.what());
-    }
-    const std::string bound = socket_.get(zmq::sockopt::last_endpoint);
-    bound_ = host + bound.substr(bound.rfind(':'));
+    bound_ = bind_tcp(socket_, host, port, "the ring coordinator");
     addresses_.resize(static_cast<size_t>(o.world));
     routes_.resize(static_cast<size_t>(o.world));
   }
@@ -116,7 +96,7 @@ class Coordinator {
     std::vector<zmq::message_t> frames;
     while (!missing().empty()) {
       if (poll_in(socket_, std::min(deadline, report))) {
-        recv_all(socket_, &frames);
+        recv_multipart(socket_, &frames);
         handle(frames);
         continue;
       }
@@ -296,7 +276,7 @@ class Member {
     auto report = deadline_after(kWaitReportSeconds);
     for (;;) {
       if (poll_in(socket_, std::min(deadline, report))) {
-        recv_all(socket_, &frames);
+        recv_multipart(socket_, &frames);
         if (handle(frames, ring_address)) return RingRendezvous{addresses_, std::move(socket_)};
         continue;
       }

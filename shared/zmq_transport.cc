@@ -3,27 +3,13 @@
 #include "shared/error.h"
 #include "shared/log.h"
 #include "shared/transport.h"
+#include "shared/zmq_util.h"
 
 namespace pstrain {
 namespace {
 
 constexpr int kHighWaterMark = 1000;
 
-void set_common_options(zmq::socket_t& socket) {
-  socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::sndhwm, kHighWaterMark);
-  socket.set(zmq::sockopt::rcvhwm, kHighWaterMark);
-}
-
-// Receives all frames of one multipart message that is known to be ready.
-void recv_frames(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {
-  frames->clear();
-  do {
-    zmq::message_t part;
-    if (!socket.recv(part, zmq::recv_flags::none)) throw Error("zmq: message vanished mid-receive");
-    frames->push_back(std::move(part));
-  } while (socket.get(zmq::sockopt::rcvmore));
-}
 
 // Sends frames, waiting for queue space until deadline. ROUTER sockets report unroutable peers.
 bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t first,
@@ -53,16 +39,9 @@ class ZmqServer final : public Endpoint {
  public:
   ZmqServer(zmq::context_t& context, const std::string& host, int port)
       : socket_(context, zmq::socket_type::router) {
-    set_common_options(socket_);
+    set_socket_defaults(socket_, kHighWaterMark);
     socket_.set(zmq::sockopt::router_mandatory, 1);
-    const std::string endpoint = "tcp://" + host + ":" + (port == 0 ? "*" : std::to_string(port));
-    try {
-      socket_.bind(endpoint);
-    } catch (const zmq::error_t& e) {
-      throw Error("cannot bind " + endpoint + ": " + e.what());
-    }
-    const std::string bound = socket_.get(zmq::sockopt::last_endpoint);
-    address_ = bound.rfind("tcp://", 0) == 0 ? bound.substr(6) : bound;
+    address_ = bind_tcp(socket_, host, port, "the parameter server");
   }
 
   bool send(Message&& msg, Clock::time_point deadline, std::string* error) override {
@@ -71,9 +50,8 @@ class ZmqServer final : public Endpoint {
   }
 
   bool recv(Message* msg, Clock::time_point deadline) override {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(deadline))) == 0) return false;
-    recv_frames(socket_, &msg->frames);
+    if (!poll_in(socket_, deadline)) return false;
+    recv_multipart(socket_, &msg->frames);
     msg->route = msg->frames.front().to_string();
     msg->frames.erase(msg->frames.begin());
     msg->shard = -1;
@@ -98,7 +76,7 @@ class ZmqClient final : public Endpoint {
   ZmqClient(zmq::context_t& context, const std::vector<std::string>& servers) : addresses_(servers) {
     for (const auto& address : servers) {
       sockets_.emplace_back(context, zmq::socket_type::dealer);
-      set_common_options(sockets_.back());
+      set_socket_defaults(sockets_.back(), kHighWaterMark);
       try {
         sockets_.back().connect("tcp://" + address);
       } catch (const zmq::error_t& e) {
@@ -119,7 +97,7 @@ class ZmqClient final : public Endpoint {
       for (size_t k = 0; k < sockets_.size(); ++k) {
         const size_t i = (next_ + k) % sockets_.size();
         if (sockets_[i].get(zmq::sockopt::events) & ZMQ_POLLIN) {
-          recv_frames(sockets_[i], &msg->frames);
+          recv_multipart(sockets_[i], &msg->frames);
           msg->shard = static_cast<int>(i);
           next_ = i + 1;
           return true;

@@ -1,0 +1,25 @@
+// Small ZeroMQ helpers shared by the PS transport and the ring collective.
+#pragma once
+
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "shared/transport.h"
+
+namespace pstrain {
+
+// Linger 0 (a dead peer never blocks shutdown) and bounded queues of `high_water_mark` messages.
+void set_socket_defaults(zmq::socket_t& socket, int high_water_mark);
+
+// Binds tcp://host:port (port 0: any free port) and returns "host:port" as bound. Throws
+// pstrain::Error naming `what` if the address cannot be bound.
+std::string bind_tcp(zmq::socket_t& socket, const std::string& host, int port, const std::string& what);
+
+// Receives every frame of one multipart message that is known to be ready.
+void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
+
+// Waits until a message can be received, or `deadline`; true if one can.
+bool poll_in(zmq::socket_t& socket, Clock::time_point deadline);
+
+}  // namespace pstrain
