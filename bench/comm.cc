@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -27,18 +28,25 @@ struct Config {
   std::vector<int> workers = {1, 2, 4};
   std::vector<int> shards = {1, 2, 4};
   int rounds = 5;
+  std::vector<std::string> transports = {"tcp"};
   int chunk_kib = JobOptions().chunk_kib;
   bool json = false;
 };
 
+// A unique ipc:// name in Linux's abstract namespace (no file to clean up).
+std::string ipc_name(const std::string& what) {
+  static int counter = 0;
+  return "@pstrain-bench-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + what;
+}
+
 // Raw transport: median seconds of a B-byte round trip (zero-copy send, echo by the server).
-double raw_round_trip(size_t bytes, int rounds) {
+double raw_round_trip(const std::string& transport, size_t bytes, int rounds) {
   Pipe address_pipe, result_pipe;
   const pid_t server = fork_child([&] {
     zmq::context_t context(1);
     zmq::socket_t socket(context, zmq::socket_type::router);
     socket.set(zmq::sockopt::linger, 10000);  // the last echo must leave before this child exits
-    socket.bind("tcp://127.0.0.1:*");
+    socket.bind(transport == "ipc" ? "ipc://" + ipc_name("raw") : "tcp://127.0.0.1:*");
     address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
     for (int r = 0; r < rounds + 1; ++r) {
       zmq::message_t id, payload;
@@ -73,7 +81,8 @@ double raw_round_trip(size_t bytes, int rounds) {
 }
 
 // pstrain: median over rounds of the slowest worker's push+pull time.
-double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds, int chunk_kib) {
+double pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
+                     int chunk_kib) {
   const uint64_t total = bytes / sizeof(float);
   JobOptions base;
   base.num_workers = num_workers;
@@ -86,12 +95,13 @@ double pstrain_round(size_t bytes, int num_workers, int num_ps, int rounds, int 
   std::vector<std::string> hosts;
   for (int s = 0; s < num_ps; ++s) {
     Pipe address_pipe;
+    const std::string ipc = transport == "ipc" ? ipc_name("ps" + std::to_string(s)) : "";
     children.push_back(fork_child([&] {
       JobOptions o = base;
       o.index = s;
       zmq::context_t context(1);
-      auto endpoint = make_zmq_server(context, "127.0.0.1", 0);
-      address_pipe.write_string(endpoint->address());
+      auto endpoint = make_zmq_server(context, "127.0.0.1", 0, ipc);
+      address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
       ParameterServer server(o, *endpoint);
       server.serve();
     }));
@@ -134,25 +144,27 @@ int run(const Config& c) {
   std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n", c.rounds);
   bool first = true;
   for (size_t mib : c.sizes_mib) {
+   for (const std::string& transport : c.transports) {
     const size_t bytes = mib << 20;
-    const double raw = raw_round_trip(bytes, c.rounds);
+    const double raw = raw_round_trip(transport, bytes, c.rounds);
     for (int n : c.workers) {
       for (int s : c.shards) {
-        const double t = pstrain_round(bytes, n, s, c.rounds, c.chunk_kib);
+        const double t = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib);
         const double efficiency = raw / t;
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
-          std::printf("%s  {\"bytes\": %zu, \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, \"pstrain_ms\": %.3f, "
-                      "\"efficiency\": %.3f, \"aggregate_GBps\": %.3f}",
-                      first ? "" : ",\n", bytes, n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+          std::printf("%s  {\"bytes\": %zu, \"transport\": \"%s\", \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, "
+                      "\"pstrain_ms\": %.3f, \"efficiency\": %.3f, \"aggregate_GBps\": %.3f}",
+                      first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
         } else {
-          std::printf("size=%zuMiB workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f\n",
-                      mib, n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f\n",
+                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
         }
         std::fflush(stdout);
         first = false;
       }
     }
+   }
   }
   if (c.json) std::printf("\n]\n");
   return 0;
@@ -175,9 +187,19 @@ int main(int argc, char** argv) {
     else if (arg == "--sizes") c.sizes_mib = pstrain::bench::parse_list<size_t>(value(), arg);
     else if (arg == "--workers") c.workers = pstrain::bench::parse_list<int>(value(), arg);
     else if (arg == "--shards") c.shards = pstrain::bench::parse_list<int>(value(), arg);
+    else if (arg == "--transport") {
+      c.transports.clear();
+      std::stringstream list(value());
+      for (std::string t; std::getline(list, t, ',');) {
+        if (t != "tcp" && t != "ipc") pstrain::bench::usage_error("--transport: '" + t + "' is not tcp or ipc");
+        c.transports.push_back(t);
+      }
+      if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp and/or ipc");
+    }
     else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: comm [--sizes MiB,...] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--json]\n"
-                  "  defaults: --sizes 1,16,64,256 --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n",
+      std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--json]\n"
+                  "  defaults: --sizes 1,16,64,256 --transport tcp --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n"
+                  "  --transport: tcp (loopback) and/or ipc (Unix-domain sockets; the raw baseline uses the same transport)\n",
                   pstrain::JobOptions().chunk_kib);
       return 0;
     } else pstrain::bench::usage_error("unknown flag " + arg);

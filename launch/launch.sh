@@ -34,6 +34,9 @@ options:
   --base-port P     PS s listens on port P+s (default: each PS picks a free port itself
                     and reports it through RUNDIR/ps<s>.addr)
   --bind ADDR       address the PS processes bind (default: the binaries' 127.0.0.1)
+  --transport T     how workers reach the PS: ipc (Unix-domain sockets in Linux's abstract
+                    namespace; the default, as every process runs on this host) or tcp (the
+                    PS's TCP address). The PS listens on TCP either way.
   --run-dir DIR     where logs, addresses and cmd.txt go (default: runs/<date>-<time>-<pid>)
   --no-setup        do not install packages or build (same as PSTRAIN_NO_SETUP=1)
   -h, --help        this help
@@ -57,7 +60,7 @@ EOF
 
 # ---------------------------------------------------------------- command line and settings
 
-num_ps="" num_workers="" config="" base_port="" bind="" run_dir="" mode=""
+num_ps="" num_workers="" config="" base_port="" bind="" run_dir="" mode="" transport=ipc
 no_setup=${PSTRAIN_NO_SETUP:-0}
 extra=()
 
@@ -75,7 +78,7 @@ parse_args() {
       --no-setup) no_setup=1; shift; continue ;;
       --) shift; extra=("$@"); return ;;
       --*=*) value=${flag#*=}; flag=${flag%%=*}; shift ;;
-      --num-ps | --num-workers | --config | --base-port | --bind | --run-dir)
+      --num-ps | --num-workers | --config | --base-port | --bind | --run-dir | --transport)
         (($# >= 2)) || usage_error "$flag needs a value"
         value=$2; shift 2 ;;
       *) usage_error "unknown flag '$flag' (job flags go after --, e.g. -- --lr 0.01)" ;;
@@ -87,6 +90,9 @@ parse_args() {
       --base-port) base_port=$value ;;
       --bind) bind=$value ;;
       --run-dir) run_dir=$value ;;
+      --transport)
+        [[ $value == ipc || $value == tcp ]] || usage_error "--transport: '$value' is not ipc or tcp"
+        transport=$value ;;
       *) usage_error "unknown flag '$flag'" ;;
     esac
   done
@@ -371,6 +377,7 @@ start_ps() {
     cmd=("$ps_bin" --config "$config" --index "$s" --num-ps "$num_ps" --num-workers "$num_workers"
          --port "$port" --port-file "$run_dir/ps$s.addr")
     [[ -n $bind ]] && cmd+=(--bind "$bind")
+    [[ $transport == ipc ]] && cmd+=(--ipc "$(ipc_name "$s")")
     spawn "ps$s" "${cmd[@]}" "${extra[@]}"
   done
 }
@@ -410,13 +417,19 @@ wait_for_addresses() {
   done
 }
 
-# Sets ps_hosts: every PS's address, comma-separated, in shard order.
+# The Unix-domain socket of PS s: abstract (no file), unique while this launcher lives.
+ipc_name() { printf '@pstrain-%s-ps%s' "$$" "$1"; }
+
+# Sets ps_hosts: every PS's address, comma-separated, in shard order (ipc:// with --transport
+# ipc; the PS has bound it before it writes its TCP address).
 wait_for_ps() {
   local s
   local -a names=() addrs=()
   for ((s = 0; s < num_ps; s++)); do names+=("ps$s"); done
   wait_for_addresses "${names[@]}"
-  for ((s = 0; s < num_ps; s++)); do addrs+=("${addr_of[ps$s]}"); done
+  for ((s = 0; s < num_ps; s++)); do
+    if [[ $transport == ipc ]]; then addrs+=("ipc://$(ipc_name "$s")"); else addrs+=("${addr_of[ps$s]}"); fi
+  done
   ps_hosts=$(IFS=,; printf '%s' "${addrs[*]}")
 }
 

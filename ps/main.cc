@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (!options) return 0;
     zmq::context_t context(1);
-    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port);
+    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
     pstrain::ParameterServer server(*options, *endpoint);
     server.serve();

@@ -105,7 +105,8 @@ std::vector<float> ParameterServer::params() const {
 }
 
 void ParameterServer::serve() {
-  PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address() << ", mode "
+  PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address()
+              << (options_.ipc.empty() ? "" : " and ipc://" + options_.ipc) << ", mode "
               << options_.mode << ", " << options_.num_workers << " worker(s), optimizer "
               << options_.optimizer.kind << " lr " << options_.optimizer.lr;
   last_stall_report_ = Clock::now();

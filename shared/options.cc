@@ -44,9 +44,10 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
       ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
       ("index", po::value(&o.index)->default_value(o.index), "index of this process within its role (0-based)")
-      ("ps-hosts", po::value(&ps_hosts), "worker: host:port of every PS shard, comma-separated, in shard order")
+      ("ps-hosts", po::value(&ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
       ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
+      ("ipc", po::value(&o.ipc), "PS: also listen on the Unix-domain socket ipc://NAME, for workers on the same host (less CPU per byte than TCP loopback); NAME is a path, or @name in Linux's abstract namespace (no file)")
       ("port-file", po::value(&o.port_file), "PS (and worker 0 in allreduce mode): once bound, write host:port to this file")
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
@@ -101,6 +102,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.index >= 0 && o.index < count,
           "--index " + std::to_string(o.index) + " is outside [0, " + std::to_string(count) + ")");
   require(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535]");
+  require(o.ipc.size() <= kMaxIpcName, "--ipc: the name may have at most " + std::to_string(kMaxIpcName) + " characters");
   require(o.timeout_s > 0, "--timeout must be positive");
   require(o.stall_report_s > 0, "--stall-report must be positive");
   require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
@@ -188,7 +190,17 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
   }
   o.hidden.clear();
   for (const auto& w : split(hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
-  for (const auto& hp : split(ps_hosts, ',')) o.ps_hosts.push_back(parse_host_port(hp));
+  for (const auto& address : split(ps_hosts, ',')) {
+    if (address.rfind("ipc://", 0) == 0) {
+      const std::string name = address.substr(6);
+      if (name.empty() || name.size() > kMaxIpcName) {
+        throw UsageError("--ps-hosts: '" + address + "' needs a name of 1 to " + std::to_string(kMaxIpcName) + " characters");
+      }
+    } else {
+      parse_host_port(address);
+    }
+    o.ps_hosts.push_back(address);
+  }
   o.shuffle = parse_bool(shuffle, "--shuffle");
   validate(o, role);
   return o;

@@ -4,6 +4,7 @@
 // code sees only these structs. Every field's comment gives its default.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -37,9 +38,10 @@ struct JobOptions {
   int num_workers = 1;          // N
   int num_ps = 1;               // S
   int index = 0;                // this process's index among its role
-  std::vector<HostPort> ps_hosts;  // workers: host:port of each PS shard, in shard order
+  std::vector<std::string> ps_hosts;  // workers: each PS shard's "host:port" or "ipc://NAME", in shard order
   std::string bind = "127.0.0.1";  // PS: address to bind (loopback by default)
   int port = 0;                 // PS: port to bind, 0 = any free port
+  std::string ipc;              // PS: also listen on ipc://ipc (same-host workers); empty = TCP only
   std::string port_file;        // PS, and worker 0 in allreduce: write the bound "host:port" here
   double timeout_s = 60;        // deadline of any blocking network wait
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
@@ -68,6 +70,9 @@ struct JobOptions {
 // Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error
 // with a readable message for bad flags or values.
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
+
+// The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).
+constexpr size_t kMaxIpcName = 107;
 
 // "host:port" -> HostPort; throws pstrain::UsageError. Port 0 ("any free port") only if allowed.
 HostPort parse_host_port(const std::string& text, bool allow_port_zero = false);

@@ -36,8 +36,12 @@ class Endpoint {
 };
 
 // One ZeroMQ context per process, owned by main() and passed down (no singletons).
+// The server binds tcp://bind_host:port and, when `ipc_name` is not empty, also
+// ipc://ipc_name (a Unix-domain socket for same-host peers; a leading '@' names one in Linux's
+// abstract namespace, which leaves no file behind). address() is the TCP "host:port".
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
-                                          int port);
+                                          int port, const std::string& ipc_name = "");
+// server_addresses: "host:port" (TCP) or "ipc://NAME", one per shard.
 std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
                                           const std::vector<std::string>& server_addresses);
 

@@ -37,11 +37,12 @@ bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, siz
 
 class ZmqServer final : public Endpoint {
  public:
-  ZmqServer(zmq::context_t& context, const std::string& host, int port)
+  ZmqServer(zmq::context_t& context, const std::string& host, int port, const std::string& ipc_name)
       : socket_(context, zmq::socket_type::router) {
     set_socket_defaults(socket_, kHighWaterMark);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     address_ = bind_tcp(socket_, host, port, "the parameter server");
+    if (!ipc_name.empty()) bind_ipc(socket_, ipc_name, "the parameter server");
   }
 
   bool send(Message&& msg, Clock::time_point deadline, std::string* error) override {
@@ -78,7 +79,7 @@ class ZmqClient final : public Endpoint {
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       set_socket_defaults(sockets_.back(), kHighWaterMark);
       try {
-        sockets_.back().connect("tcp://" + address);
+        sockets_.back().connect(zmq_endpoint(address));
       } catch (const zmq::error_t& e) {
         throw Error("cannot connect to " + address + ": " + e.what());
       }
@@ -139,8 +140,8 @@ Clock::time_point deadline_after(double seconds) {
 }
 
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
-                                          int port) {
-  return std::make_unique<ZmqServer>(context, bind_host, port);
+                                          int port, const std::string& ipc_name) {
+  return std::make_unique<ZmqServer>(context, bind_host, port, ipc_name);
 }
 
 std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,

@@ -1,6 +1,7 @@
 #include "shared/zmq_util.h"
 
 #include "shared/error.h"
+#include "shared/options.h"
 
 namespace pstrain {
 
@@ -19,6 +20,23 @@ std::string bind_tcp(zmq::socket_t& socket, const std::string& host, int port, c
   }
   const std::string bound = socket.get(zmq::sockopt::last_endpoint);
   return host + bound.substr(bound.rfind(':'));
+}
+
+void bind_ipc(zmq::socket_t& socket, const std::string& name, const std::string& what) {
+  const std::string endpoint = "ipc://" + name;
+  if (name.empty() || name.size() > kMaxIpcName) {
+    throw Error("cannot bind " + what + " on " + endpoint + ": the name must have 1 to " +
+                std::to_string(kMaxIpcName) + " characters");
+  }
+  try {
+    socket.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    throw Error("cannot bind " + what + " on " + endpoint + ": " + e.what());
+  }
+}
+
+std::string zmq_endpoint(const std::string& address) {
+  return address.rfind("ipc://", 0) == 0 ? address : "tcp://" + address;
 }
 
 void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) {

@@ -16,6 +16,12 @@ void set_socket_defaults(zmq::socket_t& socket, int high_water_mark);
 // pstrain::Error naming `what` if the address cannot be bound.
 std::string bind_tcp(zmq::socket_t& socket, const std::string& host, int port, const std::string& what);
 
+// Binds ipc://name. Throws pstrain::Error naming `what` if it cannot be bound.
+void bind_ipc(zmq::socket_t& socket, const std::string& name, const std::string& what);
+
+// ZeroMQ endpoint of a peer address: "ipc://NAME" as is, "host:port" as tcp://host:port.
+std::string zmq_endpoint(const std::string& address);
+
 // Receives every frame of one multipart message that is known to be ready.
 void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
 

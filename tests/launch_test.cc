@@ -103,10 +103,12 @@ TEST_F(LaunchTest, KilledWorkerStopsTheJobNamingIt) {
   for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived the launcher";
 }
 
+// The one-worker reference runs over TCP, the sharded run over the launcher's default ipc://.
 TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
-  const auto train = [&](const std::string& run, int ps, int workers, int batch) {
+  const auto train = [&](const std::string& run, int ps, int workers, int batch, const std::string& transport) {
     const std::string params = dir_ + "/" + run + "-params";
-    const pid_t launcher = spawn(launch(run, {"--num-ps", std::to_string(ps), "--num-workers", std::to_string(workers)},
+    const pid_t launcher = spawn(launch(run, {"--num-ps", std::to_string(ps), "--num-workers", std::to_string(workers),
+                                              "--transport", transport},
                                         {"--steps", "20", "--batch-size", std::to_string(batch), "--optimizer",
                                          "momentum", "--lr", "0.05", "--save-params", params}),
                                  dir_ + "/" + run + ".log");
@@ -114,8 +116,11 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
     EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
     return params;
   };
-  const std::string one = train("one", 1, 1, 24);
-  const std::string many = train("many", 2, 3, 8);
+  const std::string one = train("one", 1, 1, 24, "tcp");
+  const std::string many = train("many", 2, 3, 8, "ipc");
+  EXPECT_EQ(read_file(dir_ + "/one.log").find("at ipc://"), std::string::npos);
+  EXPECT_NE(read_file(dir_ + "/many.log").find("w2: connecting to ps1 at ipc://@pstrain-"), std::string::npos)
+      << read_file(dir_ + "/many.log");
   EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
 }
 

@@ -17,12 +17,12 @@ std::optional<JobOptions> parse(Role role, std::vector<const char*> args) {
 }
 
 TEST(OptionsTest, DefaultsAndFlags) {
-  const auto o = parse(Role::kWorker, {"--ps-hosts", "127.0.0.1:5000,localhost:5001", "--num-ps", "2",
+  const auto o = parse(Role::kWorker, {"--ps-hosts", "127.0.0.1:5000,ipc://@job-ps1", "--num-ps", "2",
                                        "--hidden", "32,16,8", "--optimizer", "momentum", "--shuffle", "false"});
   ASSERT_TRUE(o);
   EXPECT_EQ(o->ps_hosts.size(), 2u);
-  EXPECT_EQ(o->ps_hosts[1].host, "localhost");
-  EXPECT_EQ(o->ps_hosts[1].port, 5001);
+  EXPECT_EQ(o->ps_hosts[0], "127.0.0.1:5000");
+  EXPECT_EQ(o->ps_hosts[1], "ipc://@job-ps1");
   EXPECT_EQ(o->hidden, (std::vector<int>{32, 16, 8}));
   EXPECT_EQ(o->optimizer.kind, "momentum");
   EXPECT_FALSE(o->shuffle);
@@ -61,6 +61,9 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   EXPECT_NE(message({"--shuffle", "maybe"}).find("--shuffle"), std::string::npos);
   EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "nohostport"}), UsageError);
   EXPECT_THROW(parse(Role::kWorker, {"--num-ps", "2", "--ps-hosts", "h:1"}), UsageError);
+  EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "ipc://"}), UsageError);
+  EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", ("ipc://" + std::string(kMaxIpcName + 1, 'x')).c_str()}), UsageError);
+  EXPECT_NE(message({"--ipc", std::string(kMaxIpcName + 1, 'x').c_str()}).find("--ipc"), std::string::npos);
 }
 
 }  // namespace

@@ -39,9 +39,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<pstrain::Endpoint> servers;
     pstrain::train(o, [&](uint64_t total) -> std::unique_ptr<pstrain::Exchange> {
       if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o));
-      std::vector<std::string> addresses;
-      for (const auto& hp : o.ps_hosts) addresses.push_back(hp.host + ":" + std::to_string(hp.port));
-      servers = pstrain::make_zmq_client(context, addresses);
+      servers = pstrain::make_zmq_client(context, o.ps_hosts);
       return pstrain::make_ps_exchange(o, total, *servers);
     });
     return 0;

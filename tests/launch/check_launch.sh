@@ -97,8 +97,9 @@ case_default_job() {
     file_has "$run/cmd.txt" \
     "^w1	[0-9]+	.*--config $repo/configs/fashion_mlp.cfg --index 1 --num-ps 1 --num-workers 2 "
   check "chief's summary printed with its prefix" out_has '^\[w0\] summary: test_accuracy=0\.9$'
-  check "stderr lines prefixed too" \
-    out_has '^\[w1\] fake w1 of 2: connecting to 127\.0\.0\.1:[0-9]+ '
+  check "stderr lines prefixed too; workers reach the PS over ipc by default" \
+    out_has '^\[w1\] fake w1 of 2: connecting to ipc://@pstrain-[0-9]+-ps0 '
+  check "the PS is told to listen on that ipc name" file_has "$run/cmd.txt" "^ps0	.* --ipc @pstrain-[0-9]+-ps0 "
   check "PS output prefixed" out_has '^\[ps0\] fake ps0: all 2 workers done; exiting$'
   check "log files unprefixed" file_has "$run/w0.log" '^summary: test_accuracy=0\.9$'
   check "PS log written" file_has "$run/ps0.log" '^fake ps0: listening on '
@@ -109,12 +110,13 @@ case_flags_and_config() {
   local port=$((30000 + RANDOM % 20000))
   printf '# test config\nnum-ps = 3  # overridden by --num-ps\nnum-workers = 1\nlr = 0.1\n' \
     >"$work/test.cfg"
-  start flags_and_config -- --config "$work/test.cfg" --num-ps 2 --base-port "$port"
+  start flags_and_config -- --config "$work/test.cfg" --num-ps 2 --base-port "$port" --transport tcp
   finish 20
   expect_exit 0 20
   check "--num-ps beats the config, num-workers from it" \
     test "$(cut -f1 "$run/cmd.txt" | tr '\n' ' ')" = "ps0 ps1 w0 "
   check "PS s gets port P+s" file_has "$run/cmd.txt" "^ps1	.* --port $((port + 1)) "
+  check "no ipc with --transport tcp" test "$(grep -c -- "--ipc" "$run/cmd.txt")" -eq 0
   check "workers get both PS addresses" \
     file_has "$run/w0.log" "connecting to 127\.0\.0\.1:$port 127\.0\.0\.1:$((port + 1)) "
   check "job flags after -- reach every process" \
@@ -206,7 +208,7 @@ case_usage() {
   local flag
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
-  for flag in --num-ps --num-workers --config --base-port --bind --run-dir --no-setup --help; do
+  for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
@@ -214,6 +216,9 @@ case_usage() {
   check "unknown flag is named" grep -q "unknown flag '--bogus'" "$work/bogus.out"
   bash "$launch" --no-setup --num-workers 0 >/dev/null 2>&1
   check "--num-workers 0 exits 2" test $? -eq 2
+  bash "$launch" --no-setup --transport udp >"$work/transport.out" 2>&1
+  check "bad --transport exits 2 naming it" \
+    test $? -eq 2 -a "$(grep -c -- "--transport: 'udp'" "$work/transport.out")" -eq 1
   bash "$launch" --no-setup --num-ps >/dev/null 2>&1
   check "missing value exits 2" test $? -eq 2
   bash "$launch" --no-setup --config "$work/missing.cfg" >/dev/null 2>&1
