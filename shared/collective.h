@@ -20,6 +20,9 @@ class Collective {
   virtual ~Collective() = default;
   virtual int rank() const = 0;
   virtual int world() const = 0;
+  // Where allreduce_sum's `data` lives: host memory (false, the ring) or the memory of the
+  // process's current CUDA device (true, NCCL).
+  virtual bool on_device() const { return false; }
   // In-place sum of data[0, n) and of scalars[0, k) over all ranks; every rank gets identical
   // bits. Throws pstrain::Error naming the peer when a peer does not answer before the deadline.
   // Returns (or throws) only once ZeroMQ holds no reference to `data` any more.

@@ -63,6 +63,20 @@ TEST_F(JobTest, WorkerWithoutServerFailsAtItsDeadline) {
   EXPECT_NE(log.find("HELLO from ps0 at 127.0.0.1:1"), std::string::npos) << log;
 }
 
+// NCCL all-reduces GPU buffers: asked for on the CPU, the worker refuses at once with exit 2.
+TEST_F(JobTest, NcclOnTheCpuIsAUsageError) {
+  write_synthetic_mnist(dir_, "train", 100, 8, 8, 1, false);
+  write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
+  const ExitStatus worker = wait_for(
+      spawn({PSTRAIN_WORKER_BIN, "--mode", "allreduce", "--collective", "nccl", "--device", "cpu", "--data-dir", dir_,
+             "--cache-dir", dir_, "--timeout", "5"},
+            dir_ + "/w0.log"),
+      30);
+  const std::string log = read_file(dir_ + "/w0.log");
+  EXPECT_EQ(worker.code, 2) << log;
+  EXPECT_NE(log.find("--collective nccl needs a GPU"), std::string::npos) << log;
+}
+
 // A worker's memory does not grow with the dataset: the same job on 10x the records.
 TEST_F(JobTest, WorkerPeakMemoryDoesNotGrowWithDatasetSize) {
   long peak[2] = {0, 0};

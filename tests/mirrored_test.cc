@@ -11,6 +11,7 @@
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
+#include "worker/backend.h"
 
 namespace pstrain::test {
 namespace {
@@ -27,8 +28,10 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
     write_synthetic_mnist(*data_dir_, "t10k", 100, 8, 8, 12, false);
   }
 
-  // Trains kSteps steps and returns the saved parameters (num_ps 0: allreduce mode, ring).
-  SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag) {
+  // Trains kSteps steps and returns the saved parameters (num_ps 0: allreduce mode with
+  // `collective`; nccl runs on the GPU).
+  SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag,
+                    const std::string& collective = "ring") {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
     job.num_ps = std::max(num_ps, 1);
@@ -39,7 +42,8 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
                 std::to_string(batch), "--steps", std::to_string(kSteps), "--epochs", "5", "--optimizer",
                 optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7", "--log-every", "5",
                 "--timeout", "30", "--save-params", dir + "/params"};
-    const JobResult result = num_ps == 0 ? run_allreduce_job(job) : run_job(job);
+    if (collective == "nccl") job.args.insert(job.args.end(), {"--device", "cuda"});
+    const JobResult result = num_ps == 0 ? run_allreduce_job(job, collective) : run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
     SavedParams params = load_saved_params(dir + "/params");
     std::filesystem::remove_all(dir);
@@ -77,6 +81,20 @@ TEST_P(MirroredTest, RingAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
   const double rel = relative_difference(reference, p);
   EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " ring";
   std::printf("%s N=%d ring all-reduce: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, rel);
+}
+
+// NCCL on the GPUs keeps the contract too (the reference runs on --device auto: the GPU). NCCL
+// takes one GPU per rank, so N ranks need N GPUs.
+TEST_P(MirroredTest, NcclAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
+  const auto& [optimizer, n] = GetParam();
+  const int gpus = cuda_device_count();
+  if (gpus < n) GTEST_SKIP() << "NCCL needs one GPU per rank: " << n << " rank(s), " << gpus << " GPU(s) visible";
+  const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
+  const SavedParams reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");
+  const SavedParams p = train(0, n, kBatch, optimizer, optimizer + "-nccl" + std::to_string(n), "nccl");
+  const double rel = relative_difference(reference, p);
+  EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " nccl";
+  std::printf("%s N=%d NCCL all-reduce: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, rel);
 }
 
 // The check must be able to fail: a different global batch gives clearly different parameters.

@@ -48,13 +48,18 @@ class PsExchange final : public Exchange {
 
 class AllreduceExchange final : public Exchange {
  public:
-  AllreduceExchange(const JobOptions& o, uint64_t total, std::unique_ptr<Collective> collective)
-      : o_(o), total_(total), collective_(std::move(collective)), optimizer_(make_optimizer(o.optimizer, total)) {}
+  AllreduceExchange(const JobOptions& o, uint64_t total, std::unique_ptr<Collective> collective, Replica& replica)
+      : o_(o),
+        total_(total),
+        collective_(std::move(collective)),
+        replica_(replica),
+        optimizer_(make_optimizer(o.optimizer, total)) {}
 
   void start(float*, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch.
     total_steps_ = total_steps;
-    PSLOG(INFO) << "w" << o_.index << ": all-reduce ring of " << collective_->world() << " worker(s) ready";
+    PSLOG(INFO) << "w" << o_.index << ": all-reduce " << (collective_->on_device() ? "(NCCL)" : "ring") << " of "
+                << collective_->world() << " worker(s) ready";
   }
 
   void begin_step(uint64_t) override {}
@@ -67,7 +72,12 @@ class AllreduceExchange final : public Exchange {
                       static_cast<double>(info.times.push_us), static_cast<double>(info.times.wait_us),
                       static_cast<double>(info.times.pull_us)};
     const auto t0 = Clock::now();
-    collective_->allreduce_sum(host_grad, total_, sums, 8);
+    if (collective_->on_device()) {
+      collective_->allreduce_sum(replica_.grad(), total_, sums, 8);
+      replica_.grad_to_host(0, total_);
+    } else {
+      collective_->allreduce_sum(host_grad, total_, sums, 8);
+    }
     const auto t1 = Clock::now();
     optimizer_->apply(0, total_, host_params, host_grad, static_cast<float>(1.0 / sums[0]),
                       scheduled_lr(o_.optimizer, step, total_steps_), step);
@@ -84,12 +94,14 @@ class AllreduceExchange final : public Exchange {
   }
 
   void done() override {}
+  bool stages_gradient() const override { return !collective_->on_device(); }
 
  private:
   const JobOptions o_;
   const uint64_t total_;
   uint64_t total_steps_ = 0;
   std::unique_ptr<Collective> collective_;
+  Replica& replica_;
   std::unique_ptr<Optimizer> optimizer_;
 };
 
@@ -100,8 +112,8 @@ std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t t
 }
 
 std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
-                                                  std::unique_ptr<Collective> collective) {
-  return std::make_unique<AllreduceExchange>(options, total, std::move(collective));
+                                                  std::unique_ptr<Collective> collective, Replica& replica) {
+  return std::make_unique<AllreduceExchange>(options, total, std::move(collective), replica);
 }
 
 }  // namespace pstrain

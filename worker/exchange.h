@@ -11,6 +11,7 @@
 #include "shared/options.h"
 #include "shared/transport.h"
 #include "worker/ps_client.h"
+#include "worker/replica.h"
 
 namespace pstrain {
 
@@ -30,14 +31,20 @@ class Exchange {
   virtual StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                                   StepTimes* times) = 0;
   virtual void done() = 0;
+  // Whether the trainer copies the gradient to host_grad during backward (as each layer's part
+  // is final). False when the exchange reduces the device's own gradient buffer (NCCL): it then
+  // brings the reduced gradient to host_grad itself, in finish_step.
+  virtual bool stages_gradient() const { return true; }
 };
 
-// Makes the exchange once the model's size (floats) is known.
-using ExchangeFactory = std::function<std::unique_ptr<Exchange>(uint64_t total)>;
+// Makes the exchange once the model's size (floats) and the worker's replica are known.
+using ExchangeFactory = std::function<std::unique_ptr<Exchange>(uint64_t total, Replica& replica)>;
 
 std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers);
 // In allreduce mode: push_us is the all-reduce, pull_us the local optimizer update, wait_us 0.
+// A collective that is on_device() (NCCL) sums replica.grad() where the backend keeps it; the
+// ring sums the host copy.
 std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
-                                                  std::unique_ptr<Collective> collective);
+                                                  std::unique_ptr<Collective> collective, Replica& replica);
 
 }  // namespace pstrain

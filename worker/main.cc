@@ -5,15 +5,14 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
+#include "worker/cuda/nccl_collective.h"
 #include "worker/trainer.h"
 
 namespace {
 
-// allreduce mode: rendezvous with the other workers through worker 0's coordinator.
+// allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring
+// is the collective itself (--collective ring) or NCCL's bootstrap (--collective nccl).
 std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o) {
-  if (o.collective == "nccl") {
-    throw pstrain::UsageError("--collective nccl is not implemented yet; use --collective ring");
-  }
   pstrain::RingOptions ring;
   ring.rank = o.index;
   ring.world = o.num_workers;
@@ -37,8 +36,16 @@ int main(int argc, char** argv) {
     const pstrain::JobOptions& o = *options;
     zmq::context_t context(1);
     std::unique_ptr<pstrain::Endpoint> servers;
-    pstrain::train(o, [&](uint64_t total) -> std::unique_ptr<pstrain::Exchange> {
-      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o));
+    pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
+      if (o.mode == "allreduce" && o.collective == "nccl") {
+        if (!replica.on_device()) {
+          throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
+                                    "on the CPU use --collective ring");
+        }
+        auto nccl = pstrain::make_nccl_collective(join_ring(context, o), o.timeout_s);
+        return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
+      }
+      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o), replica);
       servers = pstrain::make_zmq_client(context, o.ps_hosts);
       return pstrain::make_ps_exchange(o, total, *servers);
     });

@@ -21,6 +21,7 @@ class Replica {
   // Allocates params and grads of `total` floats and an input buffer of `input_floats`.
   Replica(Backend& backend, size_t total, size_t input_floats);
 
+  bool on_device() const { return !backend_.host_accessible(); }  // a GPU replica
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
   const float* params() const { return params_.get(); }

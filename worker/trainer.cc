@@ -128,7 +128,8 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   PSLOG(INFO) << tag << "model " << total << " parameters; allocated " << fixed(backend->bytes_allocated() / 1048576.0, 2)
               << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)";
 
-  const auto exchange = make_exchange(total);
+  const auto exchange = make_exchange(total, replica);
+  const bool stage_gradient = exchange->stages_gradient();
   model.init(o.seed, replica.host_params());  // the same on every worker: it depends on the seed alone
   exchange->start(replica.host_params(), total_steps);
   replica.params_to_device();
@@ -150,7 +151,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
     Clock::duration pushing{};
     size_t ready_to = total;  // grad[ready_to, total) is already on the host
     const auto push = [&](size_t from, const BatchStats& s) {
-      replica.grad_to_host(from, ready_to);
+      if (stage_gradient) replica.grad_to_host(from, ready_to);
       ready_to = from;
       const auto p0 = Clock::now();
       info.loss_sum = s.loss_sum;

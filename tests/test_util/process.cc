@@ -140,10 +140,10 @@ JobResult run_job(const Job& job) {
   return collect(job, worker_pids, ps_pids);
 }
 
-JobResult run_allreduce_job(const Job& job) {
+JobResult run_allreduce_job(const Job& job, const std::string& collective) {
   const std::string port_file = job.dir + "/w0.addr";
   std::remove(port_file.c_str());
-  const std::vector<std::string> mode = {"--mode", "allreduce", "--collective", "ring"};
+  const std::vector<std::string> mode = {"--mode", "allreduce", "--collective", collective};
   std::vector<std::string> chief = mode;
   chief.insert(chief.end(), {"--coordinator", "127.0.0.1:0", "--port-file", port_file});
   std::vector<pid_t> worker_pids = {spawn(worker_argv(job, 0, chief), job.dir + "/w0.log")};

@@ -37,9 +37,9 @@ struct JobResult {
   bool ok() const;
 };
 JobResult run_job(const Job& job);
-// The same without parameter servers: N workers in --mode allreduce --collective ring, worker 0
-// the rendezvous coordinator on a free port (job.num_ps is ignored).
-JobResult run_allreduce_job(const Job& job);
+// The same without parameter servers: N workers in --mode allreduce --collective `collective`,
+// worker 0 the rendezvous coordinator on a free port (job.num_ps is ignored).
+JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
 // Starts the PS processes only; returns their addresses ("host:port") and pids.
 std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids);
 
