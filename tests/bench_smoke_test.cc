@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -48,6 +49,20 @@ TEST(BenchSmokeTest, ApplyPrintsEveryUpdateAgainstMemcpy) {
   const std::regex row("update=(accumulate|finite-check|sgd|momentum|adam) mib=1 ms=" + kNum + " GBps=" + kNum +
                        " memcpy_GBps=" + kNum + " ratio=" + kNum);
   EXPECT_EQ(matching_lines(out, row), 5) << out;
+}
+
+// bench/train_vs_torch.py needs PyTorch (PSTRAIN_TORCH_PYTHON names a Python that has it;
+// default python3): skipped where it is missing, as on CI.
+TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
+  const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  if (std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
+  }
+  const std::string out = run(python + " " + PSTRAIN_SOURCE_DIR + "/bench/train_vs_torch.py --device cpu --steps 30 --worker " +
+                              PSTRAIN_WORKER_BIN);
+  const std::regex row("(program=(pstrain|torch) samples_per_s=[0-9]+ test_accuracy=" + kNum + ")|(ratio=" + kNum + ")");
+  EXPECT_EQ(matching_lines(out, row), 3) << out;
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""bench/train_vs_torch.py: pstrain's training throughput on one device against PyTorch's, in one run.
+
+Both train the default model (MLP 784-256-128-10, ReLU, softmax cross-entropy, Adam lr 1e-3) on
+Fashion-MNIST with batch 128 for the same number of steps, then evaluate the test set once:
+
+* pstrain: one `pstrain-worker --mode allreduce --num-workers 1` (no PS; the worker applies the
+  optimizer itself, the one-process baseline of every mode), on --device;
+* PyTorch: the same model in eager mode, the training set resident on the device, a fresh random
+  permutation every epoch, torch.optim.Adam; a few warm-up steps are run first and not timed
+  (kinder to PyTorch than to pstrain, whose timing starts at its first step).
+
+It prints one row per program and `ratio = pstrain_samples_per_s / torch_samples_per_s`
+(> 1: pstrain is faster). Machines are noisy: compare ratios, not absolute figures across runs.
+
+    python3 bench/train_vs_torch.py                      # --device cuda (a GPU), 3000 steps
+    python3 bench/train_vs_torch.py --device cpu --threads 2
+    python3 bench/train_vs_torch.py --json
+
+Needs PyTorch and numpy (the GPU machine has them; `pip install torch numpy` elsewhere) and a
+built pstrain (build/pstrain-worker, or --worker PATH).
+"""
+import argparse
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HIDDEN = (256, 128)
+
+
+def die(message):
+    print(f"train_vs_torch: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def data_dir(arg):
+    return arg or os.environ.get("FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(directory, name):
+    """An IDX file of the data directory, gzip or not, as a numpy array."""
+    import numpy as np
+    for path, opener in ((os.path.join(directory, name), open), (os.path.join(directory, name + ".gz"), gzip.open)):
+        if os.path.exists(path):
+            with opener(path, "rb") as f:
+                raw = f.read()
+            dims = raw[3]
+            shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+            return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+    die(f"no {name}[.gz] in {directory} (--data-dir, or FASHION_MNIST_DIR)")
+
+
+def run_pstrain(args):
+    cmd = [args.worker, "--mode", "allreduce", "--num-workers", "1", "--device", args.device,
+           "--data-dir", data_dir(args.data_dir), "--batch-size", str(args.batch), "--steps", str(args.steps),
+           "--epochs", "1000", "--optimizer", "adam", "--lr", "1e-3", "--hidden", ",".join(map(str, HIDDEN)),
+           "--threads", str(args.threads), "--log-every", str(max(args.steps, 1))]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        die(f"pstrain-worker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
+    match = re.search(r"summary: .* samples_per_s=(\d+) .* test_accuracy=([0-9.]+)", proc.stderr + proc.stdout)
+    if not match:
+        die(f"no summary line in pstrain-worker's output:\n{proc.stderr[-4000:]}")
+    return float(match.group(1)), float(match.group(2))
+
+
+def run_torch(args):
+    import numpy as np
+    import torch
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        die("PyTorch sees no CUDA device")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(42)
+    directory = data_dir(args.data_dir)
+    x = torch.from_numpy(read_idx(directory, "train-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0).to(device)
+    y = torch.from_numpy(read_idx(directory, "train-labels-idx1-ubyte").astype(np.int64)).to(device)
+    tx = torch.from_numpy(read_idx(directory, "t10k-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0).to(device)
+    ty = torch.from_numpy(read_idx(directory, "t10k-labels-idx1-ubyte").astype(np.int64)).to(device)
+    widths = (784,) + HIDDEN + (10,)
+    layers = []
+    for i in range(len(widths) - 1):
+        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
+        if i + 2 < len(widths):
+            layers.append(torch.nn.ReLU())
+    model = torch.nn.Sequential(*layers).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    steps_per_epoch = x.shape[0] // args.batch
+
+    def train(steps):
+        perm = torch.randperm(x.shape[0], device=device)
+        for step in range(steps):
+            k = step % steps_per_epoch
+            if k == 0 and step > 0:
+                perm = torch.randperm(x.shape[0], device=device)
+            index = perm[k * args.batch:(k + 1) * args.batch]
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x[index]), y[index])
+            loss.backward()
+            optimizer.step()
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    train(20)  # warm-up: kernels, cuBLAS handles, the allocator
+    sync()
+    start = time.perf_counter()
+    train(args.steps)
+    with torch.no_grad():
+        correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, tx.shape[0], 500))
+    sync()
+    seconds = time.perf_counter() - start
+    return args.steps * args.batch / seconds, correct / tx.shape[0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda | cuda:K | cpu, for both programs (default cuda)")
+    parser.add_argument("--steps", type=int, default=3000, help="training steps of each program (default 3000)")
+    parser.add_argument("--batch", type=int, default=128, help="batch size (default 128, the default job's global batch)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU threads: pstrain --threads and torch.set_num_threads (default 1)")
+    parser.add_argument("--data-dir", help="Fashion-MNIST IDX files (default $FASHION_MNIST_DIR or Debian's)")
+    parser.add_argument("--worker", default=os.path.join(os.environ.get("PSTRAIN_BUILD_DIR", os.path.join(REPO, "build")),
+                                                         "pstrain-worker"), help="pstrain-worker binary")
+    parser.add_argument("--json", action="store_true", help="one JSON object instead of text rows")
+    args = parser.parse_args()
+    if args.steps < 1 or args.batch < 1 or args.threads < 1:
+        die("--steps, --batch and --threads must be positive")
+    if not os.access(args.worker, os.X_OK):
+        die(f"{args.worker} is not an executable (build pstrain, or give --worker)")
+    try:
+        import numpy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        die(f"{e}: this benchmark needs PyTorch and numpy")
+
+    ours, ours_acc = run_pstrain(args)
+    theirs, theirs_acc = run_torch(args)
+    ratio = ours / theirs
+    if args.json:
+        print(json.dumps({"device": args.device, "steps": args.steps, "batch": args.batch, "threads": args.threads,
+                          "pstrain_samples_per_s": round(ours), "torch_samples_per_s": round(theirs),
+                          "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
+                          "ratio": round(ratio, 3)}))
+    else:
+        print(f"# bench/train_vs_torch: MLP 784-256-128-10, Adam, batch {args.batch}, {args.steps} steps + one test "
+              f"evaluation, --device {args.device}, {args.threads} thread(s)")
+        print(f"program=pstrain samples_per_s={ours:.0f} test_accuracy={ours_acc:.4f}")
+        print(f"program=torch samples_per_s={theirs:.0f} test_accuracy={theirs_acc:.4f}")
+        print(f"ratio={ratio:.3f}")
+
+
+if __name__ == "__main__":
+    main()
