@@ -4,11 +4,14 @@
 // echo) is measured, then for every (N workers, S shards) a real PS job in separate processes:
 // each worker pushes a B-byte gradient and pulls B bytes of parameters back, per round. Each row
 // prints both medians and efficiency = raw_time / pstrain_time (1.0 = as fast as the transport).
+#include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -29,6 +32,7 @@ struct Config {
   std::vector<int> shards = {1, 2, 4};
   int rounds = 5;
   std::vector<std::string> transports = {"tcp"};
+  double link_gbit = 0;  // > 0: every PS shard behind its own emulated link of this rate
   int chunk_kib = JobOptions().chunk_kib;
   bool json = false;
 };
@@ -39,14 +43,72 @@ std::string ipc_name(const std::string& what) {
   return "@pstrain-bench-" + std::to_string(getpid()) + "-" + std::to_string(counter++) + "-" + what;
 }
 
+// --link-gbit: each PS shard in its own network namespace, reached over a veth pair whose two
+// ends are rate-limited (tbf), like a server behind its own NIC; the workers stay in this
+// process's namespace. Needs root and iproute2. Address of shard s: 10.213.s.2.
+class ShardLinks {
+ public:
+  ShardLinks(int count, double gbit) {
+    if (count == 0) return;
+    std::atexit(remove_all);  // the benchmark also exits through usage_error() and wait_child()
+    const std::string rate = std::to_string(static_cast<long>(gbit * 1000)) + "mbit";
+    for (int s = 0; s < count; ++s) {
+      const std::string ns = name(s), veth = name(s), inner = name(s) + "i";
+      const std::string net = "10.213." + std::to_string(s);
+      shell("ip netns add " + ns);
+      names_.push_back(ns);
+      shell("ip link add " + veth + " mtu 65535 type veth peer name " + inner + " mtu 65535");
+      shell("ip link set " + inner + " netns " + ns);
+      shell("ip addr add " + net + ".1/30 dev " + veth + " && ip link set " + veth + " up");
+      shell("ip -n " + ns + " addr add " + net + ".2/30 dev " + inner + " && ip -n " + ns + " link set " + inner +
+            " up && ip -n " + ns + " link set lo up");
+      shell("tc qdisc add dev " + veth + " root tbf rate " + rate + " burst 4mb latency 200ms");
+      shell("tc -n " + ns + " qdisc add dev " + inner + " root tbf rate " + rate + " burst 4mb latency 200ms");
+    }
+  }
+  ~ShardLinks() { remove_all(); }
+  ShardLinks(const ShardLinks&) = delete;
+  ShardLinks& operator=(const ShardLinks&) = delete;
+
+  static std::string host(int s) { return "10.213." + std::to_string(s) + ".2"; }
+  // In a child: moves the calling process into shard s's namespace (before any socket exists).
+  void enter(int s) const {
+    const std::string path = "/var/run/netns/" + names_.at(static_cast<size_t>(s));
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) != 0) usage_error("cannot enter network namespace " + path);
+    close(fd);
+  }
+  bool active() const { return !names_.empty(); }
+
+ private:
+  static std::string name(int s) { return "pstb" + std::to_string(getpid() % 10000000) + "s" + std::to_string(s); }
+  static void shell(const std::string& command, bool check = true) {
+    const int rc = std::system((command + (check ? " >/dev/null" : " >/dev/null 2>&1")).c_str());
+    if (check && rc != 0) {
+      usage_error("'" + command + "' failed: --link-gbit needs root, iproute2 (ip, tc) and the tbf qdisc");
+    }
+  }
+  // Deletes every namespace made so far, with its veth pair; only ever in the parent process.
+  static void remove_all() {
+    if (getpid() != owner_) return;
+    for (const auto& ns : names_) shell("ip netns del " + ns, /*check=*/false);
+    names_.clear();
+  }
+  static inline std::vector<std::string> names_;
+  static inline const pid_t owner_ = getpid();
+};
+
 // Raw transport: median seconds of a B-byte round trip (zero-copy send, echo by the server).
-double raw_round_trip(const std::string& transport, size_t bytes, int rounds) {
+double raw_round_trip(const std::string& transport, size_t bytes, int rounds, const ShardLinks& links) {
   Pipe address_pipe, result_pipe;
   const pid_t server = fork_child([&] {
+    if (links.active()) links.enter(0);
     zmq::context_t context(1);
     zmq::socket_t socket(context, zmq::socket_type::router);
     socket.set(zmq::sockopt::linger, 10000);  // the last echo must leave before this child exits
-    socket.bind(transport == "ipc" ? "ipc://" + ipc_name("raw") : "tcp://127.0.0.1:*");
+    socket.bind(links.active()         ? "tcp://" + ShardLinks::host(0) + ":*"
+                : transport == "ipc" ? "ipc://" + ipc_name("raw")
+                                     : "tcp://127.0.0.1:*");
     address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
     for (int r = 0; r < rounds + 1; ++r) {
       zmq::message_t id, payload;
@@ -82,7 +144,7 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds) {
 
 // pstrain: median over rounds of the slowest worker's push+pull time.
 double pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
-                     int chunk_kib) {
+                     int chunk_kib, const ShardLinks& links) {
   const uint64_t total = bytes / sizeof(float);
   JobOptions base;
   base.num_workers = num_workers;
@@ -95,12 +157,13 @@ double pstrain_round(const std::string& transport, size_t bytes, int num_workers
   std::vector<std::string> hosts;
   for (int s = 0; s < num_ps; ++s) {
     Pipe address_pipe;
-    const std::string ipc = transport == "ipc" ? ipc_name("ps" + std::to_string(s)) : "";
+    const std::string ipc = transport == "ipc" && !links.active() ? ipc_name("ps" + std::to_string(s)) : "";
     children.push_back(fork_child([&] {
       JobOptions o = base;
       o.index = s;
+      if (links.active()) links.enter(s);
       zmq::context_t context(1);
-      auto endpoint = make_zmq_server(context, "127.0.0.1", 0, ipc);
+      auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc);
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
       ParameterServer server(o, *endpoint);
       server.serve();
@@ -141,15 +204,21 @@ double pstrain_round(const std::string& transport, size_t bytes, int num_workers
 }
 
 int run(const Config& c) {
+  const ShardLinks links(c.link_gbit > 0 ? *std::max_element(c.shards.begin(), c.shards.end()) : 0, c.link_gbit);
+  const std::vector<std::string> transports = links.active() ? std::vector<std::string>{"link"} : c.transports;
   std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n", c.rounds);
+  if (links.active() && !c.json) {
+    std::printf("# transport=link: every PS shard behind its own emulated %.3g Gbit/s link (tcp over a rate-limited veth pair)\n",
+                c.link_gbit);
+  }
   bool first = true;
   for (size_t mib : c.sizes_mib) {
-   for (const std::string& transport : c.transports) {
+   for (const std::string& transport : transports) {
     const size_t bytes = mib << 20;
-    const double raw = raw_round_trip(transport, bytes, c.rounds);
+    const double raw = raw_round_trip(transport, bytes, c.rounds, links);
     for (int n : c.workers) {
       for (int s : c.shards) {
-        const double t = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib);
+        const double t = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib, links);
         const double efficiency = raw / t;
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
@@ -187,7 +256,14 @@ int main(int argc, char** argv) {
     else if (arg == "--sizes") c.sizes_mib = pstrain::bench::parse_list<size_t>(value(), arg);
     else if (arg == "--workers") c.workers = pstrain::bench::parse_list<int>(value(), arg);
     else if (arg == "--shards") c.shards = pstrain::bench::parse_list<int>(value(), arg);
-    else if (arg == "--transport") {
+    else if (arg == "--link-gbit") {
+      try {
+        c.link_gbit = std::stod(value());
+      } catch (const std::exception&) {
+        c.link_gbit = -1;
+      }
+      if (!(c.link_gbit > 0 && c.link_gbit <= 1000)) pstrain::bench::usage_error("--link-gbit needs a rate in (0, 1000]");
+    } else if (arg == "--transport") {
       c.transports.clear();
       std::stringstream list(value());
       for (std::string t; std::getline(list, t, ',');) {
@@ -197,9 +273,12 @@ int main(int argc, char** argv) {
       if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp and/or ipc");
     }
     else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--json]\n"
+      std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--link-gbit G] [--json]\n"
                   "  defaults: --sizes 1,16,64,256 --transport tcp --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n"
-                  "  --transport: tcp (loopback) and/or ipc (Unix-domain sockets; the raw baseline uses the same transport)\n",
+                  "  --transport: tcp (loopback) and/or ipc (Unix-domain sockets; the raw baseline uses the same transport)\n"
+                  "  --link-gbit G: instead, every PS shard in its own network namespace behind an emulated G Gbit/s\n"
+                  "    link (veth + tbf; root and iproute2 needed), as on a cluster where each server has its own NIC;\n"
+                  "    the raw baseline crosses one such link\n",
                   pstrain::JobOptions().chunk_kib);
       return 0;
     } else pstrain::bench::usage_error("unknown flag " + arg);
