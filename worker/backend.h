@@ -26,6 +26,9 @@ class Backend {
   virtual bool host_accessible() const = 0;
   // Bytes currently held: allocate()d buffers plus the backend's own workspace and scratch.
   virtual size_t bytes_allocated() const = 0;
+  // Device memory measured as taken since the backend was made (CUDA: the drop in cudaMemGetInfo's
+  // free bytes, which other processes on the same GPU disturb); 0 for host backends.
+  virtual size_t device_bytes_used() const { return 0; }
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
   // n floats of host memory for staging transfers (pinned on CUDA); not in bytes_allocated().

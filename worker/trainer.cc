@@ -126,7 +126,10 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   const size_t total = model.layout().total();
   Replica replica(*backend, total, input_floats);
   PSLOG(INFO) << tag << "model " << total << " parameters; allocated " << fixed(backend->bytes_allocated() / 1048576.0, 2)
-              << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)";
+              << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
+              << (backend->host_accessible() ? std::string()
+                                             : "; measured " + fixed(backend->device_bytes_used() / 1048576.0, 2) +
+                                                   " MiB by cudaMemGetInfo");
 
   const auto exchange = make_exchange(total, replica);
   const bool stage_gradient = exchange->stages_gradient();
@@ -206,7 +209,11 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
       static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
   if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), replica.host_params());
   exchange->done();
-  PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb();
+  PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb()
+              << (backend->host_accessible()
+                      ? std::string()
+                      : " device_mib_counted=" + fixed(backend->bytes_allocated() / 1048576.0, 2) +
+                            " device_mib_measured=" + fixed(backend->device_bytes_used() / 1048576.0, 2));
   if (chief) {
     PSLOG(INFO) << "summary: mode=" << o.mode << " workers=" << o.num_workers
                 << (o.mode == "sync" ? " ps=" + std::to_string(o.num_ps) : "") << " steps=" << summary.steps

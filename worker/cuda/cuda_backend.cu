@@ -107,6 +107,7 @@ class CudaBackend final : public Backend {
       : device_(device),
         limit_(memory_limit_bytes),
         name_("cuda:" + std::to_string(device) + " (" + gpu_name(device) + ")"),
+        free_at_start_(gpu_memory(device).free_bytes),
         stream_(device),
         blas_(make_cublas(device, stream_.get())) {
     const size_t bytes = cublas_workspace_bytes(device_);
@@ -123,6 +124,10 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   bool host_accessible() const override { return false; }
   size_t bytes_allocated() const override { return allocated_->load(); }
+  size_t device_bytes_used() const override {
+    const size_t free_now = gpu_memory(device_).free_bytes;
+    return free_at_start_ > free_now ? free_at_start_ - free_now : 0;
+  }
 
   BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
 
@@ -277,6 +282,7 @@ class CudaBackend final : public Backend {
   const int device_;
   const size_t limit_;  // bytes; 0 = none
   const std::string name_;
+  const size_t free_at_start_;  // device memory free once the context existed, before our allocations
   ByteCount allocated_ = std::make_shared<std::atomic<size_t>>(0);
   // Destroyed in reverse: scratch, then the cuBLAS handle, then its workspace, then the stream.
   CudaStream stream_;
