@@ -45,34 +45,24 @@ class NcclCollective final : public Collective {
     if (blob.size() != sizeof id) throw Error("NCCL unique id from rank 0 has " + std::to_string(blob.size()) + " bytes");
     std::memcpy(&id, blob.data(), sizeof id);
 
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // every wait below is ours, bounded by the deadline
-    const auto deadline = deadline_after(timeout_s_);
-    PSTRAIN_NCCL_CHECK(nullptr, ncclCommInitRankConfig(&comm_, world(), id, rank(), &config));
-    wait_for_comm("creating the NCCL communicator", deadline);
-    PSTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    PSTRAIN_CUDA_CHECK(cudaMalloc(&device_scalars_, kMaxScalars * sizeof(double)));
-    PSTRAIN_CUDA_CHECK(cudaMallocHost(&host_scalars_, kMaxScalars * sizeof(double)));
+    try {
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;  // every wait below is ours, bounded by the deadline
+      const auto deadline = deadline_after(timeout_s_);
+      PSTRAIN_NCCL_CHECK(nullptr, ncclCommInitRankConfig(&comm_, world(), id, rank(), &config));
+      wait_for_comm("creating the NCCL communicator", deadline);
+      PSTRAIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+      PSTRAIN_CUDA_CHECK(cudaMalloc(&device_scalars_, kMaxScalars * sizeof(double)));
+      PSTRAIN_CUDA_CHECK(cudaMallocHost(&host_scalars_, kMaxScalars * sizeof(double)));
+    } catch (...) {
+      failed_ = true;  // the destructor does not run for a throwing constructor: abort here
+      release();
+      throw;
+    }
     PSLOG(INFO) << "w" << rank() << ": NCCL communicator of " << world() << " rank(s) on cuda:" << device_;
   }
 
-  ~NcclCollective() override {
-    ScopedDevice on(device_, std::nothrow);
-    if (stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
-    if (comm_ != nullptr) {
-      // A failed communicator (or one whose peers are gone) is aborted: finalising it could wait forever.
-      if (failed_ || !finalize()) {
-        const ncclResult_t r = ncclCommAbort(comm_);
-        if (r != ncclSuccess) PSLOG(WARN) << "ncclCommAbort: " << ncclGetErrorString(r);
-      } else {
-        const ncclResult_t r = ncclCommDestroy(comm_);
-        if (r != ncclSuccess) PSLOG(WARN) << "ncclCommDestroy: " << ncclGetErrorString(r);
-      }
-    }
-    if (stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
-    if (device_scalars_ != nullptr) PSTRAIN_CUDA_WARN(cudaFree(device_scalars_));
-    if (host_scalars_ != nullptr) PSTRAIN_CUDA_WARN(cudaFreeHost(host_scalars_));
-  }
+  ~NcclCollective() override { release(); }
 
   int rank() const override { return bootstrap_->rank(); }
   int world() const override { return bootstrap_->world(); }
@@ -136,6 +126,29 @@ class NcclCollective final : public Collective {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
+  }
+
+  // Frees everything held; a failed communicator (or one whose peers are gone) is aborted, as
+  // finalising it could wait forever. Never throws; safe to call twice.
+  void release() noexcept {
+    ScopedDevice on(device_, std::nothrow);
+    if (stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
+    if (comm_ != nullptr) {
+      if (failed_ || !finalize()) {
+        const ncclResult_t r = ncclCommAbort(comm_);
+        if (r != ncclSuccess) PSLOG(WARN) << "ncclCommAbort: " << ncclGetErrorString(r);
+      } else {
+        const ncclResult_t r = ncclCommDestroy(comm_);
+        if (r != ncclSuccess) PSLOG(WARN) << "ncclCommDestroy: " << ncclGetErrorString(r);
+      }
+      comm_ = nullptr;
+    }
+    if (stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamDestroy(stream_));
+    if (device_scalars_ != nullptr) PSTRAIN_CUDA_WARN(cudaFree(device_scalars_));
+    if (host_scalars_ != nullptr) PSTRAIN_CUDA_WARN(cudaFreeHost(host_scalars_));
+    stream_ = nullptr;
+    device_scalars_ = nullptr;
+    host_scalars_ = nullptr;
   }
 
   [[noreturn]] void fail(const std::string& message) {
