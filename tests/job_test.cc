@@ -16,6 +16,19 @@ class JobTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = make_temp_dir("job"); }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // One pstrain-worker with `args` on a tiny synthetic dataset, alone (no PS, no peers); returns
+  // how it exited and leaves its log in *log.
+  ExitStatus run_lone_worker(std::vector<std::string> args, std::string* log) {
+    write_synthetic_mnist(dir_, "train", 100, 8, 8, 1, false);
+    write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
+    args.insert(args.begin(), PSTRAIN_WORKER_BIN);
+    args.insert(args.end(), {"--data-dir", dir_, "--cache-dir", dir_});
+    const ExitStatus status = wait_for(spawn(args, dir_ + "/w0.log"), 30);
+    *log = read_file(dir_ + "/w0.log");
+    return status;
+  }
+
   std::string dir_;
 };
 
@@ -49,15 +62,9 @@ TEST_F(JobTest, StalledBarrierNamesTheMissingWorker) {
 }
 
 TEST_F(JobTest, WorkerWithoutServerFailsAtItsDeadline) {
-  write_synthetic_mnist(dir_, "train", 100, 8, 8, 1, false);
-  write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
   // A port nothing listens on (bound then released by a PS that exits at once is racy; use port 1).
-  const ExitStatus worker = wait_for(
-      spawn({PSTRAIN_WORKER_BIN, "--ps-hosts", "127.0.0.1:1", "--data-dir", dir_, "--cache-dir", dir_,
-             "--timeout", "1"},
-            dir_ + "/w0.log"),
-      30);
-  const std::string log = read_file(dir_ + "/w0.log");
+  std::string log;
+  const ExitStatus worker = run_lone_worker({"--ps-hosts", "127.0.0.1:1", "--timeout", "1"}, &log);
   EXPECT_EQ(worker.code, 1) << log;
   EXPECT_NE(log.find("timed out after 1"), std::string::npos) << log;
   EXPECT_NE(log.find("HELLO from ps0 at 127.0.0.1:1"), std::string::npos) << log;
@@ -65,14 +72,9 @@ TEST_F(JobTest, WorkerWithoutServerFailsAtItsDeadline) {
 
 // NCCL all-reduces GPU buffers: asked for on the CPU, the worker refuses at once with exit 2.
 TEST_F(JobTest, NcclOnTheCpuIsAUsageError) {
-  write_synthetic_mnist(dir_, "train", 100, 8, 8, 1, false);
-  write_synthetic_mnist(dir_, "t10k", 50, 8, 8, 2, false);
-  const ExitStatus worker = wait_for(
-      spawn({PSTRAIN_WORKER_BIN, "--mode", "allreduce", "--collective", "nccl", "--device", "cpu", "--data-dir", dir_,
-             "--cache-dir", dir_, "--timeout", "5"},
-            dir_ + "/w0.log"),
-      30);
-  const std::string log = read_file(dir_ + "/w0.log");
+  std::string log;
+  const ExitStatus worker =
+      run_lone_worker({"--mode", "allreduce", "--collective", "nccl", "--device", "cpu", "--timeout", "5"}, &log);
   EXPECT_EQ(worker.code, 2) << log;
   EXPECT_NE(log.find("--collective nccl needs a GPU"), std::string::npos) << log;
 }
