@@ -152,7 +152,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
     exchange->begin_step(step);
     PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
     Clock::duration pushing{};
-    size_t ready_to = total;  // grad[ready_to, total) is already on the host
+    size_t ready_to = total;  // grad[ready_to, total) is final (and on the host when staged)
     const auto push = [&](size_t from, const BatchStats& s) {
       if (stage_gradient) replica.grad_to_host(from, ready_to);
       ready_to = from;
