@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
           throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
                                     "on the CPU use --collective ring");
         }
-        auto nccl = pstrain::make_nccl_collective(join_ring(context, o), o.timeout_s);
+        auto nccl = pstrain::make_nccl_collective(join_ring(context, o), replica.cuda_device(), o.timeout_s);
         return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
       }
       if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o), replica);

@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -32,9 +33,11 @@ namespace {
 
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(std::unique_ptr<Collective> bootstrap, double timeout_s)
-      : bootstrap_(std::move(bootstrap)), timeout_s_(timeout_s) {
-    PSTRAIN_CUDA_CHECK(cudaGetDevice(&device_));
+  NcclCollective(std::unique_ptr<Collective> bootstrap, int device, double timeout_s)
+      : bootstrap_(std::move(bootstrap)), timeout_s_(timeout_s), device_(device) {
+    // The communicator, its stream and buffers belong to this device, whatever is current.
+    ScopedDevice on(device_);
+    warn_if_blocking_forced();
     ncclUniqueId id;
     std::string blob;
     if (rank() == 0) {
@@ -82,9 +85,14 @@ class NcclCollective final : public Collective {
       PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_scalars_, host_scalars_, k * sizeof(double), cudaMemcpyHostToDevice, stream_));
     }
     PSTRAIN_NCCL_CHECK(comm_, ncclGroupStart());
-    if (n > 0) PSTRAIN_NCCL_CHECK(comm_, ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_));
-    if (k > 0) {
-      PSTRAIN_NCCL_CHECK(comm_, ncclAllReduce(device_scalars_, device_scalars_, k, ncclFloat64, ncclSum, comm_, stream_));
+    try {
+      if (n > 0) PSTRAIN_NCCL_CHECK(comm_, ncclAllReduce(data, data, n, ncclFloat32, ncclSum, comm_, stream_));
+      if (k > 0) {
+        PSTRAIN_NCCL_CHECK(comm_, ncclAllReduce(device_scalars_, device_scalars_, k, ncclFloat64, ncclSum, comm_, stream_));
+      }
+    } catch (...) {
+      ncclGroupEnd();  // never leave the thread inside a group; the communicator is aborted later
+      throw;
     }
     PSTRAIN_NCCL_CHECK(comm_, ncclGroupEnd());
     wait_for_comm("enqueueing the all-reduce", deadline);
@@ -128,11 +136,22 @@ class NcclCollective final : public Collective {
     }
   }
 
-  // Frees everything held; a failed communicator (or one whose peers are gone) is aborted, as
-  // finalising it could wait forever. Never throws; safe to call twice.
+  // NCCL_COMM_BLOCKING=1 in the environment overrides config.blocking = 0: NCCL calls then
+  // block inside the library, where no deadline of ours can end them.
+  void warn_if_blocking_forced() const {
+    const char* forced = std::getenv("NCCL_COMM_BLOCKING");
+    if (forced != nullptr && std::strcmp(forced, "0") != 0) {
+      PSLOG(WARN) << "NCCL_COMM_BLOCKING=" << forced << " is set: NCCL calls block, so --timeout cannot end a "
+                  << "wait for a dead peer inside NCCL; unset it to keep the deadlines";
+    }
+  }
+
+  // Frees everything held; a failed communicator (or one whose peers are gone) is aborted first,
+  // as finalising it, or waiting for its stream, could wait forever for a dead peer. Never
+  // throws; safe to call twice.
   void release() noexcept {
     ScopedDevice on(device_, std::nothrow);
-    if (stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
+    if (!failed_ && stream_ != nullptr) PSTRAIN_CUDA_WARN(cudaStreamSynchronize(stream_));
     if (comm_ != nullptr) {
       if (failed_ || !finalize()) {
         const ncclResult_t r = ncclCommAbort(comm_);
@@ -172,7 +191,7 @@ class NcclCollective final : public Collective {
 
   std::unique_ptr<Collective> bootstrap_;
   const double timeout_s_;
-  int device_ = 0;
+  const int device_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   double* device_scalars_ = nullptr;
@@ -182,9 +201,11 @@ class NcclCollective final : public Collective {
 
 }  // namespace
 
-std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, double timeout_s) {
+std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, int device,
+                                                 double timeout_s) {
   PSTRAIN_CHECK(bootstrap != nullptr);
-  return std::make_unique<NcclCollective>(std::move(bootstrap), timeout_s);
+  PSTRAIN_CHECK(device >= 0);
+  return std::make_unique<NcclCollective>(std::move(bootstrap), device, timeout_s);
 }
 
 }  // namespace pstrain

@@ -6,7 +6,7 @@
 // the others fail with an Error naming the timeout instead of hanging inside NCCL.
 //
 // Plain C++ header: the implementation is in nccl_collective.cc (NCCL builds) or in
-// worker/cuda_stub.cc (builds without CUDA, where it throws).
+// worker/nccl_stub.cc (builds without CUDA or NCCL, where it throws).
 #pragma once
 
 #include <memory>
@@ -15,11 +15,13 @@
 
 namespace pstrain {
 
-// Creates the communicator among bootstrap->world() ranks on the calling thread's current CUDA
-// device. The returned collective's allreduce_sum() takes `data` in that device's memory (the
-// worker's flat gradient buffer) and `scalars` in host memory; on_device() is true. It first
-// waits for all work the process queued on the device (the backward pass), then sums in place.
-// Throws pstrain::Error when NCCL or CUDA fails, or a peer does not answer within timeout_s.
-std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, double timeout_s);
+// Creates the communicator among bootstrap->world() ranks on CUDA device `device` (the worker's
+// backend device: each rank may use a different GPU of the host). The returned collective's
+// allreduce_sum() takes `data` in that device's memory (the worker's flat gradient buffer) and
+// `scalars` in host memory; on_device() is true. It first waits for all work the process queued
+// on the device (the backward pass), then sums in place. Throws pstrain::Error when NCCL or CUDA
+// fails, or a peer does not answer within timeout_s.
+std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, int device,
+                                                 double timeout_s);
 
 }  // namespace pstrain
