@@ -27,8 +27,14 @@ class Backend {
   // Bytes currently held: allocate()d buffers plus the backend's own workspace and scratch.
   virtual size_t bytes_allocated() const = 0;
   // Device memory measured as taken since the backend was made (CUDA: the drop in cudaMemGetInfo's
-  // free bytes, which other processes on the same GPU disturb); 0 for host backends.
+  // free bytes, which other processes on the same GPU disturb); 0 for host backends, and 0 when
+  // CUDA cannot measure it (never throws).
   virtual size_t device_bytes_used() const { return 0; }
+  // The CUDA device index the backend computes on; -1 for host backends.
+  virtual int cuda_device() const { return -1; }
+
+  // Returns once all work queued so far has finished (CUDA launches are asynchronous).
+  virtual void synchronize() {}
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
   // n floats of host memory for staging transfers (pinned on CUDA); not in bytes_allocated().

@@ -22,12 +22,14 @@ class Replica {
   Replica(Backend& backend, size_t total, size_t input_floats);
 
   bool on_device() const { return !backend_.host_accessible(); }  // a GPU replica
+  int cuda_device() const { return backend_.cuda_device(); }       // -1 on the CPU
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
   const float* params() const { return params_.get(); }
   float* grad() { return grad_.get(); }
 
   void params_to_device();                    // after the parameters were pulled
+  void synchronize() { backend_.synchronize(); }  // the device's queued work is done
   void grad_to_host(size_t from, size_t to);  // gradient elements [from, to), during backward
   const float* input(const float* host_x, size_t floats);  // the batch, where the backend reads it
 

@@ -164,6 +164,9 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
     };
     const float* x = replica.input(batch.x.data(), batch.x.size());
     model.train_step(replica.params(), x, batch.y.data(), batch.size, replica.grad(), push);
+    // Without staging the backward pass may still run on the GPU: wait here, so that its time
+    // counts as compute and not as the exchange's.
+    if (!stage_gradient) replica.synchronize();
     const auto t2 = Clock::now();
     StepTimes times;
     times.data_us = micros(t1 - t0);

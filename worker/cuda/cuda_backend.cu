@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "shared/error.h"
+#include "shared/log.h"
 #include "worker/backend.h"
 #include "worker/cuda/pinned.h"
 #include "worker/cuda/cuda_check.h"
@@ -125,8 +126,18 @@ class CudaBackend final : public Backend {
   bool host_accessible() const override { return false; }
   size_t bytes_allocated() const override { return allocated_->load(); }
   size_t device_bytes_used() const override {
-    const size_t free_now = gpu_memory(device_).free_bytes;
-    return free_at_start_ > free_now ? free_at_start_ - free_now : 0;
+    try {
+      const size_t free_now = gpu_memory(device_).free_bytes;
+      return free_at_start_ > free_now ? free_at_start_ - free_now : 0;
+    } catch (const Error& e) {
+      PSLOG(WARN) << "cannot measure device memory: " << e.what();
+      return 0;
+    }
+  }
+  int cuda_device() const override { return device_; }
+  void synchronize() override {
+    ScopedDevice guard(device_);
+    stream_.synchronize();
   }
 
   BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
