@@ -4,12 +4,15 @@
 // echo) is measured, then for every (N workers, S shards) a real PS job in separate processes:
 // each worker pushes a B-byte gradient and pulls B bytes of parameters back, per round. Each row
 // prints both medians and efficiency = raw_time / pstrain_time (1.0 = as fast as the transport).
+#include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,8 +53,14 @@ class ShardLinks {
  public:
   ShardLinks(int count, double gbit) {
     if (count == 0) return;
+    remove_stale();
     std::atexit(remove_all);  // the benchmark also exits through usage_error() and wait_child()
-    const std::string rate = std::to_string(static_cast<long>(gbit * 1000)) + "mbit";
+    for (const int sig : {SIGINT, SIGTERM, SIGHUP}) std::signal(sig, on_signal);
+    const double bytes_per_s = gbit * 1e9 / 8;
+    const std::string rate = std::to_string(static_cast<long>(gbit * 1e6)) + "kbit";
+    // The bucket holds 10 ms of traffic (at least 4 MiB): tbf needs more than one timer tick's worth.
+    const std::string burst = std::to_string(std::max<long>(4L << 20, static_cast<long>(bytes_per_s / 100)));
+    const std::string tbf = " root tbf rate " + rate + " burst " + burst + " latency 200ms";
     for (int s = 0; s < count; ++s) {
       const std::string ns = name(s), veth = name(s), inner = name(s) + "i";
       const std::string net = "10.213." + std::to_string(s);
@@ -62,8 +71,8 @@ class ShardLinks {
       shell("ip addr add " + net + ".1/30 dev " + veth + " && ip link set " + veth + " up");
       shell("ip -n " + ns + " addr add " + net + ".2/30 dev " + inner + " && ip -n " + ns + " link set " + inner +
             " up && ip -n " + ns + " link set lo up");
-      shell("tc qdisc add dev " + veth + " root tbf rate " + rate + " burst 4mb latency 200ms");
-      shell("tc -n " + ns + " qdisc add dev " + inner + " root tbf rate " + rate + " burst 4mb latency 200ms");
+      shell("tc qdisc add dev " + veth + tbf);
+      shell("tc -n " + ns + " qdisc add dev " + inner + tbf);
     }
   }
   ~ShardLinks() { remove_all(); }
@@ -81,7 +90,7 @@ class ShardLinks {
   bool active() const { return !names_.empty(); }
 
  private:
-  static std::string name(int s) { return "pstb" + std::to_string(getpid() % 10000000) + "s" + std::to_string(s); }
+  static std::string name(int s) { return "pstb" + std::to_string(getpid()) + "s" + std::to_string(s); }
   static void shell(const std::string& command, bool check = true) {
     const int rc = std::system((command + (check ? " >/dev/null" : " >/dev/null 2>&1")).c_str());
     if (check && rc != 0) {
@@ -93,6 +102,33 @@ class ShardLinks {
     if (getpid() != owner_) return;
     for (const auto& ns : names_) shell("ip netns del " + ns, /*check=*/false);
     names_.clear();
+  }
+  // Ctrl-C or kill: delete the namespaces, then die of the signal as the caller expects. (system()
+  // is not async-signal-safe; the process is ending and the main thread only waits for children.)
+  static void on_signal(int sig) {
+    remove_all();
+    std::signal(sig, SIG_DFL);
+    raise(sig);
+  }
+  // Namespaces left by a run that was killed with SIGKILL: pstb<pid>s<s> whose pid is gone.
+  static void remove_stale() {
+    DIR* dir = opendir("/var/run/netns");
+    if (dir == nullptr) return;
+    std::vector<std::string> stale;
+    while (const dirent* entry = readdir(dir)) {
+      long pid = 0;
+      int shard = 0;
+      char tail = 0;
+      if (std::sscanf(entry->d_name, "pstb%lds%d%c", &pid, &shard, &tail) == 2 && pid > 0 &&
+          kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+        stale.emplace_back(entry->d_name);
+      }
+    }
+    closedir(dir);
+    for (const auto& ns : stale) {
+      std::fprintf(stderr, "# removing network namespace %s left by an earlier run\n", ns.c_str());
+      shell("ip netns del " + ns, /*check=*/false);
+    }
   }
   static inline std::vector<std::string> names_;
   static inline const pid_t owner_ = getpid();
@@ -262,7 +298,9 @@ int main(int argc, char** argv) {
       } catch (const std::exception&) {
         c.link_gbit = -1;
       }
-      if (!(c.link_gbit > 0 && c.link_gbit <= 1000)) pstrain::bench::usage_error("--link-gbit needs a rate in (0, 1000]");
+      if (!(c.link_gbit >= 0.001 && c.link_gbit <= 1000)) {
+        pstrain::bench::usage_error("--link-gbit needs a rate in Gbit/s from 0.001 to 1000");
+      }
     } else if (arg == "--transport") {
       c.transports.clear();
       std::stringstream list(value());

@@ -2,7 +2,8 @@
 """bench/train_vs_torch.py: pstrain's training throughput on one device against PyTorch's, in one run.
 
 Both train the default model (MLP 784-256-128-10, ReLU, softmax cross-entropy, Adam lr 1e-3) on
-Fashion-MNIST with batch 128 for the same number of steps, then evaluate the test set once:
+Fashion-MNIST with batch 128 for the same number of steps, and evaluate the whole test set at the
+end of every epoch and after the last step (what pstrain's trainer does; both inside the timing):
 
 * pstrain: one `pstrain-worker --mode allreduce --num-workers 1` (no PS; the worker applies the
   optimizer itself, the one-process baseline of every mode), on --device;
@@ -93,8 +94,13 @@ def run_torch(args):
     loss_fn = torch.nn.CrossEntropyLoss()
     steps_per_epoch = x.shape[0] // args.batch
 
-    def train(steps):
+    def evaluate():
+        with torch.no_grad():
+            return sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, tx.shape[0], 500))
+
+    def train(steps, evaluating):
         perm = torch.randperm(x.shape[0], device=device)
+        correct = 0
         for step in range(steps):
             k = step % steps_per_epoch
             if k == 0 and step > 0:
@@ -104,17 +110,19 @@ def run_torch(args):
             loss = loss_fn(model(x[index]), y[index])
             loss.backward()
             optimizer.step()
+            if evaluating and (k + 1 == steps_per_epoch or step + 1 == steps):
+                correct = evaluate()
+        return correct
 
     def sync():
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    train(20)  # warm-up: kernels, cuBLAS handles, the allocator
+    train(20, evaluating=False)  # warm-up: kernels, cuBLAS handles, the allocator
+    evaluate()
     sync()
     start = time.perf_counter()
-    train(args.steps)
-    with torch.no_grad():
-        correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, tx.shape[0], 500))
+    correct = train(args.steps, evaluating=True)
     sync()
     seconds = time.perf_counter() - start
     return args.steps * args.batch / seconds, correct / tx.shape[0]
@@ -151,8 +159,8 @@ def main():
                           "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
                           "ratio": round(ratio, 3)}))
     else:
-        print(f"# bench/train_vs_torch: MLP 784-256-128-10, Adam, batch {args.batch}, {args.steps} steps + one test "
-              f"evaluation, --device {args.device}, {args.threads} thread(s)")
+        print(f"# bench/train_vs_torch: MLP 784-256-128-10, Adam, batch {args.batch}, {args.steps} steps + a test "
+              f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s)")
         print(f"program=pstrain samples_per_s={ours:.0f} test_accuracy={ours_acc:.4f}")
         print(f"program=torch samples_per_s={theirs:.0f} test_accuracy={theirs_acc:.4f}")
         print(f"ratio={ratio:.3f}")
