@@ -1,5 +1,11 @@
 #include "shared/zmq_util.h"
 
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
 #include "shared/error.h"
 #include "shared/options.h"
 
@@ -22,11 +28,34 @@ std::string bind_tcp(zmq::socket_t& socket, const std::string& host, int port, c
   return host + bound.substr(bound.rfind(':'));
 }
 
+namespace {
+
+// Whether a process accepts connections on the Unix-domain socket file `path`.
+bool unix_socket_is_listening(const std::string& path) {
+  sockaddr_un address{};
+  if (path.size() >= sizeof address.sun_path) return false;
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  const bool listening = ::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof address) == 0;
+  ::close(fd);
+  return listening;
+}
+
+}  // namespace
+
 void bind_ipc(zmq::socket_t& socket, const std::string& name, const std::string& what) {
   const std::string endpoint = "ipc://" + name;
   if (name.empty() || name.size() > kMaxIpcName) {
     throw Error("cannot bind " + what + " on " + endpoint + ": the name must have 1 to " +
                 std::to_string(kMaxIpcName) + " characters");
+  }
+  // ZeroMQ replaces an existing socket file, even one a live process still listens on: refuse
+  // that here, so a second server with the same path cannot silently steal the first's peers.
+  // (Abstract names, '@...', have no file: the kernel itself refuses a name in use.)
+  if (name[0] != '@' && unix_socket_is_listening(name)) {
+    throw Error("cannot bind " + what + " on " + endpoint + ": another process is serving on that path");
   }
   try {
     socket.bind(endpoint);
