@@ -47,7 +47,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("ps-hosts", po::value(&ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
       ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
-      ("ipc", po::value(&o.ipc), "PS: also listen on the Unix-domain socket ipc://NAME, for workers on the same host (less CPU per byte than TCP loopback); NAME is a path, or @name in Linux's abstract namespace (no file)")
+      ("ipc", po::value(&o.ipc), "PS: also listen on the Unix-domain socket ipc://NAME, for workers on the same host (less CPU per byte than TCP loopback); NAME is a path (refused while another server listens on it; a stale file is replaced), or @name in Linux's abstract namespace (no file)")
       ("port-file", po::value(&o.port_file), "PS (and worker 0 in allreduce mode): once bound, write host:port to this file")
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
