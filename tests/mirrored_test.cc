@@ -12,6 +12,7 @@
 #include "test_util/params.h"
 #include "test_util/process.h"
 #include "worker/backend.h"
+#include "worker/cuda/nccl_collective.h"
 
 namespace pstrain::test {
 namespace {
@@ -88,6 +89,7 @@ TEST_P(MirroredTest, RingAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
 TEST_P(MirroredTest, NcclAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
   const auto& [optimizer, n] = GetParam();
   const int gpus = cuda_device_count();
+  if (!nccl_available()) GTEST_SKIP() << "this build has no NCCL (nccl.h or libnccl was not found by CMake)";
   if (gpus < n) GTEST_SKIP() << "NCCL needs one GPU per rank: " << n << " rank(s), " << gpus << " GPU(s) visible";
   const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
   const SavedParams reference = train(1, 1, n * kBatch, optimizer, optimizer + "-ref");

@@ -35,6 +35,9 @@ class Backend {
 
   // Returns once all work queued so far has finished (CUDA launches are asynchronous).
   virtual void synchronize() {}
+  // Allocates now whatever per-batch scratch batches of up to `rows` need, so that it is in
+  // bytes_allocated() (and in the worker's memory plan) before the first step.
+  virtual void reserve_batch(int rows) { (void)rows; }
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
   // n floats of host memory for staging transfers (pinned on CUDA); not in bytes_allocated().

@@ -5,6 +5,8 @@
 
 namespace pstrain {
 
+bool nccl_available() { return false; }
+
 std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective>, int, double) {
   throw Error("--collective nccl: this build of pstrain has no NCCL (nvcc, nccl.h or libnccl was not found at "
               "build time); use --collective ring");

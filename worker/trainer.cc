@@ -76,7 +76,7 @@ struct MemoryPlan {  // MiB
 };
 
 // What the worker will allocate on its device, computed before allocating anything but the
-// backend's own workspace (already held).
+// backend's own workspace and per-batch scratch (already held).
 MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, int input_dim, int classes, int max_batch) {
   constexpr double kMiB = 1048576.0;
   const size_t total = Mlp::layout_for(input_dim, o.hidden, classes).total();
@@ -115,6 +115,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   const int input_dim = static_cast<int>(train_data->feature_dim());
   const int max_batch = std::max(o.batch_size, chief ? kEvalBatch : 1);
   const size_t input_floats = static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim);
+  backend->reserve_batch(max_batch);  // counted as workspace below
   const MemoryPlan plan = plan_memory(*backend, o, input_dim, train_data->num_classes(), max_batch);
   PSLOG(INFO) << tag << "device " << backend->name() << "; memory plan: " << plan.text();
   if (o.gpu_memory_limit_mib > 0 && !backend->host_accessible() &&

@@ -108,9 +108,16 @@ class CudaBackend final : public Backend {
       : device_(device),
         limit_(memory_limit_bytes),
         name_("cuda:" + std::to_string(device) + " (" + gpu_name(device) + ")"),
-        free_at_start_(gpu_memory(device).free_bytes),
+        free_with_context_(gpu_memory(device).free_bytes),
         stream_(device),
         blas_(make_cublas(device, stream_.get())) {
+    // The baseline of device_bytes_used(): the CUDA context, our stream and the cuBLAS handle are
+    // the runtime's, not the plan's; what they took is logged, not hidden.
+    free_at_start_ = gpu_memory(device_).free_bytes;
+    if (free_with_context_ > free_at_start_) {
+      PSLOG(INFO) << name_ << ": the stream and cuBLAS handle took "
+                  << (free_with_context_ - free_at_start_) / 1048576.0 << " MiB of device memory (outside the plan)";
+    }
     const size_t bytes = cublas_workspace_bytes(device_);
     workspace_ = allocate_floats(bytes / sizeof(float), "the cuBLAS workspace");
     ScopedDevice guard(device_);
@@ -135,6 +142,10 @@ class CudaBackend final : public Backend {
     }
   }
   int cuda_device() const override { return device_; }
+  void reserve_batch(int rows) override {
+    PSTRAIN_CHECK(rows > 0);
+    xent_scratch(rows);
+  }
   void synchronize() override {
     ScopedDevice guard(device_);
     stream_.synchronize();
@@ -143,6 +154,7 @@ class CudaBackend final : public Backend {
   BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
 
   BufferPtr allocate_host(size_t n) override {
+    ScopedDevice guard(device_);  // pinned memory is mapped for the current device's context
     auto* pinned = new PinnedBuffer(n);
     return BufferPtr(pinned->data(), [pinned](float*) { delete pinned; });
   }
@@ -293,7 +305,8 @@ class CudaBackend final : public Backend {
   const int device_;
   const size_t limit_;  // bytes; 0 = none
   const std::string name_;
-  const size_t free_at_start_;  // device memory free once the context existed, before our allocations
+  const size_t free_with_context_;  // device memory free once the CUDA context existed
+  size_t free_at_start_ = 0;        // ... and once the stream and cuBLAS handle did: before our allocations
   ByteCount allocated_ = std::make_shared<std::atomic<size_t>>(0);
   // Destroyed in reverse: scratch, then the cuBLAS handle, then its workspace, then the stream.
   CudaStream stream_;
@@ -323,6 +336,10 @@ std::unique_ptr<Backend> make_cuda_backend(int device, size_t memory_limit_bytes
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
                 " visible)");
   }
+  // A worker computes on one GPU: make it this thread's current device for good. Otherwise every
+  // ScopedDevice would restore device 0, and since CUDA 12 setting a device creates its context,
+  // so each worker on cuda:K would also hold a context (hundreds of MiB) on GPU 0.
+  PSTRAIN_CUDA_CHECK(cudaSetDevice(device));
   return std::make_unique<CudaBackend>(device, memory_limit_bytes);
 }
 

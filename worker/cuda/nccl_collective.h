@@ -24,4 +24,7 @@ namespace pstrain {
 std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, int device,
                                                  double timeout_s);
 
+// Whether this build has NCCL (false in worker/nccl_stub.cc, whose make_nccl_collective throws).
+bool nccl_available();
+
 }  // namespace pstrain
