@@ -24,6 +24,7 @@
 #include "bench/bench_util.h"
 #include "ps/server.h"
 #include "shared/options.h"
+#include "shared/zmq_util.h"
 #include "worker/ps_client.h"
 
 namespace pstrain::bench {
@@ -321,5 +322,6 @@ int main(int argc, char** argv) {
       return 0;
     } else pstrain::bench::usage_error("unknown flag " + arg);
   }
+  pstrain::keep_message_memory();  // as pstrain-ps and pstrain-worker do; the raw baseline too
   return pstrain::bench::run(c);
 }

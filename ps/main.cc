@@ -5,11 +5,13 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
+#include "shared/zmq_util.h"
 
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (!options) return 0;
+    pstrain::keep_message_memory();
     zmq::context_t context(1);
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");

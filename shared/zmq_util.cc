@@ -1,5 +1,6 @@
 #include "shared/zmq_util.h"
 
+#include <malloc.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -10,6 +11,18 @@
 #include "shared/options.h"
 
 namespace pstrain {
+
+void keep_message_memory() {
+#ifdef __GLIBC__
+  // Messages up to 32 MiB (glibc's largest threshold; the PS's chunks are 1 MiB by default) come
+  // from the heap rather than from an mmap each, and freed memory goes back to the kernel only
+  // past 1 GiB at the top of a heap (a thread's arena, at most 64 MiB, then never does). Both are
+  // needed: setting either one alone turns off glibc's adaptive threshold, and every message
+  // above 128 KiB would then get an mmap of its own.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
+}
 
 void set_socket_defaults(zmq::socket_t& socket, int high_water_mark) {
   socket.set(zmq::sockopt::linger, 0);

@@ -9,6 +9,13 @@
 
 namespace pstrain {
 
+// Makes malloc keep the memory of freed ZeroMQ messages for reuse. ZeroMQ allocates every large
+// received message with malloc (in its I/O thread) and the application frees it; with glibc's
+// defaults that memory goes back to the kernel and the next message faults its pages in again,
+// zeroed: one more copy of every received byte, in the kernel. Call once at the start of a
+// process, before its first message; a no-op where the C library is not glibc.
+void keep_message_memory();
+
 // Linger 0 (a dead peer never blocks shutdown) and bounded queues of `high_water_mark` messages.
 void set_socket_defaults(zmq::socket_t& socket, int high_water_mark);
 

@@ -5,6 +5,7 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
+#include "shared/zmq_util.h"
 #include "worker/cuda/nccl_collective.h"
 #include "worker/trainer.h"
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (!options) return 0;
     const pstrain::JobOptions& o = *options;
+    pstrain::keep_message_memory();
     zmq::context_t context(1);
     std::unique_ptr<pstrain::Endpoint> servers;
     pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
