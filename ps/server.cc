@@ -78,6 +78,7 @@ void add_metrics(Header* sum, const Header& h, int pushes) {
   sum->times.push_us += h.times.push_us;
   sum->times.wait_us += h.times.wait_us;
   sum->times.pull_us += h.times.pull_us;
+  sum->times.eval_us += h.times.eval_us;
 }
 
 }  // namespace

@@ -30,10 +30,11 @@ constexpr const char* kKeyCompute = "t_comp";
 constexpr const char* kKeyPush = "t_push";
 constexpr const char* kKeyWait = "t_wait";
 constexpr const char* kKeyPull = "t_pull";
+constexpr const char* kKeyEval = "t_eval";
 constexpr const char* kKeySlowest = "slow";
 constexpr const char* kKeySlowestTime = "slow_us";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 24;
+constexpr size_t kNumKeys = 25;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -81,6 +82,7 @@ struct Decoder {
         {kKeyCorrect, &h->correct},   {kKeyDtype, &dtype},             {kKeyChunk, &h->chunk},
         {kKeyData, &h->times.data_us}, {kKeyCompute, &h->times.compute_us},
         {kKeyPush, &h->times.push_us}, {kKeyWait, &h->times.wait_us}, {kKeyPull, &h->times.pull_us},
+        {kKeyEval, &h->times.eval_us},
         {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us}};
     for (const auto& [name, target] : fields) {
       if (key == name) return target;
@@ -190,6 +192,7 @@ std::string encode_header(const Header& h) {
   put(kKeyPush, h.times.push_us);
   put(kKeyWait, h.times.wait_us);
   put(kKeyPull, h.times.pull_us);
+  put(kKeyEval, h.times.eval_us);
   put(kKeySlowest, h.slowest);
   put(kKeySlowestTime, h.slowest_us);
   pk.pack(kKeyLoss);

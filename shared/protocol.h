@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -36,8 +36,9 @@ struct StepTimes {
   uint64_t push_us = 0;     // sending gradient chunks
   uint64_t wait_us = 0;     // from the last push until the first parameter chunk arrived
   uint64_t pull_us = 0;     // receiving and storing the rest of the parameter chunks
+  uint64_t eval_us = 0;     // evaluating the test set after the step (the chief, at an epoch's end)
   uint64_t busy_us() const { return data_us + compute_us + push_us; }
-  uint64_t total_us() const { return busy_us() + wait_us + pull_us; }
+  uint64_t total_us() const { return busy_us() + wait_us + pull_us + eval_us; }
 };
 
 struct Header {

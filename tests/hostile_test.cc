@@ -279,8 +279,9 @@ void send_unregistered_traffic(RawPeer& peer, Hostile& hostile) {
     hostile.expect_rejected(peer, flipped, unregistered_reason(flipped), "bit " + std::to_string(bit) + " flipped");
   }
 
-  hostile.expect_rejected(peer, patched(push, "\xa3ver", 0, '\x02'),
-                          "protocol version 2 is not supported (expected 1)", "wrong version");
+  hostile.expect_rejected(peer, patched(push, "\xa3ver", 0, '\x07'),
+                          "protocol version 7 is not supported (expected " + std::to_string(kProtocolVersion) + ")",
+                          "wrong version");
   hostile.expect_rejected(peer, patched(push, "\xa5magic", 4, '\x00'), "bad magic (not a pstrain message)",
                           "wrong magic");
   hostile.expect_rejected(peer, {header + '\0', push[1]}, "trailing bytes after the header map", "trailing byte");
@@ -529,8 +530,10 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
   h = f.push(1, step, 2);
   h.loss_sum = std::nan("");
   f.reject(1, message(h, &g), "header field 'loss' is not finite", "NaN loss");
-  f.reject(1, patched(message(f.push(1, step, 2), &g), "\xa3ver", 0, '\x03'),
-           "protocol version 3 is not supported (expected 1)", "version bit flipped");
+  f.reject(1, patched(message(f.push(1, step, 2), &g), "\xa3ver", 0, static_cast<char>(kProtocolVersion ^ 4)),
+           "protocol version " + std::to_string(kProtocolVersion ^ 4) + " is not supported (expected " +
+               std::to_string(kProtocolVersion) + ")",
+           "version bit flipped");
   f.reject(1, {encode_header(f.push(1, step, 2)).substr(0, 40), bytes_of(g)}, kTruncated, "truncated header");
   for (Op op : {Op::kWelcome, Op::kError}) {
     f.reject(1, message(f.request(op, 1, step)), std::string(op_name(op)) + " is not a request", op_name(op));

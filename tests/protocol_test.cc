@@ -48,7 +48,7 @@ bool same(const Header& a, const Header& b) {
          std::memcmp(&a.loss_sum, &b.loss_sum, sizeof(double)) == 0 && a.correct == b.correct &&
          a.chunk == b.chunk && a.times.data_us == b.times.data_us && a.times.compute_us == b.times.compute_us &&
          a.times.push_us == b.times.push_us && a.times.wait_us == b.times.wait_us &&
-         a.times.pull_us == b.times.pull_us && a.slowest == b.slowest && a.slowest_us == b.slowest_us &&
+         a.times.pull_us == b.times.pull_us && a.times.eval_us == b.times.eval_us && a.slowest == b.slowest && a.slowest_us == b.slowest_us &&
          a.message == b.message;
 }
 
@@ -68,7 +68,7 @@ Header full_header(Op op) {
   h.loss_sum = -1234.5625;
   h.correct = 4000;
   h.chunk = 262144;
-  h.times = StepTimes{1, 2000, 30, 400000, 5};
+  h.times = StepTimes{1, 2000, 30, 400000, 5, 61000};
   h.slowest = 3;
   h.slowest_us = (uint64_t{1} << 33) + 1;
   h.message = "why \xe2\x9c\x97 it failed";
@@ -118,6 +118,7 @@ class MapBuilder {
     set_uint("off", 0).set_uint("len", 3).set_uint("total", 3).set_uint("nw", 2).set_uint("n", 8);
     set_uint("correct", 5).set_uint("dtype", 0).set_uint("chunk", 0).set_uint("t_data", 0);
     set_uint("t_comp", 0).set_uint("t_push", 0).set_uint("t_wait", 0).set_uint("t_pull", 0);
+    set_uint("t_eval", 0);
     set_uint("slow", 0).set_uint("slow_us", 0);
     set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); })).set_raw("msg", packed_str(""));
   }
@@ -219,7 +220,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "slow", "slow_us", "loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -287,10 +288,13 @@ TEST(ProtocolCorruptionTest, WrongMagic) {
 }
 
 TEST(ProtocolCorruptionTest, WrongVersion) {
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", 2).bytes()), "protocol version 2 is not supported (expected 1)");
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", 0).bytes()), "protocol version 0 is not supported (expected 1)");
+  const std::string expected = " is not supported (expected " + std::to_string(kProtocolVersion) + ")";
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", kProtocolVersion + 1).bytes()),
+            "protocol version " + std::to_string(kProtocolVersion + 1) + expected);
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", 1).bytes()), "protocol version 1" + expected);
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", 0).bytes()), "protocol version 0" + expected);
   EXPECT_EQ(decode_error(MapBuilder().set_uint("ver", UINT64_MAX).bytes()),
-            "protocol version 18446744073709551615 is not supported (expected 1)");
+            "protocol version 18446744073709551615" + expected);
 }
 
 TEST(ProtocolCorruptionTest, UnknownOpAndRole) {
@@ -308,7 +312,7 @@ TEST(ProtocolCorruptionTest, UnknownKey) {
 
 TEST(ProtocolCorruptionTest, DuplicateKey) {
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
-                          "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "slow",
+                          "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
                           "slow_us", "loss", "msg"}) {
     const std::string bytes = MapBuilder().add_raw_key(packed_str(key), packed_uint(0)).bytes();
     EXPECT_EQ(decode_error(bytes), std::string("duplicate header field '") + key + "'");
@@ -327,7 +331,7 @@ TEST(ProtocolCorruptionTest, WrongFieldType) {
       packed([](auto& pk) { pk.pack_array(0); }),
   };
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
-                          "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "slow",
+                          "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
                           "slow_us"}) {
     for (const std::string& value : not_uint) {
       EXPECT_EQ(decode_error(MapBuilder().set_raw(key, value).bytes()),
@@ -383,7 +387,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x31", 3), head + "map size overflow)"},  // 49 > 2 * 24 entries
+      {std::string("\xde\x00\x33", 3), head + "map size overflow)"},  // 51 > 2 * 25 entries
       {std::string("\xde\x00\x20", 3), kTruncated},                   // 32 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32

@@ -1,5 +1,7 @@
 #include "worker/exchange.h"
 
+#include <iterator>
+
 #include "shared/error.h"
 #include "shared/log.h"
 #include "shared/optimizer.h"
@@ -67,16 +69,17 @@ class AllreduceExchange final : public Exchange {
 
   StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                           StepTimes* times) override {
-    double sums[8] = {static_cast<double>(info.samples), info.loss_sum, static_cast<double>(info.correct),
-                      static_cast<double>(info.times.data_us), static_cast<double>(info.times.compute_us),
-                      static_cast<double>(info.times.push_us), static_cast<double>(info.times.wait_us),
-                      static_cast<double>(info.times.pull_us)};
+    double sums[9] = {static_cast<double>(info.samples),      info.loss_sum,
+                      static_cast<double>(info.correct),      static_cast<double>(info.times.data_us),
+                      static_cast<double>(info.times.compute_us), static_cast<double>(info.times.push_us),
+                      static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
+                      static_cast<double>(info.times.eval_us)};
     const auto t0 = Clock::now();
     if (collective_->on_device()) {
-      collective_->allreduce_sum(replica_.grad(), total_, sums, 8);
+      collective_->allreduce_sum(replica_.grad(), total_, sums, std::size(sums));
       replica_.grad_to_host(0, total_);
     } else {
-      collective_->allreduce_sum(host_grad, total_, sums, 8);
+      collective_->allreduce_sum(host_grad, total_, sums, std::size(sums));
     }
     const auto t1 = Clock::now();
     optimizer_->apply(0, total_, host_params, host_grad, static_cast<float>(1.0 / sums[0]),
@@ -89,7 +92,7 @@ class AllreduceExchange final : public Exchange {
     m.loss_sum = sums[1];
     m.correct = static_cast<uint64_t>(sums[2]);
     m.times = StepTimes{static_cast<uint64_t>(sums[3]), static_cast<uint64_t>(sums[4]), static_cast<uint64_t>(sums[5]),
-                        static_cast<uint64_t>(sums[6]), static_cast<uint64_t>(sums[7])};
+                        static_cast<uint64_t>(sums[6]), static_cast<uint64_t>(sums[7]), static_cast<uint64_t>(sums[8])};
     return m;
   }
 

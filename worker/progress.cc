@@ -17,6 +17,7 @@ void StepStats::add(const StepMetrics& m) {
   times_.push_us += m.times.push_us;
   times_.wait_us += m.times.wait_us;
   times_.pull_us += m.times.pull_us;
+  times_.eval_us += m.times.eval_us;
   slowest_us_ += m.slowest_us;
   if (m.slowest < slowest_count_.size()) ++slowest_count_[m.slowest];
 }
@@ -26,10 +27,14 @@ void StepStats::reset() { *this = StepStats(static_cast<int>(slowest_count_.size
 std::string StepStats::breakdown() const {
   if (timed_steps_ == 0) return "";
   const double per = 1e3 * static_cast<double>(timed_steps_) * static_cast<double>(slowest_count_.size());
-  char line[200];
-  std::snprintf(line, sizeof line, "step %.2f ms = data %.2f + compute %.2f + push %.2f + wait %.2f + pull %.2f",
-                times_.total_us() / per, times_.data_us / per, times_.compute_us / per, times_.push_us / per,
-                times_.wait_us / per, times_.pull_us / per);
+  char line[240];
+  const int n =
+      std::snprintf(line, sizeof line, "step %.2f ms = data %.2f + compute %.2f + push %.2f + wait %.2f + pull %.2f",
+                    times_.total_us() / per, times_.data_us / per, times_.compute_us / per, times_.push_us / per,
+                    times_.wait_us / per, times_.pull_us / per);
+  if (times_.eval_us > 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " + eval %.2f", times_.eval_us / per);
+  }
   return line;
 }
 

@@ -196,14 +196,16 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
       interval_start = Clock::now();
     }
     if (epoch_end || last) {
+      const auto e0 = Clock::now();
       const BatchStats t = evaluate(model, replica, *test_data);
+      previous.eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
       summary.test_loss = t.loss_sum / test_data->size();
       summary.test_accuracy = static_cast<double>(t.correct) / test_data->size();
       summary.train_loss = epoch.mean_loss();
       summary.train_accuracy = epoch.accuracy();
       PSLOG(INFO) << "epoch " << batch.epoch + 1 << " done: train loss " << fixed(summary.train_loss, 4) << " acc "
                   << fixed(summary.train_accuracy, 4) << "; test loss " << fixed(summary.test_loss, 4) << " acc "
-                  << fixed(summary.test_accuracy, 4);
+                  << fixed(summary.test_accuracy, 4) << " (evaluated in " << fixed(previous.eval_us / 1e3, 1) << " ms)";
       epoch.reset();
     }
   }
