@@ -105,5 +105,41 @@ TEST_F(JobTest, WorkerPeakMemoryDoesNotGrowWithDatasetSize) {
                                      << " KiB for 60k";
 }
 
+// Every progress line's breakdown (means over the workers) adds up to the chief's measured time
+// per step, within 10%, also in the lines after an epoch's end, where the chief evaluated the
+// test set while the other worker waited for it at the barrier.
+TEST_F(JobTest, StepBreakdownAddsUpToTheMeasuredStepTime) {
+  write_synthetic_mnist(dir_, "train", 20000, 28, 28, 5, false);  // 156 steps of 64 per epoch
+  write_synthetic_mnist(dir_, "t10k", 10000, 28, 28, 6, false);  // evaluated in ~1/4 of an epoch
+  Job job;
+  job.num_workers = 2;
+  job.dir = dir_;
+  job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--batch-size", "64", "--epochs", "4",
+              "--log-every", "1000", "--timeout", "30"};
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  int lines = 0, with_eval = 0;
+  for (size_t at = result.logs.find("| measured "); at != std::string::npos;
+       at = result.logs.find("| measured ", at + 1)) {
+    const std::string line = result.logs.substr(at, result.logs.find('\n', at) - at);
+    double measured = 0, step = 0, parts[6] = {0, 0, 0, 0, 0, 0};
+    const int fields = std::sscanf(line.c_str(),
+                                   "| measured %lf ms/step; step %lf ms = data %lf + compute %lf + push %lf + "
+                                   "wait %lf + pull %lf + eval %lf",
+                                   &measured, &step, &parts[0], &parts[1], &parts[2], &parts[3], &parts[4], &parts[5]);
+    ASSERT_GE(fields, 7) << line;
+    with_eval += fields == 8;
+    double sum = 0;
+    for (double p : parts) sum += p;
+    EXPECT_NEAR(sum, step, 0.035) << line;  // each part is rounded to 0.01 ms
+    if (lines++ == 0) continue;  // the first step carries no times; the first line's measure has it
+    EXPECT_NEAR(step, measured, 0.1 * measured) << line;
+    std::printf("%s\n", line.c_str());
+  }
+  std::printf("%d progress lines, %d with an evaluation\n", lines, with_eval);
+  EXPECT_EQ(lines, 4);     // one per epoch end
+  EXPECT_EQ(with_eval, 3);  // the lines after the first three epochs' evaluations
+}
+
 }  // namespace
 }  // namespace pstrain::test
