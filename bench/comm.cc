@@ -23,6 +23,7 @@
 
 #include "bench/bench_util.h"
 #include "ps/server.h"
+#include "shared/log.h"
 #include "shared/options.h"
 #include "shared/zmq_util.h"
 #include "worker/ps_client.h"
@@ -317,11 +318,15 @@ int main(int argc, char** argv) {
                   "  --transport: tcp (loopback) and/or ipc (Unix-domain sockets; the raw baseline uses the same transport)\n"
                   "  --link-gbit G: instead, every PS shard in its own network namespace behind an emulated G Gbit/s\n"
                   "    link (veth + tbf; root and iproute2 needed), as on a cluster where each server has its own NIC;\n"
-                  "    the raw baseline crosses one such link\n",
+                  "    the raw baseline crosses one such link\n"
+                  "  PSTRAIN_LOG_LEVEL=info shows the servers' and workers' log lines (default: warnings only)\n",
                   pstrain::JobOptions().chunk_kib);
       return 0;
     } else pstrain::bench::usage_error("unknown flag " + arg);
   }
   pstrain::keep_message_memory();  // as pstrain-ps and pstrain-worker do; the raw baseline too
+  // The servers' and clients' INFO lines would bury the rows: warnings and errors only, unless
+  // PSTRAIN_LOG_LEVEL asks for more.
+  if (std::getenv("PSTRAIN_LOG_LEVEL") == nullptr) pstrain::set_log_level(pstrain::LogLevel::WARN);
   return pstrain::bench::run(c);
 }
