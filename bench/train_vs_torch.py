@@ -11,8 +11,10 @@ end of every epoch and after the last step (what pstrain's trainer does; both in
   permutation every epoch, torch.optim.Adam; a few warm-up steps are run first and not timed
   (kinder to PyTorch than to pstrain, whose timing starts at its first step).
 
-It prints one row per program and `ratio = pstrain_samples_per_s / torch_samples_per_s`
-(> 1: pstrain is faster). Machines are noisy: compare ratios, not absolute figures across runs.
+It runs the two programs alternately --repeat times (default 3) and prints one row per program
+with its median samples/s and `ratio = pstrain_samples_per_s / torch_samples_per_s` of the
+medians (> 1: pstrain is faster); a slow spell of a noisy machine then hits one run, not the
+ratio. Compare ratios, not absolute figures across runs.
 
     python3 bench/train_vs_torch.py                      # --device cuda (a GPU), 3000 steps
     python3 bench/train_vs_torch.py --device cpu --threads 2
@@ -26,6 +28,7 @@ import gzip
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -138,10 +141,12 @@ def main():
     parser.add_argument("--data-dir", help="Fashion-MNIST IDX files (default $FASHION_MNIST_DIR or Debian's)")
     parser.add_argument("--worker", default=os.path.join(os.environ.get("PSTRAIN_BUILD_DIR", os.path.join(REPO, "build")),
                                                          "pstrain-worker"), help="pstrain-worker binary")
+    parser.add_argument("--repeat", type=int, default=3,
+                        help="runs of each program, alternating; the rows give medians (default 3)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text rows")
     args = parser.parse_args()
-    if args.steps < 1 or args.batch < 1 or args.threads < 1:
-        die("--steps, --batch and --threads must be positive")
+    if args.steps < 1 or args.batch < 1 or args.threads < 1 or args.repeat < 1:
+        die("--steps, --batch, --threads and --repeat must be positive")
     if not os.access(args.worker, os.X_OK):
         die(f"{args.worker} is not an executable (build pstrain, or give --worker)")
     try:
@@ -150,17 +155,26 @@ def main():
     except ImportError as e:
         die(f"{e}: this benchmark needs PyTorch and numpy")
 
-    ours, ours_acc = run_pstrain(args)
-    theirs, theirs_acc = run_torch(args)
+    runs = {"pstrain": [], "torch": []}
+    for k in range(args.repeat):
+        for name, run in (("pstrain", run_pstrain), ("torch", run_torch)):
+            runs[name].append(run(args))
+            if args.repeat > 1:
+                print(f"# run {k + 1}/{args.repeat}: {name} {runs[name][-1][0]:.0f} samples/s", file=sys.stderr)
+    # Accuracy: the first run's (every run of a program trains the same steps from the same seed).
+    ours, ours_acc = statistics.median(r[0] for r in runs["pstrain"]), runs["pstrain"][0][1]
+    theirs, theirs_acc = statistics.median(r[0] for r in runs["torch"]), runs["torch"][0][1]
     ratio = ours / theirs
     if args.json:
         print(json.dumps({"device": args.device, "steps": args.steps, "batch": args.batch, "threads": args.threads,
+                          "repeat": args.repeat,
                           "pstrain_samples_per_s": round(ours), "torch_samples_per_s": round(theirs),
                           "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
                           "ratio": round(ratio, 3)}))
     else:
         print(f"# bench/train_vs_torch: MLP 784-256-128-10, Adam, batch {args.batch}, {args.steps} steps + a test "
-              f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s)")
+              f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s), "
+              f"medians of {args.repeat} alternating runs")
         print(f"program=pstrain samples_per_s={ours:.0f} test_accuracy={ours_acc:.4f}")
         print(f"program=torch samples_per_s={theirs:.0f} test_accuracy={theirs_acc:.4f}")
         print(f"ratio={ratio:.3f}")

@@ -59,7 +59,7 @@ TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
   if (std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) {
     GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
   }
-  const std::string out = run(python + " " + PSTRAIN_SOURCE_DIR + "/bench/train_vs_torch.py --device cpu --steps 30 --worker " +
+  const std::string out = run(python + " " + PSTRAIN_SOURCE_DIR + "/bench/train_vs_torch.py --device cpu --steps 30 --repeat 2 --worker " +
                               PSTRAIN_WORKER_BIN);
   const std::regex row("(program=(pstrain|torch) samples_per_s=[0-9]+ test_accuracy=" + kNum + ")|(ratio=" + kNum + ")");
   EXPECT_EQ(matching_lines(out, row), 3) << out;
