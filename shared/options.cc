@@ -76,7 +76,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
       ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine: cosine decays the learning rate to 0 over the job's steps")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
-      ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print progress every this many steps")
+      ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)");
   po::options_description all;
   all.add(cluster).add(model).add(train);
