@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -180,8 +181,21 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
   return median(times);
 }
 
+// CPU time (user + system, all threads) of the children waited for so far.
+double children_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_CHILDREN, &usage);
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+struct PstrainResult {
+  double seconds = 0;    // median over rounds of the slowest worker's push+pull time
+  double cpu_cores = 0;  // CPU time of the job's processes / its wall time: near the core count = CPU-bound
+};
+
 // pstrain: median over rounds of the slowest worker's push+pull time.
-double pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
+PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
                      int chunk_kib, const ShardLinks& links) {
   const uint64_t total = bytes / sizeof(float);
   JobOptions base;
@@ -191,6 +205,8 @@ double pstrain_round(const std::string& transport, size_t bytes, int num_workers
   base.optimizer.lr = 1e-6;
   base.timeout_s = 120;
   base.chunk_kib = chunk_kib;
+  const double cpu_before = children_cpu_seconds();
+  const double wall_before = now_seconds();
   std::vector<pid_t> children;
   std::vector<std::string> hosts;
   for (int s = 0; s < num_ps; ++s) {
@@ -238,13 +254,22 @@ double pstrain_round(const std::string& transport, size_t bytes, int num_workers
     for (size_t r = 0; r < t.size() && r < slowest.size(); ++r) slowest[r] = std::max(slowest[r], t[r]);
   }
   for (pid_t pid : children) wait_child(pid);
-  return median(slowest);
+  PstrainResult result;
+  result.seconds = median(slowest);
+  result.cpu_cores = (children_cpu_seconds() - cpu_before) / (now_seconds() - wall_before);
+  return result;
 }
 
 int run(const Config& c) {
   const ShardLinks links(c.link_gbit > 0 ? *std::max_element(c.shards.begin(), c.shards.end()) : 0, c.link_gbit);
   const std::vector<std::string> transports = links.active() ? std::vector<std::string>{"link"} : c.transports;
   std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n", c.rounds);
+  if (!c.json) {
+    std::printf("# cpu_cores: CPU time of the job's processes over its wall time (setup included); this machine has %ld\n"
+                "# cores online. A job near that is CPU-bound (on loopback mostly the kernel's copies): more shards help\n"
+                "# where links limit (--link-gbit), not where every core is already busy copying\n",
+                sysconf(_SC_NPROCESSORS_ONLN));
+  }
   if (links.active() && !c.json) {
     std::printf("# transport=link: every PS shard behind its own emulated %.3g Gbit/s link (tcp over a rate-limited veth pair)\n",
                 c.link_gbit);
@@ -256,16 +281,18 @@ int run(const Config& c) {
     const double raw = raw_round_trip(transport, bytes, c.rounds, links);
     for (int n : c.workers) {
       for (int s : c.shards) {
-        const double t = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib, links);
+        const PstrainResult result = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib, links);
+        const double t = result.seconds;
         const double efficiency = raw / t;
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
           std::printf("%s  {\"bytes\": %zu, \"transport\": \"%s\", \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, "
-                      "\"pstrain_ms\": %.3f, \"efficiency\": %.3f, \"aggregate_GBps\": %.3f}",
-                      first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+                      "\"pstrain_ms\": %.3f, \"efficiency\": %.3f, \"aggregate_GBps\": %.3f, \"cpu_cores\": %.2f}",
+                      first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps,
+                      result.cpu_cores);
         } else {
-          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f\n",
-                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps);
+          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f cpu_cores=%.2f\n",
+                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps, result.cpu_cores);
         }
         std::fflush(stdout);
         first = false;
