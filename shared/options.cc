@@ -58,7 +58,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (worker index mod GPU count) when one is present, else the CPU")
-      ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB: refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); the worker never takes more than its plan")
+      ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB: refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
       ("threads", po::value(&o.threads)->default_value(o.threads), "BLAS threads per worker");
   po::options_description train("Training");
@@ -111,7 +111,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.steps >= 0, "--steps must not be negative");
   require(o.prefetch >= 1, "--prefetch must be at least 1");
   require(o.device == "auto" || o.device == "cpu" || o.device == "cuda" ||
-              (o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 &&
+              (o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 && o.device.size() <= 9 &&
                o.device.find_first_not_of("0123456789", 5) == std::string::npos),
           "--device: '" + o.device + "' is not one of auto, cpu, cuda, cuda:K");
   require(o.gpu_memory_limit_mib >= 0, "--gpu-memory-limit must not be negative");

@@ -73,12 +73,12 @@ namespace pstrain {
 namespace {
 
 TEST(OptionsTest, DeviceFlag) {
-  const char* ok[] = {"auto", "cpu", "cuda", "cuda:0", "cuda:12"};
+  const char* ok[] = {"auto", "cpu", "cuda", "cuda:0", "cuda:12", "cuda:1023"};
   for (const char* d : ok) {
     const char* argv[] = {"prog", "--device", d};
     EXPECT_EQ(parse_job_options(Role::kPs, 3, argv).value().device, d);
   }
-  for (const char* d : {"gpu", "cuda:", "cuda:x", "cuda:-1"}) {
+  for (const char* d : {"gpu", "cuda:", "cuda:x", "cuda:-1", "cuda:99999999999"}) {
     const char* argv[] = {"prog", "--device", d};
     EXPECT_THROW(parse_job_options(Role::kPs, 3, argv), UsageError) << d;
   }

@@ -6,8 +6,9 @@
 namespace pstrain {
 
 std::unique_ptr<Backend> make_backend(const JobOptions& o) {
+  if (o.device == "cpu") return make_cpu_backend(o.threads);  // without asking CUDA anything
   const int gpus = cuda_device_count();
-  if (o.device == "cpu" || (o.device == "auto" && gpus == 0)) return make_cpu_backend(o.threads);
+  if (o.device == "auto" && gpus == 0) return make_cpu_backend(o.threads);
   if (gpus == 0) throw Error("--device " + o.device + ": no CUDA device is visible to this worker");
   const int device = o.device.rfind("cuda:", 0) == 0 ? std::stoi(o.device.substr(5)) : o.index % gpus;
   if (device >= gpus) {

@@ -154,6 +154,7 @@ class CudaBackend final : public Backend {
   BufferPtr allocate(size_t n) override { return allocate_floats(n, "a buffer"); }
 
   BufferPtr allocate_host(size_t n) override {
+    if (n == 0) return BufferPtr(nullptr, [](float*) {});
     ScopedDevice guard(device_);  // pinned memory is mapped for the current device's context
     auto* pinned = new PinnedBuffer(n);
     return BufferPtr(pinned->data(), [pinned](float*) { delete pinned; });
