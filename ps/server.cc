@@ -73,12 +73,7 @@ void add_metrics(Header* sum, const Header& h, int pushes) {
   sum->samples += h.samples;
   sum->loss_sum += h.loss_sum;
   sum->correct += h.correct;
-  sum->times.data_us += h.times.data_us;
-  sum->times.compute_us += h.times.compute_us;
-  sum->times.push_us += h.times.push_us;
-  sum->times.wait_us += h.times.wait_us;
-  sum->times.pull_us += h.times.pull_us;
-  sum->times.eval_us += h.times.eval_us;
+  sum->times += h.times;
 }
 
 }  // namespace

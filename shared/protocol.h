@@ -39,6 +39,15 @@ struct StepTimes {
   uint64_t eval_us = 0;     // evaluating the test set after the step (the chief, at an epoch's end)
   uint64_t busy_us() const { return data_us + compute_us + push_us; }
   uint64_t total_us() const { return busy_us() + wait_us + pull_us + eval_us; }
+  StepTimes& operator+=(const StepTimes& o) {
+    data_us += o.data_us;
+    compute_us += o.compute_us;
+    push_us += o.push_us;
+    wait_us += o.wait_us;
+    pull_us += o.pull_us;
+    eval_us += o.eval_us;
+    return *this;
+  }
 };
 
 struct Header {

@@ -12,12 +12,7 @@ void StepStats::add(const StepMetrics& m) {
   loss_ += m.loss_sum;
   if (m.times.total_us() == 0) return;  // the first step carries no times yet
   ++timed_steps_;
-  times_.data_us += m.times.data_us;
-  times_.compute_us += m.times.compute_us;
-  times_.push_us += m.times.push_us;
-  times_.wait_us += m.times.wait_us;
-  times_.pull_us += m.times.pull_us;
-  times_.eval_us += m.times.eval_us;
+  times_ += m.times;
   slowest_us_ += m.slowest_us;
   if (m.slowest < slowest_count_.size()) ++slowest_count_[m.slowest];
 }
