@@ -194,7 +194,7 @@ struct PstrainResult {
   double cpu_cores = 0;  // CPU time of the job's processes / its wall time: near the core count = CPU-bound
 };
 
-// pstrain: median over rounds of the slowest worker's push+pull time.
+// pstrain: a real PS job of N workers and S shards, each a process of its own.
 PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
                      int chunk_kib, const ShardLinks& links) {
   const uint64_t total = bytes / sizeof(float);
