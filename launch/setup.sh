@@ -13,7 +13,7 @@ declare -g PSTRAIN_REPO
 PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Build and run-time dependencies: libraries, test framework and the default data set.
-declare -ga PSTRAIN_PACKAGES=(libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+declare -ga PSTRAIN_PACKAGES=(python3 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist)
 # Tools: only installed when the command is missing (a cmake from elsewhere is fine).
 declare -gA PSTRAIN_TOOLS=([cmake]=cmake [g++]=g++ [make]=make)

@@ -12,15 +12,8 @@ repo=$(cd "$here/../.." && pwd)
 launch=$repo/launch/launch.sh
 work=$(mktemp -d "${TMPDIR:-/tmp}/check_launch.XXXXXX")
 export PSTRAIN_PS_BIN=$here/fake_ps.sh PSTRAIN_WORKER_BIN=$here/fake_worker.sh
-failures=0
-
-pass() { printf 'ok    %s: %s\n' "$case" "$1"; }
-flunk() { printf 'FAIL  %s: %s\n' "$case" "$1"; failures=$((failures + 1)); }
-check() {  # check DESCRIPTION COMMAND...
-  local what=$1
-  shift
-  if "$@"; then pass "$what"; else flunk "$what"; fi
-}
+# shellcheck source=check_lib.sh
+source "$here/check_lib.sh"
 
 # start CASE [VAR=value...] -- [launch.sh flags]: runs launch.sh in the background.
 # Sets case, marker, run (its run dir), out (its stdout+stderr) and lpid.
@@ -39,52 +32,7 @@ start() {
   lpid=$!
 }
 
-# finish SECONDS: waits for launch.sh; sets rc (999 = still running, then killed) and elapsed.
-finish() {
-  local deadline=$((SECONDS + $1)) start=$SECONDS
-  while kill -0 "$lpid" 2>/dev/null && ((SECONDS < deadline)); do sleep 0.1; done
-  if kill -0 "$lpid" 2>/dev/null; then
-    kill -KILL "$lpid"
-    wait "$lpid"
-    rc=999
-  else
-    wait "$lpid"
-    rc=$?
-  fi
-  elapsed=$((SECONDS - start))
-}
-
-# wait_for REGEX [SECONDS]: waits until launch.sh's output matches (extended regex).
-wait_for() {
-  local deadline=$((SECONDS + ${2:-10}))
-  until grep -Eq -- "$1" "$out"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.1
-  done
-}
-
-out_has() { grep -Eq -- "$1" "$out"; }
-file_has() { [[ -f $1 ]] && grep -Eq -- "$2" "$1"; }
 pid_of() { sed -nE "s/^launch: started $1 \(pid ([0-9]+)\)$/\1/p" "$out"; }
-
-# No process whose command line carries this case's marker (launcher, fakes, the fake worker's
-# child, prefixers) may be left, after waiting up to $1 seconds (default: none).
-no_survivors() {
-  local deadline=$((SECONDS + ${1:-0}))
-  while pgrep -f -- "$marker" >/dev/null; do
-    if ((SECONDS >= deadline)); then
-      pgrep -a -f -- "$marker" | sed 's/^/      survivor: /'
-      return 1
-    fi
-    sleep 0.1
-  done
-}
-
-expect_exit() {  # expect_exit CODE MAX_SECONDS
-  check "exits $1 within $2 s (got $rc after ${elapsed}s)" \
-    test "$rc" -eq "$1" -a "$elapsed" -le "$2"
-  check "no process of the run survives" no_survivors
-}
 
 case_default_job() {
   start default_job --
@@ -242,12 +190,7 @@ main() {
   case_ps_fails_at_start
   case_start_timeout
   case_ps_lingers
-  if ((failures)); then
-    echo "check_launch: $failures check(s) failed; outputs kept in $work"
-    exit 1
-  fi
-  rm -rf "$work"
-  echo "check_launch: all checks passed"
+  report_and_exit check_launch
 }
 
 main

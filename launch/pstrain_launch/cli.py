@@ -1,0 +1,561 @@
+"""launch/launch.sh's core: the command line, the placement, the start order and supervision.
+
+launch.sh installs and builds (launch/setup.sh) and then runs this module; see usage() and
+docs/operations.md (one host), docs/cluster.md (several hosts).
+"""
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from . import placement
+from .supervisor import Output, Supervisor, describe_status
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_BASE_PORT = 29500
+# Environment variables a remote process gets from the launcher's environment (ssh passes none).
+FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME")
+
+
+def usage():
+    return f"""usage: launch/launch.sh [options] [-- job flags for every process]
+
+Runs S parameter servers and N workers of pstrain on this machine or across hosts, prefixes and
+logs their output, stops all of them as soon as one fails, and exits with one status.
+
+job:
+  --num-ps S        parameter-server shards (default: num-ps in the config file, else 1)
+  --num-workers N   workers (default: num-workers in the config file, else 1)
+  --config FILE     job config, passed to every process as --config FILE
+                    (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
+  --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
+  --dry-run         print the placement and every process's exact command, start nothing
+  --no-setup        do not install packages or build (same as PSTRAIN_NO_SETUP=1)
+  -h, --help        this help
+  -- FLAGS...       passed unchanged to every process, e.g. -- --lr 0.05 --steps 200
+
+where processes run (docs/cluster.md):
+  --launcher L      local | ssh | auto (default auto: ssh when --hostfile or -H is given,
+                    else local). slurm and mpirun are not available yet.
+  --hostfile FILE   hosts in Open MPI's format: 'host [slots=N]' per line, '#' comments;
+                    slots count workers (default 1 per host)
+  -H LIST           hosts on the command line: host1:2,host2:2 (slots after the colon)
+  --ps-hosts-list H1,H2  put PS shard s on the (s mod count)-th of these hosts (default:
+                    round-robin over all hosts); workers fill slots in host order
+  --oversubscribe   allow more workers than slots (they go round the hosts again)
+  --remote-dir DIR  the pstrain checkout on the other hosts, when not at this one's path
+                    ({REPO}); binaries and a config under it are found there
+  --ssh-option OPT  one more option for ssh, e.g. --ssh-option IdentityFile=~/.ssh/job
+                    (given to ssh as -o OPT; repeatable). ssh always runs with BatchMode=yes.
+
+network:
+  --base-port P     PS s listens on port P+s (in allreduce mode worker 0's rendezvous is on P).
+                    Default: local, each PS picks a free port and reports it through
+                    RUNDIR/ps<s>.addr; ssh, {DEFAULT_BASE_PORT}.
+  --bind ADDR       address the PS processes bind (default: 127.0.0.1 local, 0.0.0.0 ssh)
+  --transport T     local only; how workers reach the PS: ipc (Unix-domain sockets in Linux's
+                    abstract namespace; the default) or tcp. The PS listens on TCP either way.
+                    Across hosts workers use TCP.
+
+environment:
+  PSTRAIN_BUILD_DIR       build directory (default: <repo>/build)
+  PSTRAIN_PS_BIN          PS binary (default: $PSTRAIN_BUILD_DIR/pstrain-ps)
+  PSTRAIN_WORKER_BIN      worker binary (default: $PSTRAIN_BUILD_DIR/pstrain-worker)
+  PSTRAIN_NO_SETUP=1      same as --no-setup
+  PSTRAIN_NO_INSTALL=1    build but do not check or install packages
+  PSTRAIN_START_TIMEOUT   seconds to wait for every PS to report its address, and for ssh to
+                          reach every host (default 60)
+  PSTRAIN_PS_EXIT_TIMEOUT seconds the PS may take to exit after the last worker (default 30)
+  PSTRAIN_STOP_GRACE      seconds between SIGTERM and SIGKILL when stopping (default 5)
+  PSTRAIN_SSH             the ssh command (default: ssh), e.g. "ssh -i /path/key -p 2222"
+  {', '.join(FORWARDED_ENV)}
+                          passed on to processes on other hosts
+
+exit status: 0 all processes exited 0; 1 a process failed (it is named) or a PS did not exit;
+2 usage error; 3 setup or build failed; 4 a PS did not start in time, or a host cannot be
+reached; 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM.
+"""
+
+
+class UsageError(Exception):
+    pass
+
+
+class Stop(Exception):
+    """Ends the run: everything is stopped, then the launcher exits with `code`."""
+
+    def __init__(self, message, code):
+        super().__init__(message)
+        self.code = code
+
+
+VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport",
+               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option"}
+SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe"}
+
+
+def parse_args(argv):
+    """Returns (flags: name -> value or list for --ssh-option, extra job flags)."""
+    flags, extra = {"--ssh-option": []}, []
+    i = 0
+    while i < len(argv):
+        flag = argv[i]
+        i += 1
+        if flag in ("-h", "--help"):
+            flags["--help"] = True
+            continue
+        if flag == "--":
+            extra = argv[i:]
+            break
+        value = None
+        if flag.startswith("--") and "=" in flag:
+            flag, value = flag.split("=", 1)
+        if flag in SWITCHES and value is None:
+            flags[flag] = True
+            continue
+        if flag not in VALUE_FLAGS:
+            if flag.startswith("-"):
+                raise UsageError(f"unknown flag '{flag}' (job flags go after --, e.g. -- --lr 0.01)")
+            raise UsageError(f"unexpected argument '{flag}' (job flags go after --)")
+        if value is None:
+            if i >= len(argv):
+                raise UsageError(f"{flag} needs a value")
+            value = argv[i]
+            i += 1
+        if flag == "--ssh-option":
+            flags[flag].append(value)
+        else:
+            flags[flag] = value
+    return flags, extra
+
+
+def config_value(key, path):
+    """The value of `key = value` in a Boost.Program_options config file ('#' starts a comment)."""
+    found = None
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.split("#", 1)[0]
+            if "=" in line:
+                k, v = line.split("=", 1)
+                if k.strip() == key and v.strip():
+                    found = v.strip()
+    return found
+
+
+def require_int(name, text, low, high=None):
+    if not re.fullmatch(r"[0-9]+", str(text)) or int(text) < low or (high is not None and int(text) > high):
+        raise UsageError(f"{name} must be an integer >= {low}{f' and <= {high}' if high is not None else ''}, got '{text}'")
+    return int(text)
+
+
+def job_flag(extra, name):
+    """The value of --name in the job flags after --, if given."""
+    value = None
+    for i, arg in enumerate(extra):
+        if arg == f"--{name}" and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+class Settings:
+    """Everything the run needs, resolved from flags, the config file and the environment."""
+
+    def __init__(self, flags, extra):
+        self.extra = extra
+        self.dry_run = bool(flags.get("--dry-run"))
+        config = flags.get("--config") or os.path.join(REPO, "configs", "fashion_mlp.cfg")
+        if not os.path.isfile(config) and not os.path.isabs(config) and os.path.isfile(os.path.join(REPO, config)):
+            config = os.path.join(REPO, config)
+        if not os.path.isfile(config):
+            raise UsageError(f"config file not found: {config}")
+        self.config = os.path.abspath(config)
+        self.mode = job_flag(extra, "mode") or config_value("mode", self.config) or "sync"
+        self.num_ps = require_int("--num-ps", flags.get("--num-ps") or config_value("num-ps", self.config) or 1, 1)
+        self.num_workers = require_int("--num-workers",
+                                       flags.get("--num-workers") or config_value("num-workers", self.config) or 1, 1)
+        if self.mode == "allreduce":
+            self.num_ps = 0  # the workers all-reduce among themselves: no PS
+        self.transport = flags.get("--transport", "ipc")
+        if self.transport not in ("ipc", "tcp"):
+            raise UsageError(f"--transport: '{self.transport}' is not ipc or tcp")
+        self.hosts = self._hosts(flags)
+        self.launcher = self._launcher(flags)
+        remote = self.launcher == "ssh"
+        base_port = flags.get("--base-port")
+        self.base_port = require_int("--base-port", base_port, 1, 65536 - max(self.num_ps, 1)) if base_port else (
+            DEFAULT_BASE_PORT if remote else 0)
+        self.bind = flags.get("--bind") or ("0.0.0.0" if remote else "")
+        self.oversubscribe = bool(flags.get("--oversubscribe"))
+        self.ps_hosts_list = [h for h in (flags.get("--ps-hosts-list") or "").split(",") if h]
+        self.remote_dir = flags.get("--remote-dir")
+        self.ssh = shlex.split(os.environ.get("PSTRAIN_SSH", "ssh")) + ["-o", "BatchMode=yes"]
+        for option in flags["--ssh-option"]:
+            self.ssh += ["-o", option]
+        self.start_timeout = require_int("PSTRAIN_START_TIMEOUT", os.environ.get("PSTRAIN_START_TIMEOUT", "60"), 1)
+        self.ps_exit_timeout = require_int("PSTRAIN_PS_EXIT_TIMEOUT", os.environ.get("PSTRAIN_PS_EXIT_TIMEOUT", "30"), 0)
+        self.stop_grace = require_int("PSTRAIN_STOP_GRACE", os.environ.get("PSTRAIN_STOP_GRACE", "5"), 0)
+        build_dir = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(REPO, "build")
+        self.ps_bin = os.environ.get("PSTRAIN_PS_BIN") or os.path.join(build_dir, "pstrain-ps")
+        self.worker_bin = os.environ.get("PSTRAIN_WORKER_BIN") or os.path.join(build_dir, "pstrain-worker")
+        self.run_dir = flags.get("--run-dir") or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+        try:
+            self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
+                                         self.ps_hosts_list, self.oversubscribe or self.launcher == "local")
+        except placement.PlacementError as e:
+            raise UsageError(str(e)) from e
+
+    def _hosts(self, flags):
+        try:
+            if "--hostfile" in flags and "-H" in flags:
+                raise UsageError("give either --hostfile or -H, not both")
+            if "--hostfile" in flags:
+                path = flags["--hostfile"]
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        return placement.parse_hostfile(f.read(), path)
+                except OSError as e:
+                    raise UsageError(f"--hostfile: cannot read {path}: {e.strerror}") from e
+            if "-H" in flags:
+                return placement.parse_host_list(flags["-H"])
+        except placement.PlacementError as e:
+            raise UsageError(str(e)) from e
+        return [placement.Host("localhost", 1)]
+
+    def _launcher(self, flags):
+        launcher = flags.get("--launcher", "auto")
+        if launcher not in ("auto", "local", "ssh", "slurm", "mpirun"):
+            raise UsageError(f"--launcher: '{launcher}' is not one of auto, local, ssh, slurm, mpirun")
+        if launcher in ("slurm", "mpirun"):
+            raise UsageError(f"--launcher {launcher} is not available yet (see docs/cluster.md); use ssh")
+        given = "--hostfile" in flags or "-H" in flags
+        if launcher == "auto":
+            launcher = "ssh" if given else "local"
+        if launcher == "ssh" and not given:
+            raise UsageError("--launcher ssh needs --hostfile FILE or -H host1,host2")
+        if launcher == "local" and given:
+            raise UsageError("--hostfile / -H name other hosts; use --launcher ssh (or auto)")
+        return launcher
+
+    def remote_path(self, path):
+        """A path as seen on the other hosts (--remote-dir replaces this checkout's path)."""
+        if self.remote_dir and (path == REPO or path.startswith(REPO + os.sep)):
+            return os.path.join(self.remote_dir, os.path.relpath(path, REPO))
+        return path
+
+
+class Run:
+    """One job: starts, supervises and stops its processes."""
+
+    def __init__(self, settings, output):
+        self.s = settings
+        self.out = output
+        self.sup = Supervisor(output, settings.run_dir, settings.stop_grace)
+        self.stopping = False
+        self.received = None  # (name, exit code) of a signal to act on
+
+    # -------------------------------------------------------------- commands
+
+    def ipc_name(self, shard):
+        """The Unix-domain socket of PS `shard`: abstract (no file), unique while we live."""
+        return f"@pstrain-{os.getpid()}-ps{shard}"
+
+    def ps_command(self, proc):
+        s = self.s
+        remote = s.launcher == "ssh"
+        cmd = [s.remote_path(s.ps_bin) if remote else s.ps_bin, "--config", s.remote_path(s.config) if remote else s.config,
+               "--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
+               "--port", str(proc.port)]
+        if not remote:
+            cmd += ["--port-file", os.path.join(s.run_dir, f"{proc.name}.addr")]
+        if s.bind:
+            cmd += ["--bind", s.bind]
+        if not remote and s.transport == "ipc":
+            cmd += ["--ipc", self.ipc_name(proc.index)]
+        return cmd + s.extra
+
+    def worker_command(self, proc, ps_hosts, coordinator=None):
+        s = self.s
+        remote = s.launcher == "ssh"
+        cmd = [s.remote_path(s.worker_bin) if remote else s.worker_bin,
+               "--config", s.remote_path(s.config) if remote else s.config]
+        if s.mode == "allreduce":
+            cmd += ["--num-workers", str(s.num_workers)]
+            if s.bind:
+                cmd += ["--bind", s.bind]
+            cmd += ["--index", str(proc.index), "--coordinator", coordinator]
+            if proc.index == 0 and not remote:
+                cmd += ["--port-file", os.path.join(s.run_dir, "w0.addr")]
+        else:
+            cmd += ["--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
+                    "--ps-hosts", ps_hosts]
+        return cmd + s.extra
+
+    def remote_argv(self, proc, command):
+        """ssh HOST 'exec bash REPO/launch/remote.sh GRACE env VARS... COMMAND'."""
+        s = self.s
+        env = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k)]
+        shim = ["exec", "bash", s.remote_path(os.path.join(REPO, "launch", "remote.sh")), str(s.stop_grace)]
+        line = shlex.join(shim + (["env"] + env if env else []) + command)
+        return s.ssh + ["-o", f"ConnectTimeout={s.start_timeout}", "-o", "ServerAliveInterval=5",
+                        "-o", "ServerAliveCountMax=3", proc.host, line]
+
+    def start(self, proc, command):
+        if self.s.launcher == "ssh":
+            return self.sup.spawn(proc.name, proc.label, self.remote_argv(proc, command), stdin_pipe=True)
+        return self.sup.spawn(proc.name, proc.label, command)
+
+    # -------------------------------------------------------------- signals and failures
+
+    def on_signal(self, number, _frame):
+        name = signal.Signals(number).name
+        code = 128 + number
+        if self.stopping:  # a second signal while stopping: no more grace
+            self.sup.kill_all()
+            os._exit(code)
+        self.received = (name, code)
+
+    def check_signal(self):
+        if self.received:
+            name, code = self.received
+            raise Stop(f"received {name}", code)
+
+    def reap(self, phase):
+        """Handles every process that exited. Non-zero status: stop everything."""
+        for child in self.sup.reap():
+            if child.status != 0:
+                why = describe_status(child.status)
+                if self.s.launcher == "ssh" and child.status == 255:
+                    why = "ssh failed with status 255 (host unreachable, connection lost or login refused; see its log)"
+                raise Stop(f"{child.label} (pid {child.pid}) died: {why}", EXIT_FAILED)
+            if phase == "start" and child.name.startswith("ps") and self.s.launcher == "local":
+                raise Stop(f"{child.label} (pid {child.pid}) exited with status 0 before reporting its address", EXIT_START)
+            self.out.say(f"{child.label} exited 0")
+
+    def tick(self, phase):
+        self.check_signal()
+        self.reap(phase)
+        time.sleep(0.1)
+
+    # -------------------------------------------------------------- phases
+
+    def wait_for_addresses(self, procs):
+        """Local launcher: waits until each process has written RUNDIR/<name>.addr."""
+        addresses = {}
+        for p in procs:
+            self.out.say(f"waiting for {p.name}...")
+        deadline = time.monotonic() + self.s.start_timeout
+        pending = list(procs)
+        while pending:
+            for p in list(pending):
+                path = os.path.join(self.s.run_dir, f"{p.name}.addr")
+                if os.path.isfile(path) and os.path.getsize(path) > 0:
+                    with open(path, encoding="utf-8") as f:
+                        addr = f.read().split()[0]
+                    host, _, port = addr.rpartition(":")
+                    if host in ("0.0.0.0", "*", "", "[::]", "::"):
+                        host = "127.0.0.1"  # a wildcard bind is reached through loopback
+                    addresses[p.name] = f"{host}:{port}"
+                    self.out.say(f"{p.name} ready at {addresses[p.name]}")
+                    pending.remove(p)
+            if not pending:
+                break
+            self.reap("start")
+            if time.monotonic() >= deadline:
+                raise Stop(f"{' '.join(p.name for p in pending)} did not report an address within "
+                           f"{self.s.start_timeout}s", EXIT_START)
+            self.check_signal()
+            time.sleep(0.1)
+        return addresses
+
+    def check_hosts(self):
+        """ssh: every host answers and has the binaries, checked in parallel before starting."""
+        s = self.s
+        hosts = sorted({p.host for p in s.procs}, key=[p.host for p in s.procs].index)
+        need = [s.remote_path(s.ps_bin)] if s.num_ps else []
+        need.append(s.remote_path(s.worker_bin))
+        test = " && ".join(f"test -x {shlex.quote(b)}" for b in need)
+
+        def probe(host):
+            argv = s.ssh + ["-o", f"ConnectTimeout={s.start_timeout}", host, test]
+            try:
+                done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                                      timeout=s.start_timeout + 5)
+            except subprocess.TimeoutExpired:
+                return host, f"no answer over ssh within {s.start_timeout}s"
+            if done.returncode == 0:
+                return host, None
+            if done.returncode == 255:
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                return host, f"ssh failed: {last}"
+            return host, (f"{' or '.join(need)} is missing or not executable there "
+                          "(build pstrain on every host at the same path, or give --remote-dir)")
+
+        self.out.say(f"checking {len(hosts)} host(s) over ssh: {' '.join(hosts)}")
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            problems = [(h, why) for h, why in pool.map(probe, hosts) if why]
+        self.check_signal()
+        if problems:
+            for host, why in problems:
+                self.out.say(f"host {host}: {why}")
+            raise Stop(f"cannot start on {', '.join(h for h, _ in problems)}", EXIT_START)
+
+    def start_ps(self):
+        servers = [p for p in self.s.procs if p.role == "ps"]
+        for p in servers:
+            self.start(p, self.ps_command(p))
+        if self.s.launcher == "ssh":
+            return ",".join(f"{p.host}:{p.port}" for p in servers)
+        addresses = self.wait_for_addresses(servers)
+        if self.s.transport == "ipc":
+            return ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
+        return ",".join(addresses[p.name] for p in servers)
+
+    def start_workers(self, ps_hosts):
+        for p in self.s.procs:
+            if p.role == "worker":
+                self.start(p, self.worker_command(p, ps_hosts))
+
+    def start_ring_workers(self):
+        """allreduce: worker 0 is the ring's rendezvous; the others join it there."""
+        s = self.s
+        workers = [p for p in s.procs if p.role == "worker"]
+        chief = workers[0]
+        if s.launcher == "ssh":
+            coordinator = f"{chief.host}:{s.base_port}"
+            self.start(chief, self.worker_command(chief, "", f"{s.bind or '0.0.0.0'}:{s.base_port}"))
+        else:
+            self.start(chief, self.worker_command(chief, "", f"{s.bind or '127.0.0.1'}:{s.base_port}"))
+            if len(workers) > 1:
+                coordinator = self.wait_for_addresses([chief])[chief.name]
+        for p in workers[1:]:
+            self.start(p, self.worker_command(p, "", coordinator))
+
+    def supervise(self):
+        """Waits for every process; after the last worker, gives the PS ps_exit_timeout to exit."""
+        deadline = None
+        while self.sup.live():
+            self.check_signal()
+            self.reap("run")
+            live = self.sup.live()
+            if not live:
+                break
+            if deadline is None and not any(c.name.startswith("w") for c in live):
+                self.out.say("all workers finished; waiting for the PS to exit")
+                deadline = time.monotonic() + self.s.ps_exit_timeout
+            if deadline is not None and time.monotonic() >= deadline:
+                raise Stop(f"{' '.join(c.label for c in live)} still running {self.s.ps_exit_timeout}s "
+                           "after the workers finished", EXIT_FAILED)
+            time.sleep(0.1)
+        left = self.sup.running_groups()
+        if left:
+            self.out.say(f"{' '.join(left)} left processes behind; stopping them")
+            self.sup.stop_all()
+        self.sup.drain()
+
+    def print_plan(self):
+        s = self.s
+        where = "this host" if s.launcher == "local" else f"{len({p.host for p in s.procs})} host(s) over ssh"
+        self.out.say(f"placement ({where}):")
+        for line in placement.describe(s.procs):
+            self.out.say(f"  {line}")
+
+    def dry_run(self):
+        s = self.s
+        servers = [p for p in s.procs if p.role == "ps"]
+        if s.launcher == "ssh":
+            ps_hosts = ",".join(f"{p.host}:{p.port}" for p in servers)
+        elif s.transport == "ipc":
+            ps_hosts = ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
+        else:
+            ps_hosts = ",".join(f"127.0.0.1:{p.port if p.port else f'<port of {p.name}>'}" for p in servers)
+        workers = [p for p in s.procs if p.role == "worker"]
+        for p in s.procs:
+            if p.role == "ps":
+                cmd = self.ps_command(p)
+            elif s.mode == "allreduce":
+                chief = workers[0]
+                if p.index == 0:
+                    coordinator = f"{s.bind or ('0.0.0.0' if s.launcher == 'ssh' else '127.0.0.1')}:{s.base_port}"
+                else:
+                    coordinator = f"{chief.host if s.launcher == 'ssh' else '127.0.0.1'}:{s.base_port or '<port of w0>'}"
+                cmd = self.worker_command(p, "", coordinator)
+            else:
+                cmd = self.worker_command(p, ps_hosts)
+            argv = self.remote_argv(p, cmd) if s.launcher == "ssh" else cmd
+            print(f"{p.label}: {shlex.join(argv)}")
+
+    def main(self):
+        s = self.s
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, self.on_signal)
+        try:
+            self.out.say(f"config {s.config}; mode {s.mode}; {s.num_ps} PS, {s.num_workers} workers"
+                         + (f"; job flags: {' '.join(s.extra)}" if s.extra else ""))
+            self.check_binaries()
+            self.print_plan()
+            if s.launcher == "ssh":
+                self.check_hosts()
+            if s.mode == "allreduce":
+                self.start_ring_workers()
+            else:
+                self.start_workers(self.start_ps())
+            self.supervise()
+        except Stop as stop:
+            self.stopping = True
+            self.out.say(f"{stop}; stopping all")
+            self.sup.stop_all()
+            self.out.say(f"stopped; logs in {s.run_dir}")
+            return stop.code
+        self.out.say(f"training completed; logs in {s.run_dir}")
+        return EXIT_OK
+
+    def check_binaries(self):
+        if self.s.launcher == "ssh":
+            return  # checked on every host by check_hosts()
+        for binary in ([self.s.ps_bin] if self.s.num_ps else []) + [self.s.worker_bin]:
+            if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+                print(f"launch: {binary} is missing or not executable; build it (run without --no-setup) "
+                      "or set PSTRAIN_BUILD_DIR / PSTRAIN_PS_BIN / PSTRAIN_WORKER_BIN", file=sys.stderr)
+                raise SystemExit(EXIT_SETUP)
+
+
+def make_run_dir(path):
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create run directory {path}: {e.strerror}") from e
+    path = os.path.realpath(path)
+    for name in os.listdir(path):
+        if re.fullmatch(r"(ps[0-9]+\.addr|w0\.addr|(ps|w)[0-9]+\.log|cmd\.txt|launch\.log)", name):
+            os.remove(os.path.join(path, name))
+    return path
+
+
+def main(argv):
+    try:
+        flags, extra = parse_args(argv)
+        if flags.get("--help"):
+            print(usage(), end="")
+            return EXIT_OK
+        settings = Settings(flags, extra)
+        if settings.dry_run:
+            run = Run(settings, Output())
+            run.print_plan()
+            run.dry_run()
+            return EXIT_OK
+        settings.run_dir = make_run_dir(settings.run_dir)
+    except UsageError as e:
+        print(f"launch: {e} (see launch/launch.sh --help)", file=sys.stderr)
+        return EXIT_USAGE
+    os.environ["PSTRAIN_RUN_DIR"] = settings.run_dir
+    output = Output(settings.run_dir)
+    output.say(f"run directory {settings.run_dir}")
+    return Run(settings, output).main()

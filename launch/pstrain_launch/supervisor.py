@@ -1,0 +1,202 @@
+"""Starts the job's processes, prefixes and logs their output, and stops all of them together.
+
+Every process runs in its own session and process group (start_new_session), so its pid is the
+real binary's pid and the id of its group; stopping = SIGTERM to every group, SIGKILL after the
+grace period. Each child's stdout and stderr go to one pipe read by a thread of this process,
+which writes the unprefixed log file RUNDIR/<name>.log and the "[label] " prefixed copy on our
+stdout. Children get SIGTERM when this launcher dies, even by SIGKILL (setpriv --pdeathsig), and
+default SIGINT/SIGQUIT (a background job of a shell script has them ignored).
+
+A child may be given a stdin pipe (the ssh starter): closing it is how a remote process is told
+to stop (launch/remote.sh stops its process when its standard input ends), and the pipe closes
+by itself when this launcher dies, whatever kills it.
+"""
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+
+def describe_status(code):
+    """Popen's returncode (negative = signal) or a shell's 128+N, as words."""
+    if code < 0 or 128 < code <= 128 + 64:
+        number = -code if code < 0 else code - 128
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            name = f"SIG{number}"
+        return f"killed by signal {number} ({name})"
+    return f"exited with status {code}"
+
+
+class Output:
+    """Our stdout and RUNDIR/launch.log, shared by the main thread and the readers."""
+
+    def __init__(self, run_dir=None):
+        self.lock = threading.Lock()
+        self.run_dir = run_dir
+
+    def say(self, message):
+        self.write(f"launch: {message}\n".encode())
+        if self.run_dir:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+            with open(os.path.join(self.run_dir, "launch.log"), "a", encoding="utf-8") as log:
+                log.write(f"{stamp} {message}\n")
+
+    def write(self, data):
+        with self.lock:
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+
+
+class Child:
+    def __init__(self, name, label, popen, reader):
+        self.name = name
+        self.label = label
+        self.popen = popen
+        self.pid = popen.pid
+        self.reader = reader
+        self.status = None  # returncode once reaped
+
+
+def _wrapper():
+    """Commands that give a child default SIGINT/SIGQUIT and SIGTERM when we die."""
+    wrap = []
+    if shutil.which("env") and subprocess.run(["env", "--default-signal=INT,QUIT", "true"],
+                                              stderr=subprocess.DEVNULL).returncode == 0:
+        wrap += ["env", "--default-signal=INT,QUIT"]
+    if shutil.which("setpriv") and subprocess.run(["setpriv", "--pdeathsig", "TERM", "--", "true"],
+                                                  stderr=subprocess.DEVNULL).returncode == 0:
+        wrap += ["setpriv", "--pdeathsig", "TERM", "--"]
+    return wrap
+
+
+def _non_zombie_groups(pgids):
+    """The process groups among `pgids` that still have a member that is not a zombie (an
+    orphaned zombie waits for init, which in a container may never reap it)."""
+    alive = set()
+    for pgid in pgids:
+        try:
+            os.killpg(pgid, 0)
+            alive.add(pgid)
+        except OSError:
+            pass
+    if not alive or not os.path.isdir("/proc/self"):
+        return alive
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp ...
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in alive:
+            found.add(int(fields[2]))
+    return found
+
+
+class Supervisor:
+    def __init__(self, output, run_dir, stop_grace):
+        self.out = output
+        self.run_dir = run_dir
+        self.stop_grace = stop_grace
+        self.children = {}  # name -> Child, in start order
+        self.wrap = _wrapper()
+
+    def spawn(self, name, label, argv, stdin_pipe=False, env=None):
+        """Starts argv as `name`; its output is prefixed with [label]."""
+        popen = subprocess.Popen(self.wrap + list(argv), stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                                 env=env)
+        reader = threading.Thread(target=self._relay, args=(popen.stdout, name, label), daemon=True)
+        reader.start()
+        child = Child(name, label, popen, reader)
+        self.children[name] = child
+        with open(os.path.join(self.run_dir, "cmd.txt"), "a", encoding="utf-8") as f:
+            f.write(f"{name}\t{child.pid}\t{shlex.join(argv)}\n")
+        self.out.say(f"started {label} (pid {child.pid})")
+        return child
+
+    def _relay(self, pipe, name, label):
+        prefix = f"[{label}] ".encode()
+        with open(os.path.join(self.run_dir, f"{name}.log"), "ab") as log:
+            for line in iter(pipe.readline, b""):
+                log.write(line)
+                log.flush()
+                self.out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
+        pipe.close()
+
+    def live(self):
+        return [c for c in self.children.values() if c.status is None]
+
+    def reap(self):
+        """Reaps the children that have exited since the last call; returns them in start order."""
+        done = []
+        for child in self.live():
+            code = child.popen.poll()
+            if code is not None:
+                child.status = code
+                done.append(child)
+        return done
+
+    def running_groups(self):
+        """Labels of the children whose process group still has a live (non-zombie) member."""
+        groups = _non_zombie_groups([c.pid for c in self.children.values()])
+        return [c.label for c in self.children.values() if c.pid in groups]
+
+    def _signal_groups(self, sig, local_only=False):
+        for child in self.children.values():
+            if local_only and child.popen.stdin is not None:
+                continue  # remote: its closed stdin stops it (launch/remote.sh)
+            try:
+                os.killpg(child.pid, sig)
+            except OSError:
+                pass
+
+    def kill_all(self):
+        self._signal_groups(signal.SIGKILL)
+
+    def _wait_groups(self, seconds):
+        deadline = time.monotonic() + seconds
+        while self.running_groups() and time.monotonic() < deadline:
+            self.reap()
+            time.sleep(0.05)
+        return self.running_groups()
+
+    def stop_all(self):
+        """Closes remote processes' stdin, SIGTERM to every group, SIGKILL after the grace."""
+        if not self.children:
+            return
+        for child in self.children.values():
+            if child.popen.stdin is not None and not child.popen.stdin.closed:
+                try:
+                    child.popen.stdin.close()
+                except OSError:
+                    pass
+        self._signal_groups(signal.SIGTERM, local_only=True)
+        left = self._wait_groups(self.stop_grace)
+        if left:
+            self.out.say(f"{' '.join(left)} still running {self.stop_grace}s after SIGTERM; sending SIGKILL")
+            self._signal_groups(signal.SIGKILL)
+            self._wait_groups(2)
+        for child in self.children.values():
+            try:
+                child.popen.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        self.drain()
+        self.children = {}
+
+    def drain(self):
+        """Waits up to 2 s for the readers to print the last lines."""
+        deadline = time.monotonic() + 2
+        for child in self.children.values():
+            child.reader.join(max(0.0, deadline - time.monotonic()))

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs one pstrain process on a remote host for launch.sh's ssh starter, and stops it when the
+# launcher's connection ends. ssh relays the launcher's pipe to our standard input; it ends when
+# the launcher closes it (the job is stopping), when the launcher dies (even by SIGKILL), or when
+# the connection drops. Then the process group gets SIGTERM, and SIGKILL after GRACE seconds.
+#
+#   remote.sh GRACE COMMAND...      exit status: COMMAND's (128+N when killed by signal N)
+set -u
+grace=$1
+shift
+# setsid: the command leads its own process group (a background job of a non-interactive shell
+# is not a group leader, so setsid execs in place and $! is the command's own pid).
+setsid "$@" </dev/null &
+pid=$!
+stop() {
+  kill -TERM -- "-$pid" 2>/dev/null || return 0
+  local waited=0
+  while kill -0 -- "-$pid" 2>/dev/null && ((waited < grace * 10)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  kill -KILL -- "-$pid" 2>/dev/null
+}
+trap 'stop; exit 143' TERM
+trap 'stop; exit 129' HUP
+# The watcher reads our standard input until it ends: the launcher is stopping or gone.
+(
+  while read -r -u 3 _; do :; done
+  kill -USR1 "$$" 2>/dev/null
+) 3<&0 </dev/null >/dev/null 2>&1 &
+watcher=$!
+trap 'stop; wait "$pid"; exit 143' USR1
+wait "$pid"
+status=$?
+# `wait` also returns when a trapped signal arrives; only a real exit is final.
+while kill -0 "$pid" 2>/dev/null; do
+  wait "$pid"
+  status=$?
+done
+kill "$watcher" 2>/dev/null
+exit "$status"

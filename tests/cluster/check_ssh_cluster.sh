@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# launch/launch.sh --hostfile across real hosts: network namespaces on a bridge, each with its
+# own address and its own sshd (tests/cluster/netns_hosts.sh), the real binaries started over
+# ssh. Checks: a job spread over 3 hosts equals the same job run locally; kill -9 of a remote
+# worker stops everything everywhere, naming it; SIGKILL of the launcher leaves no process on
+# any host; an unreachable host and a port taken on a host are clear errors naming the host;
+# 32 workers and 4 PS shards on 4 hosts complete.
+#
+#   tests/cluster/check_ssh_cluster.sh     one line per check; exit 1 if any failed,
+#                                          77 (skipped, with the reason) without root/netns
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+launch=$repo/launch/launch.sh
+# shellcheck source=netns_hosts.sh
+source "$here/netns_hosts.sh"
+# shellcheck source=../launch/check_lib.sh
+source "$repo/tests/launch/check_lib.sh"
+
+why=$(netns_hosts_unavailable)
+if [[ -n $why ]]; then
+  echo "check_ssh_cluster: SKIPPED: $why"
+  exit 77
+fi
+build=${PSTRAIN_BUILD_DIR:-$repo/build}
+for bin in pstrain-ps pstrain-worker; do
+  [[ -x $build/$bin ]] || { echo "check_ssh_cluster: $build/$bin is missing (build first)"; exit 1; }
+done
+export PSTRAIN_BUILD_DIR=$build
+work=$(mktemp -d "${TMPDIR:-/tmp}/check_ssh_cluster.XXXXXX")
+trap 'netns_hosts_down' EXIT
+netns_hosts_up "$work" 4 || { echo "check_ssh_cluster: could not make the test hosts"; exit 1; }
+A=${HOST_ADDRS[0]} B=${HOST_ADDRS[1]} C=${HOST_ADDRS[2]} D=${HOST_ADDRS[3]}
+base_port=$((20000 + $$ % 20000))
+
+# Every process of these jobs carries $work in its command line (--cache-dir), so survivors are
+# found with pgrep in every namespace (they share this machine's process ids).
+job=(--hidden 16 --optimizer momentum --lr 0.05 --cache-dir "$work/cache")
+marker=$work/cache
+worker_bin=$build/pstrain-worker
+
+# start CASE [VAR=value...] -- [launch.sh flags]: runs launch.sh in the background.
+start() {
+  case=$1
+  shift
+  local -a envs=()
+  while [[ $1 != -- ]]; do envs+=("$1"); shift; done
+  shift
+  run=$work/$case
+  out=$work/$case.out
+  : >"$out"
+  env "${envs[@]}" bash "$launch" --no-setup --run-dir "$run" "$@" >"$out" 2>&1 &
+  lpid=$!
+}
+
+case_matches_local() {
+  start local_reference -- --num-ps 1 --num-workers 1 -- "${job[@]}" --timeout 30 --steps 20 --batch-size 24 \
+    --save-params "$work/local-params"
+  finish 120
+  check "local reference job exits 0 (got $rc)" test "$rc" -eq 0
+  printf '%s slots=2\n%s slots=1  # comment\n%s\n' "$A" "$B" "$C" >"$work/hosts3"
+  start three_hosts -- --hostfile "$work/hosts3" --base-port "$base_port" --num-ps 2 --num-workers 4 \
+    -- "${job[@]}" --timeout 30 --steps 20 --batch-size 6 --save-params "$work/cluster-params"
+  finish 120
+  expect_exit 0 120
+  check "placement printed: ps1 on the second host" out_has "^launch:   ps1  on $B +local rank 0  port $((base_port + 1))\$"
+  check "placement printed: w1 fills host A's second slot" out_has "^launch:   w1   on $A +local rank 1\$"
+  check "w2 on host B, w3 on host C" out_has "^launch:   w3   on $C +local rank 0\$"
+  check "chief's summary reports test_accuracy" out_has "^\[w0@$A\] .*summary: .*test_accuracy="
+  check "per-process log in the run directory" file_has "$run/w3.log" "connecting to ps1 at $B:$((base_port + 1))"
+  check "parameters equal the local run's" python3 "$here/compare_params.py" "$work/local-params" "$work/cluster-params"
+}
+
+case_remote_worker_killed() {
+  printf '%s slots=1\n%s slots=2\n' "$A" "$B" >"$work/hosts2"
+  start remote_kill -- --hostfile "$work/hosts2" --base-port "$base_port" --num-workers 3 \
+    -- "${job[@]}" --timeout 30 --epochs 1000 --batch-size 4
+  wait_for "^\[w2@$B\] .*training" 60 || flunk "w2 never started training"
+  local pid
+  pid=$(pgrep -f -- "^$worker_bin .*--index 2 .*$marker")
+  check "found the remote worker's pid" test -n "$pid"
+  kill -KILL $pid
+  finish 30
+  expect_exit 1 30
+  check "names w2 on its host and the signal" \
+    out_has "^launch: w2@$B \(pid [0-9]+\) died: killed by signal 9 \(SIGKILL\); stopping all\$"
+}
+
+case_launcher_killed() {
+  printf '%s\n%s\n' "$A" "$B" >"$work/hosts2b"
+  start launcher_killed -- --hostfile "$work/hosts2b" --base-port "$base_port" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --epochs 1000 --batch-size 4
+  wait_for "^\[w1@$B\] .*training" 60 || flunk "w1 never started training"
+  check "remote processes run before the kill" pgrep -f -- "^$worker_bin .*$marker"
+  kill -KILL "$lpid"
+  wait "$lpid" 2>/dev/null
+  check "no process of the job left on any host within 30 s" no_survivors 30
+}
+
+case_unreachable_host() {
+  local ghost=${A%.*}.99
+  printf '%s\n%s\n' "$A" "$ghost" >"$work/hosts_ghost"
+  start unreachable PSTRAIN_START_TIMEOUT=3 -- --hostfile "$work/hosts_ghost" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --steps 5
+  finish 30
+  expect_exit 4 15
+  check "names the unreachable host" out_has "^launch: host $ghost: (ssh failed|no answer)"
+  check "and only that host" eval "! out_has '^launch: host $A:'"
+  check "nothing was started" eval "! out_has '^launch: started '"
+}
+
+case_port_taken() {
+  local ns=${NETNS_NAMES[1]}
+  ip netns exec "$ns" python3 -c 'import socket,sys,time
+s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("ready", flush=True); time.sleep(60)' \
+    "$B" "$base_port" >"$work/squatter.out" 2>&1 &
+  local squatter=$!
+  local deadline=$((SECONDS + 10))
+  until grep -q ready "$work/squatter.out" || ((SECONDS >= deadline)); do sleep 0.1; done
+  printf '%s\n%s\n' "$B" "$A" >"$work/hosts_port"
+  start port_taken -- --hostfile "$work/hosts_port" --base-port "$base_port" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --steps 5
+  finish 60
+  kill "$squatter" 2>/dev/null
+  wait "$squatter" 2>/dev/null
+  expect_exit 1 60
+  check "names ps0 on the host whose port is taken" out_has "^launch: ps0@$B \(pid [0-9]+\) died: exited with status"
+  check "the PS says which address it could not bind" out_has "^\[ps0@$B\] .*$base_port"
+}
+
+case_scale() {
+  printf '%s slots=8\n%s slots=8\n%s slots=8\n%s slots=8\n' "$A" "$B" "$C" "$D" >"$work/hosts4"
+  start scale -- --hostfile "$work/hosts4" --base-port "$base_port" --num-ps 4 --num-workers 32 \
+    -- "${job[@]}" --steps 5 --batch-size 2 --timeout 120
+  finish 300
+  expect_exit 0 300
+  check "36 processes started" test "$(grep -c '^launch: started ' "$out")" -eq 36
+  check "every process exited 0" test "$(grep -c '^launch: .* exited 0$' "$out")" -eq 36
+  check "chief reports test_accuracy" out_has "^\[w0@$A\] .*summary: .*test_accuracy="
+}
+
+main() {
+  case_matches_local
+  case_remote_worker_killed
+  case_launcher_killed
+  case_unreachable_host
+  case_port_taken
+  case_scale
+  report_and_exit check_ssh_cluster
+}
+
+main

@@ -1,0 +1,108 @@
+"""Unit tests of the launcher's placement and command line (launch/pstrain_launch).
+
+    python3 -m unittest discover -s tests/launch -p 'test_*.py'    (ctest: launch_placement)
+"""
+
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
+
+from pstrain_launch import cli, placement  # noqa: E402
+from pstrain_launch.placement import Host, PlacementError  # noqa: E402
+
+
+class HostfileTest(unittest.TestCase):
+    def test_open_mpi_format_with_comments_and_slots(self):
+        text = "# cluster\nnode1 slots=2\n\nnode2   # one slot\nnode3 slots=4 max_slots=8\n"
+        self.assertEqual(placement.parse_hostfile(text), [Host("node1", 2), Host("node2", 1), Host("node3", 4)])
+
+    def test_a_host_named_twice_adds_its_slots(self):
+        self.assertEqual(placement.parse_hostfile("a slots=2\nb\na\n"), [Host("a", 3), Host("b", 1)])
+
+    def test_errors_name_file_and_line(self):
+        with self.assertRaisesRegex(PlacementError, r"^hosts:2: 'slots=0' is not a positive integer"):
+            placement.parse_hostfile("a\nb slots=0\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"^hosts:1: unknown field 'cpus=2'"):
+            placement.parse_hostfile("a cpus=2\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"^hosts: no hosts"):
+            placement.parse_hostfile("# nothing\n\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"'a;b' is not a host name"):
+            placement.parse_hostfile("a;b\n", "hosts")
+
+    def test_host_list(self):
+        self.assertEqual(placement.parse_host_list("n1:2,n2:2,n3"), [Host("n1", 2), Host("n2", 2), Host("n3", 1)])
+        self.assertEqual(placement.parse_host_list("[::1]:2,[fe80::1]"), [Host("[::1]", 2), Host("[fe80::1]", 1)])
+        with self.assertRaisesRegex(PlacementError, "-H: 'n1:x' is not a positive integer"):
+            placement.parse_host_list("n1:x")
+        with self.assertRaisesRegex(PlacementError, "no hosts"):
+            placement.parse_host_list(",")
+
+
+class PlaceTest(unittest.TestCase):
+    hosts = [Host("a", 2), Host("b", 1), Host("c", 1)]
+
+    def test_ps_round_robin_and_workers_fill_slots_in_order(self):
+        procs = placement.place(self.hosts, 2, 4, base_port=7000)
+        self.assertEqual([(p.name, p.host, p.local_rank, p.port) for p in procs], [
+            ("ps0", "a", 0, 7000), ("ps1", "b", 0, 7001),
+            ("w0", "a", 0, 0), ("w1", "a", 1, 0), ("w2", "b", 0, 0), ("w3", "c", 0, 0)])
+
+    def test_more_shards_than_hosts_wrap_with_local_ranks(self):
+        procs = placement.place(self.hosts, 4, 1)
+        self.assertEqual([(p.host, p.local_rank) for p in procs[:4]], [("a", 0), ("b", 0), ("c", 0), ("a", 1)])
+
+    def test_ps_hosts_list(self):
+        procs = placement.place(self.hosts, 3, 1, ps_hosts=["c"])
+        self.assertEqual([p.host for p in procs if p.role == "ps"], ["c", "c", "c"])
+        with self.assertRaisesRegex(PlacementError, "--ps-hosts-list: 'z' is not one of the job's hosts"):
+            placement.place(self.hosts, 1, 1, ps_hosts=["z"])
+
+    def test_too_few_slots_unless_oversubscribed(self):
+        with self.assertRaisesRegex(PlacementError, r"5 workers but the hosts have 4 slot\(s\) \(a:2, b:1, c:1\)"):
+            placement.place(self.hosts, 1, 5)
+        procs = placement.place(self.hosts, 1, 5, oversubscribe=True)
+        self.assertEqual([(p.host, p.local_rank) for p in procs[1:]], [("a", 0), ("a", 1), ("b", 0), ("c", 0), ("a", 2)])
+
+    def test_deterministic_and_labelled(self):
+        self.assertEqual(placement.place(self.hosts, 2, 4), placement.place(self.hosts, 2, 4))
+        self.assertEqual(placement.place(self.hosts, 1, 1)[1].label, "w0@a")
+        self.assertEqual(placement.place([Host("localhost")], 1, 1)[1].label, "w0")
+
+
+class CommandLineTest(unittest.TestCase):
+    def test_flags_values_and_job_flags(self):
+        flags, extra = cli.parse_args(["--num-ps", "2", "--hostfile=h", "-H", "a,b", "--dry-run",
+                                       "--ssh-option", "Port=2222", "--", "--lr", "0.1"])
+        self.assertEqual((flags["--num-ps"], flags["--hostfile"], flags["-H"], flags["--dry-run"]), ("2", "h", "a,b", True))
+        self.assertEqual(flags["--ssh-option"], ["Port=2222"])
+        self.assertEqual(extra, ["--lr", "0.1"])
+
+    def test_usage_errors(self):
+        with self.assertRaisesRegex(cli.UsageError, "unknown flag '--bogus'"):
+            cli.parse_args(["--bogus"])
+        with self.assertRaisesRegex(cli.UsageError, "--num-ps needs a value"):
+            cli.parse_args(["--num-ps"])
+        with self.assertRaisesRegex(cli.UsageError, "give either --hostfile or -H"):
+            cli.Settings(*cli.parse_args(["--hostfile", "x", "-H", "a"]))
+        with self.assertRaisesRegex(cli.UsageError, "--launcher ssh needs --hostfile"):
+            cli.Settings(*cli.parse_args(["--launcher", "ssh"]))
+        with self.assertRaisesRegex(cli.UsageError, "--hostfile: cannot read /nonexistent"):
+            cli.Settings(*cli.parse_args(["--hostfile", "/nonexistent/hosts"]))
+
+    def test_auto_launcher_and_remote_defaults(self):
+        local = cli.Settings(*cli.parse_args([]))
+        self.assertEqual((local.launcher, local.base_port, local.bind), ("local", 0, ""))
+        remote = cli.Settings(*cli.parse_args(["-H", "a:2,b", "--num-workers", "3"]))
+        self.assertEqual((remote.launcher, remote.base_port, remote.bind), ("ssh", cli.DEFAULT_BASE_PORT, "0.0.0.0"))
+        self.assertEqual([p.label for p in remote.procs], ["ps0@a", "w0@a", "w1@a", "w2@b"])
+
+    def test_remote_dir_rewrites_paths_under_the_checkout(self):
+        settings = cli.Settings(*cli.parse_args(["-H", "a", "--num-workers", "1", "--remote-dir", "/opt/pstrain"]))
+        self.assertEqual(settings.remote_path(os.path.join(cli.REPO, "build", "pstrain-ps")), "/opt/pstrain/build/pstrain-ps")
+        self.assertEqual(settings.remote_path("/etc/job.cfg"), "/etc/job.cfg")
+
+
+if __name__ == "__main__":
+    unittest.main()
