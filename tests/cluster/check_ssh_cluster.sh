@@ -126,7 +126,8 @@ s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("r
   wait "$squatter" 2>/dev/null
   expect_exit 1 60
   check "names ps0 on the host whose port is taken" out_has "^launch: ps0@$B \(pid [0-9]+\) died: exited with status"
-  check "the PS says which address it could not bind" out_has "^\[ps0@$B\] .*$base_port"
+  check "the PS says which address it could not bind" \
+    out_has "^\[ps0@$B\] .*cannot bind the parameter server on tcp://0\.0\.0\.0:$base_port: Address already in use"
 }
 
 case_scale() {
