@@ -9,7 +9,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR/..
 # shellcheck source=launch/setup.sh
 source "$repo/launch/setup.sh"
-# What only the tests use: real sshd in network namespaces (tests/cluster/), pgrep.
-PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps)
+# What only the tests use (tests/cluster/): real sshd in network namespaces, a single-node Slurm,
+# Open MPI; pgrep.
+PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps slurmctld slurmd slurm-client munge
+  openmpi-bin)
 pstrain_setup </dev/null || exit $?
 exec ctest --test-dir "$(pstrain_build_dir)" --output-on-failure -j2 "$@" </dev/null

@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import placement
+from . import placement, steps
 from .supervisor import Output, Supervisor, describe_status
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
@@ -41,8 +41,10 @@ job:
   -- FLAGS...       passed unchanged to every process, e.g. -- --lr 0.05 --steps 200
 
 where processes run (docs/cluster.md):
-  --launcher L      local | ssh | auto (default auto: ssh when --hostfile or -H is given,
-                    else local). slurm and mpirun are not available yet.
+  --launcher L      local | ssh | slurm | mpirun | auto (default auto: ssh when --hostfile or
+                    -H is given, slurm inside a Slurm allocation, else local). slurm: one srun
+                    step on the allocation's nodes; mpirun: one mpirun over --hostfile/-H (or
+                    this host)
   --hostfile FILE   hosts in Open MPI's format: 'host [slots=N]' per line, '#' comments;
                     slots count workers (default 1 per host)
   -H LIST           hosts on the command line: host1:2,host2:2 (slots after the colon)
@@ -186,13 +188,14 @@ class Settings:
         self.transport = flags.get("--transport", "ipc")
         if self.transport not in ("ipc", "tcp"):
             raise UsageError(f"--transport: '{self.transport}' is not ipc or tcp")
-        self.hosts = self._hosts(flags)
         self.launcher = self._launcher(flags)
-        remote = self.launcher == "ssh"
+        self.hosts = self._hosts(flags)
+        remote = self.launcher != "local"
         base_port = flags.get("--base-port")
         self.base_port = require_int("--base-port", base_port, 1, 65536 - max(self.num_ps, 1)) if base_port else (
             DEFAULT_BASE_PORT if remote else 0)
-        self.bind = flags.get("--bind") or ("0.0.0.0" if remote else "")
+        loopback = all(h.name in ("localhost", "127.0.0.1") for h in self.hosts)
+        self.bind = flags.get("--bind") or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
         self.oversubscribe = bool(flags.get("--oversubscribe"))
         self.ps_hosts_list = [h for h in (flags.get("--ps-hosts-list") or "").split(",") if h]
         self.remote_dir = flags.get("--remote-dir")
@@ -214,6 +217,8 @@ class Settings:
 
     def _hosts(self, flags):
         try:
+            if self.launcher == "slurm":
+                return steps.slurm_hosts()
             if "--hostfile" in flags and "-H" in flags:
                 raise UsageError("give either --hostfile or -H, not both")
             if "--hostfile" in flags:
@@ -227,17 +232,17 @@ class Settings:
                 return placement.parse_host_list(flags["-H"])
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
-        return [placement.Host("localhost", 1)]
+        return [placement.Host("localhost", 1 if self.launcher == "local" else self.num_workers)]
 
     def _launcher(self, flags):
         launcher = flags.get("--launcher", "auto")
         if launcher not in ("auto", "local", "ssh", "slurm", "mpirun"):
             raise UsageError(f"--launcher: '{launcher}' is not one of auto, local, ssh, slurm, mpirun")
-        if launcher in ("slurm", "mpirun"):
-            raise UsageError(f"--launcher {launcher} is not available yet (see docs/cluster.md); use ssh")
         given = "--hostfile" in flags or "-H" in flags
         if launcher == "auto":
-            launcher = "ssh" if given else "local"
+            launcher = "ssh" if given else "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
+        if launcher == "slurm" and given:
+            raise UsageError("--launcher slurm places the job on its allocation's nodes; drop --hostfile / -H")
         if launcher == "ssh" and not given:
             raise UsageError("--launcher ssh needs --hostfile FILE or -H host1,host2")
         if launcher == "local" and given:
@@ -259,6 +264,7 @@ class Run:
         self.out = output
         self.sup = Supervisor(output, settings.run_dir, settings.stop_grace)
         self.stopping = False
+        self.step = None  # slurm / mpirun: the steps.Step running every process
         self.received = None  # (name, exit code) of a signal to act on
 
     # -------------------------------------------------------------- commands
@@ -269,7 +275,7 @@ class Run:
 
     def ps_command(self, proc):
         s = self.s
-        remote = s.launcher == "ssh"
+        remote = s.launcher != "local"
         cmd = [s.remote_path(s.ps_bin) if remote else s.ps_bin, "--config", s.remote_path(s.config) if remote else s.config,
                "--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
                "--port", str(proc.port)]
@@ -283,7 +289,7 @@ class Run:
 
     def worker_command(self, proc, ps_hosts, coordinator=None):
         s = self.s
-        remote = s.launcher == "ssh"
+        remote = s.launcher != "local"
         cmd = [s.remote_path(s.worker_bin) if remote else s.worker_bin,
                "--config", s.remote_path(s.config) if remote else s.config]
         if s.mode == "allreduce":
@@ -330,6 +336,8 @@ class Run:
     def reap(self, phase):
         """Handles every process that exited. Non-zero status: stop everything."""
         for child in self.sup.reap():
+            if child.status != 0 and self.step is not None:
+                raise Stop(self.step.describe_failure(child.status), EXIT_FAILED)
             if child.status != 0:
                 why = describe_status(child.status)
                 if self.s.launcher == "ssh" and child.status == 255:
@@ -411,8 +419,6 @@ class Run:
         servers = [p for p in self.s.procs if p.role == "ps"]
         for p in servers:
             self.start(p, self.ps_command(p))
-        if self.s.launcher == "ssh":
-            return ",".join(f"{p.host}:{p.port}" for p in servers)
         addresses = self.wait_for_addresses(servers)
         if self.s.transport == "ipc":
             return ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
@@ -428,13 +434,9 @@ class Run:
         s = self.s
         workers = [p for p in s.procs if p.role == "worker"]
         chief = workers[0]
-        if s.launcher == "ssh":
-            coordinator = f"{chief.host}:{s.base_port}"
-            self.start(chief, self.worker_command(chief, "", f"{s.bind or '0.0.0.0'}:{s.base_port}"))
-        else:
-            self.start(chief, self.worker_command(chief, "", f"{s.bind or '127.0.0.1'}:{s.base_port}"))
-            if len(workers) > 1:
-                coordinator = self.wait_for_addresses([chief])[chief.name]
+        self.start(chief, self.worker_command(chief, "", f"{s.bind or '127.0.0.1'}:{s.base_port}"))
+        if len(workers) > 1:
+            coordinator = self.wait_for_addresses([chief])[chief.name]
         for p in workers[1:]:
             self.start(p, self.worker_command(p, "", coordinator))
 
@@ -447,7 +449,7 @@ class Run:
             live = self.sup.live()
             if not live:
                 break
-            if deadline is None and not any(c.name.startswith("w") for c in live):
+            if deadline is None and self.step is None and not any(c.name.startswith("w") for c in live):
                 self.out.say("all workers finished; waiting for the PS to exit")
                 deadline = time.monotonic() + self.s.ps_exit_timeout
             if deadline is not None and time.monotonic() >= deadline:
@@ -462,35 +464,62 @@ class Run:
 
     def print_plan(self):
         s = self.s
-        where = "this host" if s.launcher == "local" else f"{len({p.host for p in s.procs})} host(s) over ssh"
+        how = {"ssh": "over ssh", "slurm": "one srun step", "mpirun": "one mpirun"}
+        where = "this host" if s.launcher == "local" else f"{len({p.host for p in s.procs})} host(s), {how[s.launcher]}"
         self.out.say(f"placement ({where}):")
         for line in placement.describe(s.procs):
             self.out.say(f"  {line}")
 
-    def dry_run(self):
+    def planned_commands(self):
+        """(proc, command) of every process in placement order, as far as known before starting
+        (a local run's PS ports and worker 0's rendezvous are only known once they are bound)."""
         s = self.s
+        local = s.launcher == "local"
         servers = [p for p in s.procs if p.role == "ps"]
-        if s.launcher == "ssh":
+        workers = [p for p in s.procs if p.role == "worker"]
+        if not local:
             ps_hosts = ",".join(f"{p.host}:{p.port}" for p in servers)
         elif s.transport == "ipc":
             ps_hosts = ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
         else:
-            ps_hosts = ",".join(f"127.0.0.1:{p.port if p.port else f'<port of {p.name}>'}" for p in servers)
-        workers = [p for p in s.procs if p.role == "worker"]
+            ps_hosts = ",".join(f"127.0.0.1:{p.port or f'<port of {p.name}>'}" for p in servers)
+        planned = []
         for p in s.procs:
             if p.role == "ps":
                 cmd = self.ps_command(p)
+            elif s.mode == "allreduce" and p.index == 0:
+                cmd = self.worker_command(p, "", f"{s.bind or '127.0.0.1'}:{s.base_port}")
             elif s.mode == "allreduce":
-                chief = workers[0]
-                if p.index == 0:
-                    coordinator = f"{s.bind or ('0.0.0.0' if s.launcher == 'ssh' else '127.0.0.1')}:{s.base_port}"
-                else:
-                    coordinator = f"{chief.host if s.launcher == 'ssh' else '127.0.0.1'}:{s.base_port or '<port of w0>'}"
-                cmd = self.worker_command(p, "", coordinator)
+                host = "127.0.0.1" if local else workers[0].host
+                cmd = self.worker_command(p, "", f"{host}:{s.base_port or '<port of w0>'}")
             else:
                 cmd = self.worker_command(p, ps_hosts)
-            argv = self.remote_argv(p, cmd) if s.launcher == "ssh" else cmd
-            print(f"{p.label}: {shlex.join(argv)}")
+            planned.append((p, cmd))
+        return planned
+
+    def make_step(self):
+        s = self.s
+        forwarded = [k for k in FORWARDED_ENV if os.environ.get(k)]
+        return steps.Step(s.launcher, s.procs, [cmd for _, cmd in self.planned_commands()], s.run_dir, forwarded)
+
+    def start_step(self):
+        """slurm / mpirun: one srun step or one mpirun runs every process."""
+        self.step = self.make_step()
+        for name, text in self.step.files().items():
+            with open(os.path.join(self.s.run_dir, name), "w", encoding="utf-8") as f:
+                f.write(text)
+        self.sup.spawn(self.s.launcher, self.s.launcher, self.step.argv(), env=self.step.env(), demux=self.step.relay)
+
+    def dry_run(self):
+        s = self.s
+        if s.launcher in ("slurm", "mpirun"):
+            step = self.make_step()
+            print(shlex.join(step.argv()))
+            for name, text in step.files().items():
+                print(f"--- RUNDIR/{name}:\n{text}", end="")
+            return
+        for p, cmd in self.planned_commands():
+            print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
 
     def main(self):
         s = self.s
@@ -503,7 +532,12 @@ class Run:
             self.print_plan()
             if s.launcher == "ssh":
                 self.check_hosts()
-            if s.mode == "allreduce":
+            if s.launcher in ("slurm", "mpirun"):
+                self.start_step()
+            elif s.launcher == "ssh":
+                for p, cmd in self.planned_commands():
+                    self.start(p, cmd)
+            elif s.mode == "allreduce":
                 self.start_ring_workers()
             else:
                 self.start_workers(self.start_ps())

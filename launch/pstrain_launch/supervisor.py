@@ -111,12 +111,15 @@ class Supervisor:
         self.children = {}  # name -> Child, in start order
         self.wrap = _wrapper()
 
-    def spawn(self, name, label, argv, stdin_pipe=False, env=None):
-        """Starts argv as `name`; its output is prefixed with [label]."""
+    def spawn(self, name, label, argv, stdin_pipe=False, env=None, demux=None):
+        """Starts argv as `name`; its output is prefixed with [label] and logged in RUNDIR/name.log.
+
+        demux (a Slurm or MPI step running several processes): line -> (name, label, text) of the
+        process that printed it, name None for the starter's own lines."""
         popen = subprocess.Popen(self.wrap + list(argv), stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                                  env=env)
-        reader = threading.Thread(target=self._relay, args=(popen.stdout, name, label), daemon=True)
+        reader = threading.Thread(target=self._relay, args=(popen.stdout, name, label, demux), daemon=True)
         reader.start()
         child = Child(name, label, popen, reader)
         self.children[name] = child
@@ -125,14 +128,23 @@ class Supervisor:
         self.out.say(f"started {label} (pid {child.pid})")
         return child
 
-    def _relay(self, pipe, name, label):
-        prefix = f"[{label}] ".encode()
-        with open(os.path.join(self.run_dir, f"{name}.log"), "ab") as log:
+    def _relay(self, pipe, name, label, demux):
+        logs = {} if demux else {name: open(os.path.join(self.run_dir, f"{name}.log"), "ab")}
+        try:
             for line in iter(pipe.readline, b""):
-                log.write(line)
-                log.flush()
-                self.out.write(prefix + line if line.endswith(b"\n") else prefix + line + b"\n")
-        pipe.close()
+                if not line.endswith(b"\n"):
+                    line += b"\n"
+                who, tag, text = demux(line) if demux else (name, label, line)
+                who = who or name
+                if who not in logs:
+                    logs[who] = open(os.path.join(self.run_dir, f"{who}.log"), "ab")
+                logs[who].write(text)
+                logs[who].flush()
+                self.out.write(f"[{tag}] ".encode() + text)
+        finally:
+            for log in logs.values():
+                log.close()
+            pipe.close()
 
     def live(self):
         return [c for c in self.children.values() if c.status is None]

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# launch/launch.sh under a real single-node Slurm (tests/cluster/slurm_node.sh: munged,
+# slurmctld, slurmd from Debian) and under Debian's Open MPI: sbatch launch/pstrain.sbatch and
+# launch.sh inside salloc both train and report test_accuracy; launch.sh --launcher mpirun trains
+# to the parameters of the same job run locally; a failing worker is named under both.
+#
+#   tests/cluster/check_slurm_mpi.sh      one line per check; exit 1 if any failed,
+#                                         77 (skipped, with the reason) where impossible
+set -uo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+launch=$repo/launch/launch.sh
+# shellcheck source=slurm_node.sh
+source "$here/slurm_node.sh"
+# shellcheck source=../launch/check_lib.sh
+source "$repo/tests/launch/check_lib.sh"
+
+why=$(slurm_node_unavailable)
+command -v mpirun >/dev/null || why=${why:-needs mpirun (openmpi-bin)}
+if [[ -n $why ]]; then
+  echo "check_slurm_mpi: SKIPPED: $why"
+  exit 77
+fi
+build=${PSTRAIN_BUILD_DIR:-$repo/build}
+export PSTRAIN_BUILD_DIR=$build
+work=$(mktemp -d "${TMPDIR:-/tmp}/check_slurm_mpi.XXXXXX")
+trap 'slurm_node_down' EXIT
+slurm_node_up "$work/slurm" || { echo "check_slurm_mpi: could not start the Slurm node"; exit 1; }
+marker=$work/cache
+job=(--hidden 16 --optimizer momentum --lr 0.05 --timeout 30 --cache-dir "$marker")
+
+# start CASE COMMAND...: runs COMMAND in the background with its output in $out.
+start() {
+  case=$1
+  shift
+  out=$work/$case.out
+  : >"$out"
+  "$@" >"$out" 2>&1 &
+  lpid=$!
+}
+
+case_sbatch() {
+  start sbatch sbatch --wait --output="$work/sbatch-%j.out" --chdir="$repo" "$repo/launch/pstrain.sbatch" \
+    --run-dir "$work/sbatch-run" --base-port "$(free_port)" -- "${job[@]}" --steps 20 --batch-size 8
+  finish 180
+  expect_exit 0 180
+  out=$(ls "$work"/sbatch-*.out 2>/dev/null | head -n1)
+  check "the batch job's output names the step's placement" out_has '^launch: placement \(1 host\(s\), one srun step\):$'
+  check "chief's summary with test_accuracy, prefixed" out_has '^\[w0@[^]]+\] .*summary: .*test_accuracy='
+  check "the PS ran as rank 0 and exited on its own" out_has '^\[ps0@[^]]+\] .*all 2 workers done'
+}
+
+case_salloc() {
+  start salloc salloc --ntasks=3 "$launch" --no-setup --run-dir "$work/salloc-run" --base-port "$(free_port)" \
+    --num-workers 2 -- "${job[@]}" --steps 20 --batch-size 8
+  finish 180
+  expect_exit 0 180
+  check "auto picks slurm inside the allocation" out_has '^launch: placement \(1 host\(s\), one srun step\):$'
+  check "chief's summary with test_accuracy" out_has '^\[w0@[^]]+\] .*summary: .*test_accuracy='
+  check "per-process logs in the run directory" file_has "$work/salloc-run/w1.log" 'w1: done'
+}
+
+case_salloc_worker_fails() {
+  start salloc_fails salloc --ntasks=3 "$launch" --no-setup --run-dir "$work/salloc-fail" --base-port "$(free_port)" \
+    --num-workers 2 -- "${job[@]}" --steps 20 --batch-size 8 --data-dir "$work/no-such-dir"
+  finish 120
+  expect_exit 1 120
+  check "names the failed workers" out_has '^launch: (w[01]@[^ ]+ ?)+ died: Exited with exit code 1; stopping all$'
+}
+
+case_mpirun_matches_local() {
+  start local_reference "$launch" --no-setup --run-dir "$work/local-run" --num-ps 1 --num-workers 1 \
+    -- "${job[@]}" --steps 20 --batch-size 24 --save-params "$work/local-params"
+  finish 120
+  check "local reference job exits 0 (got $rc)" test "$rc" -eq 0
+  start mpirun "$launch" --no-setup --launcher mpirun --run-dir "$work/mpirun-run" --base-port "$(free_port)" \
+    --num-ps 2 --num-workers 3 -- "${job[@]}" --steps 20 --batch-size 8 --save-params "$work/mpirun-params"
+  finish 120
+  expect_exit 0 120
+  check "placement says one mpirun" out_has '^launch: placement \(1 host\(s\), one mpirun\):$'
+  check "ranks' output mapped to names" out_has '^\[ps1\] .*all 3 workers done'
+  check "parameters equal the local run's" python3 "$here/compare_params.py" "$work/local-params" "$work/mpirun-params"
+}
+
+case_mpirun_worker_fails() {
+  start mpirun_fails "$launch" --no-setup --launcher mpirun --run-dir "$work/mpirun-fail" --base-port "$(free_port)" \
+    --num-workers 2 -- "${job[@]}" --steps 20 --data-dir "$work/no-such-dir"
+  finish 120
+  expect_exit 1 120
+  check "names a failed worker" out_has '^launch: w[01] died: exited with a non-zero status; stopping all$'
+}
+
+main() {
+  case_sbatch
+  case_salloc
+  case_salloc_worker_fails
+  case_mpirun_matches_local
+  case_mpirun_worker_fails
+  report_and_exit check_slurm_mpi
+}
+
+main
