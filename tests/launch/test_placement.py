@@ -9,7 +9,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
 
-from pstrain_launch import cli, placement  # noqa: E402
+from pstrain_launch import cli, placement, steps  # noqa: E402
 from pstrain_launch.placement import Host, PlacementError  # noqa: E402
 
 
@@ -106,3 +106,38 @@ class CommandLineTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StepTest(unittest.TestCase):
+    procs = placement.place([Host("n1", 2), Host("n2", 1)], 1, 3)
+
+    def step(self, kind):
+        return steps.Step(kind, self.procs, [["ps", "--index", "0"], ["w", "a b"], ["w"], ["w"]], "/run")
+
+    def test_slurm_task_lists(self):
+        self.assertEqual(steps.decode_tasks_per_node("2(x3),1"), [2, 2, 2, 1])
+        self.assertEqual(steps.expand_ranks("0,2-4"), [0, 2, 3, 4])
+        with self.assertRaisesRegex(PlacementError, "cannot read '2x3'"):
+            steps.decode_tasks_per_node("2x3")
+
+    def test_files_fix_each_ranks_command_and_host(self):
+        files = self.step("slurm").files()
+        self.assertEqual(files["slurm.hosts"], "n1\nn1\nn1\nn2\n")
+        self.assertEqual(files["slurm.multiprog"].splitlines()[1], "1 w 'a b'")
+        app = self.step("mpirun").files()["mpirun.app"].splitlines()
+        self.assertEqual(app[3], "-np 1 --host n2 w")
+
+    def test_output_of_a_rank_goes_to_its_process(self):
+        slurm, mpi = self.step("slurm"), self.step("mpirun")
+        self.assertEqual(slurm.relay(b" 2: hello\n"), ("w1", "w1@n1", b"hello\n"))
+        self.assertEqual(mpi.relay(b"[1,3]<stderr>:bye\n"), ("w2", "w2@n2", b"bye\n"))
+        self.assertEqual(slurm.relay(b"srun: something\n")[0], None)
+
+    def test_the_starters_failure_report_names_the_process(self):
+        slurm = self.step("slurm")
+        slurm.relay(b"srun: error: n1: tasks 1-2: Exited with exit code 1\n")
+        self.assertEqual(slurm.describe_failure(1), "w0@n1 w1@n1 died: Exited with exit code 1")
+        mpi = self.step("mpirun")
+        self.assertEqual(mpi.describe_failure(1), "the mpirun job failed: exit status 1")
+        mpi.relay(b"  Process name: [[4242,1],3]\n")
+        self.assertEqual(mpi.describe_failure(1), "w2@n2 died: exited with a non-zero status")
