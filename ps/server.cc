@@ -1,5 +1,7 @@
 #include "ps/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <sstream>
@@ -38,6 +40,12 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
 namespace {
 
 constexpr double kCloseSeconds = 5;
+
+uint64_t physical_memory_mib() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return UINT64_MAX;
+  return static_cast<uint64_t>(pages) / (1024 * 1024 / static_cast<uint64_t>(page));
+}
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -159,6 +167,10 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (h.total == 0 || (total_ != 0 && h.total != total_)) {
     return fail("model of " + std::to_string(h.total) + " parameters does not match " + std::to_string(total_));
   }
+  if (total_ == 0) {
+    const std::string why = shard_too_big(h.total);
+    if (!why.empty()) return fail(why);
+  }
   if (total_ != 0 && h.step != total_steps_) {
     return fail("job of " + std::to_string(h.step) + " steps does not match the other workers' " +
                 std::to_string(total_steps_));
@@ -199,6 +211,18 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   welcome.total = total_;
   welcome.chunk = chunk_len_;
   reply(msg.route, welcome, nullptr);
+}
+
+// A HELLO's model size decides what this shard allocates: one peer must not be able to make it
+// allocate without bound. Needed: values, gradient sum and up to two optimizer slots per float.
+std::string ParameterServer::shard_too_big(uint64_t total) const {
+  const uint64_t length = balance_slices(total, options_.num_ps)[static_cast<size_t>(options_.index)].length;
+  const uint64_t limit_mib = options_.max_shard_mib > 0 ? static_cast<uint64_t>(options_.max_shard_mib)
+                                                        : physical_memory_mib();
+  const uint64_t need_mib = length / (1024 * 1024 / (4 * sizeof(float))) + 1;
+  if (need_mib <= limit_mib) return "";
+  return "model of " + std::to_string(total) + " parameters needs about " + std::to_string(need_mib) +
+         " MiB on this shard, more than its limit of " + std::to_string(limit_mib) + " MiB (--max-shard-mib)";
 }
 
 ParameterServer::Chunk* ParameterServer::find_chunk(const Header& h, std::string* error) {

@@ -43,6 +43,7 @@ class ParameterServer {
   bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   void on_done(const Message& msg, const Header& h);
+  std::string shard_too_big(uint64_t total) const;
   Chunk* find_chunk(const Header& h, std::string* error);
   void apply(Chunk& chunk, const float* grad_sum);
   void chunk_advanced(size_t index);

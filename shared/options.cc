@@ -51,7 +51,8 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("port-file", po::value(&o.port_file), "PS (and worker 0 in allreduce mode): once bound, write host:port to this file")
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
-      ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it");
+      ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it")
+      ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
   po::options_description model("Model and data");
   model.add_options()
       ("hidden", po::value(&hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
@@ -106,6 +107,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.timeout_s > 0, "--timeout must be positive");
   require(o.stall_report_s > 0, "--stall-report must be positive");
   require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
+  require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");

@@ -46,6 +46,7 @@ struct JobOptions {
   double timeout_s = 60;        // deadline of any blocking network wait
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
   int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
+  int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
 
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP

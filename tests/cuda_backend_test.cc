@@ -176,8 +176,9 @@ TEST_F(CudaBackendTest, GemmMatchesCpuInAllTransposeCombinations) {
 
 // One float addition and a comparison: bit-identical.
 TEST_F(CudaBackendTest, BiasActivationMatchesCpuExactly) {
-  for (const auto& [rows, cols] :
+  for (const auto& shape :
        {std::pair{33, 47}, std::pair{1, 5}, std::pair{1000, 300}, std::pair{7, 1}}) {
+    const int rows = shape.first, cols = shape.second;  // lambdas cannot capture bindings in C++17
     for (const bool relu : {false, true}) {
       const std::string what = "bias_activation " + std::to_string(rows) + "x" + std::to_string(cols) +
                                (relu ? " relu" : " linear");
@@ -213,8 +214,9 @@ TEST_F(CudaBackendTest, ReluBackwardMatchesCpuExactly) {
 // Two float sums of the same `rows` terms in different orders differ by at most
 // (rows + 1) FLT_EPSILON sum|dy|.
 TEST_F(CudaBackendTest, ColumnSumsMatchCpu) {
-  for (const auto& [rows, cols] :
+  for (const auto& shape :
        {std::pair{1000, 70}, std::pair{5, 3}, std::pair{20000, 10}, std::pair{33, 1025}, std::pair{1, 1}}) {
+    const int rows = shape.first, cols = shape.second;  // lambdas cannot capture bindings in C++17
     const std::string what = "column_sums " + std::to_string(rows) + "x" + std::to_string(cols);
     const auto dy = random_floats(static_cast<size_t>(rows) * cols, 8);
     const std::vector<float> stale(static_cast<size_t>(cols), 123.0f);  // overwritten, not added to

@@ -664,5 +664,35 @@ TEST_F(HostileTest, SquatterTakesAFreeSlotAndTheRealWorkerFailsLoudly) {
   EXPECT_NE(ps_log.find(": worker 0 is already registered from another peer"), std::string::npos) << ps_log;
 }
 
+// One HELLO decides how much the shard allocates: a model larger than --max-shard-mib (default:
+// physical memory) is refused before anything is allocated, and the PS goes on serving. Found by
+// tests/fuzz/ps_fuzz (a HELLO of 2^40 floats made the PS run out of memory).
+TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
+  const TempDir dir("hostile-huge");
+  Job j = job(dir.path, 1);
+  j.args.insert(j.args.end(), {"--max-shard-mib", "1"});
+  Children children;
+  std::vector<pid_t> ps_pids;
+  const std::string address = start_servers(j, &ps_pids).at(0);
+  const pid_t ps = children.add(ps_pids[0]);
+
+  zmq::context_t context(1);
+  RawPeer peer(context, address);
+  Hostile hostile(0);
+  hostile.expect_rejected(peer, message(hello_header(0, 1, 1, uint64_t{1000000000000}, kSteps)),
+                          "model of 1000000000000 parameters needs about 15258790 MiB on this shard, more than "
+                          "its limit of 1 MiB (--max-shard-mib)",
+                          "HELLO of 10^12 parameters");
+  peer.send(message(hello_header(0, 2, 1, kModelFloats, kSteps)));
+  const Header welcome = peer.receive_header(0, "WELCOME after the refused HELLO");
+  EXPECT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  EXPECT_EQ(welcome.length, kModelFloats);
+  Header done = hello_header(0, 3, 1, 0, 0);
+  done.op = Op::kDone;
+  peer.send(message(done));
+  const ExitStatus ps_status = children.wait(ps, 10);
+  EXPECT_TRUE(ps_status.ok()) << read_file(dir.path + "/ps0.log");
+}
+
 }  // namespace
 }  // namespace pstrain::test

@@ -1,0 +1,83 @@
+// Writes the seed corpus of the fuzz targets: make_seeds DIR creates DIR/{protocol_fuzz,
+// ring_fuzz,ps_fuzz}/seed-*. The committed corpus (tests/fuzz/corpus/) was made with it; rerun
+// it after a change of the wire formats.
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "shared/protocol.h"
+#include "shared/ring_wire.h"
+
+namespace {
+
+void write(const std::filesystem::path& dir, int n, const std::string& bytes) {
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / ("seed-" + std::to_string(n)), std::ios::binary) << bytes;
+}
+
+std::string be(uint64_t v, int bytes) {  // ps_fuzz reads numbers big-endian
+  std::string s;
+  for (int i = bytes - 1; i >= 0; --i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return s;
+}
+
+// One structured ps_fuzz message (see ps_fuzz.cc for the layout).
+std::string ps_message(int op, char route, int sender, int step, int offset, int length, int samples,
+                       int floats_of_one) {
+  std::string m = be(0, 1) + be(static_cast<uint64_t>(op - 1), 1) + be(static_cast<uint64_t>(route - 'a'), 1) +
+                  be(1, 1) + be(static_cast<uint64_t>(sender), 1) + be(static_cast<uint64_t>(step), 1) +
+                  be(static_cast<uint64_t>(offset), 2) + be(static_cast<uint64_t>(length), 2) + be(1, 1) +
+                  be(2, 1) + be(static_cast<uint64_t>(samples), 1);
+  for (int i = 0; i < floats_of_one; ++i) m += std::string("\x00\x00\x80\x3f", 4);  // 1.0f
+  return m;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::cerr << "usage: make_seeds DIR\n";
+    return 2;
+  }
+  const std::filesystem::path dir = argv[1];
+  int n = 0;
+  for (int op = 1; op <= 8; ++op) {
+    pstrain::Header h;
+    h.op = static_cast<pstrain::Op>(op);
+    h.step = 3;
+    h.offset = 256;
+    h.length = 256;
+    h.total = 700;
+    h.num_workers = 2;
+    h.samples = 8;
+    h.message = op == 8 ? "why" : "";
+    write(dir / "protocol_fuzz", n++, pstrain::encode_header(h));
+  }
+  n = 0;
+  for (int op = 1; op <= 8; ++op) {
+    pstrain::RingHeader h;
+    h.op = static_cast<pstrain::RingOp>(op);
+    h.world = 3;
+    h.seq = 1;
+    h.length = 16;
+    h.total = 48;
+    const zmq::message_t m = pstrain::encode_ring_header(h);
+    write(dir / "ring_fuzz", n++, std::string(static_cast<const char*>(m.data()), m.size()));
+  }
+  // A PS (shard 1 of 2 of a 700-float model: [350, +350) in chunks of 256) through a whole step:
+  // both workers say HELLO, the chief initialises both chunks, both push step 0, pull, are done.
+  std::string job;
+  job += ps_message(1, 'a', 0, 0, 0, 0, 0, 0) + ps_message(1, 'b', 1, 0, 0, 0, 0, 0);
+  job += ps_message(3, 'a', 0, 0, 350, 256, 0, 256) + ps_message(3, 'a', 0, 0, 606, 94, 0, 94);
+  for (char w : {'a', 'b'}) {
+    job += ps_message(4, w, w - 'a', 0, 350, 256, 8, 256) + ps_message(4, w, w - 'a', 0, 606, 94, 8, 94);
+    job += ps_message(5, w, w - 'a', 1, 0, 0, 0, 0);
+  }
+  write(dir / "ps_fuzz", 0, job);
+  job += ps_message(7, 'a', 0, 0, 0, 0, 0, 0) + ps_message(7, 'b', 1, 0, 0, 0, 0, 0);
+  write(dir / "ps_fuzz", 1, job);
+  return 0;
+}
