@@ -8,11 +8,12 @@
 set -u
 grace=$1
 shift
-# setsid: the command leads its own process group (a background job of a non-interactive shell
-# is not a group leader, so setsid execs in place and $! is the command's own pid).
-setsid "$@" </dev/null &
-pid=$!
+# Every trap is in place before the command and the watcher start: an early end of input (the
+# job stopped while this host was still starting) must stop the command, not kill this script.
+pid=""
 stop() {
+  [[ -n $pid ]] || pid=$(jobs -p | head -n 1)  # a signal just after the start, before pid=$!
+  [[ -n $pid ]] || return 0
   kill -TERM -- "-$pid" 2>/dev/null || return 0
   local waited=0
   while kill -0 -- "-$pid" 2>/dev/null && ((waited < grace * 10)); do
@@ -21,15 +22,23 @@ stop() {
   done
   kill -KILL -- "-$pid" 2>/dev/null
 }
-trap 'stop; exit 143' TERM
-trap 'stop; exit 129' HUP
+finish() {  # finish STATUS: stops the command, reaps it, exits
+  stop
+  [[ -n $pid ]] && wait "$pid" 2>/dev/null
+  exit "$1"
+}
+trap 'finish 143' TERM USR1
+trap 'finish 129' HUP
+# setsid: the command leads its own process group (a background job of a non-interactive shell
+# is not a group leader, so setsid execs in place and $! is the command's own pid).
+setsid "$@" </dev/null &
+pid=$!
 # The watcher reads our standard input until it ends: the launcher is stopping or gone.
 (
   while read -r -u 3 _; do :; done
   kill -USR1 "$$" 2>/dev/null
 ) 3<&0 </dev/null >/dev/null 2>&1 &
 watcher=$!
-trap 'stop; wait "$pid"; exit 143' USR1
 wait "$pid"
 status=$?
 # `wait` also returns when a trapped signal arrives; only a real exit is final.

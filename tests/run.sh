@@ -1,17 +1,81 @@
 #!/usr/bin/env bash
-# Runs every test: installs missing Debian packages, configures (Release, once) and builds
-# pstrain with launch/setup.sh, then runs ctest. Arguments go to ctest, e.g.
-#   tests/run.sh -R Mirrored        tests/run.sh -R JobTest -V
-# Exit status: ctest's, or setup's when the install or the build fails.
+# Runs every test: installs missing Debian packages, builds pstrain (launch/setup.sh) and runs
+# the suite in four stages:
+#   main      the Release build (CUDA compiled where nvcc exists), every test (ctest)
+#   asan      the whole suite again, built with clang's AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan      the multi-threaded and multi-process tests, built with ThreadSanitizer
+#   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 60)
+#
+#   tests/run.sh                    all four stages (what CI runs)
+#   tests/run.sh -R Mirrored -V     arguments: only the main build's ctest, with them
+#   PSTRAIN_TEST_STAGES="main fuzz" tests/run.sh     some stages only
+#
+# Exit status: non-zero when the setup, a build or any stage failed (each failed stage is named).
 set -uo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source-path=SCRIPTDIR/..
 # shellcheck source=launch/setup.sh
 source "$repo/launch/setup.sh"
-# What only the tests use (tests/cluster/): real sshd in network namespaces, a single-node Slurm,
-# Open MPI; pgrep.
+# What only the tests use: real sshd in network namespaces, a single-node Slurm, Open MPI
+# (tests/cluster/); clang with its sanitizer and libFuzzer runtimes; pgrep.
 PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps slurmctld slurmd slurm-client munge
-  openmpi-bin)
+  openmpi-bin clang libclang-rt-14-dev)
 pstrain_setup </dev/null || exit $?
-exec ctest --test-dir "$(pstrain_build_dir)" --output-on-failure -j2 "$@" </dev/null
+main_build=$(pstrain_build_dir)
+jobs=$(nproc 2>/dev/null || echo 2)
+
+if (($#)); then
+  exec ctest --test-dir "$main_build" --output-on-failure -j2 "$@" </dev/null
+fi
+
+# sanitizer_build DIR SANITIZERS [cmake args]: configures (once, clang, no CUDA) and builds.
+sanitizer_build() {
+  local dir=$1 sanitize=$2
+  shift 2
+  if [[ ! -f $dir/CMakeCache.txt ]]; then
+    echo "tests: configuring $dir (clang, -fsanitize=$sanitize)"
+    CC=clang CXX=clang++ cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DPSTRAIN_ENABLE_CUDA=OFF -DPSTRAIN_SANITIZE="$sanitize" "$@" </dev/null >/dev/null || return 1
+  fi
+  echo "tests: building $dir"
+  cmake --build "$dir" -j"$jobs" </dev/null >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log"; return 1; }
+}
+
+stage_main() {
+  ctest --test-dir "$main_build" --output-on-failure -j2 </dev/null
+}
+
+stage_asan() {
+  sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$main_build-asan" --output-on-failure -j2 -E '^(Cuda|Nccl)|Nccl' </dev/null
+}
+
+# Threads and processes: the ring, prefetch, the PS's and workers' I/O, jobs and the launcher.
+stage_tsan() {
+  sanitizer_build "$main_build-tsan" thread || return 1
+  TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
+    ctest --test-dir "$main_build-tsan" --output-on-failure -j2 \
+    -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi)|Nccl' </dev/null
+}
+
+stage_fuzz() {
+  [[ -x $main_build-asan/tests/fuzz/ps_fuzz ]] || sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
+  bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-60}"
+}
+
+failed=()
+for stage in ${PSTRAIN_TEST_STAGES:-main asan tsan fuzz}; do
+  echo "tests: ===== stage $stage ====="
+  start=$SECONDS
+  if ! "stage_$stage"; then
+    failed+=("$stage")
+  fi
+  echo "tests: stage $stage took $((SECONDS - start)) s"
+done
+if ((${#failed[@]})); then
+  echo "tests: FAILED stage(s): ${failed[*]}"
+  exit 1
+fi
+echo "tests: every stage passed (${PSTRAIN_TEST_STAGES:-main asan tsan fuzz})"

@@ -92,7 +92,7 @@ case_launcher_killed() {
   start launcher_killed -- --hostfile "$work/hosts2b" --base-port "$base_port" --num-workers 2 \
     -- "${job[@]}" --timeout 30 --epochs 1000 --batch-size 4
   wait_for "^\[w1@$B\] .*training" 60 || flunk "w1 never started training"
-  check "remote processes run before the kill" pgrep -f -- "^$worker_bin .*$marker"
+  check "remote processes run before the kill" eval 'pgrep -f -- "^$worker_bin .*$marker" >/dev/null'
   kill -KILL "$lpid"
   wait "$lpid" 2>/dev/null
   check "no process of the job left on any host within 30 s" no_survivors 30

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target for a bounded time, starting from the committed seed corpus
+# (copied: the committed corpus is never written to). A crash, a sanitizer report, a leak, a
+# timeout (10 s an input) or more than 2 GiB of memory fails the run; its input is kept.
+#
+#   tests/fuzz/run_fuzzers.sh FUZZ_BUILD_DIR [SECONDS]
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+bin_dir=$1 seconds=${2:-60}
+work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz.XXXXXX")
+failures=0
+for target in protocol_fuzz ring_fuzz ps_fuzz; do
+  mkdir -p "$work/$target"
+  PSTRAIN_LOG_LEVEL=error "$bin_dir/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="$work/$target-" "$work/$target" "$here/corpus/$target" \
+    >"$work/$target.log" 2>&1
+  status=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$target.log")
+  if ((status == 0)); then
+    echo "fuzz: $target: ${runs:-?} inputs in $seconds s, 0 crashes"
+  else
+    echo "fuzz: $target: FAILED (status $status); its report and input are in $work:"
+    grep -E "ERROR|SUMMARY|Test unit written" "$work/$target.log" | head -n 10
+    failures=$((failures + 1))
+  fi
+done
+if ((failures)); then
+  echo "fuzz: $failures target(s) failed"
+  exit 1
+fi
+rm -rf "$work"
