@@ -26,6 +26,8 @@ class ConsistencyPolicy {
   virtual PullVerdict check_pull(uint64_t want, uint64_t version) const = 0;
   // Workers the pending update still waits for (empty if none is pending).
   virtual std::vector<int> missing() const = 0;
+  // Whether `worker` has pushed the pending update.
+  virtual bool has_pushed(int worker) const = 0;
 };
 
 // mode "sync": every worker pushes step t, then the update is applied once.

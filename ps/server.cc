@@ -27,6 +27,10 @@ struct ParameterServer::Chunk {
   Clock::time_point waiting_since;
   // Metrics of the pending step, and of the last applied one (sent with PARAMS).
   Header pending, last;
+  // --allow-rejoin: the values and metrics of version - 1, for a replacement worker that redoes
+  // the step its predecessor had pushed this chunk for (see next_step_of).
+  std::shared_ptr<std::vector<float>> previous;
+  Header previous_last;
 };
 
 struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its version
@@ -90,7 +94,8 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
-      done_(static_cast<size_t>(options.num_workers), false) {
+      done_(static_cast<size_t>(options.num_workers), false),
+      rejoined_(static_cast<size_t>(options.num_workers), false) {
   make_policy(options.mode, options.num_workers);  // rejects an unknown mode before serving
 }
 
@@ -177,10 +182,14 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   }
   const auto known = worker_of_route_.find(msg.route);
   std::string& owner = route_of_worker_[h.sender];
-  if ((known != worker_of_route_.end() && known->second != static_cast<int>(h.sender)) ||
-      (!owner.empty() && owner != msg.route)) {
+  if (known != worker_of_route_.end() && known->second != static_cast<int>(h.sender)) {
     return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
   }
+  const bool replacement = !owner.empty() && owner != msg.route;
+  if (replacement && !options_.allow_rejoin) {
+    return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
+  }
+  if (replacement && done_[h.sender]) return fail("worker " + std::to_string(h.sender) + " has finished the job");
   if (total_ == 0) {
     total_ = h.total;
     total_steps_ = h.step;
@@ -200,12 +209,18 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
                 << " KiB in " << chunks_.size() << " chunk(s)";
   }
   if (owner.empty()) PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " registered";
+  if (replacement) {
+    worker_of_route_.erase(owner);
+    rejoined_[h.sender] = true;
+    PSLOG(WARN) << "ps" << options_.index << ": worker " << h.sender << " registered again from a new peer: "
+                << "a replacement; it redoes step " << next_step_of(static_cast<int>(h.sender));
+  }
   owner = msg.route;
   worker_of_route_[msg.route] = static_cast<int>(h.sender);
   Header welcome;
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
-  welcome.step = version();
+  welcome.step = next_step_of(static_cast<int>(h.sender));
   welcome.offset = slice_.offset;
   welcome.length = slice_.length;
   welcome.total = total_;
@@ -225,6 +240,25 @@ std::string ParameterServer::shard_too_big(uint64_t total) const {
          " MiB on this shard, more than its limit of " + std::to_string(limit_mib) + " MiB (--max-shard-mib)";
 }
 
+// The step `worker` runs next against this shard: the version of the least advanced chunk, or
+// one more when the worker's gradient for that step is already in every chunk (applied, or
+// waiting in the barrier): a replacement then does not redo a step its predecessor finished.
+uint64_t ParameterServer::next_step_of(int worker) const {
+  const uint64_t t = version();
+  if (!rejoined_[static_cast<size_t>(worker)] || chunks_.empty()) return t;
+  for (const Chunk& c : chunks_) {
+    if (c.version == t && !c.policy->has_pushed(worker)) return t;
+  }
+  return t + 1;
+}
+
+// A replacement redoes the step its predecessor may have pushed already: those pushes (and a
+// replaced chief's INIT) are repeats of what the PS holds, dropped without touching any state.
+bool ParameterServer::is_repeat(const Chunk& c, int worker, uint64_t step) const {
+  if (!rejoined_[static_cast<size_t>(worker)]) return false;
+  return step + 1 == c.version || (step == c.version && c.policy->has_pushed(worker));
+}
+
 ParameterServer::Chunk* ParameterServer::find_chunk(const Header& h, std::string* error) {
   if (h.offset >= slice_.offset && h.offset < slice_.end() && (h.offset - slice_.offset) % chunk_len_ == 0) {
     Chunk& c = chunks_[(h.offset - slice_.offset) / chunk_len_];
@@ -239,6 +273,7 @@ bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* 
   if (h.sender != 0) return (*error = "only the chief (worker 0) initialises parameters", false);
   Chunk* c = find_chunk(h, error);
   if (c == nullptr) return false;
+  if (c->initialized && rejoined_[0]) return true;  // a replaced chief's INIT: already applied
   if (c->initialized) return (*error = "parameters are already initialised", false);
   const float* values = msg.frames[1].data<float>();
   if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
@@ -253,6 +288,7 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   if (c == nullptr) return false;
   if (!c->initialized) return (*error = "push before the parameters were initialised", false);
   const int worker = static_cast<int>(h.sender);
+  if (is_repeat(*c, worker, h.step)) return true;
   *error = c->policy->check_push(worker, h.step, c->version);
   if (!error->empty()) return false;
   if (h.samples == 0) return (*error = "push with zero samples", false);
@@ -276,7 +312,17 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
 }
 
 void ParameterServer::apply(Chunk& c, const float* grad_sum) {
-  if (c.values.use_count() > 1) c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
+  if (options_.allow_rejoin) {
+    // Keep version v for a replacement worker; recycle the buffer of v - 1 when nothing holds it.
+    auto next = c.previous && c.previous.use_count() == 1 ? std::move(c.previous)
+                                                          : std::make_shared<std::vector<float>>(c.range.length);
+    std::copy(c.values->begin(), c.values->end(), next->begin());
+    c.previous = std::move(c.values);
+    c.values = std::move(next);
+    c.previous_last = c.last;
+  } else if (c.values.use_count() > 1) {
+    c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
+  }
   optimizer_->apply(c.local, c.range.length, c.values->data(), grad_sum,
                     1.0f / static_cast<float>(c.pending.samples),
                     scheduled_lr(options_.optimizer, c.version, total_steps_), c.version);
@@ -299,7 +345,7 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i];
     if (c.initialized && c.policy->check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(msg.route, h.request_id, c);
+      send_chunk(msg.route, h.request_id, c, h.step);
       p.sent[i] = true;
       --p.left;
     }
@@ -312,7 +358,7 @@ void ParameterServer::chunk_advanced(size_t index) {
   const Chunk& c = chunks_[index];
   for (Parked& p : parked_) {
     if (!p.sent[index] && c.policy->check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(p.route, p.request_id, c);
+      send_chunk(p.route, p.request_id, c, p.want);
       p.sent[index] = true;
       --p.left;
     }
@@ -334,15 +380,17 @@ void ParameterServer::on_done(const Message& msg, const Header& h) {
   reply(msg.route, ack, nullptr);
 }
 
-void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c) {
-  Header h = c.last;
+void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c, uint64_t want) {
+  // A replacement redoing a step may want the version before the chunk's (kept with --allow-rejoin).
+  const bool previous = want + 1 == c.version && c.previous != nullptr;
+  Header h = previous ? c.previous_last : c.last;
   h.op = Op::kParams;
   h.request_id = request_id;
-  h.step = c.version;
+  h.step = previous ? want : c.version;
   h.offset = c.range.offset;
   h.length = c.range.length;
   // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
-  auto* hold = new std::shared_ptr<std::vector<float>>(c.values);
+  auto* hold = new std::shared_ptr<std::vector<float>>(previous ? c.previous : c.values);
   zmq::message_t payload(
       (*hold)->data(), c.range.length * sizeof(float),
       [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);

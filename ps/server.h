@@ -43,11 +43,13 @@ class ParameterServer {
   bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   void on_done(const Message& msg, const Header& h);
+  uint64_t next_step_of(int worker) const;
+  bool is_repeat(const Chunk& c, int worker, uint64_t step) const;
   std::string shard_too_big(uint64_t total) const;
   Chunk* find_chunk(const Header& h, std::string* error);
   void apply(Chunk& chunk, const float* grad_sum);
   void chunk_advanced(size_t index);
-  void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk);
+  void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk, uint64_t want);
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
   void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
@@ -65,6 +67,7 @@ class ParameterServer {
   std::map<std::string, int> worker_of_route_;
   std::vector<std::string> route_of_worker_;
   std::vector<bool> done_;
+  std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;

@@ -38,6 +38,8 @@ class SyncBarrier final : public ConsistencyPolicy {
     return PullVerdict::kReject;
   }
 
+  bool has_pushed(int worker) const override { return pushed_[static_cast<size_t>(worker)]; }
+
   std::vector<int> missing() const override {
     std::vector<int> out;
     if (count_ == 0) return out;

@@ -52,6 +52,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
       ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it")
+      ("allow-rejoin", po::bool_switch(&o.allow_rejoin), "PS: accept a worker's HELLO from a new peer as the replacement of that worker (it redoes the step its predecessor left; launch.sh --max-restarts passes this); costs one copy of the slice per step, kept for such a replacement")
       ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
   po::options_description model("Model and data");
   model.add_options()

@@ -47,6 +47,7 @@ struct JobOptions {
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
   int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
   int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
+  bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
 
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP

@@ -521,6 +521,27 @@ TEST(Prefetcher, StopsAfterMaxBatches) {
   EXPECT_EQ(got, want);
 }
 
+// A replaced worker (or a resumed job) starts mid-epoch: the batches from there on are exactly
+// those of a prefetcher that started at the beginning.
+TEST(Prefetcher, StartingMidEpochYieldsTheUninterruptedRunsBatches) {
+  CodedSet set(50);
+  const ShardSampler sampler(50, 1, 2, 4, 5, true);  // 6 steps per epoch
+  Prefetcher full(*set.data, sampler, 0, 3, 0, 2);
+  Prefetcher resumed(*set.data, sampler, 1, 2, 0, 2, 4);  // global step 10 = (epoch 1, step 4)
+  Batch a, b;
+  for (int skipped = 0; skipped < 10; ++skipped) ASSERT_TRUE(full.next(a));
+  int compared = 0;
+  while (full.next(a)) {
+    ASSERT_TRUE(resumed.next(b));
+    ASSERT_EQ(std::make_pair(b.epoch, b.step), std::make_pair(a.epoch, a.step));
+    ASSERT_EQ(b.x, a.x);
+    ASSERT_EQ(b.y, a.y);
+    ++compared;
+  }
+  EXPECT_EQ(compared, 8);  // steps 10..17
+  EXPECT_FALSE(resumed.next(b));
+}
+
 TEST(Prefetcher, DestructsPromptlyWhenTheConsumerStopsEarly) {
   CodedSet set(100);
   const ShardSampler sampler(100, 0, 1, 10, 5, true);

@@ -3,6 +3,8 @@
 #include <signal.h>
 
 #include <chrono>
+#include <functional>
+#include <random>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -122,6 +124,49 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
   EXPECT_NE(read_file(dir_ + "/many.log").find("w2: connecting to ps1 at ipc://@pstrain-"), std::string::npos)
       << read_file(dir_ + "/many.log");
   EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
+}
+
+// kill -9 of a random worker at a random step (seeded) with --max-restarts 1: the launcher
+// restarts it with the same index, the replacement redoes the step its predecessor left, and the
+// job ends with the parameters of an uninterrupted run.
+TEST_F(LaunchTest, KilledWorkerIsReplacedAndNothingIsLost) {
+  const std::vector<std::string> job = {"--steps", "1500", "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01",
+                                        "--log-every", "1"};
+  const auto train = [&](const std::string& run, std::vector<std::string> counts,
+                         const std::function<void(const std::string&)>& during) {
+    std::vector<std::string> flags = job;
+    flags.insert(flags.end(), {"--save-params", dir_ + "/" + run + "-params"});
+    const pid_t launcher = spawn(launch(run, counts, flags), dir_ + "/" + run + ".log");
+    if (during) during(dir_ + "/" + run);
+    const ExitStatus status = wait_for(launcher, 180);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return load_saved_params(dir_ + "/" + run + "-params");
+  };
+  const SavedParams want = train("uninterrupted", {"--num-ps", "2", "--num-workers", "3"}, nullptr);
+  for (unsigned seed : {1u, 2u, 3u}) {
+    std::mt19937 rng(seed);
+    const int victim = static_cast<int>(rng() % 3);
+    const int at = 20 + static_cast<int>(rng() % 600);
+    const std::string run = "replaced-" + std::to_string(seed);
+    pid_t killed = -1;
+    const SavedParams got = train(run, {"--num-ps", "2", "--num-workers", "3", "--max-restarts", "1"},
+                                  [&](const std::string& run_dir) {
+      ASSERT_TRUE(wait_for_text(run_dir + "/w0.log", "(global " + std::to_string(at) + ")", 60))
+          << read_file(run_dir + "/launch.log");
+      killed = pid_of(run_dir, "w" + std::to_string(victim));
+      ASSERT_GT(killed, 0);
+      ASSERT_EQ(kill(killed, SIGKILL), 0);
+    });
+    const std::string log = read_file(dir_ + "/" + run + ".log");
+    EXPECT_NE(log.find("w" + std::to_string(victim) + " (pid " + std::to_string(killed) +
+                       ") died: killed by signal 9 (SIGKILL); restarting it with the same index (restart 1 of 1)"),
+              std::string::npos) << log;
+    EXPECT_NE(log.find("registered again from a new peer: a replacement; it redoes step"), std::string::npos) << log;
+    const double rel = relative_difference(want, got);
+    EXPECT_LE(rel, 1e-6) << "seed " << seed << ": w" << victim << " killed at step ~" << at;
+    std::printf("seed %u: w%d killed after step %d, replaced; max |difference| / max |parameter| = %.3g\n", seed,
+                victim, at, rel);
+  }
 }
 
 // allreduce mode through the launcher: no PS is started, and the result is sync mode's.

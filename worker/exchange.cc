@@ -17,14 +17,16 @@ class PsExchange final : public Exchange {
  public:
   PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers) : o_(o), client_(o, total, servers) {}
 
-  void start(float* host_params, uint64_t total_steps) override {
-    if (client_.hello(total_steps) != 0) {
-      throw Error("the parameter servers are past version 0 (resume is not supported)");
-    }
-    if (o_.index == 0) client_.init(host_params);
-    client_.pull(0, host_params);
+  uint64_t start(float* host_params, uint64_t total_steps) override {
+    const uint64_t first = client_.hello(total_steps);
+    // The chief's initial values are a function of the seed: a replaced chief sends them again
+    // and the PS drops them as a replacement's repeat if it has them already.
+    if (o_.index == 0 && first == 0) client_.init(host_params);
+    client_.pull(first, host_params);
     PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.num_ps << " PS shard(s) in "
-                << client_.num_chunks() << " chunk(s)";
+                << client_.num_chunks() << " chunk(s)"
+                << (first > 0 ? "; rejoining the job at step " + std::to_string(first) : "");
+    return first;
   }
 
   void begin_step(uint64_t step) override { client_.request_params(step + 1); }
@@ -57,11 +59,12 @@ class AllreduceExchange final : public Exchange {
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)) {}
 
-  void start(float*, uint64_t total_steps) override {
+  uint64_t start(float*, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch.
     total_steps_ = total_steps;
     PSLOG(INFO) << "w" << o_.index << ": all-reduce " << (collective_->on_device() ? "(NCCL)" : "ring") << " of "
                 << collective_->world() << " worker(s) ready";
+    return 0;
   }
 
   void begin_step(uint64_t) override {}

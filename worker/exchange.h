@@ -18,9 +18,11 @@ namespace pstrain {
 class Exchange {
  public:
   virtual ~Exchange() = default;
-  // host_params holds this worker's deterministic initialisation; afterwards it holds version 0
-  // of the job's parameters. total_steps is the job's length (learning-rate schedule).
-  virtual void start(float* host_params, uint64_t total_steps) = 0;
+  // host_params holds this worker's deterministic initialisation; afterwards it holds the
+  // parameters of the returned step, the first this worker runs: 0 in a new job, later for a
+  // worker that replaces one that died (the step that one did not finish). total_steps is the
+  // job's length (learning-rate schedule).
+  virtual uint64_t start(float* host_params, uint64_t total_steps) = 0;
   // Step `step` begins (its gradient is not computed yet).
   virtual void begin_step(uint64_t step) = 0;
   // host_grad[from, total) of step `step` is final (called during backward, `from` decreasing).

@@ -105,7 +105,7 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     PSLOG(INFO) << "w" << options_.index << ": connecting to ps" << s << " at " << endpoint_.address(s);
   }
   const auto replies = await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
-  uint64_t version = 0;
+  uint64_t version = UINT64_MAX, newest = 0;
   chunks_.clear();
   for (int s = 0; s < shards; ++s) {
     const Header h = decode(replies[static_cast<size_t>(s)]);
@@ -118,8 +118,15 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     for (uint64_t local = 0; local < slice.length; local += h.chunk) {
       chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
     }
-    if (s == 0) version = h.step;
-    if (h.step != version) throw Error("shards are at different versions");
+    version = std::min(version, h.step);
+    newest = std::max(newest, h.step);
+  }
+  // Each shard answers with the step this worker does next there. They differ by one only for a
+  // replacement whose predecessor died between its pushes to different shards: it redoes the
+  // earlier step, and the shard that has its push already drops the repeat.
+  if (newest > version + 1) {
+    throw Error("the PS shards are at steps " + std::to_string(version) + " to " + std::to_string(newest) +
+                " (are --num-ps and the job the same everywhere?)");
   }
   return version;
 }

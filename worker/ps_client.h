@@ -36,7 +36,8 @@ class PsClient {
   PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint);
 
   // Registers with every shard, logging while a shard is not reachable yet. `total_steps` is the
-  // length of the job (the PS's learning-rate schedule). Returns the version the shards are at.
+  // length of the job (the PS's learning-rate schedule). Returns the step this worker runs first:
+  // the version the shards are at, or for a replaced worker the step its predecessor left undone.
   uint64_t hello(uint64_t total_steps);
   void init(const float* params);  // chief only: initial values of every chunk
 

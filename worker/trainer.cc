@@ -135,18 +135,21 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   const auto exchange = make_exchange(total, replica);
   const bool stage_gradient = exchange->stages_gradient();
   model.init(o.seed, replica.host_params());  // the same on every worker: it depends on the seed alone
-  exchange->start(replica.host_params(), total_steps);
+  const uint64_t first_step = exchange->start(replica.host_params(), total_steps);
   replica.params_to_device();
-  PSLOG(INFO) << tag << "training " << total_steps << " steps";
+  PSLOG(INFO) << tag << "training " << total_steps << " steps"
+              << (first_step > 0 ? " from step " + std::to_string(first_step) : "");
 
-  Prefetcher prefetch(*train_data, sampler, 0, static_cast<uint64_t>(o.epochs), total_steps, o.prefetch);
+  const uint64_t first_epoch = first_step / steps_per_epoch;
+  Prefetcher prefetch(*train_data, sampler, first_epoch, static_cast<uint64_t>(o.epochs) - first_epoch,
+                      total_steps - first_step, o.prefetch, first_step % steps_per_epoch);
   const auto start = Clock::now();
   auto interval_start = start;
   StepStats interval(o.num_workers), epoch(o.num_workers), run(o.num_workers);
   TrainSummary summary;
   Batch batch;
   StepTimes previous;  // this worker's last step, reported with the next step's pushes
-  for (uint64_t step = 0; step < total_steps; ++step) {
+  for (uint64_t step = first_step; step < total_steps; ++step) {
     const auto t0 = Clock::now();
     if (!prefetch.next(batch)) throw Error("data ended before step " + std::to_string(step));
     const auto t1 = Clock::now();

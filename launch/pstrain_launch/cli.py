@@ -36,6 +36,10 @@ job:
                     (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
   --dry-run         print the placement and every process's exact command, start nothing
+  --max-restarts R  restart a worker that dies, with the same index, up to R times in all
+                    (default 0: any death stops the job). The replacement gets the current
+                    parameters and redoes the step its predecessor left, so nothing is lost or
+                    counted twice. Sync mode, local or ssh launcher.
   --no-setup        do not install packages or build (same as PSTRAIN_NO_SETUP=1)
   -h, --help        this help
   -- FLAGS...       passed unchanged to every process, e.g. -- --lr 0.05 --steps 200
@@ -97,7 +101,7 @@ class Stop(Exception):
         self.code = code
 
 
-VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport",
+VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
                "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option"}
 SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe"}
 
@@ -197,6 +201,12 @@ class Settings:
         loopback = all(h.name in ("localhost", "127.0.0.1") for h in self.hosts)
         self.bind = flags.get("--bind") or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
         self.oversubscribe = bool(flags.get("--oversubscribe"))
+        self.max_restarts = require_int("--max-restarts", flags.get("--max-restarts", "0"), 0)
+        if self.max_restarts and self.mode != "sync":
+            raise UsageError("--max-restarts needs --mode sync (the PS takes the replacement into its barrier)")
+        if self.max_restarts and self.launcher not in ("local", "ssh"):
+            raise UsageError(f"--max-restarts works with the local and ssh launchers, not {self.launcher} "
+                             "(a step's ranks cannot be restarted one by one)")
         self.ps_hosts_list = [h for h in (flags.get("--ps-hosts-list") or "").split(",") if h]
         self.remote_dir = flags.get("--remote-dir")
         self.ssh = shlex.split(os.environ.get("PSTRAIN_SSH", "ssh")) + ["-o", "BatchMode=yes"]
@@ -265,6 +275,8 @@ class Run:
         self.sup = Supervisor(output, settings.run_dir, settings.stop_grace)
         self.stopping = False
         self.step = None  # slurm / mpirun: the steps.Step running every process
+        self.commands = {}  # name -> (proc, command) of every process started
+        self.restarts = 0
         self.received = None  # (name, exit code) of a signal to act on
 
     # -------------------------------------------------------------- commands
@@ -285,6 +297,8 @@ class Run:
             cmd += ["--bind", s.bind]
         if not remote and s.transport == "ipc":
             cmd += ["--ipc", self.ipc_name(proc.index)]
+        if s.max_restarts:
+            cmd.append("--allow-rejoin")
         return cmd + s.extra
 
     def worker_command(self, proc, ps_hosts, coordinator=None):
@@ -314,6 +328,7 @@ class Run:
                         "-o", "ServerAliveCountMax=3", proc.host, line]
 
     def start(self, proc, command):
+        self.commands[proc.name] = (proc, command)
         if self.s.launcher == "ssh":
             return self.sup.spawn(proc.name, proc.label, self.remote_argv(proc, command), stdin_pipe=True)
         return self.sup.spawn(proc.name, proc.label, command)
@@ -342,6 +357,12 @@ class Run:
                 why = describe_status(child.status)
                 if self.s.launcher == "ssh" and child.status == 255:
                     why = "ssh failed with status 255 (host unreachable, connection lost or login refused; see its log)"
+                if child.name.startswith("w") and self.restarts < self.s.max_restarts:
+                    self.restarts += 1
+                    self.out.say(f"{child.label} (pid {child.pid}) died: {why}; restarting it with the same index "
+                                 f"(restart {self.restarts} of {self.s.max_restarts})")
+                    self.start(*self.commands[child.name])
+                    continue
                 raise Stop(f"{child.label} (pid {child.pid}) died: {why}", EXIT_FAILED)
             if phase == "start" and child.name.startswith("ps") and self.s.launcher == "local":
                 raise Stop(f"{child.label} (pid {child.pid}) exited with status 0 before reporting its address", EXIT_START)

@@ -114,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.optimizer.kind = "adam";
   o.stall_report_s = 1e9;
   o.max_shard_mib = 64;
+  o.allow_rejoin = size % 2 == 1;  // both ways of handling a second HELLO for a worker
   FuzzEndpoint endpoint;
   Input in(data, size);
   while (!in.empty()) endpoint.inbox.push_back(in.take(1) % 2 == 0 ? structured(in) : raw(in));

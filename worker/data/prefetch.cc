@@ -16,10 +16,11 @@ namespace pstrain {
 class Prefetcher::Impl {
  public:
   Impl(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch, uint64_t epochs,
-       uint64_t max_batches, size_t depth)
+       uint64_t max_batches, size_t depth, uint64_t first_step)
       : data_(data),
         sampler_(sampler),
         first_epoch_(first_epoch),
+        first_step_(first_step),
         epochs_(epochs),
         max_batches_(max_batches),
         ring_(depth),
@@ -75,7 +76,7 @@ class Prefetcher::Impl {
     uint64_t produced = 0;
     for (uint64_t i = 0; i < epochs_; ++i) {
       const uint64_t e = first_epoch_ + i;
-      for (uint64_t s = 0; s < sampler_.steps_per_epoch(); ++s) {
+      for (uint64_t s = i == 0 ? first_step_ : 0; s < sampler_.steps_per_epoch(); ++s) {
         if (max_batches_ != 0 && produced == max_batches_) return;
         Batch batch;
         if (!acquire(batch)) return;
@@ -130,7 +131,7 @@ class Prefetcher::Impl {
 
   const Dataset& data_;
   const ShardSampler& sampler_;
-  const uint64_t first_epoch_, epochs_, max_batches_;
+  const uint64_t first_epoch_, first_step_, epochs_, max_batches_;
 
   std::mutex mu_;
   std::condition_variable space_;  // the reader waits for queue space (or stop)
@@ -146,10 +147,10 @@ class Prefetcher::Impl {
 };
 
 Prefetcher::Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch,
-                       uint64_t epochs, uint64_t max_batches, int depth) {
+                       uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step) {
   if (depth < 1) throw Error("prefetcher: depth must be >= 1, got " + std::to_string(depth));
   impl_ = std::make_unique<Impl>(data, sampler, first_epoch, epochs, max_batches,
-                                 static_cast<size_t>(depth));
+                                 static_cast<size_t>(depth), first_step);
 }
 
 Prefetcher::~Prefetcher() = default;

@@ -19,11 +19,14 @@ struct Batch {
 
 class Prefetcher {
  public:
-  // Produces batches (epoch, step) in order from (first_epoch, 0) for `epochs` epochs, or stops
-  // after max_batches (0 = no limit). At most `depth` (>= 1) batches are queued. `data` and
-  // `sampler` must outlive the Prefetcher. The reader thread starts here.
+  // Produces batches (epoch, step) in order from (first_epoch, first_step) until the end of
+  // epoch first_epoch + epochs - 1, or stops after max_batches (0 = no limit). A job that resumes
+  // mid-epoch (a replaced worker, a checkpoint) starts at first_step > 0: the sampler is a pure
+  // function of (seed, epoch, step), so its batches are the uninterrupted run's. At most `depth`
+  // (>= 1) batches are queued. `data` and `sampler` must outlive the Prefetcher. The reader
+  // thread starts here.
   Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch,
-             uint64_t epochs, uint64_t max_batches, int depth);
+             uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step = 0);
   ~Prefetcher();  // stops the reader and joins it, also when the consumer stopped early
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
