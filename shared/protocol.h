@@ -17,7 +17,8 @@ constexpr size_t kMaxMessageChars = 512;
 enum class Op : uint32_t {
   kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total`
                  // floats, job of `step` updates
-  kWelcome = 2,  // PS -> worker: registered; offset/length = the PS's slice, step = its version
+  kWelcome = 2,  // PS -> worker: registered; offset/length = the PS's slice, step = the worker's first
+                 // step (the PS's version; for a replacement, the step its predecessor left)
   kInit = 3,     // chief -> PS: initial values of one chunk (payload)
   kPush = 4,     // worker -> PS: gradient sum of one chunk for `step` over `samples` samples
   kPull = 5,     // worker -> PS: send every chunk of the slice once it reaches version `step`
