@@ -95,7 +95,8 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       endpoint_(endpoint),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
       done_(static_cast<size_t>(options.num_workers), false),
-      rejoined_(static_cast<size_t>(options.num_workers), false) {
+      rejoined_(static_cast<size_t>(options.num_workers), false),
+      checkpointer_(options_) {
   make_policy(options.mode, options.num_workers);  // rejects an unknown mode before serving
 }
 
@@ -204,6 +205,13 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
       chunks_.push_back(std::move(c));
     }
     optimizer_ = make_optimizer(options_.optimizer, slice_.length);
+    std::string error;
+    if (options_.resume && !resume(&error)) {
+      total_ = 0;  // not set up: every HELLO gets the same answer
+      chunks_.clear();
+      PSLOG(ERROR) << "ps" << options_.index << ": " << error;
+      return fail(error);
+    }
     PSLOG(INFO) << "ps" << options_.index << ": model has " << total_ << " parameters; this shard holds "
                 << slice_text(slice_.offset, slice_.length) << " = " << slice_.length * sizeof(float) / 1024.0
                 << " KiB in " << chunks_.size() << " chunk(s)";
@@ -291,12 +299,18 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   if (is_repeat(*c, worker, h.step)) return true;
   *error = c->policy->check_push(worker, h.step, c->version);
   if (!error->empty()) return false;
+  if (worker == 0 && h.checkpoint != 0 && h.checkpoint != h.step + 1) {
+    return (*error = "checkpoint of version " + std::to_string(h.checkpoint) + " asked in a push for step " +
+                     std::to_string(h.step), false);
+  }
   if (h.samples == 0) return (*error = "push with zero samples", false);
   const float* grad = msg.frames[1].data<float>();
   const size_t n = c->range.length;
   if (!all_finite(grad, n)) return (*error = "gradient is not all finite", false);
 
   // Every check passed: only now is state touched.
+  if (worker == 0 && h.checkpoint != 0) checkpoint_at_ = h.checkpoint;  // the chief decides (docs/checkpoints.md)
+  if (worker == 0 && h.stop != 0) stop_at_ = h.step + 1;
   if (c->pushes == 0) c->waiting_since = Clock::now();
   add_metrics(&c->pending, h, c->pushes);
   const bool first = c->pushes++ == 0;
@@ -355,6 +369,10 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
 }
 
 void ParameterServer::chunk_advanced(size_t index) {
+  // The last chunk reached the version to checkpoint: every chunk is at it now (no worker can
+  // push the next step before it has all of this one), and none of it has been sent yet, so the
+  // file is on disk before any worker sees the version, and the chief's manifest after it.
+  if (checkpoint_at_ != 0 && version() == checkpoint_at_) write_checkpoint();
   const Chunk& c = chunks_[index];
   for (Parked& p : parked_) {
     if (!p.sent[index] && c.policy->check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
@@ -387,6 +405,7 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   h.op = Op::kParams;
   h.request_id = request_id;
   h.step = previous ? want : c.version;
+  h.stop = stop_at_ != 0 && h.step == stop_at_ ? 1 : 0;
   h.offset = c.range.offset;
   h.length = c.range.length;
   // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
@@ -421,6 +440,38 @@ void ParameterServer::reply(const std::string& route, Header h, zmq::message_t* 
   if (!endpoint_.send(std::move(out), Clock::now(), &error)) {
     PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << printable(route) << ": " << error;
   }
+}
+
+// This shard at version checkpoint_at_: its slice and optimizer state, in one durable file.
+void ParameterServer::write_checkpoint() {
+  ShardCheckpoint c;
+  c.shard = static_cast<uint32_t>(options_.index);
+  c.num_shards = static_cast<uint32_t>(options_.num_ps);
+  c.version = checkpoint_at_;
+  c.total = total_;
+  c.total_steps = total_steps_;
+  c.offset = slice_.offset;
+  c.optimizer = options_.optimizer.kind;
+  c.values = params();
+  for (const std::vector<float>* slot : optimizer_->state()) c.slots.push_back(*slot);
+  checkpoint_at_ = 0;
+  checkpointer_.write(c);
+}
+
+// --resume, at the first HELLO (when the model's size is known): every chunk at the version of
+// the newest usable checkpoint, with its values and optimizer state.
+bool ParameterServer::resume(std::string* error) {
+  const auto slots = optimizer_->state();
+  ShardCheckpoint c;
+  if (!checkpointer_.load(total_, total_steps_, slice_, slots.size(), &c, error)) return false;
+  for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
+  for (Chunk& chunk : chunks_) {
+    std::copy(c.values.begin() + static_cast<long>(chunk.local),
+              c.values.begin() + static_cast<long>(chunk.local + chunk.range.length), chunk.values->begin());
+    chunk.version = c.version;
+    chunk.initialized = true;
+  }
+  return true;
 }
 
 void ParameterServer::report_stall() {

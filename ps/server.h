@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ps/checkpointer.h"
 #include "ps/policy.h"
 #include "shared/layout.h"
 #include "shared/optimizer.h"
@@ -53,6 +54,8 @@ class ParameterServer {
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
   void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
+  bool resume(std::string* error);
+  void write_checkpoint();
 
   const JobOptions options_;
   Endpoint& endpoint_;
@@ -72,6 +75,10 @@ class ParameterServer {
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
+
+  ShardCheckpointer checkpointer_;
+  uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
+  uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
 };
 
 }  // namespace pstrain

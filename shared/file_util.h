@@ -9,4 +9,13 @@ namespace pstrain {
 // sees either nothing or the whole content. Throws pstrain::Error.
 void write_file_atomically(const std::string& path, const std::string& content);
 
+// The same, and durable: the temporary file is fsync'ed before the rename and the directory
+// after it, so after a crash `path` holds the old or the new content, whole. On failure (disk
+// full, unwritable directory) the temporary file is removed, `path` is untouched, and
+// pstrain::Error says what failed and why.
+void write_file_durably(const std::string& path, const std::string& content);
+
+// Reads a whole file; false with *error ("cannot open: No such file or directory") otherwise.
+bool read_whole_file(const std::string& path, std::string* out, std::string* error);
+
 }  // namespace pstrain

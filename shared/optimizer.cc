@@ -67,6 +67,8 @@ class Momentum final : public OptimizerBase {
                     static_cast<float>(o_.momentum), decay(lr));
   }
 
+  std::vector<std::vector<float>*> state() override { return {&velocity_}; }
+
  private:
   std::vector<float> velocity_;
 };
@@ -84,6 +86,8 @@ class Adam final : public OptimizerBase {
                 static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(o_.beta2, t))), static_cast<float>(o_.epsilon),
                 decay(lr));
   }
+
+  std::vector<std::vector<float>*> state() override { return {&m_, &v_}; }
 
  private:
   std::vector<float> m_, v_;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "shared/options.h"
 
@@ -21,6 +22,9 @@ class Optimizer {
   virtual void apply(size_t offset, size_t n, float* params, const float* grad_sum, float grad_scale,
                      double lr, uint64_t step) = 0;
   virtual size_t size() const = 0;
+  // The optimizer's state, for checkpoints: slots of size() floats each (none for SGD, the
+  // velocity for momentum, Adam's two moments). Adam's step count is the update's `step`.
+  virtual std::vector<std::vector<float>*> state() { return {}; }
 };
 
 // The learning rate of update `step` (0-based) of a job of `total_steps` updates.

@@ -80,8 +80,16 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)");
+  po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
+  ckpt.add_options()
+      ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state there, the chief a manifest once all shards wrote (use a filesystem every host shares)")
+      ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "checkpoint every this many steps (0 = not by steps)")
+      ("checkpoint-secs", po::value(&o.checkpoint_secs)->default_value(o.checkpoint_secs), "also checkpoint when this many seconds passed since the last one (0 = not by time)")
+      ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
+      ("resume", po::bool_switch(&o.resume), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used)")
+      ("checkpoint-errors", po::value(&o.checkpoint_errors)->default_value(o.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
   po::options_description all;
-  all.add(cluster).add(model).add(train);
+  all.add(cluster).add(model).add(train).add(ckpt);
   return all;
 }
 
@@ -109,6 +117,14 @@ void validate(const JobOptions& o, Role role) {
   require(o.stall_report_s > 0, "--stall-report must be positive");
   require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
   require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
+  require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
+  require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");
+  require(o.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
+  require(o.checkpoint_errors == "stop" || o.checkpoint_errors == "warn",
+          "--checkpoint-errors: '" + o.checkpoint_errors + "' is not one of stop, warn");
+  require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  require(o.checkpoint_dir.empty() || o.mode == "sync",
+          "--checkpoint-dir: checkpoints are written in sync mode only (not yet in " + o.mode + " mode)");
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");

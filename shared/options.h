@@ -49,6 +49,14 @@ struct JobOptions {
   int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
 
+  // Checkpoints (docs/checkpoints.md).
+  std::string checkpoint_dir;   // where shard files and manifests go; empty = no checkpoints
+  int64_t checkpoint_every = 0; // chief: checkpoint every this many steps (0 = not by steps)
+  double checkpoint_secs = 0;   // chief: and when this many seconds passed since the last (0 = not by time)
+  int keep_checkpoints = 3;     // chief: complete checkpoints kept (older ones are removed)
+  bool resume = false;          // start from the newest usable checkpoint in checkpoint_dir
+  std::string checkpoint_errors = "stop";  // PS: a failed write stops the job | warn and go on
+
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
   std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir

@@ -33,8 +33,10 @@ constexpr const char* kKeyPull = "t_pull";
 constexpr const char* kKeyEval = "t_eval";
 constexpr const char* kKeySlowest = "slow";
 constexpr const char* kKeySlowestTime = "slow_us";
+constexpr const char* kKeyCheckpoint = "ckpt";
+constexpr const char* kKeyStop = "stop";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 25;  // every key encode_header writes
+constexpr size_t kNumKeys = 27;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -83,7 +85,8 @@ struct Decoder {
         {kKeyData, &h->times.data_us}, {kKeyCompute, &h->times.compute_us},
         {kKeyPush, &h->times.push_us}, {kKeyWait, &h->times.wait_us}, {kKeyPull, &h->times.pull_us},
         {kKeyEval, &h->times.eval_us},
-        {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us}};
+        {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us},
+        {kKeyCheckpoint, &h->checkpoint}, {kKeyStop, &h->stop}};
     for (const auto& [name, target] : fields) {
       if (key == name) return target;
     }
@@ -133,6 +136,7 @@ struct Decoder {
     if (workers > UINT32_MAX) return fail("nw out of range");
     if (slowest > UINT32_MAX) return fail("slow out of range");
     if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
+    if (h->stop > 1) return fail("stop is not 0 or 1");
     if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
         h->total > (uint64_t{1} << 40)) {
       return fail("slice fields out of range");
@@ -195,6 +199,8 @@ std::string encode_header(const Header& h) {
   put(kKeyEval, h.times.eval_us);
   put(kKeySlowest, h.slowest);
   put(kKeySlowestTime, h.slowest_us);
+  put(kKeyCheckpoint, h.checkpoint);
+  put(kKeyStop, h.stop);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyMessage);

@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint32_t kProtocolVersion = 3;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -69,6 +69,9 @@ struct Header {
   uint32_t slowest = 0;       // PARAMS: the worker with the largest busy time in that step
   uint64_t slowest_us = 0;    // PARAMS: its busy time
   std::string message;        // ERROR: why
+  uint64_t checkpoint = 0;    // PUSH from the chief: checkpoint version step+1 (0 = no)
+  uint64_t stop = 0;          // PUSH from the chief: the job stops at version step+1 (final
+                              // checkpoint); PARAMS: 1 = this version is the last, stop after it
 };
 
 // Whether an op carries the float32 payload frame.

@@ -25,7 +25,7 @@ class PsExchange final : public Exchange {
     client_.pull(first, host_params);
     PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.num_ps << " PS shard(s) in "
                 << client_.num_chunks() << " chunk(s)"
-                << (first > 0 ? "; rejoining the job at step " + std::to_string(first) : "");
+                << (first > 0 ? "; the first step is " + std::to_string(first) + " (resumed, or replacing a worker)" : "");
     return first;
   }
 

@@ -1,5 +1,9 @@
 // pstrain-worker: one worker of a training job.
+#include <signal.h>
+
+#include <atomic>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "shared/error.h"
@@ -10,6 +14,23 @@
 #include "worker/trainer.h"
 
 namespace {
+
+// --checkpoint-dir: SIGTERM (the launcher's Ctrl-C, Slurm's preemption) asks for a final
+// checkpoint at the next step; the job then stops everywhere (docs/checkpoints.md).
+// SIGTERM is blocked in every thread (so it never interrupts a ZeroMQ wait with EINTR) and taken
+// by one thread with sigwait; called before any other thread exists, so all inherit the mask.
+std::atomic<bool> g_stop_requested{false};
+
+void take_sigterm_as_stop_request() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([set] {
+    int sig = 0;
+    while (sigwait(&set, &sig) == 0) g_stop_requested.store(true);
+  }).detach();
+}
 
 // allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring
 // is the collective itself (--collective ring) or NCCL's bootstrap (--collective nccl).
@@ -36,6 +57,7 @@ int main(int argc, char** argv) {
     if (!options) return 0;
     const pstrain::JobOptions& o = *options;
     pstrain::keep_message_memory();
+    if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);
     std::unique_ptr<pstrain::Endpoint> servers;
     pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
@@ -50,7 +72,7 @@ int main(int argc, char** argv) {
       if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o), replica);
       servers = pstrain::make_zmq_client(context, o.ps_hosts);
       return pstrain::make_ps_exchange(o, total, *servers);
-    });
+    }, &g_stop_requested);
     return 0;
   } catch (const pstrain::UsageError& e) {
     PSLOG(ERROR) << "pstrain-worker: " << e.what() << " (see --help)";

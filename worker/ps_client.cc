@@ -166,6 +166,8 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
     h.loss_sum = info.loss_sum;
     h.correct = info.correct;
     h.times = info.times;
+    h.checkpoint = info.checkpoint;
+    h.stop = info.stop ? 1 : 0;
     zmq::message_t payload(const_cast<float*>(grad) + c.range.offset, c.range.length * sizeof(float),
                            [](void*, void*) {}, nullptr);  // zero-copy, see push_ready's contract
     send(c.shard, h, &payload);
@@ -178,6 +180,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   std::vector<bool> received(chunks_.size(), false);
   size_t left = chunks_.size();
   StepMetrics metrics;
+  bool stop = false;
   const auto deadline = deadline_after(options_.timeout_s);
   while (left > 0) {
     Message msg;
@@ -209,8 +212,10 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
     std::memcpy(params + h.offset, msg.frames[1].data(), h.length * sizeof(float));
     received[index] = true;
     --left;
-    if (index == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us};
+    if (index == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
+    stop = stop || h.stop != 0;
   }
+  metrics.stop = stop;
   const auto end = Clock::now();
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);

@@ -21,6 +21,7 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   StepTimes times;          // summed over workers: divide by N for the mean
   uint32_t slowest = 0;     // the worker with the largest busy time
   uint64_t slowest_us = 0;
+  bool stop = false;        // the job stops after this version (a final checkpoint was asked)
 };
 
 struct PushInfo {  // what rides along with this worker's gradient chunks
@@ -28,6 +29,8 @@ struct PushInfo {  // what rides along with this worker's gradient chunks
   double loss_sum = 0;
   uint64_t correct = 0;
   StepTimes times;  // of this worker's previous step
+  uint64_t checkpoint = 0;  // chief: the PS shards checkpoint version step+1 (0 = no)
+  bool stop = false;        // chief: ...and the job stops after it
 };
 
 class PsClient {

@@ -16,6 +16,7 @@
 #include "worker/backend.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prefetch.h"
+#include "worker/checkpoints.h"
 #include "worker/data/sampler.h"
 #include "worker/model.h"
 #include "worker/progress.h"
@@ -96,7 +97,7 @@ std::string fixed(double value, int digits) {
 
 }  // namespace
 
-TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
+TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, const std::atomic<bool>* stop_requested) {
   const bool chief = o.index == 0;
   const std::string tag = "w" + std::to_string(o.index) + ": ";
   const std::string data_dir = o.data_dir.empty() ? default_data_dir() : o.data_dir;
@@ -135,7 +136,9 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
   const auto exchange = make_exchange(total, replica);
   const bool stage_gradient = exchange->stages_gradient();
   model.init(o.seed, replica.host_params());  // the same on every worker: it depends on the seed alone
+  ChiefCheckpoints checkpoints(o, model.layout(), total_steps, stop_requested);
   const uint64_t first_step = exchange->start(replica.host_params(), total_steps);
+  if (checkpoints.enabled() && o.resume) checkpoints.check_resumed(first_step);
   replica.params_to_device();
   PSLOG(INFO) << tag << "training " << total_steps << " steps"
               << (first_step > 0 ? " from step " + std::to_string(first_step) : "");
@@ -155,6 +158,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
     const auto t1 = Clock::now();
     exchange->begin_step(step);
     PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
+    checkpoints.plan(step, &info.checkpoint, &info.stop);
     Clock::duration pushing{};
     size_t ready_to = total;  // grad[ready_to, total) is final (and on the host when staged)
     const auto push = [&](size_t from, const BatchStats& s) {
@@ -182,9 +186,19 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
     interval.add(m);
     epoch.add(m);
     run.add(m);
+    if (info.checkpoint != 0) checkpoints.completed(info.checkpoint);
+    const bool last = step + 1 == total_steps || m.stop;
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
-    const bool last = step + 1 == total_steps;
-    if (!chief) continue;
+    if (m.stop) {
+      summary.stopped = true;
+      summary.steps = step + 1;
+      PSLOG(WARN) << tag << "stopping after step " << step + 1 << " of " << total_steps
+                  << ": the chief was asked to stop; the final checkpoint is complete";
+    }
+    if (!chief) {
+      if (m.stop) break;
+      continue;
+    }
     if ((step + 1) % static_cast<uint64_t>(o.log_every) == 0 || epoch_end || last) {
       const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
       PSLOG(INFO) << "epoch " << batch.epoch + 1 << "/" << o.epochs << " step " << step % steps_per_epoch + 1 << "/"
@@ -211,12 +225,14 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange) {
                   << fixed(summary.test_accuracy, 4) << " (evaluated in " << fixed(previous.eval_us / 1e3, 1) << " ms)";
       epoch.reset();
     }
+    if (m.stop) break;
   }
-  summary.steps = total_steps;
+  if (!summary.stopped) summary.steps = total_steps;
   summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   summary.samples_per_second =
-      static_cast<double>(total_steps) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
-  if (chief && !o.save_params.empty()) save_params(o.save_params, model.layout(), replica.host_params());
+      static_cast<double>(summary.steps - first_step) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
+  // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
+  if (chief && !o.save_params.empty() && !summary.stopped) save_params(o.save_params, model.layout(), replica.host_params());
   exchange->done();
   PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb()
               << (backend->host_accessible()

@@ -3,6 +3,8 @@
 // parameters, prints progress, evaluates the test set and saves the parameters.
 #pragma once
 
+#include <atomic>
+
 #include <cstdint>
 
 #include "shared/options.h"
@@ -14,11 +16,15 @@ struct TrainSummary {
   uint64_t steps = 0;
   double seconds = 0;
   double samples_per_second = 0;  // global: all workers' samples
+  bool stopped = false;  // ended early after a final checkpoint (SIGTERM)
   double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
   double test_loss = 0, test_accuracy = 0;    // chief only
 };
 
-// Runs the whole job for this worker; throws pstrain::Error on failure.
-TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange);
+// Runs the whole job for this worker; throws pstrain::Error on failure. `stop_requested` (may be
+// null) is the chief's SIGTERM flag: with --checkpoint-dir it ends the job after a final
+// checkpoint (docs/checkpoints.md).
+TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange,
+                   const std::atomic<bool>* stop_requested = nullptr);
 
 }  // namespace pstrain

@@ -1,0 +1,109 @@
+#include "ps/checkpointer.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+
+#include "shared/error.h"
+#include "shared/file_util.h"
+#include "shared/log.h"
+
+namespace pstrain {
+
+void ShardCheckpointer::write(const ShardCheckpoint& c) const {
+  const auto start = std::chrono::steady_clock::now();
+  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, c.version);
+  const std::string path = dir + "/" + shard_file_name(c.shard, c.num_shards);
+  try {
+    for (const std::string& d : {o_.checkpoint_dir, dir}) {
+      if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
+        throw Error("cannot create '" + d + "': " + std::strerror(errno));
+      }
+    }
+    write_file_durably(path, encode_shard_checkpoint(c));
+  } catch (const Error& e) {
+    const std::string why = "ps" + std::to_string(c.shard) + ": checkpoint of version " + std::to_string(c.version) +
+                            " failed: " + e.what() + "; earlier checkpoints are intact";
+    if (o_.checkpoint_errors == "warn") {
+      PSLOG(WARN) << why << " (--checkpoint-errors warn: training goes on)";
+      return;
+    }
+    throw Error(why + " (--checkpoint-errors stop)");
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  PSLOG(INFO) << "ps" << c.shard << ": checkpoint of version " << c.version << " written to " << path << " in "
+              << static_cast<int>(ms) << " ms";
+}
+
+bool ShardCheckpointer::load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
+                             ShardCheckpoint* out, std::string* error) const {
+  const auto versions = checkpoint_versions(o_.checkpoint_dir);
+  std::string reasons;
+  for (uint64_t v : versions) {
+    const std::string why = try_version(v, total, total_steps, slice, num_slots, out);
+    if (why.empty()) return true;
+    PSLOG(WARN) << "ps" << o_.index << ": --resume: skipping checkpoint " << checkpoint_version_dir(o_.checkpoint_dir, v)
+                << ": " << why;
+    reasons += "; v" + std::to_string(v) + ": " + why;
+  }
+  *error = "--resume: no usable checkpoint in '" + o_.checkpoint_dir + "'" +
+           (versions.empty() ? std::string(" (it holds none)") : reasons);
+  return false;
+}
+
+std::string ShardCheckpointer::try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice,
+                                           size_t num_slots, ShardCheckpoint* out) const {
+  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
+  std::string text, error;
+  if (!read_whole_file(dir + "/MANIFEST", &text, &error)) return "incomplete: MANIFEST " + error;
+  CheckpointManifest m;
+  if (!decode_manifest(text, &m, &error)) return error;
+  if (m.version != v) return "the manifest is of version " + std::to_string(m.version);
+  if (m.total != total) {
+    return "of another model: " + std::to_string(m.total) + " parameters, this job has " + std::to_string(total);
+  }
+  if (m.total_steps != total_steps) {
+    return "of another job: " + std::to_string(m.total_steps) + " steps, this job has " + std::to_string(total_steps);
+  }
+  // The saved shards are read in order; each contributes the part of `slice` it holds.
+  ShardCheckpoint result;
+  result.values.resize(slice.length);
+  result.slots.assign(num_slots, std::vector<float>(slice.length));
+  uint64_t next = 0;  // the saved shards must tile [0, total)
+  for (const auto& f : m.shards) {
+    std::string bytes;
+    if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) return f.name + ": " + error;
+    if (bytes.size() != f.bytes) {
+      return f.name + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " + std::to_string(f.bytes);
+    }
+    ShardCheckpoint c;
+    if (!decode_shard_checkpoint(bytes, &c, &error)) return f.name + ": " + error;
+    if (file_crc(bytes) != f.crc) return f.name + ": not the file the manifest records (checksum differs)";
+    if (c.version != v || c.total != total || c.offset != next) return f.name + ": does not belong to this checkpoint";
+    if (c.optimizer != o_.optimizer.kind || c.slots.size() != num_slots) {
+      return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.optimizer.kind;
+    }
+    next = c.offset + c.values.size();
+    const uint64_t lo = std::max<uint64_t>(c.offset, slice.offset), hi = std::min<uint64_t>(next, slice.end());
+    for (uint64_t i = lo; i < hi; ++i) {
+      result.values[i - slice.offset] = c.values[i - c.offset];
+      for (size_t k = 0; k < num_slots; ++k) result.slots[k][i - slice.offset] = c.slots[k][i - c.offset];
+    }
+  }
+  if (next != total) return "its shards cover " + std::to_string(next) + " of " + std::to_string(total) + " parameters";
+  result.shard = static_cast<uint32_t>(o_.index);
+  result.num_shards = static_cast<uint32_t>(o_.num_ps);
+  result.version = v;
+  result.total = total;
+  result.total_steps = total_steps;
+  result.offset = slice.offset;
+  result.optimizer = o_.optimizer.kind;
+  *out = std::move(result);
+  PSLOG(INFO) << "ps" << o_.index << ": --resume: from checkpoint " << dir << " (version " << v << ", "
+              << m.shards.size() << " shard(s) saved, " << o_.num_ps << " now)";
+  return "";
+}
+
+}  // namespace pstrain

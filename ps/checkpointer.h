@@ -1,0 +1,38 @@
+// A PS shard's checkpoints (docs/checkpoints.md): writes its slice and optimizer state at the
+// versions the chief marks, and on --resume finds the newest checkpoint whose every file is
+// present, intact and of this job, re-slicing it when the job now has another number of shards.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "shared/checkpoint.h"
+#include "shared/layout.h"
+#include "shared/options.h"
+
+namespace pstrain {
+
+class ShardCheckpointer {
+ public:
+  explicit ShardCheckpointer(const JobOptions& options) : o_(options) {}
+
+  // Writes DIR/v<version>/shard<s>of<S>.ckpt durably. Throws pstrain::Error when the write fails
+  // and --checkpoint-errors is stop (the file is then absent and earlier checkpoints intact);
+  // with warn it logs the failure and returns.
+  void write(const ShardCheckpoint& c) const;
+
+  // Fills *out with this shard's `slice` (values and `num_slots` optimizer slots) from the newest
+  // usable checkpoint of a job of `total` floats and `total_steps` steps. Every checkpoint passed
+  // over is logged with its reason. False, with every reason in *error, when none is usable.
+  bool load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots, ShardCheckpoint* out,
+            std::string* error) const;
+
+ private:
+  // Checks version directory `v` and cuts this shard's slice out of it; "" or the reason.
+  std::string try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
+                          ShardCheckpoint* out) const;
+
+  const JobOptions& o_;
+};
+
+}  // namespace pstrain

@@ -1,0 +1,111 @@
+#include "worker/checkpoints.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "shared/checkpoint.h"
+#include "shared/error.h"
+#include "shared/file_util.h"
+#include "shared/log.h"
+
+namespace pstrain {
+
+ChiefCheckpoints::ChiefCheckpoints(const JobOptions& o, const Layout& layout, uint64_t total_steps,
+                                   const std::atomic<bool>* stop_requested)
+    : o_(o),
+      layout_(layout),
+      total_steps_(total_steps),
+      stop_requested_(stop_requested),
+      enabled_(o.index == 0 && !o.checkpoint_dir.empty()),
+      last_(std::chrono::steady_clock::now()) {}
+
+void ChiefCheckpoints::plan(uint64_t step, uint64_t* checkpoint, bool* stop) {
+  *checkpoint = 0;
+  *stop = false;
+  if (!enabled_ || stopping_) return;
+  const uint64_t v = step + 1;
+  const bool by_steps = o_.checkpoint_every > 0 && v % static_cast<uint64_t>(o_.checkpoint_every) == 0;
+  const bool by_time = o_.checkpoint_secs > 0 &&
+                       std::chrono::steady_clock::now() - last_ >= std::chrono::duration<double>(o_.checkpoint_secs);
+  const bool asked = stop_requested_ != nullptr && stop_requested_->load() && v < total_steps_;
+  if (!by_steps && !by_time && !asked) return;
+  *checkpoint = v;
+  *stop = asked;
+  stopping_ = asked;
+  if (asked) PSLOG(WARN) << "w0: stop requested: a final checkpoint of step " << v << ", then the job stops";
+}
+
+std::string ChiefCheckpoints::layout_text() const {
+  std::ostringstream os;
+  for (const TensorSpec& t : layout_.tensors()) {
+    os << t.name << " " << t.offset << " ";
+    for (size_t i = 0; i < t.shape.size(); ++i) os << (i ? "x" : "") << t.shape[i];
+    os << "\n";
+  }
+  return os.str();
+}
+
+double ChiefCheckpoints::completed(uint64_t version) {
+  const auto start = std::chrono::steady_clock::now();
+  last_ = start;
+  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, version);
+  CheckpointManifest m;
+  m.version = version;
+  m.total = layout_.total();
+  m.total_steps = total_steps_;
+  m.layout = layout_text();
+  try {
+    for (int s = 0; s < o_.num_ps; ++s) {
+      CheckpointManifest::File f;
+      f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(o_.num_ps));
+      std::string bytes, error;
+      if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) throw Error(f.name + " is missing (" + error + ")");
+      f.bytes = bytes.size();
+      f.crc = file_crc(bytes);
+      m.shards.push_back(f);
+    }
+    write_file_durably(dir + "/MANIFEST", encode_manifest(m));
+  } catch (const Error& e) {
+    const std::string why = "w0: checkpoint of step " + std::to_string(version) + " is incomplete: " + e.what();
+    if (o_.checkpoint_errors == "warn") {
+      PSLOG(WARN) << why;
+      return 0;
+    }
+    throw Error(why);
+  }
+  prune();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PSLOG(INFO) << "checkpoint of step " << version << " complete: " << dir << " (" << o_.num_ps << " shard(s); "
+              << "manifest in " << static_cast<int>(secs * 1e3) << " ms)";
+  return secs;
+}
+
+// Keeps the newest --keep-checkpoints complete versions; removes every older directory.
+void ChiefCheckpoints::prune() const {
+  int complete = 0;
+  for (uint64_t v : checkpoint_versions(o_.checkpoint_dir)) {
+    const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
+    if (complete < o_.keep_checkpoints) {
+      if (std::filesystem::exists(dir + "/MANIFEST")) ++complete;
+      continue;
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+    if (ec) PSLOG(WARN) << "w0: cannot remove old checkpoint " << dir << ": " << ec.message();
+  }
+}
+
+void ChiefCheckpoints::check_resumed(uint64_t version) const {
+  const std::string path = checkpoint_version_dir(o_.checkpoint_dir, version) + "/MANIFEST";
+  std::string text, error;
+  CheckpointManifest m;
+  if (!read_whole_file(path, &text, &error) || !decode_manifest(text, &m, &error)) {
+    throw Error("--resume: the shards resumed from version " + std::to_string(version) + " but " + path + ": " + error);
+  }
+  if (m.layout != layout_text()) {
+    throw Error("--resume: checkpoint " + path + " is of another model (its variables differ from this job's)");
+  }
+  PSLOG(INFO) << "w0: resumed from checkpoint " << path;
+}
+
+}  // namespace pstrain
