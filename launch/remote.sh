@@ -33,9 +33,12 @@ trap 'finish 129' HUP
 # is not a group leader, so setsid execs in place and $! is the command's own pid).
 setsid "$@" </dev/null &
 pid=$!
-# The watcher reads our standard input until it ends: the launcher is stopping or gone.
+# The watcher reads our standard input until it ends: the launcher is stopping or gone. A line
+# TERM passes SIGTERM on to the command (a checkpointing job's final checkpoint).
 (
-  while read -r -u 3 _; do :; done
+  while read -r -u 3 line; do
+    [[ $line == TERM ]] && kill -TERM "$pid" 2>/dev/null
+  done
   kill -USR1 "$$" 2>/dev/null
 ) 3<&0 </dev/null >/dev/null 2>&1 &
 watcher=$!

@@ -169,6 +169,63 @@ TEST_F(LaunchTest, KilledWorkerIsReplacedAndNothingIsLost) {
   }
 }
 
+// SIGTERM to the launcher of a checkpointing job at a random step: a final checkpoint, every
+// process exits, and the job resumed with --resume (also with another number of PS shards) ends
+// with the parameters of an uninterrupted run, for each optimizer.
+TEST_F(LaunchTest, StoppedBySigtermAndResumedEqualsAnUninterruptedRun) {
+  std::mt19937 rng(2026);
+  for (const std::string optimizer : {"sgd", "momentum", "adam"}) {
+    const std::string ckpt = dir_ + "/ckpt-" + optimizer;
+    const std::vector<std::string> job = {"--steps", "900", "--batch-size", "8", "--optimizer", optimizer, "--lr",
+                                          optimizer == "adam" ? "0.01" : "0.05", "--lr-schedule", "cosine",
+                                          "--log-every", "1", "--checkpoint-dir", ckpt, "--checkpoint-every", "97",
+                                          "--keep-checkpoints", "100"};  // each resume starts from the final one
+    const auto run = [&](const std::string& name, const std::string& num_ps, std::vector<std::string> extra,
+                         const std::function<void(pid_t, const std::string&)>& during) {
+      std::vector<std::string> flags = job;
+      flags.insert(flags.end(), {"--save-params", dir_ + "/" + name + "-params"});
+      std::vector<std::string> counts = {"--num-ps", num_ps, "--num-workers", "3"};
+      counts.insert(counts.end(), extra.begin(), extra.end());
+      const pid_t launcher = spawn(launch(name, counts, flags), dir_ + "/" + name + ".log");
+      if (during) during(launcher, dir_ + "/" + name);
+      return wait_for(launcher, 180);
+    };
+    ASSERT_TRUE(run("full-" + optimizer, "2", {}, nullptr).ok()) << read_file(dir_ + "/full-" + optimizer + ".log");
+    const SavedParams want = load_saved_params(dir_ + "/full-" + optimizer + "-params");
+    std::filesystem::remove_all(ckpt);
+    const int at = 50 + static_cast<int>(rng() % 700);
+    const ExitStatus stopped = run("stopped-" + optimizer, "2", {}, [&](pid_t launcher, const std::string& run_dir) {
+      ASSERT_TRUE(wait_for_text(run_dir + "/w0.log", "(global " + std::to_string(at) + ")", 60));
+      ASSERT_EQ(kill(launcher, SIGTERM), 0);
+    });
+    const std::string stop_log = read_file(dir_ + "/stopped-" + optimizer + ".log");
+    EXPECT_EQ(stopped.code, 143) << stop_log;
+    EXPECT_NE(stop_log.find("launch: stopped after the final checkpoint (SIGTERM)"), std::string::npos) << stop_log;
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/stopped-" + optimizer + "-params")) << "a stopped job saved params";
+    const std::string marker = "w0: stopping after step ";
+    const size_t found = stop_log.find(marker);
+    ASSERT_NE(found, std::string::npos) << stop_log;
+    const unsigned long long final_step = std::stoull(stop_log.substr(found + marker.size()));
+    EXPECT_GE(final_step, static_cast<unsigned long long>(at));
+    for (const std::string num_ps : {"2", "3"}) {
+      const std::string name = "resumed-" + optimizer + "-S" + num_ps;
+      // Each resume starts from the final checkpoint: the first one's own checkpoints go.
+      for (const auto& entry : std::filesystem::directory_iterator(ckpt)) {
+        const std::string v = entry.path().filename().string();
+        if (std::stoull(v.substr(1)) > final_step) std::filesystem::remove_all(entry.path());
+      }
+      ASSERT_TRUE(run(name, num_ps, {"--resume"}, nullptr).ok()) << read_file(dir_ + "/" + name + ".log");
+      const std::string log = read_file(dir_ + "/" + name + ".log");
+      EXPECT_NE(log.find("--resume: from checkpoint " + ckpt + "/v" + std::string(10 - std::to_string(final_step).size(), '0') +
+                         std::to_string(final_step)), std::string::npos) << log;
+      const double rel = relative_difference(want, load_saved_params(dir_ + "/" + name + "-params"));
+      EXPECT_LE(rel, 1e-5) << optimizer << ", stopped near step " << at << ", resumed on " << num_ps << " shards";
+      std::printf("%s: SIGTERM near step %d, resumed on %s shard(s): max |difference| / max |parameter| = %.3g\n",
+                  optimizer.c_str(), at, num_ps.c_str(), rel);
+    }
+  }
+}
+
 // allreduce mode through the launcher: no PS is started, and the result is sync mode's.
 TEST_F(LaunchTest, AllreduceModeStartsNoServerAndMatchesSync) {
   const auto train = [&](const std::string& run, std::vector<std::string> mode) {

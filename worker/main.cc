@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <exception>
-#include <thread>
 #include <vector>
 
 #include "shared/error.h"
@@ -17,19 +16,23 @@ namespace {
 
 // --checkpoint-dir: SIGTERM (the launcher's Ctrl-C, Slurm's preemption) asks for a final
 // checkpoint at the next step; the job then stops everywhere (docs/checkpoints.md).
-// SIGTERM is blocked in every thread (so it never interrupts a ZeroMQ wait with EINTR) and taken
-// by one thread with sigwait; called before any other thread exists, so all inherit the mask.
+// The handler only sets a flag. SIGTERM is blocked in this thread before it starts any other
+// (ZeroMQ's, the prefetcher), so no ZeroMQ wait is cut short with EINTR; threads that existed
+// before main (OpenBLAS's pool) run the handler if the kernel picks one of them.
 std::atomic<bool> g_stop_requested{false};
 
+void on_sigterm(int) { g_stop_requested.store(true); }
+
 void take_sigterm_as_stop_request() {
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([set] {
-    int sig = 0;
-    while (sigwait(&set, &sig) == 0) g_stop_requested.store(true);
-  }).detach();
 }
 
 // allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring

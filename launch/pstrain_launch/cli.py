@@ -36,6 +36,8 @@ job:
                     (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
   --dry-run         print the placement and every process's exact command, start nothing
+  --resume          start from the newest usable checkpoint in the job's --checkpoint-dir
+                    (passes --resume to every process; docs/checkpoints.md)
   --max-restarts R  restart a worker that dies, with the same index, up to R times in all
                     (default 0: any death stops the job). The replacement gets the current
                     parameters and redoes the step its predecessor left, so nothing is lost or
@@ -79,6 +81,9 @@ environment:
                           reach every host (default 60)
   PSTRAIN_PS_EXIT_TIMEOUT seconds the PS may take to exit after the last worker (default 30)
   PSTRAIN_STOP_GRACE      seconds between SIGTERM and SIGKILL when stopping (default 5)
+  PSTRAIN_CHECKPOINT_GRACE  a job with --checkpoint-dir stopped by SIGTERM/SIGINT (Ctrl-C, Slurm
+                          preemption) first writes a final checkpoint: seconds allowed for it
+                          before everything is stopped anyway (default 60)
   PSTRAIN_SSH             the ssh command (default: ssh), e.g. "ssh -i /path/key -p 2222"
   {', '.join(FORWARDED_ENV)}
                           passed on to processes on other hosts
@@ -103,7 +108,7 @@ class Stop(Exception):
 
 VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
                "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option"}
-SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe"}
+SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe", "--resume"}
 
 
 def parse_args(argv):
@@ -202,6 +207,13 @@ class Settings:
         self.bind = flags.get("--bind") or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
         self.oversubscribe = bool(flags.get("--oversubscribe"))
         self.max_restarts = require_int("--max-restarts", flags.get("--max-restarts", "0"), 0)
+        if flags.get("--resume") and "--resume" not in self.extra:
+            self.extra = self.extra + ["--resume"]
+        self.checkpointing = bool(job_flag(self.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.config))
+        if flags.get("--resume") and not self.checkpointing:
+            raise UsageError("--resume needs the job's --checkpoint-dir (after --, or in the config file)")
+        self.checkpoint_grace = require_int("PSTRAIN_CHECKPOINT_GRACE",
+                                            os.environ.get("PSTRAIN_CHECKPOINT_GRACE", "60"), 1)
         if self.max_restarts and self.mode != "sync":
             raise UsageError("--max-restarts needs --mode sync (the PS takes the replacement into its barrier)")
         if self.max_restarts and self.launcher not in ("local", "ssh"):
@@ -277,6 +289,7 @@ class Run:
         self.step = None  # slurm / mpirun: the steps.Step running every process
         self.commands = {}  # name -> (proc, command) of every process started
         self.restarts = 0
+        self.final = None  # (signal name, exit code, deadline) while the final checkpoint is written
         self.received = None  # (name, exit code) of a signal to act on
 
     # -------------------------------------------------------------- commands
@@ -344,9 +357,28 @@ class Run:
         self.received = (name, code)
 
     def check_signal(self):
-        if self.received:
-            name, code = self.received
+        if self.final and time.monotonic() >= self.final[2]:
+            raise Stop(f"no final checkpoint within {self.s.checkpoint_grace}s", self.final[1])
+        if not self.received:
+            return
+        name, code = self.received
+        self.received = None
+        chief = self.sup.children.get("w0")
+        if self.final or not self.s.checkpointing or chief is None or chief.status is not None:
             raise Stop(f"received {name}", code)
+        # A checkpointing job: the chief asks for a final checkpoint at the next step, after
+        # which every process ends by itself (docs/checkpoints.md).
+        self.final = (name, code, time.monotonic() + self.s.checkpoint_grace)
+        self.out.say(f"received {name}; w0 writes a final checkpoint, then the job stops "
+                     f"(up to {self.s.checkpoint_grace}s; a second signal stops everything now)")
+        try:
+            if chief.popen.stdin is not None:
+                chief.popen.stdin.write(b"TERM\n")  # launch/remote.sh signals the remote process
+                chief.popen.stdin.flush()
+            else:
+                os.killpg(chief.pid, signal.SIGTERM)
+        except OSError as e:
+            raise Stop(f"received {name}; could not reach w0 ({e})", code) from e
 
     def reap(self, phase):
         """Handles every process that exited. Non-zero status: stop everything."""
@@ -563,6 +595,10 @@ class Run:
             else:
                 self.start_workers(self.start_ps())
             self.supervise()
+            if self.final:
+                self.out.say(f"stopped after the final checkpoint ({self.final[0]}); resume with --resume; "
+                             f"logs in {s.run_dir}")
+                return self.final[1]
         except Stop as stop:
             self.stopping = True
             self.out.say(f"{stop}; stopping all")
