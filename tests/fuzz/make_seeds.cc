@@ -1,5 +1,5 @@
 // Writes the seed corpus of the fuzz targets: make_seeds DIR creates DIR/{protocol_fuzz,
-// ring_fuzz,ps_fuzz}/seed-*. The committed corpus (tests/fuzz/corpus/) was made with it; rerun
+// ring_fuzz,ps_fuzz,checkpoint_fuzz}/seed-*. The committed corpus (tests/fuzz/corpus/) was made with it; rerun
 // it after a change of the wire formats.
 #include <cstdint>
 #include <filesystem>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/checkpoint.h"
 #include "shared/protocol.h"
 #include "shared/ring_wire.h"
 
@@ -79,5 +80,27 @@ int main(int argc, char** argv) {
   write(dir / "ps_fuzz", 0, job);
   job += ps_message(7, 'a', 0, 0, 0, 0, 0, 0) + ps_message(7, 'b', 1, 0, 0, 0, 0, 0);
   write(dir / "ps_fuzz", 1, job);
+  // Checkpoint files: a shard file ('S' + bytes) per optimizer, and a manifest.
+  n = 0;
+  for (const char* optimizer : {"sgd", "momentum", "adam"}) {
+    pstrain::ShardCheckpoint c;
+    c.shard = 1;
+    c.num_shards = 2;
+    c.version = 40;
+    c.total = 12;
+    c.total_steps = 100;
+    c.offset = 6;
+    c.optimizer = optimizer;
+    c.values = {1, 2, 3, 4, 5, 6};
+    for (size_t k = 0; k < std::string(optimizer).size() / 4; ++k) c.slots.push_back({0.5f, 0, 0, 0, 0, -1});
+    write(dir / "checkpoint_fuzz", n++, "S" + pstrain::encode_shard_checkpoint(c));
+  }
+  pstrain::CheckpointManifest m;
+  m.version = 40;
+  m.total = 12;
+  m.total_steps = 100;
+  m.shards = {{"shard0of2.ckpt", 120, 7}, {"shard1of2.ckpt", 120, 9}};
+  m.layout = "layer0.weight 0 2x3\nlayer0.bias 6 6\n";
+  write(dir / "checkpoint_fuzz", n++, "M" + pstrain::encode_manifest(m));
   return 0;
 }

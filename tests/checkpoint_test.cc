@@ -1,0 +1,211 @@
+// Checkpoint files: the shard codec and manifest against flipped, truncated and extended bytes
+// (exact errors), and --resume's choice among checkpoints on disk: a flipped byte, a truncated
+// file, a missing shard file, a missing manifest and a checkpoint of another model each make it
+// fall back to the previous complete checkpoint, naming the reason; none usable is an error.
+// Whole jobs stopped and resumed: LaunchTest.StoppedBySigtermAndResumedEqualsAnUninterruptedRun.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "ps/checkpointer.h"
+#include "shared/checkpoint.h"
+#include "shared/error.h"
+#include "shared/file_util.h"
+#include "test_util/idx_writer.h"
+
+namespace pstrain::test {
+namespace {
+
+ShardCheckpoint sample(uint32_t shard, uint32_t shards, uint64_t version, uint64_t total = 10) {
+  const auto slices = balance_slices(total, static_cast<int>(shards));
+  ShardCheckpoint c;
+  c.shard = shard;
+  c.num_shards = shards;
+  c.version = version;
+  c.total = total;
+  c.total_steps = 100;
+  c.offset = slices[shard].offset;
+  c.optimizer = "momentum";
+  for (size_t i = 0; i < slices[shard].length; ++i) c.values.push_back(static_cast<float>(version * 100 + c.offset + i));
+  c.slots.push_back(std::vector<float>(c.values.size(), 0.5f + static_cast<float>(version)));
+  return c;
+}
+
+std::string decode_error(const std::string& bytes) {
+  ShardCheckpoint c;
+  std::string error;
+  EXPECT_FALSE(decode_shard_checkpoint(bytes, &c, &error));
+  return error;
+}
+
+TEST(CheckpointCodecTest, RoundTrip) {
+  const ShardCheckpoint c = sample(1, 2, 7);
+  ShardCheckpoint d;
+  std::string error;
+  ASSERT_TRUE(decode_shard_checkpoint(encode_shard_checkpoint(c), &d, &error)) << error;
+  EXPECT_EQ(d.shard, 1u);
+  EXPECT_EQ(d.num_shards, 2u);
+  EXPECT_EQ(d.version, 7u);
+  EXPECT_EQ(d.offset, 5u);
+  EXPECT_EQ(d.optimizer, "momentum");
+  EXPECT_EQ(d.values, c.values);
+  EXPECT_EQ(d.slots, c.slots);
+}
+
+TEST(CheckpointCodecTest, EveryFlippedBitTruncationAndExtensionIsRefused) {
+  const std::string good = encode_shard_checkpoint(sample(0, 2, 3));
+  for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+    std::string bad = good;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    EXPECT_FALSE(decode_error(bad).empty()) << "bit " << bit;
+  }
+  for (size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(decode_error(good.substr(0, n)).empty()) << n << " bytes";
+  EXPECT_EQ(decode_error(good.substr(0, good.size() - 4)), "truncated: 116 bytes, the header promises 120");
+  EXPECT_EQ(decode_error(good + "x"), "extended: 121 bytes, the header promises 120");
+  EXPECT_EQ(decode_error(std::string(200, 'x')), "not a pstrain checkpoint (bad magic)");
+  EXPECT_EQ(decode_error("PSTR"), "truncated: 4 bytes, shorter than any checkpoint");
+  std::string flipped = good;
+  flipped[85] ^= 1;  // a byte of a parameter (they start at byte 80): only the checksum can tell
+  EXPECT_EQ(decode_error(flipped), "checksum mismatch (corrupted)");
+}
+
+TEST(CheckpointCodecTest, ManifestRoundTripAndErrors) {
+  CheckpointManifest m;
+  m.version = 12;
+  m.total = 10;
+  m.total_steps = 100;
+  m.shards = {{"shard0of2.ckpt", 90, 1}, {"shard1of2.ckpt", 90, 2}};
+  m.layout = "w 0 2x3\nb 6 4\n";
+  CheckpointManifest d;
+  std::string error;
+  const std::string text = encode_manifest(m);
+  ASSERT_TRUE(decode_manifest(text, &d, &error)) << error;
+  EXPECT_EQ(d.version, 12u);
+  EXPECT_EQ(d.shards.size(), 2u);
+  EXPECT_EQ(d.shards[1].crc, 2u);
+  EXPECT_EQ(d.layout, m.layout);
+  EXPECT_FALSE(decode_manifest(text.substr(0, text.size() - 4), &d, &error));
+  EXPECT_EQ(error, "manifest: truncated (no end line)");
+  EXPECT_FALSE(decode_manifest("hello", &d, &error));
+  EXPECT_EQ(error, "manifest: not a pstrain manifest");
+}
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("resume");
+    o_.checkpoint_dir = dir_;
+    o_.optimizer.kind = "momentum";
+    o_.num_ps = 2;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A complete checkpoint of `version` saved by 2 shards, as the PS and the chief write it.
+  void save(uint64_t version, uint64_t total = 10) {
+    JobOptions o = o_;
+    CheckpointManifest m;
+    m.version = version;
+    m.total = total;
+    m.total_steps = 100;
+    for (uint32_t s = 0; s < 2; ++s) {
+      o.index = static_cast<int>(s);
+      const ShardCheckpoint c = sample(s, 2, version, total);
+      ShardCheckpointer(o).write(c);
+      const std::string bytes = encode_shard_checkpoint(c);
+      m.shards.push_back({shard_file_name(s, 2), bytes.size(), file_crc(bytes)});
+    }
+    write_file_durably(checkpoint_version_dir(dir_, version) + "/MANIFEST", encode_manifest(m));
+  }
+  std::string file(uint64_t version, const std::string& name) const {
+    return checkpoint_version_dir(dir_, version) + "/" + name;
+  }
+  // --resume as shard `index` of `num_ps`; the version loaded, or the error.
+  std::string load(int index, int num_ps, ShardCheckpoint* out = nullptr) {
+    JobOptions o = o_;
+    o.index = index;
+    o.num_ps = num_ps;
+    ShardCheckpoint c;
+    std::string error;
+    const Slice slice = balance_slices(10, num_ps)[static_cast<size_t>(index)];
+    if (!ShardCheckpointer(o).load(10, 100, slice, 1, &c, &error)) return error;
+    if (out != nullptr) *out = c;
+    return "v" + std::to_string(c.version);
+  }
+
+  std::string dir_;
+  JobOptions o_;
+};
+
+TEST_F(ResumeTest, NewestCompleteCheckpointIsUsedAndReslicedForAnotherShardCount) {
+  save(10);
+  save(20);
+  EXPECT_EQ(load(0, 2), "v20");
+  ShardCheckpoint c;
+  ASSERT_EQ(load(1, 3, &c), "v20");  // shard 1 of 3 holds [4, 7): from both saved shards
+  EXPECT_EQ(c.offset, 4u);
+  EXPECT_EQ(c.values, (std::vector<float>{2004, 2005, 2006}));
+  EXPECT_EQ(c.slots[0], std::vector<float>(3, 20.5f));
+}
+
+TEST_F(ResumeTest, EachDamagedNewestCheckpointFallsBackToThePreviousOne) {
+  const auto damaged = [&](const std::function<void()>& damage) {
+    std::filesystem::remove_all(dir_);
+    save(10);
+    save(20);
+    damage();
+    return load(0, 2);
+  };
+  EXPECT_EQ(damaged([&] {
+              std::fstream f(file(20, "shard1of2.ckpt"), std::ios::in | std::ios::out | std::ios::binary);
+              f.seekp(70);
+              f.put('\x7f');
+            }),
+            "v10");
+  EXPECT_EQ(damaged([&] { std::filesystem::resize_file(file(20, "shard0of2.ckpt"), 50); }), "v10");
+  EXPECT_EQ(damaged([&] { std::filesystem::remove(file(20, "shard1of2.ckpt")); }), "v10");
+  EXPECT_EQ(damaged([&] { std::filesystem::remove(file(20, "MANIFEST")); }), "v10");
+  EXPECT_EQ(damaged([&] {
+              std::filesystem::remove_all(checkpoint_version_dir(dir_, 20));
+              save(20, 12);  // another model: 12 parameters
+            }),
+            "v10");
+}
+
+TEST_F(ResumeTest, NoUsableCheckpointIsAClearError) {
+  EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ + "' (it holds none)");
+  save(10);
+  std::filesystem::remove(file(10, "MANIFEST"));
+  EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ +
+                            "'; v10: incomplete: MANIFEST cannot open: No such file or directory");
+  save(20, 12);
+  EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ +
+                            "'; v20: of another model: 12 parameters, this job has 10; v10: incomplete: MANIFEST "
+                            "cannot open: No such file or directory");
+}
+
+// A checkpoint that cannot be written (here: the directory's place is taken by a file, which
+// stops root too) is an error naming why; earlier checkpoints stay; with warn it is logged only.
+TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
+  save(10);
+  { std::ofstream(checkpoint_version_dir(dir_, 20)) << "a file where the directory goes"; }
+  ShardCheckpointer writer(o_);
+  try {
+    writer.write(sample(0, 2, 20));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ps0: checkpoint of version 20 failed: cannot create '" +
+                                         checkpoint_version_dir(dir_, 20) + "/shard0of2.ckpt.tmp': Not a directory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(load(0, 2), "v10");
+  JobOptions warn = o_;
+  warn.checkpoint_errors = "warn";
+  EXPECT_NO_THROW(ShardCheckpointer(warn).write(sample(0, 2, 20)));
+}
+
+}  // namespace
+}  // namespace pstrain::test
