@@ -226,6 +226,47 @@ TEST_F(LaunchTest, StoppedBySigtermAndResumedEqualsAnUninterruptedRun) {
   }
 }
 
+// kill -9 of a PS shard at a random step, checkpoints every 20 steps, --max-restarts 1: the
+// launcher restarts the whole job from the last complete checkpoint and it ends with the
+// parameters of an uninterrupted run.
+TEST_F(LaunchTest, KilledServerRestartsTheJobFromItsCheckpointAndNothingIsLost) {
+  const std::string ckpt = dir_ + "/ckpt-ps";
+  const std::vector<std::string> job = {"--steps", "1200", "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01",
+                                        "--log-every", "1", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"};
+  const auto run = [&](const std::string& name, std::vector<std::string> extra, const std::function<void()>& during) {
+    std::vector<std::string> flags = job;
+    flags.insert(flags.end(), {"--save-params", dir_ + "/" + name + "-params"});
+    std::vector<std::string> counts = {"--num-ps", "2", "--num-workers", "3"};
+    counts.insert(counts.end(), extra.begin(), extra.end());
+    const pid_t launcher = spawn(launch(name, counts, flags), dir_ + "/" + name + ".log");
+    if (during) during();
+    const ExitStatus status = wait_for(launcher, 180);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + name + ".log");
+    return load_saved_params(dir_ + "/" + name + "-params");
+  };
+  const SavedParams want = run("ps-uninterrupted", {}, nullptr);
+  std::filesystem::remove_all(ckpt);
+  std::mt19937 rng(77);
+  const int victim = static_cast<int>(rng() % 2);
+  const int at = 60 + static_cast<int>(rng() % 500);
+  pid_t killed = -1;
+  const SavedParams got = run("ps-killed", {"--max-restarts", "1"}, [&] {
+    ASSERT_TRUE(wait_for_text(dir_ + "/ps-killed/w0.log", "(global " + std::to_string(at) + ")", 60));
+    killed = pid_of(dir_ + "/ps-killed", "ps" + std::to_string(victim));
+    ASSERT_EQ(kill(killed, SIGKILL), 0);
+  });
+  const std::string log = read_file(dir_ + "/ps-killed.log");
+  EXPECT_NE(log.find("ps" + std::to_string(victim) + " (pid " + std::to_string(killed) +
+                     ") died: killed by signal 9 (SIGKILL); restarting the whole job from its last complete "
+                     "checkpoint " + ckpt + "/v"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("--resume: from checkpoint"), std::string::npos) << log;
+  const double rel = relative_difference(want, got);
+  EXPECT_LE(rel, 1e-5);
+  std::printf("ps%d killed after step %d, the job restarted from its checkpoint: max |difference| / max |parameter| = %.3g\n",
+              victim, at, rel);
+}
+
 // allreduce mode through the launcher: no PS is started, and the result is sync mode's.
 TEST_F(LaunchTest, AllreduceModeStartsNoServerAndMatchesSync) {
   const auto train = [&](const std::string& run, std::vector<std::string> mode) {

@@ -41,7 +41,9 @@ job:
   --max-restarts R  restart a worker that dies, with the same index, up to R times in all
                     (default 0: any death stops the job). The replacement gets the current
                     parameters and redoes the step its predecessor left, so nothing is lost or
-                    counted twice. Sync mode, local or ssh launcher.
+                    counted twice. A PS shard that dies restarts the whole job from its last
+                    complete checkpoint (needs the job's --checkpoint-dir). Sync mode, local or
+                    ssh launcher.
   --no-setup        do not install packages or build (same as PSTRAIN_NO_SETUP=1)
   -h, --help        this help
   -- FLAGS...       passed unchanged to every process, e.g. -- --lr 0.05 --steps 200
@@ -96,6 +98,10 @@ reached; 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM.
 
 class UsageError(Exception):
     pass
+
+
+class RestartJob(Exception):
+    """A PS shard died and the job can start again from its last complete checkpoint."""
 
 
 class Stop(Exception):
@@ -389,6 +395,15 @@ class Run:
                 why = describe_status(child.status)
                 if self.s.launcher == "ssh" and child.status == 255:
                     why = "ssh failed with status 255 (host unreachable, connection lost or login refused; see its log)"
+                if child.name.startswith("ps") and self.restarts < self.s.max_restarts and self.s.checkpointing:
+                    self.restarts += 1
+                    where = self.last_checkpoint()
+                    if where is None:
+                        raise Stop(f"{child.label} (pid {child.pid}) died: {why}; no complete checkpoint to restart "
+                                   "the job from yet", EXIT_FAILED)
+                    raise RestartJob(f"{child.label} (pid {child.pid}) died: {why}; restarting the whole job from "
+                                     f"its last complete checkpoint {where} (restart {self.restarts} of "
+                                     f"{self.s.max_restarts})")
                 if child.name.startswith("w") and self.restarts < self.s.max_restarts:
                     self.restarts += 1
                     self.out.say(f"{child.label} (pid {child.pid}) died: {why}; restarting it with the same index "
@@ -574,6 +589,33 @@ class Run:
         for p, cmd in self.planned_commands():
             print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
 
+    def last_checkpoint(self):
+        """The newest complete checkpoint directory of the job (with its MANIFEST), or None."""
+        ckpt = job_flag(self.s.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.s.config)
+        try:
+            versions = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"v[0-9]{10}", d))
+        except OSError:
+            return None
+        for name in reversed(versions):
+            if os.path.isfile(os.path.join(ckpt, name, "MANIFEST")):
+                return os.path.join(ckpt, name)
+        return None
+
+    def start_job(self):
+        s = self.s
+        for name in os.listdir(s.run_dir):  # addresses of an earlier start of this job
+            if name.endswith(".addr"):
+                os.remove(os.path.join(s.run_dir, name))
+        if s.launcher in ("slurm", "mpirun"):
+            self.start_step()
+        elif s.launcher == "ssh":
+            for p, cmd in self.planned_commands():
+                self.start(p, cmd)
+        elif s.mode == "allreduce":
+            self.start_ring_workers()
+        else:
+            self.start_workers(self.start_ps())
+
     def main(self):
         s = self.s
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -585,16 +627,18 @@ class Run:
             self.print_plan()
             if s.launcher == "ssh":
                 self.check_hosts()
-            if s.launcher in ("slurm", "mpirun"):
-                self.start_step()
-            elif s.launcher == "ssh":
-                for p, cmd in self.planned_commands():
-                    self.start(p, cmd)
-            elif s.mode == "allreduce":
-                self.start_ring_workers()
-            else:
-                self.start_workers(self.start_ps())
-            self.supervise()
+            while True:
+                try:
+                    self.start_job()
+                    self.supervise()
+                    break
+                except RestartJob as restart:
+                    # Every process goes; all start again and resume from the checkpoint (the
+                    # other shards and every worker roll back to it: nothing is lost).
+                    self.out.say(str(restart))
+                    self.sup.stop_all()
+                    if "--resume" not in s.extra:
+                        s.extra = s.extra + ["--resume"]
             if self.final:
                 self.out.say(f"stopped after the final checkpoint ({self.final[0]}); resume with --resume; "
                              f"logs in {s.run_dir}")
