@@ -29,20 +29,19 @@ int small_int(const std::string& text) {
 
 // ---------------------------------------------------------------- Slurm host lists
 
-// "01-03,7" -> 01 02 03 7 (the width of a range is its low bound's, as Slurm prints it).
+// "01-03,7" -> 01 02 03 7 (the width of a range is its low bound's, as Slurm prints it; "N-"
+// is N, as in scontrol).
 std::vector<std::string> expand_ranges(const std::string& ranges, const std::string& list) {
-  const auto bad = [&](const std::string& why) {
-    return UsageError("Slurm host list '" + list + "': " + why);
-  };
+  const auto bad = [&](const std::string& why) { return UsageError("Slurm host list '" + list + "': " + why); };
   std::vector<std::string> out;
-  std::stringstream ss(ranges);
+  std::stringstream ss(ranges + ",");
   std::string range;
   while (std::getline(ss, range, ',')) {
     const size_t dash = range.find('-');
     const std::string lo = range.substr(0, dash);
-    const std::string hi = dash == std::string::npos ? lo : range.substr(dash + 1);
+    const std::string hi = dash == std::string::npos || dash + 1 == range.size() ? lo : range.substr(dash + 1);
     const int first = small_int(lo), last = small_int(hi);
-    if (first < 0 || last < 0) throw bad("'[" + ranges + "]' has a range that is not N or N-M: '" + range + "'");
+    if (first < 0 || last < 0) throw bad("'" + range + "' in '[" + ranges + "]' is not a number or a range N-M");
     if (last < first) throw bad("range '" + range + "' ends before it starts");
     if (out.size() + static_cast<size_t>(last - first) >= kMaxHosts) throw bad("more than 2^20 hosts");
     for (int n = first; n <= last; ++n) {
@@ -51,32 +50,50 @@ std::vector<std::string> expand_ranges(const std::string& ranges, const std::str
       out.push_back(digits);
     }
   }
-  if (ranges.empty() || ranges.back() == ',') throw bad("empty range in '[" + ranges + "]'");
   return out;
 }
 
-// One host expression: text with bracket groups, e.g. "rack[1-2]n[01-02]-ib".
+// One host expression with bracket groups, e.g. "rack[1-2]n[01-02]". Several groups give every
+// combination in scontrol's order: the last group varies fastest, then the first, the second,
+// ... (for two groups: the first slowest).
 std::vector<std::string> expand_one(const std::string& item, const std::string& list) {
-  std::vector<std::string> hosts = {""};
+  const auto bad = [&](const std::string& why) { return UsageError("Slurm host list '" + list + "': " + why); };
+  std::vector<std::string> texts;                 // texts[k] precedes group k; the last follows them all
+  std::vector<std::vector<std::string>> groups;
   size_t at = 0;
-  while (at < item.size()) {
+  for (;;) {
     const size_t open = item.find('[', at);
-    const std::string text = item.substr(at, open == std::string::npos ? std::string::npos : open - at);
-    if (text.find(']') != std::string::npos) throw UsageError("Slurm host list '" + list + "': unmatched ']'");
-    for (auto& h : hosts) h += text;
+    texts.push_back(item.substr(at, open == std::string::npos ? std::string::npos : open - at));
+    if (texts.back().find(']') != std::string::npos) throw bad("unmatched ']' in '" + item + "'");
     if (open == std::string::npos) break;
     const size_t close = item.find(']', open);
-    if (close == std::string::npos) throw UsageError("Slurm host list '" + list + "': unmatched '['");
+    if (close == std::string::npos) throw bad("unmatched '[' in '" + item + "'");
     const std::string inner = item.substr(open + 1, close - open - 1);
-    if (inner.find('[') != std::string::npos) throw UsageError("Slurm host list '" + list + "': nested '['");
-    const std::vector<std::string> numbers = expand_ranges(inner, list);
-    if (hosts.size() * numbers.size() > kMaxHosts) throw UsageError("Slurm host list '" + list + "': more than 2^20 hosts");
-    std::vector<std::string> product;
-    for (const auto& h : hosts) {
-      for (const auto& n : numbers) product.push_back(h + n);
-    }
-    hosts = std::move(product);
+    if (inner.find('[') != std::string::npos) throw bad("nested '[' in '" + item + "'");
+    groups.push_back(expand_ranges(inner, list));
     at = close + 1;
+  }
+  if (!groups.empty() && !texts.back().empty()) {
+    throw bad("'" + item + "' has text after its last ']' (scontrol rejects it too)");
+  }
+  size_t total = 1;
+  for (const auto& g : groups) {
+    total *= g.size();
+    if (total > kMaxHosts) throw bad("more than 2^20 hosts");
+  }
+  std::vector<size_t> order;  // groups from the fastest-varying to the slowest
+  if (!groups.empty()) order.push_back(groups.size() - 1);
+  for (size_t k = 0; k + 1 < groups.size(); ++k) order.push_back(k);
+  std::vector<size_t> pick(groups.size(), 0);
+  std::vector<std::string> hosts;
+  for (size_t n = 0; n < total; ++n) {
+    std::string host = texts[0];
+    for (size_t k = 0; k < groups.size(); ++k) host += groups[k][pick[k]] + texts[k + 1];
+    hosts.push_back(std::move(host));
+    for (size_t k : order) {
+      if (++pick[k] < groups[k].size()) break;
+      pick[k] = 0;
+    }
   }
   return hosts;
 }
@@ -301,7 +318,7 @@ class Resolver {
   }
 
   void counts() {
-    o_.origin.counts_from = flag("num-workers") || flag("num-ps") ? "flag" : from("num-workers");
+    std::string ps_from = from("num-ps"), workers_from = from("num-workers");
     if (tf_) {
       const TfConfig& tf = env_.tf;
       if (o_.mode == "allreduce" && !tf.ps.empty()) {
@@ -311,9 +328,14 @@ class Resolver {
       if (o_.mode != "allreduce" && tf.ps.empty() && !flag("ps-hosts")) {
         throw UsageError("TF_CONFIG lists no ps tasks: --mode sync needs at least one (or use --mode allreduce)");
       }
-      if (!flag("num-ps") && !tf.ps.empty()) o_.num_ps = static_cast<int>(tf.ps.size());
-      if (!flag("num-workers")) o_.num_workers = static_cast<int>(tf.chief.size() + tf.worker.size());
-      o_.origin.counts_from = "TF_CONFIG";
+      if (!flag("num-ps") && !tf.ps.empty()) {
+        o_.num_ps = static_cast<int>(tf.ps.size());
+        ps_from = "TF_CONFIG";
+      }
+      if (!flag("num-workers")) {
+        o_.num_workers = static_cast<int>(tf.chief.size() + tf.worker.size());
+        workers_from = "TF_CONFIG";
+      }
     } else if (ranks_ && !flag("num-workers")) {
       const int workers = env_.world - ps_ranks();
       if (workers < 1) {
@@ -321,8 +343,11 @@ class Resolver {
                          std::to_string(ps_ranks()) + " are parameter servers (--num-ps): no rank is left for a worker");
       }
       o_.num_workers = workers;
-      o_.origin.counts_from = env_.source;
+      workers_from = env_.source;
     }
+    o_.origin.counts_from = ps_from == workers_from || o_.mode == "allreduce"
+                                ? workers_from
+                                : "ps: " + ps_from + ", workers: " + workers_from;
   }
 
   void bind_and_port() {
@@ -409,26 +434,25 @@ EnvMap process_environment() {
 }
 
 std::vector<std::string> expand_slurm_hostlist(const std::string& list) {
-  if (list.empty()) throw UsageError("Slurm host list is empty");
   std::vector<std::string> hosts;
   size_t start = 0;
   int depth = 0;
-  for (size_t i = 0; i <= list.size(); ++i) {
+  for (size_t i = 0; i <= list.size(); ++i) {  // items end at a comma or blank outside brackets
     const char c = i < list.size() ? list[i] : ',';
     if (c == '[') ++depth;
     if (c == ']') --depth;
-    if (c != ',' || depth > 0) continue;
+    const bool blank = c == ' ' || c == '\t' || c == '\n';
+    if (depth > 0 && blank) throw UsageError("Slurm host list '" + list + "': blank inside '[...]'");
+    if ((c != ',' && !blank) || depth > 0) continue;
     const std::string item = list.substr(start, i - start);
-    if (item.empty()) throw UsageError("Slurm host list '" + list + "': empty host name");
+    start = i + 1;
+    if (item.empty()) continue;  // "a,,b" is a and b, as in scontrol
     for (auto& h : expand_one(item, list)) {
-      if (h.empty() || h.find_first_of(" \t") != std::string::npos) {
-        throw UsageError("Slurm host list '" + list + "': bad host name '" + h + "'");
-      }
       if (hosts.size() >= kMaxHosts) throw UsageError("Slurm host list '" + list + "': more than 2^20 hosts");
       hosts.push_back(std::move(h));
     }
-    start = i + 1;
   }
+  if (hosts.empty()) throw UsageError("Slurm host list '" + list + "' names no host");
   return hosts;
 }
 

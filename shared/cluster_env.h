@@ -17,9 +17,11 @@ const char* role_name(Role role);  // "ps" | "worker"
 // This process's environment variables.
 EnvMap process_environment();
 
-// A Slurm host list as `scontrol show hostnames` expands it: "node[01-03,7],gpu-[1-2]x" ->
-// node01 node02 node03 node7 gpu-1x gpu-2x (zero padding kept, several bracket groups give
-// their product, left to right). Throws pstrain::UsageError naming the list.
+// A Slurm host list as `scontrol show hostnames` expands it: "node[01-03,7],gpu[1-2]" -> node01
+// node02 node03 node7 gpu1 gpu2. Zero padding is the low bound's; items are separated by commas
+// or blanks; several bracket groups in one name give every combination in scontrol's order; a
+// name may not go on after its last ']' (scontrol: "Invalid hostlist"). Throws
+// pstrain::UsageError naming the list.
 std::vector<std::string> expand_slurm_hostlist(const std::string& list);
 
 // SLURM_TASKS_PER_NODE: "2(x3),1" -> 2 2 2 1. Throws pstrain::UsageError.
