@@ -2,6 +2,7 @@
 #include <exception>
 
 #include "ps/server.h"
+#include "shared/cluster_env.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -10,8 +11,10 @@
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
-    if (!options) return 0;
+    if (!options || !pstrain::dispatch_role(pstrain::Role::kPs, *options, argv)) return 0;
     pstrain::keep_message_memory();
+    PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
+                << options->bind << ":" << options->port;
     zmq::context_t context(1);
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");

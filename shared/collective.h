@@ -44,6 +44,7 @@ struct RingOptions {
                                    // 0.0.0.0 binds all interfaces and is announced as the address
                                    // rank 0 sees the rank's rendezvous connection come from
   double timeout_s = 60;           // deadline of every blocking wait, in seconds
+  double start_timeout_s = 0;      // deadline of the rendezvous (peers still starting); 0 = timeout_s
   size_t chunk_bytes = 4 << 20;    // pipeline unit on the wire; must be the same on every rank
   // Rank 0 only: called with the coordinator's bound "host:port" (the port chosen when
   // `coordinator` ends in ":0") before it waits for the others; e.g. to write a port file.
@@ -54,8 +55,8 @@ struct RingOptions {
 // `bind`; ranks 1..N-1 tell rank 0 their address over the coordinator socket and rank 0 answers
 // everyone with the full address list; then each rank connects to its right neighbour and checks
 // the link. world == 1 needs no sockets. Throws pstrain::Error naming the missing rank(s) when
-// the rendezvous does not complete within timeout_s (and the link check within another
-// timeout_s); while waiting it logs "waiting for rank r" every 5 s.
+// the rendezvous does not complete within start_timeout_s (and the link check within
+// timeout_s); while waiting it logs "waiting for rank r" after 1 s, then every 5 s.
 std::unique_ptr<Collective> make_ring_collective(zmq::context_t& context, const RingOptions& options);
 
 }  // namespace pstrain

@@ -1,11 +1,13 @@
 #include "shared/options.h"
 
 #include <boost/program_options.hpp>
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "shared/cluster_env.h"
 #include "shared/error.h"
 
 namespace pstrain {
@@ -44,6 +46,10 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
       ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
       ("index", po::value(&o.index)->default_value(o.index), "index of this process within its role (0-based)")
+      ("role", po::value(&o.role), "auto | ps | worker: what this process runs as (default: this binary's role; TF_CONFIG, Slurm or Open MPI saying otherwise is an error). auto: the environment's role, switching to the other binary (found beside this one, same arguments) when needed, so every rank can run one command (docs/cluster.md)")
+      ("local-rank", po::value(&o.local_rank), "this process's rank among the job's processes on its host; --device auto takes GPU (local rank mod visible GPUs) (default: SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK, else --index)")
+      ("base-port", po::value(&o.base_port)->default_value(o.base_port), "under Slurm or Open MPI: PS s listens on base-port + s on its rank's host; in allreduce mode the rendezvous is on base-port on rank 0's host")
+      ("start-timeout", po::value(&o.start_timeout_s)->default_value(o.start_timeout_s), "seconds a worker waits at start for the PS shards (allreduce: the rendezvous) to come up, logging 'waiting for ps<s> at host:port'; 0 = --timeout")
       ("ps-hosts", po::value(&ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
       ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
@@ -59,7 +65,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("hidden", po::value(&hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
-      ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (worker index mod GPU count) when one is present, else the CPU")
+      ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB: refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
       ("threads", po::value(&o.threads)->default_value(o.threads), "BLAS threads per worker");
@@ -116,6 +122,10 @@ void validate(const JobOptions& o, Role role) {
   require(o.timeout_s > 0, "--timeout must be positive");
   require(o.stall_report_s > 0, "--stall-report must be positive");
   require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
+  require(o.base_port >= 1 && o.base_port + std::max(o.num_ps, 1) - 1 <= 65535,
+          "--base-port: base-port + s must be a port in [1, 65535] for every PS s");
+  require(o.start_timeout_s >= 0, "--start-timeout must not be negative");
+  require(o.local_rank >= 0, "--local-rank must not be negative");
   require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
   require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
   require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");
@@ -174,7 +184,7 @@ HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
   return hp;
 }
 
-std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv) {
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env) {
   JobOptions o;
   std::string hidden, ps_hosts, shuffle, config;
   po::options_description job = describe(o, hidden, ps_hosts, shuffle);
@@ -185,8 +195,11 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
   cmdline.add(generic).add(job);
 
   po::variables_map vm;
+  GivenOptions given;
   try {
-    po::store(po::parse_command_line(argc, argv, cmdline), vm);
+    const po::parsed_options parsed = po::parse_command_line(argc, argv, cmdline);
+    for (const auto& option : parsed.options) given.command_line.insert(option.string_key);
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << "Usage: " << (role == Role::kPs ? "pstrain-ps" : "pstrain-worker")
                 << " [options]\n"
@@ -201,7 +214,9 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
       const std::string& path = vm["config"].as<std::string>();
       std::ifstream in(path);
       if (!in) throw UsageError("--config: cannot open '" + path + "'");
-      po::store(po::parse_config_file(in, job), vm);
+      const po::parsed_options parsed = po::parse_config_file(in, job);
+      for (const auto& option : parsed.options) given.config.insert(option.string_key);
+      po::store(parsed, vm);
     }
     po::notify(vm);
   } catch (const po::error& e) {
@@ -221,8 +236,15 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
     o.ps_hosts.push_back(address);
   }
   o.shuffle = parse_bool(shuffle, "--shuffle");
-  validate(o, role);
+  resolve_cluster(role, read_cluster_env(env), given, &o);  // TF_CONFIG, Slurm, Open MPI
+  if (o.origin.evaluator) return o;
+  if (o.start_timeout_s == 0) o.start_timeout_s = o.timeout_s;
+  validate(o, o.origin.role);
   return o;
+}
+
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv) {
+  return parse_job_options(role, argc, argv, process_environment());
 }
 
 }  // namespace pstrain

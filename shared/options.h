@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,6 +18,15 @@ enum class Role { kPs, kWorker };
 struct HostPort {
   std::string host;
   int port = 0;
+};
+
+// Where a process's place in the cluster came from (docs/cluster.md, "Roles from the
+// environment"): "flag", "TF_CONFIG", "Slurm", "Open MPI", "config" or "default".
+struct ClusterOrigin {
+  Role role = Role::kWorker;    // what this process runs as (--role auto may pick the other binary)
+  bool evaluator = false;       // TF_CONFIG's task is an evaluator: this process has nothing to do
+  std::string role_from = "default", index_from = "default", counts_from = "default";
+  std::string peers_from = "default", local_rank_from = "default";
 };
 
 struct OptimizerOptions {
@@ -46,6 +56,11 @@ struct JobOptions {
   double timeout_s = 60;        // deadline of any blocking network wait
   double stall_report_s = 10;   // PS: report a barrier stalled longer than this
   int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
+  std::string role;             // empty: this binary's role | auto: the environment's | ps | worker
+  int local_rank = -1;          // selects the GPU under --device auto; -1: Slurm/Open MPI's, else index
+  int base_port = 29500;        // Slurm/Open MPI: PS s listens on base_port + s, allreduce's rendezvous on base_port
+  double start_timeout_s = 0;   // how long peers may take to come up at start; 0 = timeout_s
+  ClusterOrigin origin;         // filled by parse_job_options, not a flag
   int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
 
@@ -77,8 +92,13 @@ struct JobOptions {
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
 };
 
+using EnvMap = std::map<std::string, std::string>;
+
 // Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error
-// with a readable message for bad flags or values.
+// with a readable message for bad flags or values. Cluster fields the command line does not give
+// come from `env` (TF_CONFIG, Slurm, Open MPI; shared/cluster_env.h), then the config file.
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env);
+// The same with this process's environment.
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
 
 // The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).

@@ -14,6 +14,7 @@
 namespace pstrain {
 namespace {
 
+constexpr double kFirstWaitReportSeconds = 1;  // the first "waiting for" line, then one every:
 constexpr double kWaitReportSeconds = 5;
 constexpr int64_t kMaxCoordinatorFrame = 64 << 10;
 constexpr int kAbortLingerMillis = 1000;  // lets ABORT reach the others although we are closing
@@ -23,6 +24,9 @@ std::string seconds(double s) {
   os << s << " s";
   return os.str();
 }
+
+// The rendezvous waits for peers that may still be starting.
+double rendezvous_timeout(const RingOptions& o) { return o.start_timeout_s > 0 ? o.start_timeout_s : o.timeout_s; }
 
 bool is_wildcard(const std::string& host) { return host.empty() || host == "*" || host == "0.0.0.0"; }
 
@@ -91,8 +95,8 @@ class Coordinator {
   RingRendezvous run(const std::string& ring_address) {
     addresses_[0] = advertised(ring_address);
     if (o_.on_coordinator_bound) o_.on_coordinator_bound(bound_);
-    const auto deadline = deadline_after(o_.timeout_s);
-    auto report = deadline_after(kWaitReportSeconds);
+    const auto deadline = deadline_after(rendezvous_timeout(o_));
+    auto report = deadline_after(kFirstWaitReportSeconds);
     std::vector<zmq::message_t> frames;
     while (!missing().empty()) {
       if (poll_in(socket_, std::min(deadline, report))) {
@@ -102,7 +106,7 @@ class Coordinator {
       }
       const auto now = Clock::now();
       if (now >= deadline) {
-        abort_all("ring rendezvous timed out after " + seconds(o_.timeout_s) + ": " + rank_list(missing()) +
+        abort_all("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) + ": " + rank_list(missing()) +
                   " did not join (coordinator rank 0 at " + bound_ + ")");
       }
       if (now >= report) {
@@ -266,14 +270,14 @@ class Member {
   }
 
   RingRendezvous run(const std::string& ring_address) {
-    const auto deadline = deadline_after(o_.timeout_s);
+    const auto deadline = deadline_after(rendezvous_timeout(o_));
     RingHeader hello = setup_header(RingOp::kHello, o_);
     hello.total = o_.chunk_bytes;
     std::vector<zmq::message_t> frames;
     frames.push_back(encode_ring_header(hello));
     frames.push_back(text_frame(ring_address));
     send(frames, deadline);
-    auto report = deadline_after(kWaitReportSeconds);
+    auto report = deadline_after(kFirstWaitReportSeconds);
     for (;;) {
       if (poll_in(socket_, std::min(deadline, report))) {
         recv_multipart(socket_, &frames);
@@ -282,7 +286,7 @@ class Member {
       }
       const auto now = Clock::now();
       if (now >= deadline)
-        throw Error("ring rendezvous timed out after " + seconds(o_.timeout_s) + ": " + problem());
+        throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) + ": " + problem());
       if (now >= report) {
         PSLOG(INFO) << "ring rank " << o_.rank << ": waiting for " << waiting_for();
         report = deadline_after(kWaitReportSeconds);
@@ -310,7 +314,7 @@ class Member {
       while (!socket_.send(frames[i], more | zmq::send_flags::dontwait)) {
         zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
         if (zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(deadline))) == 0) {
-          throw Error("ring rendezvous timed out after " + seconds(o_.timeout_s) +
+          throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) +
                       ": cannot reach rank 0 (the coordinator at " + o_.coordinator + ")");
         }
       }

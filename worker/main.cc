@@ -5,6 +5,7 @@
 #include <exception>
 #include <vector>
 
+#include "shared/cluster_env.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -44,6 +45,7 @@ std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const ps
   ring.coordinator = o.coordinator;
   ring.bind = o.bind;
   ring.timeout_s = o.timeout_s;
+  ring.start_timeout_s = o.start_timeout_s;
   if (!o.port_file.empty()) {
     ring.on_coordinator_bound = [&o](const std::string& address) {
       pstrain::write_file_atomically(o.port_file, address + "\n");
@@ -57,7 +59,7 @@ std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const ps
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
-    if (!options) return 0;
+    if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
     pstrain::keep_message_memory();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();

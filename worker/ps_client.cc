@@ -10,6 +10,7 @@ namespace pstrain {
 namespace {
 
 constexpr double kWaitReportSeconds = 5;  // log a line this often while a reply is missing
+constexpr double kFirstHelloReportSeconds = 1;  // at start, the first line comes sooner
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
@@ -62,22 +63,33 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
   std::vector<Message> replies(static_cast<size_t>(shards));
   std::vector<bool> waiting = pending;
   int left = static_cast<int>(std::count(pending.begin(), pending.end(), true));
-  const auto deadline = deadline_after(options_.timeout_s);
+  // HELLO is the first message: the shards may still be starting (docs/cluster.md), so it waits
+  // up to --start-timeout and says so after a second.
+  const bool hello = want == Op::kWelcome;
+  const double timeout_s = hello && options_.start_timeout_s > 0 ? options_.start_timeout_s : options_.timeout_s;
+  const auto deadline = deadline_after(timeout_s);
+  auto report = deadline_after(hello ? kFirstHelloReportSeconds : kWaitReportSeconds);
   const auto missing = [&] {
     std::string text;
     for (int s = 0; s < shards; ++s) {
-      if (waiting[static_cast<size_t>(s)]) text += " ps" + std::to_string(s) + " at " + endpoint_.address(s);
+      if (!waiting[static_cast<size_t>(s)]) continue;
+      text += (text.empty() ? " ps" : ", ps") + std::to_string(s) + " at " + endpoint_.address(s);
     }
     return text;
   };
   while (left > 0) {
     Message msg;
-    if (!endpoint_.recv(&msg, std::min(deadline, deadline_after(kWaitReportSeconds)))) {
+    if (!endpoint_.recv(&msg, std::min(deadline, report))) {
       if (Clock::now() >= deadline) {
-        throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for " + what +
-                    " from" + missing());
+        throw Error("timed out after " + std::to_string(timeout_s) + " s waiting for " + what + " from" + missing() +
+                    (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : ""));
       }
-      PSLOG(INFO) << "w" << options_.index << ": waiting for " << what << " from" << missing();
+      if (hello) {
+        PSLOG(INFO) << "w" << options_.index << ": waiting for" << missing() << " (no answer to HELLO yet)";
+      } else {
+        PSLOG(INFO) << "w" << options_.index << ": waiting for " << what << " from" << missing();
+      }
+      report = deadline_after(kWaitReportSeconds);
       continue;
     }
     const Header h = decode(msg);

@@ -1,7 +1,8 @@
 // The worker's side of the PS protocol: registers with every shard, pushes each shard its slice
 // of the gradient chunk by chunk (as soon as backward has produced a chunk), and receives the
 // parameter chunks of the next version as each shard finishes them. The calling thread owns the
-// transport (docs/threading.md). Every wait has the job's --timeout deadline.
+// transport (docs/threading.md). Every wait has the job's --timeout deadline, except HELLO's,
+// which waits up to --start-timeout for shards that are still starting.
 #pragma once
 
 #include <cstdint>
@@ -38,9 +39,10 @@ class PsClient {
   // `total` = floats of the flat parameter vector. `endpoint` has one peer per shard.
   PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint);
 
-  // Registers with every shard, logging while a shard is not reachable yet. `total_steps` is the
-  // length of the job (the PS's learning-rate schedule). Returns the step this worker runs first:
-  // the version the shards are at, or for a replaced worker the step its predecessor left undone.
+  // Registers with every shard, logging "waiting for ps<s> at host:port" while one has not
+  // answered (after 1 s, then every 5 s), up to --start-timeout. `total_steps` is the length of
+  // the job (the PS's learning-rate schedule). Returns the step this worker runs first: the
+  // version the shards are at, or for a replaced worker the step its predecessor left undone.
   uint64_t hello(uint64_t total_steps);
   void init(const float* params);  // chief only: initial values of every chunk
 

@@ -1,5 +1,7 @@
 #include "worker/replica.h"
 
+#include <algorithm>
+
 #include "shared/error.h"
 #include "shared/log.h"
 
@@ -10,7 +12,7 @@ std::unique_ptr<Backend> make_backend(const JobOptions& o) {
   const int gpus = cuda_device_count();
   if (o.device == "auto" && gpus == 0) return make_cpu_backend(o.threads);
   if (gpus == 0) throw Error("--device " + o.device + ": no CUDA device is visible to this worker");
-  const int device = o.device.rfind("cuda:", 0) == 0 ? std::stoi(o.device.substr(5)) : o.index % gpus;
+  const int device = o.device.rfind("cuda:", 0) == 0 ? std::stoi(o.device.substr(5)) : std::max(o.local_rank, 0) % gpus;
   if (device >= gpus) {
     throw Error("--device " + o.device + ": only " + std::to_string(gpus) + " CUDA device(s) are visible");
   }

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "shared/cluster_env.h"
 #include "shared/error.h"
 #include "shared/log.h"
 #include "shared/npy.h"
@@ -113,6 +114,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, co
               << o.num_workers << ", ...), " << steps_per_epoch << " steps of " << o.batch_size;
 
   const auto backend = make_backend(o);
+  PSLOG(INFO) << tag << describe_placement(o, backend->name());
   const int input_dim = static_cast<int>(train_data->feature_dim());
   const int max_batch = std::max(o.batch_size, chief ? kEvalBatch : 1);
   const size_t input_floats = static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim);

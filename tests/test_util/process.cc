@@ -1,6 +1,9 @@
 #include "test_util/process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+extern char** environ;
+
 namespace pstrain::test {
 namespace {
 
@@ -22,10 +27,21 @@ constexpr auto kPollInterval = std::chrono::milliseconds(5);
 
 }  // namespace
 
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path, const Env& env) {
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  std::vector<std::string> variables;  // built before fork: the child only execs
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string v = *e;
+    const bool cluster = v.rfind("TF_CONFIG=", 0) == 0 || v.rfind("SLURM_", 0) == 0 || v.rfind("SLURMD_", 0) == 0 ||
+                         v.rfind("OMPI_", 0) == 0 || v.rfind("PSTRAIN_ROLE_", 0) == 0;
+    if (!cluster) variables.push_back(v);
+  }
+  for (const auto& [name, value] : env) variables.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (auto& v : variables) envp.push_back(v.data());
+  envp.push_back(nullptr);
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
@@ -35,7 +51,7 @@ pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path) {
       dup2(fd, STDERR_FILENO);
       close(fd);
     }
-    execv(args[0], args.data());
+    execve(args[0], args.data(), envp.data());
     _exit(127);
   }
   return pid;
@@ -61,6 +77,36 @@ ExitStatus wait_for(pid_t pid, double timeout_s) {
     }
     std::this_thread::sleep_for(kPollInterval);
   }
+}
+
+std::vector<int> free_tcp_ports(int n, bool consecutive) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::vector<int> fds, ports;
+    const auto bind_port = [&](int port) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      address.sin_port = htons(static_cast<uint16_t>(port));
+      socklen_t size = sizeof address;
+      if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), size) != 0 ||
+          getsockname(fd, reinterpret_cast<sockaddr*>(&address), &size) != 0) {
+        if (fd >= 0) close(fd);
+        return false;
+      }
+      fds.push_back(fd);
+      ports.push_back(ntohs(address.sin_port));
+      return true;
+    };
+    bool ok = true;
+    for (int i = 0; i < n && ok; ++i) {
+      ok = bind_port(consecutive && i > 0 ? ports[0] + i : 0);
+      if (ok && consecutive && i == 0 && ports[0] + n - 1 > 65535) ok = false;
+    }
+    for (int fd : fds) close(fd);
+    if (ok) return ports;
+  }
+  throw std::runtime_error("found no free TCP ports on 127.0.0.1");
 }
 
 std::string read_file(const std::string& path) {

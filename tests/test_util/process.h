@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pstrain::test {
@@ -15,11 +16,19 @@ struct ExitStatus {
   bool ok() const { return !timed_out && signal == 0 && code == 0; }
 };
 
+// Variables for a spawned process, added to the test's own environment less every variable
+// that would place the process in a cluster (TF_CONFIG, SLURM_*, OMPI_*, PSTRAIN_ROLE_*), so a
+// test run inside a Slurm step or a Kubeflow pod starts the same processes as anywhere else.
+using Env = std::vector<std::pair<std::string, std::string>>;
+
 // Starts argv[0] with stdout and stderr written to log_path (truncated first); returns its pid.
-pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path);
+pid_t spawn(const std::vector<std::string>& argv, const std::string& log_path, const Env& env = {});
 // Waits for pid until timeout_s; on timeout kills it (SIGKILL) and reports timed_out.
 ExitStatus wait_for(pid_t pid, double timeout_s);
 std::string read_file(const std::string& path);
+// n different TCP ports of 127.0.0.1 that were free a moment ago (bound together, then released
+// for the processes that will bind them); `consecutive`: n ports in a row, for --base-port.
+std::vector<int> free_tcp_ports(int n, bool consecutive = false);
 // Waits until `path` exists and is non-empty (a PS's --port-file); returns its first line.
 std::string wait_for_file(const std::string& path, double timeout_s);
 
