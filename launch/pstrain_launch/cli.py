@@ -335,6 +335,8 @@ class Run:
         else:
             cmd += ["--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
                     "--ps-hosts", ps_hosts]
+        if s.launcher != "local":  # the placement's local rank picks the GPU (--device auto)
+            cmd += ["--local-rank", str(proc.local_rank)]
         return cmd + s.extra
 
     def remote_argv(self, proc, command):
