@@ -8,6 +8,13 @@
 set -u
 grace=$1
 shift
+# The launcher's first line: "KEY <secret>" (the job's CURVE key, kept off command lines and
+# files on this host) or NOKEY.
+IFS= read -r first || exit 2
+if [[ $first == KEY\ * ]]; then
+  export PSTRAIN_CURVE_SECRET_KEY=${first#KEY }
+  unset PSTRAIN_CURVE_KEY_FILE  # a path on the launcher's host
+fi
 # Every trap is in place before the command and the watcher start: an early end of input (the
 # job stopped while this host was still starting) must stop the command, not kill this script.
 pid=""

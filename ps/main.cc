@@ -3,6 +3,7 @@
 
 #include "ps/server.h"
 #include "shared/cluster_env.h"
+#include "shared/curve.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -16,7 +17,9 @@ int main(int argc, char** argv) {
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
                 << options->bind << ":" << options->port;
     zmq::context_t context(1);
-    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc);
+    const pstrain::Security security = pstrain::resolve_security(*options, {options->bind + ":0"});
+    const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
+    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
     pstrain::ParameterServer server(*options, *endpoint);
     server.serve();

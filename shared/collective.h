@@ -9,6 +9,8 @@
 #include <string>
 #include <zmq.hpp>
 
+#include "shared/curve.h"
+
 namespace pstrain {
 
 // One per worker process. Not thread-safe: the thread that created it owns its sockets and is
@@ -46,6 +48,7 @@ struct RingOptions {
   double timeout_s = 60;           // deadline of every blocking wait, in seconds
   double start_timeout_s = 0;      // deadline of the rendezvous (peers still starting); 0 = timeout_s
   size_t chunk_bytes = 4 << 20;    // pipeline unit on the wire; must be the same on every rank
+  Security security;               // CURVE on the coordinator and ring sockets when on
   // Rank 0 only: called with the coordinator's bound "host:port" (the port chosen when
   // `coordinator` ends in ":0") before it waits for the others; e.g. to write a port file.
   std::function<void(const std::string& address)> on_coordinator_bound;

@@ -58,6 +58,9 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
       ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it")
+      ("curve", po::bool_switch(&o.curve), "encrypt and authenticate every connection with the job's CURVE key also on loopback (it is on by default whenever an address is not loopback; docs/security.md)")
+      ("insecure", po::bool_switch(&o.insecure), "no CURVE, even off loopback (warns): anyone who reaches the ports can join the job")
+      ("curve-key-file", po::value(&o.curve_key_file), "the job's key file (mode 0600; made by pstrain-keygen; default $PSTRAIN_CURVE_KEY_FILE, or the secret key in $PSTRAIN_CURVE_SECRET_KEY)")
       ("allow-rejoin", po::bool_switch(&o.allow_rejoin), "PS: accept a worker's HELLO from a new peer as the replacement of that worker (it redoes the step its predecessor left; launch.sh --max-restarts passes this); costs one copy of the slice per step, kept for such a replacement")
       ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
   po::options_description model("Model and data");
@@ -127,6 +130,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.start_timeout_s >= 0, "--start-timeout must not be negative");
   require(o.local_rank >= 0, "--local-rank must not be negative");
   require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
+  require(!(o.curve && o.insecure), "--curve and --insecure contradict each other");
   require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
   require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");
   require(o.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");

@@ -64,6 +64,11 @@ struct JobOptions {
   int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
 
+  // Security (docs/security.md): CURVE on every socket when any address is not loopback.
+  bool curve = false;           // CURVE also on loopback
+  bool insecure = false;        // CURVE off, even off loopback (a warning)
+  std::string curve_key_file;   // the job's key file (else $PSTRAIN_CURVE_KEY_FILE / $PSTRAIN_CURVE_SECRET_KEY)
+
   // Checkpoints (docs/checkpoints.md).
   std::string checkpoint_dir;   // where shard files and manifests go; empty = no checkpoints
   int64_t checkpoint_every = 0; // chief: checkpoint every this many steps (0 = not by steps)

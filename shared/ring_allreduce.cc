@@ -478,7 +478,7 @@ std::unique_ptr<Collective> make_ring_collective(zmq::context_t& context, const 
   check_options(options);
   if (options.world == 1) return std::make_unique<LocalCollective>();
   const double linger_s = std::min(options.timeout_s, kCloseLingerSeconds);
-  auto link = std::make_unique<RingLink>(context, options.bind, static_cast<int>(linger_s * 1000));
+  auto link = std::make_unique<RingLink>(context, options.bind, static_cast<int>(linger_s * 1000), options.security);
   RingRendezvous rendezvous = ring_rendezvous(context, options, link->address());
   link->connect_right(rendezvous.addresses[static_cast<size_t>((options.rank + 1) % options.world)]);
   auto ring = std::make_unique<RingCollective>(options, std::move(link), std::move(rendezvous));

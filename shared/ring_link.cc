@@ -46,12 +46,15 @@ struct RingLink::Loans {
   }
 };
 
-RingLink::RingLink(zmq::context_t& context, const std::string& bind_host, int close_linger_ms)
+RingLink::RingLink(zmq::context_t& context, const std::string& bind_host, int close_linger_ms,
+                   const Security& security)
     : loans_(std::make_shared<Loans>()),
       left_(context, zmq::socket_type::pull),
       right_(context, zmq::socket_type::push),
       close_linger_ms_(close_linger_ms) {
   for (zmq::socket_t* s : {&left_, &right_}) set_socket_defaults(*s, kRingHighWaterMark);
+  security.server(left_);
+  security.client(right_);
   address_ = bind_tcp(left_, bind_host, 0, "the ring link");
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "shared/curve.h"
 #include "shared/transport.h"
 
 namespace pstrain {
@@ -19,7 +20,9 @@ class RingLink {
  public:
   // Binds the PULL socket on a free port of `bind_host`. `close_linger_ms` bounds how long the
   // PUSH socket may keep delivering after the link is destroyed (see ~RingLink).
-  RingLink(zmq::context_t& context, const std::string& bind_host, int close_linger_ms);
+  // `security`: the PULL socket is a CURVE server and the PUSH socket a client when it is on.
+  RingLink(zmq::context_t& context, const std::string& bind_host, int close_linger_ms,
+           const Security& security = Security{});
   ~RingLink();
   void set_close_linger(int millis) { close_linger_ms_ = millis; }
   RingLink(const RingLink&) = delete;

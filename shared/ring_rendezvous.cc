@@ -84,6 +84,7 @@ class Coordinator {
   Coordinator(zmq::context_t& context, const RingOptions& o)
       : o_(o), socket_(context, zmq::socket_type::router) {
     configure(socket_);
+    o.security.server(socket_);
     std::string host;
     int port = 0;
     split_host_port(o.coordinator, "coordinator", true, &host, &port);
@@ -259,6 +260,7 @@ class Member {
  public:
   Member(zmq::context_t& context, const RingOptions& o) : o_(o), socket_(context, zmq::socket_type::dealer) {
     configure(socket_);
+    o.security.client(socket_);
     std::string host;
     int port = 0;
     split_host_port(o.coordinator, "coordinator", false, &host, &port);

@@ -10,6 +10,8 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "shared/curve.h"
+
 namespace pstrain {
 
 using Clock = std::chrono::steady_clock;
@@ -39,11 +41,14 @@ class Endpoint {
 // The server binds tcp://bind_host:port and, when `ipc_name` is not empty, also
 // ipc://ipc_name (a Unix-domain socket for same-host peers; a leading '@' names one in Linux's
 // abstract namespace, which leaves no file behind). address() is the TCP "host:port".
+// `security`: CURVE server (docs/security.md) when on.
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
-                                          int port, const std::string& ipc_name = "");
+                                          int port, const std::string& ipc_name = "",
+                                          const Security& security = Security{});
 // server_addresses: "host:port" (TCP) or "ipc://NAME", one per shard.
 std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
-                                          const std::vector<std::string>& server_addresses);
+                                          const std::vector<std::string>& server_addresses,
+                                          const Security& security = Security{});
 
 // Milliseconds left until `deadline`, clamped to [0, INT_MAX].
 int millis_until(Clock::time_point deadline);

@@ -37,9 +37,11 @@ bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, siz
 
 class ZmqServer final : public Endpoint {
  public:
-  ZmqServer(zmq::context_t& context, const std::string& host, int port, const std::string& ipc_name)
+  ZmqServer(zmq::context_t& context, const std::string& host, int port, const std::string& ipc_name,
+            const Security& security)
       : socket_(context, zmq::socket_type::router) {
     set_socket_defaults(socket_, kHighWaterMark);
+    security.server(socket_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     address_ = bind_tcp(socket_, host, port, "the parameter server");
     if (!ipc_name.empty()) bind_ipc(socket_, ipc_name, "the parameter server");
@@ -74,10 +76,12 @@ class ZmqServer final : public Endpoint {
 
 class ZmqClient final : public Endpoint {
  public:
-  ZmqClient(zmq::context_t& context, const std::vector<std::string>& servers) : addresses_(servers) {
+  ZmqClient(zmq::context_t& context, const std::vector<std::string>& servers, const Security& security)
+      : addresses_(servers) {
     for (const auto& address : servers) {
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       set_socket_defaults(sockets_.back(), kHighWaterMark);
+      security.client(sockets_.back());
       try {
         sockets_.back().connect(zmq_endpoint(address));
       } catch (const zmq::error_t& e) {
@@ -140,13 +144,14 @@ Clock::time_point deadline_after(double seconds) {
 }
 
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
-                                          int port, const std::string& ipc_name) {
-  return std::make_unique<ZmqServer>(context, bind_host, port, ipc_name);
+                                          int port, const std::string& ipc_name, const Security& security) {
+  return std::make_unique<ZmqServer>(context, bind_host, port, ipc_name, security);
 }
 
 std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
-                                          const std::vector<std::string>& server_addresses) {
-  return std::make_unique<ZmqClient>(context, server_addresses);
+                                          const std::vector<std::string>& server_addresses,
+                                          const Security& security) {
+  return std::make_unique<ZmqClient>(context, server_addresses, security);
 }
 
 }  // namespace pstrain

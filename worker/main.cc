@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "shared/cluster_env.h"
+#include "shared/curve.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -38,13 +39,15 @@ void take_sigterm_as_stop_request() {
 
 // allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring
 // is the collective itself (--collective ring) or NCCL's bootstrap (--collective nccl).
-std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o) {
+std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o,
+                                               const pstrain::Security& security) {
   pstrain::RingOptions ring;
   ring.rank = o.index;
   ring.world = o.num_workers;
   ring.coordinator = o.coordinator;
   ring.bind = o.bind;
   ring.timeout_s = o.timeout_s;
+  ring.security = security;
   ring.start_timeout_s = o.start_timeout_s;
   if (!o.port_file.empty()) {
     ring.on_coordinator_bound = [&o](const std::string& address) {
@@ -64,6 +67,10 @@ int main(int argc, char** argv) {
     pstrain::keep_message_memory();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);
+    std::vector<std::string> addresses = o.ps_hosts;
+    if (o.mode == "allreduce") addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
+    const pstrain::Security security = pstrain::resolve_security(o, addresses);
+    const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
     pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
       if (o.mode == "allreduce" && o.collective == "nccl") {
@@ -71,11 +78,11 @@ int main(int argc, char** argv) {
           throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
                                     "on the CPU use --collective ring");
         }
-        auto nccl = pstrain::make_nccl_collective(join_ring(context, o), replica.cuda_device(), o.timeout_s);
+        auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
         return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
       }
-      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o), replica);
-      servers = pstrain::make_zmq_client(context, o.ps_hosts);
+      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o, security), replica);
+      servers = pstrain::make_zmq_client(context, o.ps_hosts, security);
       return pstrain::make_ps_exchange(o, total, *servers);
     }, &g_stop_requested);
     return 0;

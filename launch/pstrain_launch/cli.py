@@ -20,7 +20,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_BASE_PORT = 29500
 # Environment variables a remote process gets from the launcher's environment (ssh passes none).
-FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME")
+FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME", "PSTRAIN_CURVE_KEY_FILE")
 
 
 def usage():
@@ -236,6 +236,7 @@ class Settings:
         build_dir = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(REPO, "build")
         self.ps_bin = os.environ.get("PSTRAIN_PS_BIN") or os.path.join(build_dir, "pstrain-ps")
         self.worker_bin = os.environ.get("PSTRAIN_WORKER_BIN") or os.path.join(build_dir, "pstrain-worker")
+        self.keygen_bin = os.environ.get("PSTRAIN_KEYGEN_BIN") or os.path.join(build_dir, "pstrain-keygen")
         self.run_dir = flags.get("--run-dir") or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
             self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
@@ -296,6 +297,7 @@ class Run:
         self.commands = {}  # name -> (proc, command) of every process started
         self.restarts = 0
         self.final = None  # (signal name, exit code, deadline) while the final checkpoint is written
+        self.secret = ""  # the job's CURVE secret key, for processes on other hosts
         self.received = None  # (name, exit code) of a signal to act on
 
     # -------------------------------------------------------------- commands
@@ -342,7 +344,8 @@ class Run:
     def remote_argv(self, proc, command):
         """ssh HOST 'exec bash REPO/launch/remote.sh GRACE env VARS... COMMAND'."""
         s = self.s
-        env = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k)]
+        # The key file is a path on this host: a remote process gets the key itself (start()).
+        env = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k) and k != "PSTRAIN_CURVE_KEY_FILE"]
         shim = ["exec", "bash", s.remote_path(os.path.join(REPO, "launch", "remote.sh")), str(s.stop_grace)]
         line = shlex.join(shim + (["env"] + env if env else []) + command)
         return s.ssh + ["-o", f"ConnectTimeout={s.start_timeout}", "-o", "ServerAliveInterval=5",
@@ -351,8 +354,44 @@ class Run:
     def start(self, proc, command):
         self.commands[proc.name] = (proc, command)
         if self.s.launcher == "ssh":
-            return self.sup.spawn(proc.name, proc.label, self.remote_argv(proc, command), stdin_pipe=True)
+            child = self.sup.spawn(proc.name, proc.label, self.remote_argv(proc, command), stdin_pipe=True)
+            # The job key travels inside the encrypted ssh channel, never on a command line
+            # (launch/remote.sh reads this first line).
+            child.popen.stdin.write(f"KEY {self.secret}\n".encode() if self.secret else b"NOKEY\n")
+            child.popen.stdin.flush()
+            return child
         return self.sup.spawn(proc.name, proc.label, command)
+
+    def make_job_key(self):
+        """CURVE (docs/security.md): the job's key pair, made in RUNDIR/job.key (0600) unless the
+        job says --insecure or brings its own key; local processes find it through
+        PSTRAIN_CURVE_KEY_FILE, remote ones get the secret over ssh's standard input."""
+        s = self.s
+        if "--insecure" in s.extra:
+            return
+        given = job_flag(s.extra, "curve-key-file") or os.environ.get("PSTRAIN_CURVE_KEY_FILE")
+        if os.environ.get("PSTRAIN_CURVE_SECRET_KEY") and not given:
+            self.secret = os.environ["PSTRAIN_CURVE_SECRET_KEY"]
+            return
+        path = given
+        if not path:
+            if not os.access(s.keygen_bin, os.X_OK):
+                self.out.say(f"{s.keygen_bin} is missing: no job key made (traffic off loopback needs one)")
+                return
+            path = os.path.join(s.run_dir, "job.key")
+            done = subprocess.run([s.keygen_bin, path, "--force"], capture_output=True, text=True)
+            if done.returncode != 0:
+                raise Stop(f"cannot make the job key: {done.stderr.strip()}", EXIT_SETUP)
+            os.environ["PSTRAIN_CURVE_KEY_FILE"] = path
+            self.out.say(f"job key (CURVE) in {path}")
+        try:
+            with open(path, encoding="utf-8") as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "secret":
+                        self.secret = value.strip()
+        except OSError as e:
+            raise Stop(f"cannot read the job key {path}: {e.strerror}", EXIT_USAGE) from e
 
     # -------------------------------------------------------------- signals and failures
 
@@ -629,6 +668,7 @@ class Run:
             self.print_plan()
             if s.launcher == "ssh":
                 self.check_hosts()
+            self.make_job_key()
             while True:
                 try:
                     self.start_job()

@@ -70,6 +70,19 @@ case_matches_local() {
   check "chief's summary reports test_accuracy" out_has "^\[w0@$A\] .*summary: .*test_accuracy="
   check "per-process log in the run directory" file_has "$run/w3.log" "connecting to ps1 at $B:$((base_port + 1))"
   check "parameters equal the local run's" python3 "$here/compare_params.py" "$work/local-params" "$work/cluster-params"
+  check "CURVE is on by default across hosts" out_has "^\[ps1@$B\] .*security: CURVE \(encrypted, peers authenticated by the job's key from PSTRAIN_CURVE_SECRET_KEY\)"
+  check "the job key was made in the run directory, 0600" test "$(stat -c %a "$run/job.key")" = 600
+  check "the key never appears on a command line" eval "! grep -q \"\$(sed -n 's/^secret = //p' '$run/job.key')\" '$run/cmd.txt'"
+}
+
+case_insecure() {
+  printf '%s\n%s\n' "$A" "$B" >"$work/hosts_insecure"
+  start insecure -- --hostfile "$work/hosts_insecure" --base-port "$base_port" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --steps 10 --insecure
+  finish 120
+  expect_exit 0 120
+  check "--insecure works and warns" out_has "^\[ps0@$A\] .*--insecure: traffic to and from non-loopback addresses is neither authenticated nor encrypted"
+  check "no job key made" test ! -e "$run/job.key"
 }
 
 case_remote_worker_killed() {
@@ -143,6 +156,7 @@ case_scale() {
 
 main() {
   case_matches_local
+  case_insecure
   case_remote_worker_killed
   case_launcher_killed
   case_unreachable_host
