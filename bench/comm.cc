@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -24,6 +26,7 @@
 
 #include "bench/bench_util.h"
 #include "ps/server.h"
+#include "shared/error.h"
 #include "shared/log.h"
 #include "shared/options.h"
 #include "shared/zmq_util.h"
@@ -146,7 +149,7 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
     zmq::socket_t socket(context, zmq::socket_type::router);
     socket.set(zmq::sockopt::linger, 10000);  // the last echo must leave before this child exits
     socket.bind(links.active()         ? "tcp://" + ShardLinks::host(0) + ":*"
-                : transport == "ipc" ? "ipc://" + ipc_name("raw")
+                : transport == "ipc" ? "ipc://" + ipc_name("raw")  // curve: plain tcp is the baseline
                                      : "tcp://127.0.0.1:*");
     address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
     for (int r = 0; r < rounds + 1; ++r) {
@@ -198,6 +201,13 @@ struct PstrainResult {
 PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_workers, int num_ps, int rounds,
                      int chunk_kib, const ShardLinks& links) {
   const uint64_t total = bytes / sizeof(float);
+  // transport=curve: TCP with the job's CURVE key on every socket and a ZAP handler per PS.
+  Security security;
+  if (transport == "curve") {
+    char pub[41], sec[41];
+    if (zmq_curve_keypair(pub, sec) != 0) throw pstrain::Error("libzmq has no CURVE");
+    security = Security{true, pub, sec};
+  }
   JobOptions base;
   base.num_workers = num_workers;
   base.num_ps = num_ps;
@@ -217,7 +227,8 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       o.index = s;
       if (links.active()) links.enter(s);
       zmq::context_t context(1);
-      auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc);
+      const auto zap = make_zap_handler(context, security);
+      auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security);
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
       ParameterServer server(o, *endpoint);
       server.serve();
@@ -230,7 +241,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       JobOptions o = base;
       o.index = i;
       zmq::context_t context(1);
-      auto endpoint = make_zmq_client(context, hosts);
+      auto endpoint = make_zmq_client(context, hosts, security);
       PsClient client(o, total, *endpoint);
       client.hello(static_cast<uint64_t>(rounds + 1));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
@@ -275,6 +286,7 @@ int run(const Config& c) {
                 c.link_gbit);
   }
   bool first = true;
+  std::map<std::tuple<size_t, int, int>, double> tcp_seconds;  // for curve_vs_tcp
   for (size_t mib : c.sizes_mib) {
    for (const std::string& transport : transports) {
     const size_t bytes = mib << 20;
@@ -284,6 +296,11 @@ int run(const Config& c) {
         const PstrainResult result = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib, links);
         const double t = result.seconds;
         const double efficiency = raw / t;
+        if (transport == "tcp") tcp_seconds[{bytes, n, s}] = t;
+        const auto plain = tcp_seconds.find({bytes, n, s});
+        const std::string vs_tcp = transport == "curve" && plain != tcp_seconds.end()
+                                       ? " curve_vs_tcp=" + std::to_string(t / plain->second).substr(0, 5)
+                                       : "";
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
           std::printf("%s  {\"bytes\": %zu, \"transport\": \"%s\", \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, "
@@ -291,8 +308,9 @@ int run(const Config& c) {
                       first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps,
                       result.cpu_cores);
         } else {
-          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f cpu_cores=%.2f\n",
-                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps, result.cpu_cores);
+          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f cpu_cores=%.2f%s\n",
+                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps, result.cpu_cores,
+                      vs_tcp.c_str());
         }
         std::fflush(stdout);
         first = false;
@@ -334,15 +352,19 @@ int main(int argc, char** argv) {
       c.transports.clear();
       std::stringstream list(value());
       for (std::string t; std::getline(list, t, ',');) {
-        if (t != "tcp" && t != "ipc") pstrain::bench::usage_error("--transport: '" + t + "' is not tcp or ipc");
+        if (t != "tcp" && t != "ipc" && t != "curve") {
+          pstrain::bench::usage_error("--transport: '" + t + "' is not tcp, ipc or curve");
+        }
         c.transports.push_back(t);
       }
-      if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp and/or ipc");
+      if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp, ipc and/or curve");
     }
     else if (arg == "-h" || arg == "--help") {
       std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--link-gbit G] [--json]\n"
                   "  defaults: --sizes 1,16,64,256 --transport tcp --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n"
-                  "  --transport: tcp (loopback) and/or ipc (Unix-domain sockets; the raw baseline uses the same transport)\n"
+                  "  --transport: tcp (loopback), ipc (Unix-domain sockets; the raw baseline uses the same transport) and/or\n"
+                  "    curve (tcp with CURVE encryption; baseline: raw plain tcp; with tcp listed first, each curve row\n"
+                  "    also prints curve_vs_tcp = pstrain time over CURVE / over plain tcp, both from this run)\n"
                   "  --link-gbit G: instead, every PS shard in its own network namespace behind an emulated G Gbit/s\n"
                   "    link (veth + tbf; root and iproute2 needed), as on a cluster where each server has its own NIC;\n"
                   "    the raw baseline crosses one such link\n"
