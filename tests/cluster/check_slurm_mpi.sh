@@ -91,7 +91,29 @@ case_mpirun_worker_fails() {
   check "names a failed worker" out_has '^launch: w[01] died: exited with a non-zero status; stopping all$'
 }
 
+# One command for every rank, roles from the environment only (no --index, --num-workers or
+# --ps-hosts): the first --num-ps ranks become PS shards, the rest workers (docs/cluster.md).
+case_roles_from_environment() {
+  local bin=$build/pstrain-worker port
+  port=$(free_port)
+  start srun_roles salloc --ntasks=4 srun --ntasks=4 --label "$bin" --role auto --num-ps 1 --base-port "$port" \
+    "${job[@]}" --steps 20 --batch-size 8 --save-params "$work/srun-roles-params"
+  finish 120
+  expect_exit 0 120
+  check "srun rank 0 became the PS from SLURM_PROCID" out_has '^0: .*ps0: role ps \(Slurm\), index 0 of 1 \(Slurm\)'
+  check "srun rank 3 became worker 2" out_has '^3: .*w2: role worker \(Slurm\), index 2 of 3 \(Slurm\)'
+  port=$(free_port)
+  start mpirun_roles mpirun --allow-run-as-root --oversubscribe -np 4 "$bin" --role auto --num-ps 1 --base-port "$port" \
+    "${job[@]}" --steps 20 --batch-size 8 --save-params "$work/mpirun-roles-params"
+  finish 120
+  expect_exit 0 120
+  check "mpirun rank 0 became the PS from OMPI_COMM_WORLD_RANK" out_has 'ps0: role ps \(Open MPI\), index 0 of 1 \(Open MPI\)'
+  check "srun and mpirun trained the same parameters" \
+    python3 "$here/compare_params.py" "$work/srun-roles-params" "$work/mpirun-roles-params"
+}
+
 main() {
+  case_roles_from_environment
   case_sbatch
   case_salloc
   case_salloc_worker_fails

@@ -100,6 +100,23 @@ case_remote_worker_killed() {
     out_has "^launch: w2@$B \(pid [0-9]+\) died: killed by signal 9 \(SIGKILL\); stopping all\$"
 }
 
+# The ssh connection of one remote process drops (its ssh client is killed): that process stops
+# (its standard input ended), the launcher names it, and nothing is left on any host.
+case_connection_dropped() {
+  printf '%s\n%s\n' "$A" "$B" >"$work/hosts_drop"
+  start connection_dropped -- --hostfile "$work/hosts_drop" --base-port "$base_port" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --epochs 1000 --batch-size 4
+  wait_for "^\[w1@$B\] .*training" 60 || flunk "w1 never started training"
+  local ssh_pid
+  ssh_pid=$(sed -nE "s/^launch: started w1@$B \(pid ([0-9]+)\)\$/\1/p" "$out")
+  check "found w1's ssh client" test -n "$ssh_pid"
+  kill -KILL "$ssh_pid"
+  finish 30
+  expect_exit 1 30
+  check "names w1 on its host" out_has "^launch: w1@$B \(pid $ssh_pid\) died: "
+  check "no process of the job left on any host within 30 s" no_survivors 30
+}
+
 case_launcher_killed() {
   printf '%s\n%s\n' "$A" "$B" >"$work/hosts2b"
   start launcher_killed -- --hostfile "$work/hosts2b" --base-port "$base_port" --num-workers 2 \
@@ -158,6 +175,7 @@ main() {
   case_matches_local
   case_insecure
   case_remote_worker_killed
+  case_connection_dropped
   case_launcher_killed
   case_unreachable_host
   case_port_taken
