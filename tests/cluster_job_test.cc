@@ -16,16 +16,6 @@ namespace {
 
 constexpr double kTolerance = 1e-5;  // the sync contract: equal to float rounding
 
-// Waits (bounded) until `path` contains `text`: another process's progress, not a sleep.
-bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 std::string tf_config(const std::vector<int>& chief, const std::vector<int>& workers, const std::vector<int>& ps,
                       const std::string& type, int index) {
   const auto list = [](const std::vector<int>& ports) {

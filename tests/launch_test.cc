@@ -47,16 +47,6 @@ bool alive(pid_t pid) {
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
-// Waits (bounded) until `path` contains `text`: another process's progress, not a sleep.
-bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
-
 class LaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {

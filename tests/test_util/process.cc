@@ -203,4 +203,13 @@ JobResult run_allreduce_job(const Job& job, const std::string& collective) {
   return collect(job, worker_pids, {});
 }
 
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (read_file(path).find(text) != std::string::npos) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 }  // namespace pstrain::test

@@ -29,6 +29,8 @@ std::string read_file(const std::string& path);
 // n different TCP ports of 127.0.0.1 that were free a moment ago (bound together, then released
 // for the processes that will bind them); `consecutive`: n ports in a row, for --base-port.
 std::vector<int> free_tcp_ports(int n, bool consecutive = false);
+// Waits (bounded) until `path` contains `text`: another process's progress, not a sleep.
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s);
 // Waits until `path` exists and is non-empty (a PS's --port-file); returns its first line.
 std::string wait_for_file(const std::string& path, double timeout_s);
 
