@@ -96,7 +96,7 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       route_of_worker_(static_cast<size_t>(options.num_workers)),
       done_(static_cast<size_t>(options.num_workers), false),
       rejoined_(static_cast<size_t>(options.num_workers), false),
-      checkpointer_(options_) {
+      checkpointer_(options_, "ps" + std::to_string(options.index)) {
   make_policy(options.mode, options.num_workers);  // rejects an unknown mode before serving
 }
 

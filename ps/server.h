@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "ps/checkpointer.h"
+#include "shared/checkpoint_store.h"
 #include "ps/policy.h"
 #include "shared/layout.h"
 #include "shared/optimizer.h"
@@ -76,7 +76,7 @@ class ParameterServer {
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
 
-  ShardCheckpointer checkpointer_;
+  CheckpointStore checkpointer_;
   uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
   uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
 };

@@ -137,8 +137,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.checkpoint_errors == "stop" || o.checkpoint_errors == "warn",
           "--checkpoint-errors: '" + o.checkpoint_errors + "' is not one of stop, warn");
   require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-  require(o.checkpoint_dir.empty() || o.mode == "sync",
-          "--checkpoint-dir: checkpoints are written in sync mode only (not yet in " + o.mode + " mode)");
+
   require(o.batch_size >= 1, "--batch-size must be at least 1");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");

@@ -10,7 +10,7 @@
 #include <fstream>
 #include <functional>
 
-#include "ps/checkpointer.h"
+#include "shared/checkpoint_store.h"
 #include "shared/checkpoint.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
@@ -113,7 +113,7 @@ class ResumeTest : public ::testing::Test {
     for (uint32_t s = 0; s < 2; ++s) {
       o.index = static_cast<int>(s);
       const ShardCheckpoint c = sample(s, 2, version, total);
-      ShardCheckpointer(o).write(c);
+      CheckpointStore(o, "ps" + std::to_string(s)).write(c);
       const std::string bytes = encode_shard_checkpoint(c);
       m.shards.push_back({shard_file_name(s, 2), bytes.size(), file_crc(bytes)});
     }
@@ -130,7 +130,7 @@ class ResumeTest : public ::testing::Test {
     ShardCheckpoint c;
     std::string error;
     const Slice slice = balance_slices(10, num_ps)[static_cast<size_t>(index)];
-    if (!ShardCheckpointer(o).load(10, 100, slice, 1, &c, &error)) return error;
+    if (!CheckpointStore(o, "ps" + std::to_string(index)).load(10, 100, slice, 1, &c, &error)) return error;
     if (out != nullptr) *out = c;
     return "v" + std::to_string(c.version);
   }
@@ -191,7 +191,7 @@ TEST_F(ResumeTest, NoUsableCheckpointIsAClearError) {
 TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
   save(10);
   { std::ofstream(checkpoint_version_dir(dir_, 20)) << "a file where the directory goes"; }
-  ShardCheckpointer writer(o_);
+  CheckpointStore writer(o_, "ps0");
   try {
     writer.write(sample(0, 2, 20));
     FAIL() << "no error";
@@ -204,7 +204,7 @@ TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
   EXPECT_EQ(load(0, 2), "v10");
   JobOptions warn = o_;
   warn.checkpoint_errors = "warn";
-  EXPECT_NO_THROW(ShardCheckpointer(warn).write(sample(0, 2, 20)));
+  EXPECT_NO_THROW(CheckpointStore(warn, "ps0").write(sample(0, 2, 20)));
 }
 
 }  // namespace

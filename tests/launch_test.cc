@@ -216,6 +216,39 @@ TEST_F(LaunchTest, StoppedBySigtermAndResumedEqualsAnUninterruptedRun) {
   }
 }
 
+// allreduce mode: the chief checkpoints the whole vector and its optimizer state; stopped by
+// SIGTERM and resumed, every worker loads it and the job ends where an uninterrupted one does.
+TEST_F(LaunchTest, AllreduceStoppedAndResumedEqualsAnUninterruptedRun) {
+  const std::string ckpt = dir_ + "/ckpt-ring";
+  const std::vector<std::string> job = {"--mode", "allreduce", "--steps", "900", "--batch-size", "8", "--optimizer",
+                                        "adam", "--lr", "0.01", "--log-every", "1", "--checkpoint-dir", ckpt,
+                                        "--checkpoint-every", "100"};
+  const auto run = [&](const std::string& name, std::vector<std::string> extra, const std::function<void(pid_t)>& during) {
+    std::vector<std::string> flags = job;
+    flags.insert(flags.end(), {"--save-params", dir_ + "/" + name + "-params"});
+    std::vector<std::string> counts = {"--num-workers", "3"};
+    counts.insert(counts.end(), extra.begin(), extra.end());
+    const pid_t launcher = spawn(launch(name, counts, flags), dir_ + "/" + name + ".log");
+    if (during) during(launcher);
+    return wait_for(launcher, 180);
+  };
+  ASSERT_TRUE(run("ring-full", {}, nullptr).ok()) << read_file(dir_ + "/ring-full.log");
+  std::filesystem::remove_all(ckpt);
+  const int at = 150 + static_cast<int>(std::mt19937(5)() % 600);
+  const ExitStatus stopped = run("ring-stopped", {}, [&](pid_t launcher) {
+    ASSERT_TRUE(wait_for_text(dir_ + "/ring-stopped/w0.log", "(global " + std::to_string(at) + ")", 60));
+    ASSERT_EQ(kill(launcher, SIGTERM), 0);
+  });
+  EXPECT_EQ(stopped.code, 143) << read_file(dir_ + "/ring-stopped.log");
+  ASSERT_TRUE(run("ring-resumed", {"--resume"}, nullptr).ok()) << read_file(dir_ + "/ring-resumed.log");
+  const std::string log = read_file(dir_ + "/ring-resumed.log");
+  EXPECT_NE(log.find("w2: --resume: from checkpoint " + ckpt + "/v"), std::string::npos) << log;
+  const double rel = relative_difference(load_saved_params(dir_ + "/ring-full-params"),
+                                         load_saved_params(dir_ + "/ring-resumed-params"));
+  EXPECT_LE(rel, 1e-6);
+  std::printf("allreduce: SIGTERM near step %d, resumed: max |difference| / max |parameter| = %.3g\n", at, rel);
+}
+
 // kill -9 of a PS shard at a random step, checkpoints every 20 steps, --max-restarts 1: the
 // launcher restarts the whole job from the last complete checkpoint and it ends with the
 // parameters of an uninterrupted run.

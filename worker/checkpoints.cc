@@ -54,10 +54,11 @@ double ChiefCheckpoints::completed(uint64_t version) {
   m.total = layout_.total();
   m.total_steps = total_steps_;
   m.layout = layout_text();
+  const int shards = o_.mode == "allreduce" ? 1 : o_.num_ps;  // allreduce: the chief's one file
   try {
-    for (int s = 0; s < o_.num_ps; ++s) {
+    for (int s = 0; s < shards; ++s) {
       CheckpointManifest::File f;
-      f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(o_.num_ps));
+      f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(shards));
       std::string bytes, error;
       if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) throw Error(f.name + " is missing (" + error + ")");
       f.bytes = bytes.size();
@@ -75,7 +76,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
   }
   prune();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PSLOG(INFO) << "checkpoint of step " << version << " complete: " << dir << " (" << o_.num_ps << " shard(s); "
+  PSLOG(INFO) << "checkpoint of step " << version << " complete: " << dir << " (" << shards << " shard(s); "
               << "manifest in " << static_cast<int>(secs * 1e3) << " ms)";
   return secs;
 }

@@ -2,6 +2,7 @@
 
 #include <iterator>
 
+#include "shared/checkpoint_store.h"
 #include "shared/error.h"
 #include "shared/log.h"
 #include "shared/optimizer.h"
@@ -57,14 +58,26 @@ class AllreduceExchange final : public Exchange {
         total_(total),
         collective_(std::move(collective)),
         replica_(replica),
-        optimizer_(make_optimizer(o.optimizer, total)) {}
+        optimizer_(make_optimizer(o.optimizer, total)),
+        store_(o_, "w" + std::to_string(o.index)) {}
 
-  uint64_t start(float*, uint64_t total_steps) override {
-    // Every worker initialised from the same seed; nothing to fetch.
+  uint64_t start(float* host_params, uint64_t total_steps) override {
+    // Every worker initialised from the same seed; nothing to fetch. On --resume every worker
+    // loads the same checkpoint (the chief's, of the whole vector): parameters and optimizer state.
     total_steps_ = total_steps;
+    uint64_t first = 0;
+    if (o_.resume) {
+      const auto slots = optimizer_->state();
+      ShardCheckpoint c;
+      std::string error;
+      if (!store_.load(total_, total_steps, Slice{0, total_}, slots.size(), &c, &error)) throw Error(error);
+      std::copy(c.values.begin(), c.values.end(), host_params);
+      for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
+      first = c.version;
+    }
     PSLOG(INFO) << "w" << o_.index << ": all-reduce " << (collective_->on_device() ? "(NCCL)" : "ring") << " of "
-                << collective_->world() << " worker(s) ready";
-    return 0;
+                << collective_->world() << " worker(s) ready" << (first > 0 ? "; resuming at step " + std::to_string(first) : "");
+    return first;
   }
 
   void begin_step(uint64_t) override {}
@@ -72,11 +85,13 @@ class AllreduceExchange final : public Exchange {
 
   StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                           StepTimes* times) override {
-    double sums[9] = {static_cast<double>(info.samples),      info.loss_sum,
-                      static_cast<double>(info.correct),      static_cast<double>(info.times.data_us),
-                      static_cast<double>(info.times.compute_us), static_cast<double>(info.times.push_us),
-                      static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
-                      static_cast<double>(info.times.eval_us)};
+    // The chief's checkpoint and stop decisions ride along (only it sets them: their sums are its).
+    double sums[11] = {static_cast<double>(info.samples),      info.loss_sum,
+                       static_cast<double>(info.correct),      static_cast<double>(info.times.data_us),
+                       static_cast<double>(info.times.compute_us), static_cast<double>(info.times.push_us),
+                       static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
+                       static_cast<double>(info.times.eval_us),    static_cast<double>(info.checkpoint),
+                       info.stop ? 1.0 : 0.0};
     const auto t0 = Clock::now();
     if (collective_->on_device()) {
       collective_->allreduce_sum(replica_.grad(), total_, sums, std::size(sums));
@@ -90,7 +105,9 @@ class AllreduceExchange final : public Exchange {
     times->push_us = micros(t1 - t0);
     times->wait_us = 0;
     times->pull_us = micros(Clock::now() - t1);
+    if (o_.index == 0 && info.checkpoint != 0) write_checkpoint(info.checkpoint, host_params);
     StepMetrics m;
+    m.stop = sums[10] > 0;
     m.samples = static_cast<uint64_t>(sums[0]);
     m.loss_sum = sums[1];
     m.correct = static_cast<uint64_t>(sums[2]);
@@ -103,12 +120,25 @@ class AllreduceExchange final : public Exchange {
   bool stages_gradient() const override { return !collective_->on_device(); }
 
  private:
+  // The chief, after applying step version-1: the whole vector as the one shard of the checkpoint.
+  void write_checkpoint(uint64_t version, const float* host_params) {
+    ShardCheckpoint c;
+    c.version = version;
+    c.total = total_;
+    c.total_steps = total_steps_;
+    c.optimizer = o_.optimizer.kind;
+    c.values.assign(host_params, host_params + total_);
+    for (const std::vector<float>* slot : optimizer_->state()) c.slots.push_back(*slot);
+    store_.write(c);
+  }
+
   const JobOptions o_;
   const uint64_t total_;
   uint64_t total_steps_ = 0;
   std::unique_ptr<Collective> collective_;
   Replica& replica_;
   std::unique_ptr<Optimizer> optimizer_;
+  CheckpointStore store_;
 };
 
 }  // namespace

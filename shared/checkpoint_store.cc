@@ -1,4 +1,4 @@
-#include "ps/checkpointer.h"
+#include "shared/checkpoint_store.h"
 
 #include <sys/stat.h>
 
@@ -12,7 +12,7 @@
 
 namespace pstrain {
 
-void ShardCheckpointer::write(const ShardCheckpoint& c) const {
+void CheckpointStore::write(const ShardCheckpoint& c) const {
   const auto start = std::chrono::steady_clock::now();
   const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, c.version);
   const std::string path = dir + "/" + shard_file_name(c.shard, c.num_shards);
@@ -24,7 +24,7 @@ void ShardCheckpointer::write(const ShardCheckpoint& c) const {
     }
     write_file_durably(path, encode_shard_checkpoint(c));
   } catch (const Error& e) {
-    const std::string why = "ps" + std::to_string(c.shard) + ": checkpoint of version " + std::to_string(c.version) +
+    const std::string why = who_ + ": checkpoint of version " + std::to_string(c.version) +
                             " failed: " + e.what() + "; earlier checkpoints are intact";
     if (o_.checkpoint_errors == "warn") {
       PSLOG(WARN) << why << " (--checkpoint-errors warn: training goes on)";
@@ -33,18 +33,18 @@ void ShardCheckpointer::write(const ShardCheckpoint& c) const {
     throw Error(why + " (--checkpoint-errors stop)");
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  PSLOG(INFO) << "ps" << c.shard << ": checkpoint of version " << c.version << " written to " << path << " in "
+  PSLOG(INFO) << who_ << ": checkpoint of version " << c.version << " written to " << path << " in "
               << static_cast<int>(ms) << " ms";
 }
 
-bool ShardCheckpointer::load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
+bool CheckpointStore::load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
                              ShardCheckpoint* out, std::string* error) const {
   const auto versions = checkpoint_versions(o_.checkpoint_dir);
   std::string reasons;
   for (uint64_t v : versions) {
     const std::string why = try_version(v, total, total_steps, slice, num_slots, out);
     if (why.empty()) return true;
-    PSLOG(WARN) << "ps" << o_.index << ": --resume: skipping checkpoint " << checkpoint_version_dir(o_.checkpoint_dir, v)
+    PSLOG(WARN) << who_ << ": --resume: skipping checkpoint " << checkpoint_version_dir(o_.checkpoint_dir, v)
                 << ": " << why;
     reasons += "; v" + std::to_string(v) + ": " + why;
   }
@@ -53,7 +53,7 @@ bool ShardCheckpointer::load(uint64_t total, uint64_t total_steps, const Slice& 
   return false;
 }
 
-std::string ShardCheckpointer::try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice,
+std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice,
                                            size_t num_slots, ShardCheckpoint* out) const {
   const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
   std::string text, error;
@@ -93,16 +93,16 @@ std::string ShardCheckpointer::try_version(uint64_t v, uint64_t total, uint64_t 
     }
   }
   if (next != total) return "its shards cover " + std::to_string(next) + " of " + std::to_string(total) + " parameters";
-  result.shard = static_cast<uint32_t>(o_.index);
-  result.num_shards = static_cast<uint32_t>(o_.num_ps);
+  result.shard = 0;
+  result.num_shards = static_cast<uint32_t>(m.shards.size());
   result.version = v;
   result.total = total;
   result.total_steps = total_steps;
   result.offset = slice.offset;
   result.optimizer = o_.optimizer.kind;
   *out = std::move(result);
-  PSLOG(INFO) << "ps" << o_.index << ": --resume: from checkpoint " << dir << " (version " << v << ", "
-              << m.shards.size() << " shard(s) saved, " << o_.num_ps << " now)";
+  PSLOG(INFO) << who_ << ": --resume: from checkpoint " << dir << " (version " << v << ", " << m.shards.size()
+              << " shard(s) saved)";
   return "";
 }
 

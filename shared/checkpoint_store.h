@@ -1,6 +1,7 @@
-// A PS shard's checkpoints (docs/checkpoints.md): writes its slice and optimizer state at the
-// versions the chief marks, and on --resume finds the newest checkpoint whose every file is
-// present, intact and of this job, re-slicing it when the job now has another number of shards.
+// Checkpoints on disk (docs/checkpoints.md): a PS shard (or the allreduce chief, as the one
+// shard of the whole vector) writes its slice and optimizer state at the versions the chief
+// marks; on --resume a shard (or every allreduce worker) finds the newest checkpoint whose every
+// file is present, intact and of this job, re-sliced when it was saved by another shard count.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +13,10 @@
 
 namespace pstrain {
 
-class ShardCheckpointer {
+class CheckpointStore {
  public:
-  explicit ShardCheckpointer(const JobOptions& options) : o_(options) {}
+  // `who` names this process in log lines and errors ("ps1", "w0").
+  CheckpointStore(const JobOptions& options, std::string who) : o_(options), who_(std::move(who)) {}
 
   // Writes DIR/v<version>/shard<s>of<S>.ckpt durably. Throws pstrain::Error when the write fails
   // and --checkpoint-errors is stop (the file is then absent and earlier checkpoints intact);
@@ -33,6 +35,7 @@ class ShardCheckpointer {
                           ShardCheckpoint* out) const;
 
   const JobOptions& o_;
+  const std::string who_;
 };
 
 }  // namespace pstrain
