@@ -194,7 +194,10 @@ class Supervisor:
                 except OSError:
                     pass
         self._signal_groups(signal.SIGTERM, local_only=True)
-        left = self._wait_groups(self.stop_grace)
+        # A remote process gets launch/remote.sh's own grace (the same) and its SIGKILL before
+        # its ssh client is given up on: the client ends when the remote process has.
+        remote = any(c.popen.stdin is not None for c in self.children.values())
+        left = self._wait_groups(self.stop_grace + (5 if remote else 0))
         if left:
             self.out.say(f"{' '.join(left)} still running {self.stop_grace}s after SIGTERM; sending SIGKILL")
             self._signal_groups(signal.SIGKILL)

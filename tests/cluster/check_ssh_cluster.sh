@@ -40,6 +40,14 @@ job=(--hidden 16 --optimizer momentum --lr 0.05 --cache-dir "$work/cache")
 marker=$work/cache
 worker_bin=$build/pstrain-worker
 
+# expect_remote_exit CODE MAX_SECONDS: the launcher's status and time, then no process of the job
+# on any host within 30 s (remote processes stop when their ssh channel ends, a moment after the
+# launcher has seen their ssh clients go).
+expect_remote_exit() {
+  check "exits $1 within $2 s (got $rc after ${elapsed}s)" test "$rc" -eq "$1" -a "$elapsed" -le "$2"
+  check "no process of the job left on any host within 30 s" no_survivors 30
+}
+
 # start CASE [VAR=value...] -- [launch.sh flags]: runs launch.sh in the background.
 start() {
   case=$1
@@ -95,7 +103,7 @@ case_remote_worker_killed() {
   check "found the remote worker's pid" test -n "$pid"
   kill -KILL $pid
   finish 30
-  expect_exit 1 30
+  expect_remote_exit 1 30
   check "names w2 on its host and the signal" \
     out_has "^launch: w2@$B \(pid [0-9]+\) died: killed by signal 9 \(SIGKILL\); stopping all\$"
 }
@@ -112,9 +120,8 @@ case_connection_dropped() {
   check "found w1's ssh client" test -n "$ssh_pid"
   kill -KILL "$ssh_pid"
   finish 30
-  expect_exit 1 30
+  expect_remote_exit 1 30
   check "names w1 on its host" out_has "^launch: w1@$B \(pid $ssh_pid\) died: "
-  check "no process of the job left on any host within 30 s" no_survivors 30
 }
 
 case_launcher_killed() {
@@ -142,6 +149,7 @@ case_unreachable_host() {
 
 case_port_taken() {
   local ns=${NETNS_NAMES[1]}
+  : >"$work/squatter.out"
   ip netns exec "$ns" python3 -c 'import socket,sys,time
 s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("ready", flush=True); time.sleep(60)' \
     "$B" "$base_port" >"$work/squatter.out" 2>&1 &
@@ -154,7 +162,7 @@ s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("r
   finish 60
   kill "$squatter" 2>/dev/null
   wait "$squatter" 2>/dev/null
-  expect_exit 1 60
+  expect_remote_exit 1 60
   check "names ps0 on the host whose port is taken" out_has "^launch: ps0@$B \(pid [0-9]+\) died: exited with status"
   check "the PS says which address it could not bind" \
     out_has "^\[ps0@$B\] .*cannot bind the parameter server on tcp://0\.0\.0\.0:$base_port: Address already in use"
