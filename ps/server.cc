@@ -406,6 +406,7 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   h.request_id = request_id;
   h.step = previous ? want : c.version;
   h.stop = stop_at_ != 0 && h.step == stop_at_ ? 1 : 0;
+  h.write_us = written_ != 0 && h.step == written_ ? write_us_ : 0;  // the workers' wait includes it
   h.offset = c.range.offset;
   h.length = c.range.length;
   // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
@@ -455,7 +456,10 @@ void ParameterServer::write_checkpoint() {
   c.values = params();
   for (const std::vector<float>* slot : optimizer_->state()) c.slots.push_back(*slot);
   checkpoint_at_ = 0;
+  const auto start = Clock::now();
   checkpointer_.write(c);
+  written_ = c.version;
+  write_us_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
 }
 
 // --resume, at the first HELLO (when the model's size is known): every chunk at the version of

@@ -79,6 +79,7 @@ class ParameterServer {
   CheckpointStore checkpointer_;
   uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
   uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
+  uint64_t written_ = 0, write_us_ = 0;  // the last checkpointed version and its write time
 };
 
 }  // namespace pstrain

@@ -35,8 +35,10 @@ constexpr const char* kKeySlowest = "slow";
 constexpr const char* kKeySlowestTime = "slow_us";
 constexpr const char* kKeyCheckpoint = "ckpt";
 constexpr const char* kKeyStop = "stop";
+constexpr const char* kKeyCheckpointTime = "t_ckpt";
+constexpr const char* kKeyWriteTime = "ckpt_us";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 27;  // every key encode_header writes
+constexpr size_t kNumKeys = 29;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -86,7 +88,8 @@ struct Decoder {
         {kKeyPush, &h->times.push_us}, {kKeyWait, &h->times.wait_us}, {kKeyPull, &h->times.pull_us},
         {kKeyEval, &h->times.eval_us},
         {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us},
-        {kKeyCheckpoint, &h->checkpoint}, {kKeyStop, &h->stop}};
+        {kKeyCheckpoint, &h->checkpoint}, {kKeyStop, &h->stop},
+        {kKeyCheckpointTime, &h->times.ckpt_us}, {kKeyWriteTime, &h->write_us}};
     for (const auto& [name, target] : fields) {
       if (key == name) return target;
     }
@@ -201,6 +204,8 @@ std::string encode_header(const Header& h) {
   put(kKeySlowestTime, h.slowest_us);
   put(kKeyCheckpoint, h.checkpoint);
   put(kKeyStop, h.stop);
+  put(kKeyCheckpointTime, h.times.ckpt_us);
+  put(kKeyWriteTime, h.write_us);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyMessage);

@@ -38,8 +38,9 @@ struct StepTimes {
   uint64_t wait_us = 0;     // from the last push until the first parameter chunk arrived
   uint64_t pull_us = 0;     // receiving and storing the rest of the parameter chunks
   uint64_t eval_us = 0;     // evaluating the test set after the step (the chief, at an epoch's end)
+  uint64_t ckpt_us = 0;     // checkpoints: the PS shards' write (out of wait) and the chief's manifest
   uint64_t busy_us() const { return data_us + compute_us + push_us; }
-  uint64_t total_us() const { return busy_us() + wait_us + pull_us + eval_us; }
+  uint64_t total_us() const { return busy_us() + wait_us + pull_us + eval_us + ckpt_us; }
   StepTimes& operator+=(const StepTimes& o) {
     data_us += o.data_us;
     compute_us += o.compute_us;
@@ -47,6 +48,7 @@ struct StepTimes {
     wait_us += o.wait_us;
     pull_us += o.pull_us;
     eval_us += o.eval_us;
+    ckpt_us += o.ckpt_us;
     return *this;
   }
 };
@@ -70,6 +72,7 @@ struct Header {
   uint64_t slowest_us = 0;    // PARAMS: its busy time
   std::string message;        // ERROR: why
   uint64_t checkpoint = 0;    // PUSH from the chief: checkpoint version step+1 (0 = no)
+  uint64_t write_us = 0;      // PARAMS: this shard's checkpoint write of this version took this long
   uint64_t stop = 0;          // PUSH from the chief: the job stops at version step+1 (final
                               // checkpoint); PARAMS: 1 = this version is the last, stop after it
 };

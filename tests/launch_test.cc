@@ -181,6 +181,8 @@ TEST_F(LaunchTest, StoppedBySigtermAndResumedEqualsAnUninterruptedRun) {
       return wait_for(launcher, 180);
     };
     ASSERT_TRUE(run("full-" + optimizer, "2", {}, nullptr).ok()) << read_file(dir_ + "/full-" + optimizer + ".log");
+    EXPECT_NE(read_file(dir_ + "/full-" + optimizer + ".log").find(" + ckpt "), std::string::npos)
+        << "checkpoint time is not in the step breakdown";
     const SavedParams want = load_saved_params(dir_ + "/full-" + optimizer + "-params");
     std::filesystem::remove_all(ckpt);
     const int at = 50 + static_cast<int>(rng() % 700);

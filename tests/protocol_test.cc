@@ -49,7 +49,8 @@ bool same(const Header& a, const Header& b) {
          a.chunk == b.chunk && a.times.data_us == b.times.data_us && a.times.compute_us == b.times.compute_us &&
          a.times.push_us == b.times.push_us && a.times.wait_us == b.times.wait_us &&
          a.times.pull_us == b.times.pull_us && a.times.eval_us == b.times.eval_us && a.slowest == b.slowest && a.slowest_us == b.slowest_us &&
-         a.message == b.message && a.checkpoint == b.checkpoint && a.stop == b.stop;
+         a.message == b.message && a.checkpoint == b.checkpoint && a.stop == b.stop &&
+         a.times.ckpt_us == b.times.ckpt_us && a.write_us == b.write_us;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -74,6 +75,8 @@ Header full_header(Op op) {
   h.message = "why \xe2\x9c\x97 it failed";
   h.checkpoint = 301;
   h.stop = 1;
+  h.times.ckpt_us = 7777;
+  h.write_us = 65536;
   return h;
 }
 
@@ -122,6 +125,7 @@ class MapBuilder {
     set_uint("t_comp", 0).set_uint("t_push", 0).set_uint("t_wait", 0).set_uint("t_pull", 0);
     set_uint("t_eval", 0);
     set_uint("slow", 0).set_uint("slow_us", 0).set_uint("ckpt", 0).set_uint("stop", 0);
+    set_uint("t_ckpt", 0).set_uint("ckpt_us", 0);
     set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); })).set_raw("msg", packed_str(""));
   }
   // Replaces the value of `key` (appends it if absent).
@@ -222,7 +226,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -389,7 +393,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x37", 3), head + "map size overflow)"},  // 55 > 2 * 27 entries
+      {std::string("\xde\x00\x3b", 3), head + "map size overflow)"},  // 59 > 2 * 29 entries
       {std::string("\xde\x00\x20", 3), kTruncated},                   // 32 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32

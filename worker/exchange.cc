@@ -41,7 +41,10 @@ class PsExchange final : public Exchange {
     const auto start = Clock::now();
     client_.push_ready(step, host_grad, 0, info);  // whatever backward did not push yet
     times->push_us = micros(Clock::now() - start);
-    return client_.receive_params(host_params, &times->wait_us, &times->pull_us);
+    const StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
+    times->ckpt_us = std::min(m.write_us, times->wait_us);  // the shards' checkpoint write, out of the wait
+    times->wait_us -= times->ckpt_us;
+    return m;
   }
 
   void done() override { client_.done(); }
@@ -105,7 +108,11 @@ class AllreduceExchange final : public Exchange {
     times->push_us = micros(t1 - t0);
     times->wait_us = 0;
     times->pull_us = micros(Clock::now() - t1);
-    if (o_.index == 0 && info.checkpoint != 0) write_checkpoint(info.checkpoint, host_params);
+    if (o_.index == 0 && info.checkpoint != 0) {
+      const auto w0 = Clock::now();
+      write_checkpoint(info.checkpoint, host_params);
+      times->ckpt_us = micros(Clock::now() - w0);
+    }
     StepMetrics m;
     m.stop = sums[10] > 0;
     m.samples = static_cast<uint64_t>(sums[0]);

@@ -27,8 +27,12 @@ std::string StepStats::breakdown() const {
       std::snprintf(line, sizeof line, "step %.2f ms = data %.2f + compute %.2f + push %.2f + wait %.2f + pull %.2f",
                     times_.total_us() / per, times_.data_us / per, times_.compute_us / per, times_.push_us / per,
                     times_.wait_us / per, times_.pull_us / per);
-  if (times_.eval_us > 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
-    std::snprintf(line + n, sizeof line - static_cast<size_t>(n), " + eval %.2f", times_.eval_us / per);
+  int used = n;
+  if (times_.eval_us > 0 && used > 0 && static_cast<size_t>(used) < sizeof line) {
+    used += std::snprintf(line + used, sizeof line - static_cast<size_t>(used), " + eval %.2f", times_.eval_us / per);
+  }
+  if (times_.ckpt_us > 0 && used > 0 && static_cast<size_t>(used) < sizeof line) {
+    std::snprintf(line + used, sizeof line - static_cast<size_t>(used), " + ckpt %.2f", times_.ckpt_us / per);
   }
   return line;
 }

@@ -193,6 +193,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   size_t left = chunks_.size();
   StepMetrics metrics;
   bool stop = false;
+  uint64_t write_us = 0;
   const auto deadline = deadline_after(options_.timeout_s);
   while (left > 0) {
     Message msg;
@@ -226,8 +227,10 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
     --left;
     if (index == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
     stop = stop || h.stop != 0;
+    write_us = std::max(write_us, h.write_us);
   }
   metrics.stop = stop;
+  metrics.write_us = write_us;
   const auto end = Clock::now();
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);

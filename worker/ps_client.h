@@ -23,6 +23,7 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint32_t slowest = 0;     // the worker with the largest busy time
   uint64_t slowest_us = 0;
   bool stop = false;        // the job stops after this version (a final checkpoint was asked)
+  uint64_t write_us = 0;    // the longest shard's checkpoint write of this version (part of the wait)
 };
 
 struct PushInfo {  // what rides along with this worker's gradient chunks

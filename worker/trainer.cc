@@ -188,7 +188,7 @@ TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, co
     interval.add(m);
     epoch.add(m);
     run.add(m);
-    if (info.checkpoint != 0) checkpoints.completed(info.checkpoint);
+    if (info.checkpoint != 0) previous.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints.completed(info.checkpoint));
     const bool last = step + 1 == total_steps || m.stop;
     const bool epoch_end = (step + 1) % steps_per_epoch == 0;
     if (m.stop) {
