@@ -104,9 +104,6 @@ class CommandLineTest(unittest.TestCase):
         self.assertEqual(settings.remote_path("/etc/job.cfg"), "/etc/job.cfg")
 
 
-if __name__ == "__main__":
-    unittest.main()
-
 
 class StepTest(unittest.TestCase):
     procs = placement.place([Host("n1", 2), Host("n2", 1)], 1, 3)
@@ -141,3 +138,7 @@ class StepTest(unittest.TestCase):
         self.assertEqual(mpi.describe_failure(1), "the mpirun job failed: exit status 1")
         mpi.relay(b"  Process name: [[4242,1],3]\n")
         self.assertEqual(mpi.describe_failure(1), "w2@n2 died: exited with a non-zero status")
+
+
+if __name__ == "__main__":
+    unittest.main()
