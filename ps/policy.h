@@ -1,36 +1,55 @@
-// The consistency-policy seam of the PS: when a push is accepted, when accumulated gradients
-// are applied, and when a pull can be answered. `sync` is the barrier of DESIGN.md; `async` and
-// `ssp` slot in here later.
+// The consistency-policy seam of the PS (DESIGN.md, "Modes"): which pushes a chunk accepts, how
+// many complete a step, how far ahead of the chunk's version steps may be pending, and when a
+// pull can be answered. The chunk's own bookkeeping (the pending sums, who pushed) is the
+// server's; a policy is rules only.
+//
+//   sync   one step pending; applied once every worker pushed it (the mirrored contract), or
+//          with --backup-workers b once N - b did; then later pushes for it are dropped
+//   ssp    steps version .. version + s pending (--staleness s), each applied in order once every
+//          worker pushed it: s = 0 is sync; a worker pulls "at least version step + 1 - s"
+//   async  every push is applied as it arrives, weighted by its own samples; pulls get the newest
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <string>
-#include <vector>
+
+#include "shared/options.h"
+#include "shared/protocol.h"
 
 namespace pstrain {
 
 enum class PullVerdict { kAnswerNow, kPark, kReject };
 
-class ConsistencyPolicy {
- public:
-  virtual ~ConsistencyPolicy() = default;
-  // Whether `worker` may push its gradient for `step` now that the store is at `version`.
-  // Returns "" if so, else the reason to reject it.
-  virtual std::string check_push(int worker, uint64_t step, uint64_t version) const = 0;
-  // Records an accepted push; true when the accumulated gradients must be applied now.
-  virtual bool record_push(int worker) = 0;
-  // Called after the store applied the accumulated gradients.
-  virtual void applied() = 0;
-  // What to do with a pull for parameter version `want` while the store is at `version`.
-  virtual PullVerdict check_pull(uint64_t want, uint64_t version) const = 0;
-  // Workers the pending update still waits for (empty if none is pending).
-  virtual std::vector<int> missing() const = 0;
-  // Whether `worker` has pushed the pending update.
-  virtual bool has_pushed(int worker) const = 0;
+struct PushVerdict {
+  enum Kind { kAccept, kDrop, kReject } kind = kAccept;
+  uint64_t slot = 0;   // kAccept: the pending step it adds to, counted from the chunk's version
+  std::string reason;  // kReject: why
 };
 
-// mode "sync": every worker pushes step t, then the update is applied once.
-std::unique_ptr<ConsistencyPolicy> make_policy(const std::string& mode, int num_workers);
+class ConsistencyPolicy {
+ public:
+  // Throws pstrain::UsageError for a mode the PS does not serve (allreduce has no PS).
+  explicit ConsistencyPolicy(const JobOptions& options);
+
+  ModeCode mode() const { return mode_; }
+  const char* name() const;
+  // Pushes that complete a pending step.
+  int quorum() const { return quorum_; }
+  // Steps beyond the version that may be pending at once (ssp's staleness; 0 otherwise).
+  uint64_t window() const { return window_; }
+  // A push for `step`, computed on version `based_on` of a chunk now at `version`, where
+  // `already` says whether this worker pushed that step already.
+  PushVerdict check_push(int worker, uint64_t step, uint64_t based_on, uint64_t version, bool already) const;
+  // A pull for parameters of at least version `want` of a chunk at `version`.
+  PullVerdict check_pull(uint64_t want, uint64_t version) const;
+  // The staleness of an update applied to a chunk at `version`, computed on version `based_on`.
+  static uint64_t staleness(uint64_t version, uint64_t based_on) { return version > based_on ? version - based_on : 0; }
+
+ private:
+  ModeCode mode_ = ModeCode::kSync;
+  int quorum_ = 1;
+  uint64_t window_ = 0;
+  bool backup_ = false;
+};
 
 }  // namespace pstrain

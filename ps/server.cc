@@ -12,21 +12,27 @@
 
 namespace pstrain {
 
+struct ParameterServer::Pending {  // one step of a chunk that pushes are adding up for
+  // Gradient sum: the first push's own message, the others added into it (a received message is
+  // ours to write), so no push is ever copied.
+  zmq::message_t accum;
+  int pushes = 0;
+  std::vector<bool> pushed;  // by worker
+  Clock::time_point waiting_since;
+  Header metrics;            // summed over its pushes (sent with PARAMS once applied)
+};
+
 struct ParameterServer::Chunk {
   Slice range;       // in the flat vector
   size_t local = 0;  // offset within the slice (and the optimizer's state)
   // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
   std::shared_ptr<std::vector<float>> values;
-  // Gradient sum of the pending step: the first push's own message, the others added into it
-  // (a received message is ours to write), so no push is ever copied.
-  zmq::message_t accum;
-  std::unique_ptr<ConsistencyPolicy> policy;
   bool initialized = false;
   uint64_t version = 0;
-  int pushes = 0;  // pushes received for the pending step
-  Clock::time_point waiting_since;
-  // Metrics of the pending step, and of the last applied one (sent with PARAMS).
-  Header pending, last;
+  // The steps version, version + 1, ... that pushes arrived for (more than one only in ssp).
+  std::vector<Pending> pending;  // a vector (a deque's move may throw, which vector<Chunk> refuses)
+  Header last;           // metrics of the last applied step (sent with PARAMS in sync)
+  uint64_t dropped = 0;  // late pushes dropped since the last step was applied (backup workers)
   // --allow-rejoin: the values and metrics of version - 1, for a replacement worker that redoes
   // the step its predecessor had pushed this chunk for (see next_step_of).
   std::shared_ptr<std::vector<float>> previous;
@@ -72,6 +78,23 @@ std::string slice_text(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
 }
 
+// Adds the metrics of applied updates to what a worker has not been sent yet (async, ssp).
+void merge_metrics(Header* sum, const Header& m) {
+  sum->samples += m.samples;
+  sum->loss_sum += m.loss_sum;
+  sum->correct += m.correct;
+  sum->times += m.times;
+  if (m.slowest_us > sum->slowest_us) {
+    sum->slowest = m.slowest;
+    sum->slowest_us = m.slowest_us;
+  }
+  sum->stale_sum += m.stale_sum;
+  sum->stale_count += m.stale_count;
+  sum->stale_max = std::max(sum->stale_max, m.stale_max);
+  sum->lead_max = std::max(sum->lead_max, m.lead_max);
+  sum->dropped += m.dropped;
+}
+
 // Adds a push's metrics and step times to the pending sums of its chunk.
 void add_metrics(Header* sum, const Header& h, int pushes) {
   if (pushes == 0) {
@@ -93,12 +116,13 @@ void add_metrics(Header* sum, const Header& h, int pushes) {
 ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
+      policy_(options),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
       done_(static_cast<size_t>(options.num_workers), false),
       rejoined_(static_cast<size_t>(options.num_workers), false),
-      checkpointer_(options_, "ps" + std::to_string(options.index)) {
-  make_policy(options.mode, options.num_workers);  // rejects an unknown mode before serving
-}
+      unreported_(static_cast<size_t>(options.num_workers)),
+      clock_of_(static_cast<size_t>(options.num_workers), 0),
+      checkpointer_(options_, "ps" + std::to_string(options.index)) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -117,7 +141,7 @@ std::vector<float> ParameterServer::params() const {
 void ParameterServer::serve() {
   PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address()
               << (options_.ipc.empty() ? "" : " and ipc://" + options_.ipc) << ", mode "
-              << options_.mode << ", " << options_.num_workers << " worker(s), optimizer "
+              << mode_text() << ", " << options_.num_workers << " worker(s), optimizer "
               << options_.optimizer.kind << " lr " << options_.optimizer.lr;
   last_stall_report_ = Clock::now();
   Message msg;
@@ -127,7 +151,7 @@ void ParameterServer::serve() {
     report_stall();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
-              << " workers done at version " << version() << "; exiting";
+              << " workers done at version " << version() << counters_text() << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
 
@@ -170,6 +194,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
                 std::to_string(options_.num_workers));
   }
   if (h.sender >= static_cast<uint32_t>(options_.num_workers)) return fail("worker index out of range");
+
   if (h.total == 0 || (total_ != 0 && h.total != total_)) {
     return fail("model of " + std::to_string(h.total) + " parameters does not match " + std::to_string(total_));
   }
@@ -180,6 +205,15 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (total_ != 0 && h.step != total_steps_) {
     return fail("job of " + std::to_string(h.step) + " steps does not match the other workers' " +
                 std::to_string(total_steps_));
+  }
+  if (h.mode != static_cast<uint64_t>(policy_.mode())) {
+    const char* names[] = {"sync", "async", "ssp"};
+    return fail(std::string("worker runs --mode ") + names[h.mode] + "; this PS runs --mode " + policy_.name());
+  }
+  if (global_batch_ != 0 && h.samples != global_batch_) {
+    return fail("worker's global batch of " + std::to_string(h.samples) + " samples does not match the other workers' " +
+                std::to_string(global_batch_) + " (are --batch-size, --accum-steps, --worker-batch and --global-batch "
+                "the same everywhere?)");
   }
   const auto known = worker_of_route_.find(msg.route);
   std::string& owner = route_of_worker_[h.sender];
@@ -194,6 +228,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (total_ == 0) {
     total_ = h.total;
     total_steps_ = h.step;
+    global_batch_ = h.samples;
     slice_ = balance_slices(total_, options_.num_ps)[static_cast<size_t>(options_.index)];
     chunk_len_ = std::max<size_t>(1, static_cast<size_t>(options_.chunk_kib) * 1024 / sizeof(float));
     for (size_t local = 0; local < slice_.length; local += chunk_len_) {
@@ -201,13 +236,13 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
       c.local = local;
       c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
       c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
-      c.policy = make_policy(options_.mode, options_.num_workers);
       chunks_.push_back(std::move(c));
     }
     optimizer_ = make_optimizer(options_.optimizer, slice_.length);
     std::string error;
     if (options_.resume && !resume(&error)) {
       total_ = 0;  // not set up: every HELLO gets the same answer
+      global_batch_ = 0;
       chunks_.clear();
       PSLOG(ERROR) << "ps" << options_.index << ": " << error;
       return fail(error);
@@ -255,16 +290,20 @@ uint64_t ParameterServer::next_step_of(int worker) const {
   const uint64_t t = version();
   if (!rejoined_[static_cast<size_t>(worker)] || chunks_.empty()) return t;
   for (const Chunk& c : chunks_) {
-    if (c.version == t && !c.policy->has_pushed(worker)) return t;
+    if (c.version == t && !has_pushed(c, worker)) return t;
   }
   return t + 1;
+}
+
+bool ParameterServer::has_pushed(const Chunk& c, int worker) {
+  return !c.pending.empty() && c.pending.front().pushed[static_cast<size_t>(worker)];
 }
 
 // A replacement redoes the step its predecessor may have pushed already: those pushes (and a
 // replaced chief's INIT) are repeats of what the PS holds, dropped without touching any state.
 bool ParameterServer::is_repeat(const Chunk& c, int worker, uint64_t step) const {
   if (!rejoined_[static_cast<size_t>(worker)]) return false;
-  return step + 1 == c.version || (step == c.version && c.policy->has_pushed(worker));
+  return step + 1 == c.version || (step == c.version && has_pushed(c, worker));
 }
 
 ParameterServer::Chunk* ParameterServer::find_chunk(const Header& h, std::string* error) {
@@ -297,8 +336,15 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   if (!c->initialized) return (*error = "push before the parameters were initialised", false);
   const int worker = static_cast<int>(h.sender);
   if (is_repeat(*c, worker, h.step)) return true;
-  *error = c->policy->check_push(worker, h.step, c->version);
-  if (!error->empty()) return false;
+  const uint64_t ahead = h.step >= c->version ? h.step - c->version : UINT64_MAX;
+  const bool already = ahead < c->pending.size() && c->pending[ahead].pushed[static_cast<size_t>(worker)];
+  const PushVerdict verdict = policy_.check_push(worker, h.step, h.based_on, c->version, already);
+  if (verdict.kind == PushVerdict::kReject) return (*error = verdict.reason, false);
+  if (verdict.kind == PushVerdict::kDrop) {  // backup workers: its step was applied without it
+    ++c->dropped;
+    if (c == &chunks_[0]) ++dropped_;
+    return true;
+  }
   if (worker == 0 && h.checkpoint != 0 && h.checkpoint != h.step + 1) {
     return (*error = "checkpoint of version " + std::to_string(h.checkpoint) + " asked in a push for step " +
                      std::to_string(h.step), false);
@@ -311,21 +357,49 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   // Every check passed: only now is state touched.
   if (worker == 0 && h.checkpoint != 0) checkpoint_at_ = h.checkpoint;  // the chief decides (docs/checkpoints.md)
   if (worker == 0 && h.stop != 0) stop_at_ = h.step + 1;
-  if (c->pushes == 0) c->waiting_since = Clock::now();
-  add_metrics(&c->pending, h, c->pushes);
-  const bool first = c->pushes++ == 0;
-  const bool complete = c->policy->record_push(worker);
-  if (first) {
-    c->accum.move(msg.frames[1]);
-  } else {
-    add_into(c->accum.data<float>(), grad, n);
+  while (c->pending.size() <= verdict.slot) {
+    c->pending.emplace_back();
+    c->pending.back().pushed.assign(static_cast<size_t>(options_.num_workers), false);
   }
-  if (complete) apply(*c, c->accum.data<float>());
-  if (complete) chunk_advanced(static_cast<size_t>(c - chunks_.data()));
+  Pending& p = c->pending[verdict.slot];
+  if (p.pushes == 0) p.waiting_since = Clock::now();
+  add_metrics(&p.metrics, h, p.pushes);
+  if (policy_.mode() != ModeCode::kSync) {
+    // The update lands on version + slot; the gradient was computed on based_on.
+    const uint64_t stale = ConsistencyPolicy::staleness(c->version + verdict.slot, h.based_on);
+    p.metrics.stale_sum += stale;
+    ++p.metrics.stale_count;
+    p.metrics.stale_max = std::max(p.metrics.stale_max, stale);
+  }
+  if (policy_.mode() == ModeCode::kSsp && c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(worker, h.step));
+  if (p.pushes++ == 0) {
+    p.accum.move(msg.frames[1]);
+  } else {
+    add_into(p.accum.data<float>(), grad, n);
+  }
+  p.pushed[static_cast<size_t>(worker)] = true;
+  // Steps are applied in order, each once its quorum pushed it.
+  bool advanced = false;
+  while (!c->pending.empty() && c->pending.front().pushes >= policy_.quorum()) {
+    apply(*c, c->pending.front());
+    c->pending.erase(c->pending.begin());
+    advanced = true;
+  }
+  if (advanced) chunk_advanced(static_cast<size_t>(c - chunks_.data()));
   return true;
 }
 
-void ParameterServer::apply(Chunk& c, const float* grad_sum) {
+// ssp, at a push of `step` by `worker` to this shard's first chunk: how many steps the worker is
+// ahead of the slowest one (whose clock is the number of steps it pushed), as the PS sees it.
+uint64_t ParameterServer::lead(int worker, uint64_t step) {
+  const uint64_t slowest = *std::min_element(clock_of_.begin(), clock_of_.end());
+  clock_of_[static_cast<size_t>(worker)] = step + 1;
+  const uint64_t ahead = step > slowest ? step - slowest : 0;
+  lead_max_ = std::max(lead_max_, ahead);
+  return ahead;
+}
+
+void ParameterServer::apply(Chunk& c, Pending& p) {
   if (options_.allow_rejoin) {
     // Keep version v for a replacement worker; recycle the buffer of v - 1 when nothing holds it.
     auto next = c.previous && c.previous.use_count() == 1 ? std::move(c.previous)
@@ -337,20 +411,31 @@ void ParameterServer::apply(Chunk& c, const float* grad_sum) {
   } else if (c.values.use_count() > 1) {
     c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
   }
-  optimizer_->apply(c.local, c.range.length, c.values->data(), grad_sum,
-                    1.0f / static_cast<float>(c.pending.samples),
-                    scheduled_lr(options_.optimizer, c.version, total_steps_), c.version);
+  // async applies N updates where sync applies one: its schedule runs over N times the steps.
+  const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
+                                      ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
+                                      : total_steps_;
+  optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(),
+                    1.0f / static_cast<float>(p.metrics.samples),
+                    scheduled_lr(options_.optimizer, c.version, schedule_steps), c.version);
   ++c.version;
-  c.last = c.pending;
-  c.pushes = 0;
-  c.accum.rebuild();  // gives the message's buffer back to ZeroMQ
-  c.policy->applied();
+  c.last = p.metrics;
+  c.last.dropped = c.dropped;
+  c.dropped = 0;
+  if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
+    for (Header& u : unreported_) merge_metrics(&u, p.metrics);
+  }
+  if (policy_.mode() == ModeCode::kAsync && &c == &chunks_[0]) {
+    stale_sum_ += p.metrics.stale_sum;
+    stale_count_ += p.metrics.stale_count;
+    stale_max_ = std::max(stale_max_, p.metrics.stale_max);
+  }
 }
 
 bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* error) {
   if (total_ == 0) return (*error = "pull before HELLO", false);
   for (const Chunk& c : chunks_) {
-    if (c.policy->check_pull(h.step, c.version) == PullVerdict::kReject) {
+    if (policy_.check_pull(h.step, c.version) == PullVerdict::kReject) {
       *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(c.version);
       return false;
     }
@@ -358,7 +443,7 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size()};
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i];
-    if (c.initialized && c.policy->check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
+    if (c.initialized && policy_.check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
       send_chunk(msg.route, h.request_id, c, h.step);
       p.sent[i] = true;
       --p.left;
@@ -375,7 +460,7 @@ void ParameterServer::chunk_advanced(size_t index) {
   if (checkpoint_at_ != 0 && version() == checkpoint_at_) write_checkpoint();
   const Chunk& c = chunks_[index];
   for (Parked& p : parked_) {
-    if (!p.sent[index] && c.policy->check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
+    if (!p.sent[index] && policy_.check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
       send_chunk(p.route, p.request_id, c, p.want);
       p.sent[index] = true;
       --p.left;
@@ -402,6 +487,15 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   // A replacement redoing a step may want the version before the chunk's (kept with --allow-rejoin).
   const bool previous = want + 1 == c.version && c.previous != nullptr;
   Header h = previous ? c.previous_last : c.last;
+  if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
+    // async and ssp: everything applied since this worker's last PARAMS (versions may be skipped).
+    const auto it = worker_of_route_.find(route);
+    if (it != worker_of_route_.end()) {
+      Header& u = unreported_[static_cast<size_t>(it->second)];
+      h = u;
+      u = Header{};
+    }
+  }
   h.op = Op::kParams;
   h.request_id = request_id;
   h.step = previous ? want : c.version;
@@ -485,16 +579,22 @@ void ParameterServer::report_stall() {
   // The chunk that has waited longest for its barrier, if any.
   const Chunk* stalled = nullptr;
   for (const Chunk& c : chunks_) {
-    if (c.pushes > 0 && (stalled == nullptr || c.waiting_since < stalled->waiting_since)) stalled = &c;
+    if (!c.pending.empty() && c.pending.front().pushes > 0 &&
+        (stalled == nullptr || c.pending.front().waiting_since < stalled->pending.front().waiting_since)) {
+      stalled = &c;
+    }
   }
   std::vector<int> missing;
   std::ostringstream os;
   os << "ps" << options_.index << ": stall: ";
   if (stalled != nullptr) {
-    if (now - stalled->waiting_since < threshold) return;
-    missing = stalled->policy->missing();
+    const Pending& p = stalled->pending.front();
+    if (now - p.waiting_since < threshold) return;
+    for (int i = 0; i < options_.num_workers; ++i) {
+      if (!p.pushed[static_cast<size_t>(i)]) missing.push_back(i);
+    }
     os << "barrier of step " << stalled->version << " has waited "
-       << std::chrono::duration<double>(now - stalled->waiting_since).count() << " s for worker(s)";
+       << std::chrono::duration<double>(now - p.waiting_since).count() << " s for worker(s)";
   } else {
     for (int i = 0; i < options_.num_workers; ++i) {
       if (route_of_worker_[static_cast<size_t>(i)].empty()) missing.push_back(i);
@@ -505,6 +605,35 @@ void ParameterServer::report_stall() {
   for (int w : missing) os << " " << w;
   PSLOG(WARN) << os.str();
   last_stall_report_ = now;
+}
+
+std::string ParameterServer::mode_text() const {
+  switch (policy_.mode()) {
+    case ModeCode::kSync:
+      return options_.backup_workers > 0 ? "sync with " + std::to_string(options_.backup_workers) +
+                                               " backup worker(s) (a step is applied once " +
+                                               std::to_string(policy_.quorum()) + " workers pushed it)"
+                                         : "sync";
+    case ModeCode::kSsp: return "ssp (staleness " + std::to_string(options_.staleness) + ")";
+    case ModeCode::kAsync: return "async";
+  }
+  return "?";
+}
+
+// What the mode's own counters say, for the last log line: ssp's largest lead (never more than
+// the staleness), async's staleness, backup workers' dropped pushes.
+std::string ParameterServer::counters_text() const {
+  std::ostringstream os;
+  if (policy_.mode() == ModeCode::kSsp) {
+    os << "; ssp: the largest lead of a worker over the slowest was " << lead_max_ << " step(s) (staleness "
+       << options_.staleness << ")";
+  }
+  if (policy_.mode() == ModeCode::kAsync && stale_count_ > 0) {
+    os << "; async: staleness mean " << static_cast<double>(stale_sum_) / static_cast<double>(stale_count_) << " max "
+       << stale_max_ << " over " << stale_count_ << " updates";
+  }
+  if (options_.backup_workers > 0) os << "; late pushes dropped: " << dropped_;
+  return os.str();
 }
 
 }  // namespace pstrain

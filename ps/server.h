@@ -35,6 +35,7 @@ class ParameterServer {
   uint64_t rejected() const { return rejected_; }  // messages answered with an error or dropped
 
  private:
+  struct Pending;
   struct Chunk;
   struct Parked;
 
@@ -48,7 +49,11 @@ class ParameterServer {
   bool is_repeat(const Chunk& c, int worker, uint64_t step) const;
   std::string shard_too_big(uint64_t total) const;
   Chunk* find_chunk(const Header& h, std::string* error);
-  void apply(Chunk& chunk, const float* grad_sum);
+  void apply(Chunk& chunk, Pending& step);
+  static bool has_pushed(const Chunk& chunk, int worker);  // the chunk's oldest pending step
+  uint64_t lead(int worker, uint64_t step);
+  std::string mode_text() const;
+  std::string counters_text() const;
   void chunk_advanced(size_t index);
   void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk, uint64_t want);
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
@@ -59,10 +64,12 @@ class ParameterServer {
 
   const JobOptions options_;
   Endpoint& endpoint_;
+  ConsistencyPolicy policy_;
   std::unique_ptr<Optimizer> optimizer_;
 
   uint64_t total_ = 0;        // parameters of the model, learned from the first HELLO
   uint64_t total_steps_ = 0;  // updates of the job (HELLO's step field), for the lr schedule
+  uint64_t global_batch_ = 0; // samples of a global step (HELLO's samples field): the same for all
   Slice slice_;
   size_t chunk_len_ = 0;      // elements per chunk (the last one may be shorter)
   std::vector<Chunk> chunks_;
@@ -72,6 +79,11 @@ class ParameterServer {
   std::vector<bool> done_;
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;
+  std::vector<Header> unreported_;  // async, ssp: metrics applied since each worker's last PARAMS
+  std::vector<uint64_t> clock_of_;  // ssp: steps each worker pushed (to this shard's first chunk)
+  uint64_t lead_max_ = 0;           // ssp: the largest lead over the slowest worker seen
+  uint64_t stale_sum_ = 0, stale_count_ = 0, stale_max_ = 0;  // async, first chunk
+  uint64_t dropped_ = 0;            // backup workers: late pushes dropped (first chunk)
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;

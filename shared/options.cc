@@ -36,11 +36,16 @@ int parse_int(const std::string& text, const std::string& what) {
   return value;
 }
 
-po::options_description describe(JobOptions& o, std::string& hidden, std::string& ps_hosts,
-                                  std::string& shuffle) {
+struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
+  std::string hidden, ps_hosts, shuffle, batch_size, worker_batch;
+};
+
+po::options_description describe(JobOptions& o, TextOptions& t) {
   po::options_description cluster("Cluster");
   cluster.add_options()
-      ("mode", po::value(&o.mode)->default_value(o.mode), "sync (parameter servers, barrier per step) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("mode", po::value(&o.mode)->default_value(o.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("staleness", po::value(&o.staleness)->default_value(o.staleness), "ssp: how many steps a worker may run ahead of the slowest one (0 = exactly sync)")
+      ("backup-workers", po::value(&o.backup_workers)->default_value(o.backup_workers), "sync: apply a step once N - this many workers pushed it (TensorFlow's replicas_to_aggregate = N - b); later pushes for it are dropped and counted, so a stalled worker does not stop the job")
       ("collective", po::value(&o.collective)->default_value(o.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
       ("coordinator", po::value(&o.coordinator), "allreduce: host:port where worker 0 listens for the rendezvous (worker 0 may give port 0 and report the bound address with --port-file)")
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
@@ -50,7 +55,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("local-rank", po::value(&o.local_rank), "this process's rank among the job's processes on its host; --device auto takes GPU (local rank mod visible GPUs) (default: SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK, else --index)")
       ("base-port", po::value(&o.base_port)->default_value(o.base_port), "under Slurm or Open MPI: PS s listens on base-port + s on its rank's host; in allreduce mode the rendezvous is on base-port on rank 0's host")
       ("start-timeout", po::value(&o.start_timeout_s)->default_value(o.start_timeout_s), "seconds a worker waits at start for the PS shards (allreduce: the rendezvous) to come up, logging 'waiting for ps<s> at host:port'; 0 = --timeout")
-      ("ps-hosts", po::value(&ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
+      ("ps-hosts", po::value(&t.ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
       ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
       ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
       ("ipc", po::value(&o.ipc), "PS: also listen on the Unix-domain socket ipc://NAME, for workers on the same host (less CPU per byte than TCP loopback); NAME is a path (refused while another server listens on it; a stale file is replaced), or @name in Linux's abstract namespace (no file)")
@@ -65,7 +70,7 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
   po::options_description model("Model and data");
   model.add_options()
-      ("hidden", po::value(&hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
+      ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
@@ -74,11 +79,15 @@ po::options_description describe(JobOptions& o, std::string& hidden, std::string
       ("threads", po::value(&o.threads)->default_value(o.threads), "BLAS threads per worker");
   po::options_description train("Training");
   train.add_options()
-      ("batch-size", po::value(&o.batch_size)->default_value(o.batch_size), "samples per step per worker (global batch = N * batch-size)")
+      ("batch-size", po::value(&t.batch_size)->default_value("64"), "samples a worker computes at once (its micro-batch); a step is --accum-steps of them, so the global batch is N * accum-steps * batch-size. auto (with --global-batch or --worker-batch): the largest micro-batch whose memory plan fits --gpu-memory-limit (or the GPU's free memory), with as many micro-batches as keep the global batch")
+      ("accum-steps", po::value(&o.accum_steps)->default_value(o.accum_steps), "micro-batches a worker accumulates before it pushes its gradient (gradient accumulation; the same result as one batch of that many samples)")
+      ("worker-batch", po::value(&t.worker_batch), "samples per step of each worker, comma-separated, e.g. 64,32,96 for GPUs of different sizes: the PS weights each push by its samples, so sync mode still equals one process on their sum (the same list on every process; micro-batches of ceil(b / accum-steps))")
+      ("global-batch", po::value(&o.global_batch)->default_value(o.global_batch), "samples per global step, split evenly over the workers (0: N * accum-steps * batch-size)")
+      ("slowdown", po::value(&o.slowdown)->default_value(o.slowdown), "debugging: make this worker's compute take this many times as long (>= 1), to study stragglers (bench/stragglers)")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training set")
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
-      ("shuffle", po::value(&shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
+      ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
       ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam (applied on the PS)")
       ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
       ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
@@ -112,7 +121,18 @@ void validate(const JobOptions& o, Role role) {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw UsageError(message);
   };
-  require(o.mode == "sync" || o.mode == "allreduce", "--mode: '" + o.mode + "' is not one of sync, allreduce");
+  require(o.mode == "sync" || o.mode == "async" || o.mode == "ssp" || o.mode == "allreduce",
+          "--mode: '" + o.mode + "' is not one of sync, async, ssp, allreduce");
+  require(o.staleness >= 0, "--staleness must not be negative");
+  require(o.backup_workers >= 0 && o.backup_workers < o.num_workers,
+          "--backup-workers must be in [0, N-1] = [0, " + std::to_string(o.num_workers - 1) + "]");
+  require(o.backup_workers == 0 || o.mode == "sync", "--backup-workers applies to --mode sync only");
+  require(o.mode == "sync" || o.mode == "allreduce" || !o.allow_rejoin,
+          "--allow-rejoin (launch.sh --max-restarts) works in sync and allreduce modes only, not --mode " + o.mode);
+  require(o.backup_workers == 0 || !o.allow_rejoin, "--allow-rejoin (launch.sh --max-restarts) and --backup-workers do not combine yet");
+  require(o.mode == "sync" || o.mode == "allreduce" || o.checkpoint_dir.empty(),
+          "--checkpoint-dir works in sync and allreduce modes only, not --mode " + o.mode + " (docs/checkpoints.md)");
+  require(o.backup_workers == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir and --backup-workers do not combine yet");
   require(o.collective == "ring" || o.collective == "nccl",
           "--collective: '" + o.collective + "' is not one of ring, nccl");
   require(o.num_workers >= 1, "--num-workers must be at least 1");
@@ -138,7 +158,26 @@ void validate(const JobOptions& o, Role role) {
           "--checkpoint-errors: '" + o.checkpoint_errors + "' is not one of stop, warn");
   require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
 
-  require(o.batch_size >= 1, "--batch-size must be at least 1");
+  require(o.batch_size >= 1, "--batch-size must be at least 1 (or auto)");
+  require(o.accum_steps >= 1, "--accum-steps must be at least 1");
+  require(static_cast<int64_t>(o.accum_steps) * o.batch_size <= (int64_t{1} << 30),
+          "--accum-steps x --batch-size is too large");
+  require(o.global_batch >= 0, "--global-batch must not be negative");
+  require(o.worker_batch.empty() || static_cast<int>(o.worker_batch.size()) == o.num_workers,
+          "--worker-batch gives " + std::to_string(o.worker_batch.size()) + " batch sizes for " +
+              std::to_string(o.num_workers) + " workers");
+  for (int b : o.worker_batch) require(b >= 1, "--worker-batch: every batch size must be at least 1");
+  require(o.worker_batch.empty() || o.global_batch == 0, "give --worker-batch or --global-batch, not both");
+  require(o.global_batch == 0 || o.global_batch >= o.num_workers,
+          "--global-batch " + std::to_string(o.global_batch) + " is smaller than the " + std::to_string(o.num_workers) +
+              " workers");
+  require(o.global_batch <= (int64_t{1} << 30), "--global-batch is too large");
+  require(!o.batch_auto || !o.worker_batch.empty() || o.global_batch > 0,
+          "--batch-size auto needs the batch to keep: give --global-batch or --worker-batch");
+  require((o.worker_batch.empty() && o.global_batch == 0) || !o.batch_size_given || o.batch_auto,
+          "with --worker-batch or --global-batch, --batch-size takes only 'auto' (the micro-batch follows from "
+          "--accum-steps)");
+  require(std::isfinite(o.slowdown) && o.slowdown >= 1, "--slowdown must be a number >= 1");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");
   require(o.prefetch >= 1, "--prefetch must be at least 1");
@@ -177,6 +216,22 @@ void validate(const JobOptions& o, Role role) {
 
 }  // namespace
 
+std::vector<int> worker_shares(const JobOptions& o) {
+  if (!o.worker_batch.empty()) return o.worker_batch;
+  const auto n = static_cast<size_t>(o.num_workers);
+  if (o.global_batch > 0) {
+    std::vector<int> shares(n, static_cast<int>(o.global_batch / o.num_workers));
+    for (size_t i = 0; i < static_cast<size_t>(o.global_batch % o.num_workers); ++i) ++shares[i];
+    return shares;
+  }
+  return std::vector<int>(n, o.accum_steps * o.batch_size);
+}
+
+int micro_batch(const JobOptions& o, int share) {
+  if (o.worker_batch.empty() && o.global_batch == 0) return o.batch_size;
+  return (share + o.accum_steps - 1) / o.accum_steps;
+}
+
 HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
@@ -189,8 +244,9 @@ HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
 
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env) {
   JobOptions o;
-  std::string hidden, ps_hosts, shuffle, config;
-  po::options_description job = describe(o, hidden, ps_hosts, shuffle);
+  TextOptions text;
+  std::string config;
+  po::options_description job = describe(o, text);
   po::options_description generic("General");
   generic.add_options()("help,h", "print this help and exit")(
       "config", po::value(&config), "read options from this file (key = value lines; flags win)");
@@ -226,8 +282,12 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
     throw UsageError(e.what());
   }
   o.hidden.clear();
-  for (const auto& w : split(hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
-  for (const auto& address : split(ps_hosts, ',')) {
+  for (const auto& w : split(text.hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
+  for (const auto& b : split(text.worker_batch, ',')) o.worker_batch.push_back(parse_int(b, "--worker-batch"));
+  o.batch_auto = text.batch_size == "auto";
+  o.batch_size = o.batch_auto ? 1 : parse_int(text.batch_size, "--batch-size");
+  o.batch_size_given = !vm["batch-size"].defaulted();
+  for (const auto& address : split(text.ps_hosts, ',')) {
     if (address.rfind("ipc://", 0) == 0) {
       const std::string name = address.substr(6);
       if (name.empty() || name.size() > kMaxIpcName) {
@@ -238,7 +298,7 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
     }
     o.ps_hosts.push_back(address);
   }
-  o.shuffle = parse_bool(shuffle, "--shuffle");
+  o.shuffle = parse_bool(text.shuffle, "--shuffle");
   resolve_cluster(role, read_cluster_env(env), given, &o);  // TF_CONFIG, Slurm, Open MPI
   if (o.origin.evaluator) return o;
   if (o.start_timeout_s == 0) o.start_timeout_s = o.timeout_s;

@@ -42,7 +42,9 @@ struct OptimizerOptions {
 
 struct JobOptions {
   // Cluster.
-  std::string mode = "sync";    // sync (PS barrier per step) | allreduce (no PS on the data path)
+  std::string mode = "sync";    // sync (PS barrier per step) | async | ssp | allreduce (no PS on the data path)
+  int staleness = 2;            // ssp: a worker may run this many steps ahead of the slowest (0 = sync)
+  int backup_workers = 0;       // sync: a step is applied once N - backup_workers workers pushed it
   std::string collective = "ring";  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
   std::string coordinator;      // allreduce: host:port of worker 0's rendezvous (worker 0 may use port 0)
   int num_workers = 1;          // N
@@ -87,7 +89,13 @@ struct JobOptions {
   int threads = 1;              // BLAS threads per worker
 
   // Training.
-  int batch_size = 64;          // per worker; the global batch is N * batch_size
+  int batch_size = 64;          // micro-batch: samples a worker computes at once (see worker_shares)
+  bool batch_auto = false;      // --batch-size auto: the largest micro-batch whose memory plan fits
+  bool batch_size_given = false;  // --batch-size was given (not its default)
+  std::vector<int> worker_batch;  // samples per step of each worker (empty: from the other flags)
+  int64_t global_batch = 0;     // samples per global step, split evenly over the workers (0: unset)
+  int accum_steps = 1;          // micro-batches per step (gradient accumulation)
+  double slowdown = 1;          // debugging: this worker's compute takes this many times as long
   int epochs = 10;              // passes over the training set
   int64_t steps = 0;            // stop after this many global steps (0 = no limit)
   uint64_t seed = 42;           // initialisation and shuffling seed (same on every process)
@@ -96,6 +104,15 @@ struct JobOptions {
   int log_every = 100;          // chief: progress line every this many steps
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
 };
+
+// Samples each worker contributes to one global step, in worker order (docs/operations.md,
+// "Batch sizes"): --worker-batch, else --global-batch split evenly (the first G mod N workers
+// take one more), else accum_steps * batch_size each. The same on every process of a job.
+std::vector<int> worker_shares(const JobOptions& o);
+// The micro-batch a worker with `share` samples a step computes at once, unless --batch-size
+// auto (which the worker decides from its memory plan): with --worker-batch or --global-batch,
+// ceil(share / accum_steps); else batch_size.
+int micro_batch(const JobOptions& o, int share);
 
 using EnvMap = std::map<std::string, std::string>;
 

@@ -4,6 +4,8 @@
 #include <msgpack.hpp>
 #include <set>
 
+#include "shared/error.h"
+
 namespace pstrain {
 namespace {
 
@@ -37,8 +39,15 @@ constexpr const char* kKeyCheckpoint = "ckpt";
 constexpr const char* kKeyStop = "stop";
 constexpr const char* kKeyCheckpointTime = "t_ckpt";
 constexpr const char* kKeyWriteTime = "ckpt_us";
+constexpr const char* kKeyMode = "mode";
+constexpr const char* kKeyBasedOn = "based";
+constexpr const char* kKeyStaleSum = "stale";
+constexpr const char* kKeyStaleCount = "stale_n";
+constexpr const char* kKeyStaleMax = "stale_max";
+constexpr const char* kKeyLead = "lead";
+constexpr const char* kKeyDropped = "dropped";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 29;  // every key encode_header writes
+constexpr size_t kNumKeys = 36;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -89,7 +98,10 @@ struct Decoder {
         {kKeyEval, &h->times.eval_us},
         {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us},
         {kKeyCheckpoint, &h->checkpoint}, {kKeyStop, &h->stop},
-        {kKeyCheckpointTime, &h->times.ckpt_us}, {kKeyWriteTime, &h->write_us}};
+        {kKeyCheckpointTime, &h->times.ckpt_us}, {kKeyWriteTime, &h->write_us},
+        {kKeyMode, &h->mode},         {kKeyBasedOn, &h->based_on},     {kKeyStaleSum, &h->stale_sum},
+        {kKeyStaleCount, &h->stale_count}, {kKeyStaleMax, &h->stale_max}, {kKeyLead, &h->lead_max},
+        {kKeyDropped, &h->dropped}};
     for (const auto& [name, target] : fields) {
       if (key == name) return target;
     }
@@ -140,6 +152,7 @@ struct Decoder {
     if (slowest > UINT32_MAX) return fail("slow out of range");
     if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
     if (h->stop > 1) return fail("stop is not 0 or 1");
+    if (h->mode > static_cast<uint64_t>(ModeCode::kSsp)) return fail("unknown mode " + std::to_string(h->mode));
     if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
         h->total > (uint64_t{1} << 40)) {
       return fail("slice fields out of range");
@@ -154,6 +167,13 @@ struct Decoder {
 };
 
 }  // namespace
+
+ModeCode mode_code(const std::string& mode) {
+  if (mode == "sync") return ModeCode::kSync;
+  if (mode == "async") return ModeCode::kAsync;
+  if (mode == "ssp") return ModeCode::kSsp;
+  throw UsageError("mode '" + mode + "' is not served by a parameter server (sync, async, ssp)");
+}
 
 const char* op_name(Op op) {
   switch (op) {
@@ -206,6 +226,13 @@ std::string encode_header(const Header& h) {
   put(kKeyStop, h.stop);
   put(kKeyCheckpointTime, h.times.ckpt_us);
   put(kKeyWriteTime, h.write_us);
+  put(kKeyMode, h.mode);
+  put(kKeyBasedOn, h.based_on);
+  put(kKeyStaleSum, h.stale_sum);
+  put(kKeyStaleCount, h.stale_count);
+  put(kKeyStaleMax, h.stale_max);
+  put(kKeyLead, h.lead_max);
+  put(kKeyDropped, h.dropped);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyMessage);

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 1 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 4 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values. Every field is validated on receipt.
 #pragma once
@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 4;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -75,7 +75,19 @@ struct Header {
   uint64_t write_us = 0;      // PARAMS: this shard's checkpoint write of this version took this long
   uint64_t stop = 0;          // PUSH from the chief: the job stops at version step+1 (final
                               // checkpoint); PARAMS: 1 = this version is the last, stop after it
+  uint64_t mode = 0;          // HELLO: the worker's --mode (ModeCode), checked against the PS's
+  uint64_t based_on = 0;      // PUSH: the version of this chunk the gradient was computed on
+  // PARAMS (async, ssp: of the updates applied since this worker's last PARAMS of this chunk):
+  uint64_t stale_sum = 0, stale_count = 0, stale_max = 0;  // staleness of those updates
+  uint64_t lead_max = 0;      // ssp: the largest lead of a pushing worker over the slowest
+  uint64_t dropped = 0;       // backup workers: late pushes dropped since the last step
 };
+
+// HELLO's `mode` field.
+enum class ModeCode : uint64_t { kSync = 0, kAsync = 1, kSsp = 2 };
+// The code of --mode sync, async or ssp; throws pstrain::UsageError for any other (allreduce has
+// no PS).
+ModeCode mode_code(const std::string& mode);
 
 // Whether an op carries the float32 payload frame.
 bool op_has_payload(Op op);

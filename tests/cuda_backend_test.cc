@@ -211,6 +211,12 @@ TEST_F(CudaBackendTest, ReluBackwardMatchesCpuExactly) {
   expect_within(run(*gpu_), run(*cpu_), 0.0, "relu_backward");
 }
 
+double run_sum(const std::vector<float>& dy, int rows, int cols, int c) {
+  double sum = 0;
+  for (int r = 0; r < rows; ++r) sum += dy[static_cast<size_t>(r) * cols + c];
+  return sum;
+}
+
 // Two float sums of the same `rows` terms in different orders differ by at most
 // (rows + 1) FLT_EPSILON sum|dy|.
 TEST_F(CudaBackendTest, ColumnSumsMatchCpu) {
@@ -219,18 +225,24 @@ TEST_F(CudaBackendTest, ColumnSumsMatchCpu) {
     const int rows = shape.first, cols = shape.second;  // lambdas cannot capture bindings in C++17
     const std::string what = "column_sums " + std::to_string(rows) + "x" + std::to_string(cols);
     const auto dy = random_floats(static_cast<size_t>(rows) * cols, 8);
-    const std::vector<float> stale(static_cast<size_t>(cols), 123.0f);  // overwritten, not added to
-    const auto run = [&](Backend& backend) {
-      BufferPtr ddy = put(backend, dy), dbias = put(backend, stale);
-      backend.column_sums(ddy.get(), rows, cols, dbias.get());
-      return get(backend, dbias.get(), stale.size());
-    };
-    std::vector<double> bound(static_cast<size_t>(cols), 0.0);
-    for (int r = 0; r < rows; ++r) {
-      for (int c = 0; c < cols; ++c) bound[c] += std::fabs(double{dy[static_cast<size_t>(r) * cols + c]});
+    const std::vector<float> stale(static_cast<size_t>(cols), 123.0f);  // overwritten, or added to
+    for (const bool accumulate : {false, true}) {
+      const auto run = [&](Backend& backend) {
+        BufferPtr ddy = put(backend, dy), dbias = put(backend, stale);
+        backend.column_sums(ddy.get(), rows, cols, dbias.get(), accumulate);
+        return get(backend, dbias.get(), stale.size());
+      };
+      std::vector<double> bound(static_cast<size_t>(cols), accumulate ? 123.0 : 0.0);
+      for (int r = 0; r < rows; ++r) {
+        for (int c = 0; c < cols; ++c) bound[c] += std::fabs(double{dy[static_cast<size_t>(r) * cols + c]});
+      }
+      for (double& b : bound) b *= (rows + 2) * double{FLT_EPSILON};
+      const auto cpu = run(*cpu_);
+      if (accumulate) {
+        EXPECT_NEAR(cpu[0], 123.0f + run_sum(dy, rows, cols, 0), 1e-3 * (1 + bound[0])) << what;
+      }
+      expect_within(run(*gpu_), cpu, bound, what + (accumulate ? " (accumulate)" : ""));
     }
-    for (double& b : bound) b *= (rows + 1) * double{FLT_EPSILON};
-    expect_within(run(*gpu_), run(*cpu_), bound, what);
   }
 }
 

@@ -21,6 +21,8 @@
 
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "shared/error.h"
 #include "tests/test_util/idx_writer.h"
 #include "worker/data/dataset.h"
@@ -412,7 +414,7 @@ TEST(Permutation, IsTheIdentityWithoutShuffle) {
 }
 
 std::vector<size_t> batch_of(const ShardSampler& s, uint64_t epoch, uint64_t step) {
-  std::vector<size_t> out(s.batch());
+  std::vector<size_t> out(static_cast<size_t>(s.share()));
   s.batch_records(epoch, step, out.data());
   return out;
 }
@@ -454,10 +456,50 @@ TEST(ShardSampler, WorkersTogetherSeeOneBigWorkersBatches) {
         const ShardSampler s(n, rank, world, batch, 77, true);
         ASSERT_EQ(s.steps_per_epoch(), big.steps_per_epoch());
         const auto local = batch_of(s, 4, k);
-        for (int j = 0; j < batch; ++j) ASSERT_EQ(local[j], global[rank + world * j]);
+        for (int j = 0; j < batch; ++j) ASSERT_EQ(local[j], global[rank * batch + j]);
       }
     }
   }
+}
+
+// Per-worker batch sizes: workers with shares {10, 20, 30} together take, step by step, exactly
+// the records of one worker with 60, each its contiguous run, whatever their micro-batches.
+TEST(ShardSampler, UnequalSharesTogetherSeeOneBigWorkersBatches) {
+  const uint64_t n = 1000;
+  const std::vector<int> shares = {10, 20, 30};
+  const ShardSampler big(n, 0, 1, 60, 77, true);
+  for (const int micro : {1, 7, 10, 64}) {
+    std::vector<ShardSampler> workers;
+    for (int rank = 0; rank < 3; ++rank) workers.emplace_back(n, rank, shares, micro, 77, true);
+    ASSERT_EQ(workers[2].steps_per_epoch(), 16u);  // 1000 / 60
+    ASSERT_EQ(workers[2].global_batch(), 60u);
+    for (uint64_t k = 0; k < big.steps_per_epoch(); ++k) {
+      std::vector<size_t> joined;
+      for (const ShardSampler& w : workers) {
+        ASSERT_EQ(w.steps_per_epoch(), big.steps_per_epoch());
+        int samples = 0;
+        for (int j = 0; j < w.micro_batches(); ++j) {
+          std::vector<size_t> part(static_cast<size_t>(w.micro_size(j)));
+          w.micro_records(3, k, j, part.data());
+          joined.insert(joined.end(), part.begin(), part.end());
+          samples += w.micro_size(j);
+          ASSERT_LE(w.micro_size(j), micro);
+        }
+        ASSERT_EQ(samples, w.share());
+        ASSERT_EQ(w.micro_batches(), (w.share() + std::min(micro, w.share()) - 1) / std::min(micro, w.share()));
+      }
+      ASSERT_EQ(joined, batch_of(big, 3, k)) << "micro " << micro << " step " << k;
+    }
+  }
+  EXPECT_EQ(error_of([] { ShardSampler(59, 0, std::vector<int>{10, 20, 30}, 5, 1, true); }),
+            "data sampler: empty shard: 59 records < a global batch of 60");
+  EXPECT_EQ(error_of([] { ShardSampler(100, 0, std::vector<int>{10, 0}, 5, 1, true); }),
+            "data sampler: batch size must be >= 1, got 0");
+  EXPECT_EQ(error_of([] { ShardSampler(100, 0, std::vector<int>{10, 20}, 0, 1, true); }),
+            "data sampler: micro-batch size must be >= 1, got 0");
+  const ShardSampler s(100, 1, std::vector<int>{10, 20}, 8, 1, true);
+  size_t out[8];
+  EXPECT_EQ(error_of([&] { s.micro_records(0, 0, 3, out); }), "data sampler: micro-batch 3 out of range (3 per step)");
 }
 
 TEST(ShardSampler, RejectsEmptyShardsAndBadArguments) {
@@ -507,6 +549,27 @@ TEST(Prefetcher, YieldsEveryBatchInOrderWithTheRightContents) {
     }
   }
   EXPECT_FALSE(prefetcher.next(b));
+  EXPECT_FALSE(prefetcher.next(b));
+}
+
+// With accumulation every step yields its micro-batches in order, each with its records.
+TEST(Prefetcher, YieldsTheMicroBatchesOfEachStep) {
+  CodedSet set(50);
+  const ShardSampler sampler(50, 1, std::vector<int>{4, 10}, 4, 5, true);  // 3 steps; 4 + 4 + 2
+  Prefetcher prefetcher(*set.data, sampler, 0, 2, 0, 2);
+  Batch b;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    for (uint64_t step = 0; step < 3; ++step) {
+      for (int j = 0; j < 3; ++j) {
+        ASSERT_TRUE(prefetcher.next(b));
+        ASSERT_EQ(std::make_tuple(b.epoch, b.step, b.micro, b.micro_batches), std::make_tuple(epoch, step, j, 3));
+        ASSERT_EQ(b.size, j < 2 ? 4 : 2);
+        std::vector<size_t> expected(static_cast<size_t>(b.size));
+        sampler.micro_records(epoch, step, j, expected.data());
+        for (int i = 0; i < b.size; ++i) EXPECT_EQ(decode_record(&b.x[i * kDim]), expected[i]);
+      }
+    }
+  }
   EXPECT_FALSE(prefetcher.next(b));
 }
 

@@ -243,9 +243,13 @@ Header push_header(uint32_t sender, uint64_t rid) {
   return h;
 }
 
-Header hello_header(uint32_t sender, uint64_t rid, uint32_t num_workers, uint64_t total, uint64_t steps) {
+// The real job's global batch is 2 x 8.
+Header hello_header(uint32_t sender, uint64_t rid, uint32_t num_workers, uint64_t total, uint64_t steps,
+                    uint64_t global_batch = 16, ModeCode mode = ModeCode::kSync) {
   Header h;
   h.op = Op::kHello;
+  h.samples = global_batch;
+  h.mode = static_cast<uint64_t>(mode);
   h.request_id = rid;
   h.sender = sender;
   h.num_workers = num_workers;
@@ -348,6 +352,12 @@ void send_false_hellos(RawPeer& peer, Hostile& hostile) {
                           "model of 1267 parameters does not match 1266", "HELLO with another model");
   hostile.expect_rejected(peer, message(hello_header(0, 204, 2, kModelFloats, kSteps + 1)),
                           "job of 31 steps does not match the other workers' 30", "HELLO with another step count");
+  hostile.expect_rejected(peer, message(hello_header(0, 205, 2, kModelFloats, kSteps, 24)),
+                          "worker's global batch of 24 samples does not match the other workers' 16 (are --batch-size, "
+                          "--accum-steps, --worker-batch and --global-batch the same everywhere?)",
+                          "HELLO with another global batch");
+  hostile.expect_rejected(peer, message(hello_header(0, 206, 2, kModelFloats, kSteps, 16, ModeCode::kAsync)),
+                          "worker runs --mode async; this PS runs --mode sync", "HELLO of another mode");
   std::vector<float> nan_grad(kModelFloats, 0.01f);
   nan_grad[0] = std::numeric_limits<float>::quiet_NaN();
   const std::string never = " from a peer that never said HELLO";
@@ -634,7 +644,7 @@ TEST_F(HostileTest, SquatterTakesAFreeSlotAndTheRealWorkerFailsLoudly) {
 
   zmq::context_t context(1);
   RawPeer squatter(context, address);
-  squatter.send(message(hello_header(0, 1, 1, kModelFloats, kSteps)));
+  squatter.send(message(hello_header(0, 1, 1, kModelFloats, kSteps, 8)));  // a global batch of 1 x 8
   const Header welcome = squatter.receive_header(0, "squatter's WELCOME");
   ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
 

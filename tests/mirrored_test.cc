@@ -20,7 +20,7 @@ namespace {
 constexpr int kBatch = 8;
 constexpr int kSteps = 20;
 
-class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {
+class MirroredBase : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_dir_ = new std::string(make_temp_dir("mirrored"));
@@ -31,18 +31,25 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
 
   // Trains kSteps steps and returns the saved parameters (num_ps 0: allreduce mode with
   // `collective`; nccl runs on the GPU).
-  SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag,
-                    const std::string& collective = "ring") {
+  static SavedParams train(int num_ps, int num_workers, int batch, const std::string& optimizer, const std::string& tag,
+                           const std::string& collective = "ring") {
+    return train_with(num_ps, num_workers, {"--batch-size", std::to_string(batch)}, optimizer, tag, collective);
+  }
+
+  // The same with `batching` flags (--batch-size, --worker-batch, --accum-steps, --mode ...).
+  static SavedParams train_with(int num_ps, int num_workers, const std::vector<std::string>& batching,
+                                const std::string& optimizer, const std::string& tag,
+                                const std::string& collective = "ring") {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
     job.num_ps = std::max(num_ps, 1);
     job.num_workers = num_workers;
     job.dir = dir;
     const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
-    job.args = {"--data-dir", *data_dir_, "--cache-dir", dir, "--hidden", "16,8", "--batch-size",
-                std::to_string(batch), "--steps", std::to_string(kSteps), "--epochs", "5", "--optimizer",
-                optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7", "--log-every", "5",
-                "--timeout", "30", "--save-params", dir + "/params"};
+    job.args = {"--data-dir", *data_dir_, "--cache-dir", dir, "--hidden", "16,8", "--steps", std::to_string(kSteps),
+                "--epochs", "5", "--optimizer", optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7",
+                "--log-every", "5", "--timeout", "30", "--save-params", dir + "/params"};
+    job.args.insert(job.args.end(), batching.begin(), batching.end());
     if (collective == "nccl") job.args.insert(job.args.end(), {"--device", "cuda"});
     const JobResult result = num_ps == 0 ? run_allreduce_job(job, collective) : run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
@@ -59,7 +66,9 @@ class MirroredTest : public ::testing::TestWithParam<std::tuple<std::string, int
 
   static std::string* data_dir_;
 };
-std::string* MirroredTest::data_dir_ = nullptr;
+std::string* MirroredBase::data_dir_ = nullptr;
+
+class MirroredTest : public MirroredBase, public ::testing::WithParamInterface<std::tuple<std::string, int>> {};
 
 TEST_P(MirroredTest, NWorkersEqualOneWorkerOnTheConcatenatedBatch) {
   const auto& [optimizer, n] = GetParam();
@@ -100,11 +109,51 @@ TEST_P(MirroredTest, NcclAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
 }
 
 // The check must be able to fail: a different global batch gives clearly different parameters.
-TEST_F(MirroredTest, DifferentGlobalBatchIsDetected) {
+using MirroredCheck = MirroredBase;
+TEST_F(MirroredCheck, DifferentGlobalBatchIsDetected) {
   const SavedParams a = train(1, 1, 16, "sgd", "neg-a");
   const SavedParams b = train(1, 2, 16, "sgd", "neg-b");
   EXPECT_GT(relative_difference(a, b), 1e-3);
 }
+
+// Per-worker batch sizes, gradient accumulation and ssp with staleness 0 keep the contract too
+// (issue 16): each against one worker on the same global batches, for every optimizer, S = 1, 2.
+class MirroredBatchTest : public MirroredBase, public ::testing::WithParamInterface<std::string> {
+ protected:
+  void expect_equal(const SavedParams& reference, int num_workers, const std::vector<std::string>& batching,
+                    const std::string& what) {
+    const std::string& optimizer = GetParam();
+    const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
+    for (int shards : {1, 2}) {
+      const SavedParams p = train_with(shards, num_workers, batching, optimizer, optimizer + "-" + std::to_string(shards));
+      const double rel = relative_difference(reference, p);
+      EXPECT_LE(rel, tolerance) << optimizer << " " << what << " S=" << shards;
+      std::printf("%s %s S=%d: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), what.c_str(), shards,
+                  rel);
+    }
+  }
+};
+
+TEST_P(MirroredBatchTest, WorkerBatches10And20And30EqualOneWorkerWith60) {
+  const SavedParams reference = train(1, 1, 60, GetParam(), GetParam() + "-ref60");
+  expect_equal(reference, 3, {"--worker-batch", "10,20,30"}, "--worker-batch 10,20,30");
+}
+
+TEST_P(MirroredBatchTest, ThreeAccumulatedMicroBatchesOf16EqualOneBatchOf48) {
+  const SavedParams reference = train(1, 1, 48, GetParam(), GetParam() + "-ref48");
+  expect_equal(reference, 1, {"--batch-size", "16", "--accum-steps", "3"}, "--batch-size 16 --accum-steps 3");
+  // Two workers sharing --global-batch 48, each in 3 micro-batches of 8.
+  expect_equal(reference, 2, {"--global-batch", "48", "--accum-steps", "3"}, "N=2 --global-batch 48 --accum-steps 3");
+}
+
+TEST_P(MirroredBatchTest, SspWithStalenessZeroEqualsSync) {
+  const SavedParams reference = train(1, 1, 3 * kBatch, GetParam(), GetParam() + "-ref24");
+  expect_equal(reference, 3, {"--batch-size", std::to_string(kBatch), "--mode", "ssp", "--staleness", "0"},
+               "N=3 --mode ssp --staleness 0");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, MirroredBatchTest, ::testing::Values("sgd", "momentum", "adam"),
+                         [](const auto& info) { return std::string(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(AllOptimizers, MirroredTest,
                          ::testing::Combine(::testing::Values("sgd", "momentum", "adam"),

@@ -50,7 +50,9 @@ bool same(const Header& a, const Header& b) {
          a.times.push_us == b.times.push_us && a.times.wait_us == b.times.wait_us &&
          a.times.pull_us == b.times.pull_us && a.times.eval_us == b.times.eval_us && a.slowest == b.slowest && a.slowest_us == b.slowest_us &&
          a.message == b.message && a.checkpoint == b.checkpoint && a.stop == b.stop &&
-         a.times.ckpt_us == b.times.ckpt_us && a.write_us == b.write_us;
+         a.times.ckpt_us == b.times.ckpt_us && a.write_us == b.write_us && a.mode == b.mode &&
+         a.based_on == b.based_on && a.stale_sum == b.stale_sum && a.stale_count == b.stale_count &&
+         a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -77,6 +79,13 @@ Header full_header(Op op) {
   h.stop = 1;
   h.times.ckpt_us = 7777;
   h.write_us = 65536;
+  h.mode = 2;
+  h.based_on = 299;
+  h.stale_sum = (uint64_t{1} << 35) + 9;
+  h.stale_count = 70001;
+  h.stale_max = 17;
+  h.lead_max = 4;
+  h.dropped = 250;
   return h;
 }
 
@@ -126,6 +135,8 @@ class MapBuilder {
     set_uint("t_eval", 0);
     set_uint("slow", 0).set_uint("slow_us", 0).set_uint("ckpt", 0).set_uint("stop", 0);
     set_uint("t_ckpt", 0).set_uint("ckpt_us", 0);
+    set_uint("mode", 0).set_uint("based", 0).set_uint("stale", 0).set_uint("stale_n", 0);
+    set_uint("stale_max", 0).set_uint("lead", 0).set_uint("dropped", 0);
     set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); })).set_raw("msg", packed_str(""));
   }
   // Replaces the value of `key` (appends it if absent).
@@ -226,7 +237,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -369,6 +380,8 @@ TEST(ProtocolCorruptionTest, FieldOutOfRange) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("from", uint64_t{1} << 32).bytes()), "sender index out of range");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("nw", uint64_t{1} << 32).bytes()), "nw out of range");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("dtype", 1).bytes()), "dtype 1 is not float32");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("mode", 3).bytes()), "unknown mode 3");
+  EXPECT_EQ(decoded(MapBuilder().set_uint("mode", 2).bytes()).mode, 2u);
   for (const char* key : {"off", "len", "total"}) {
     EXPECT_EQ(decode_error(MapBuilder().set_uint(key, kSliceLimit + 1).bytes()), "slice fields out of range") << key;
     EXPECT_EQ(decoded(MapBuilder().set_uint(key, kSliceLimit).bytes()).op, Op::kPush) << key;
@@ -393,8 +406,8 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x3b", 3), head + "map size overflow)"},  // 59 > 2 * 29 entries
-      {std::string("\xde\x00\x20", 3), kTruncated},                   // 32 entries are allowed
+      {std::string("\xde\x00\x49", 3), head + "map size overflow)"},  // 73 > 2 * 36 entries
+      {std::string("\xde\x00\x27", 3), kTruncated},                   // 39 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32
       {std::string("\xc9\xff\xff\xff\xff\x01", 6), kTruncated},       // ext32

@@ -38,6 +38,10 @@ class Backend {
   // Allocates now whatever per-batch scratch batches of up to `rows` need, so that it is in
   // bytes_allocated() (and in the worker's memory plan) before the first step.
   virtual void reserve_batch(int rows) { (void)rows; }
+  // What reserve_batch(rows) would hold in all, for a memory plan made before it is called.
+  virtual size_t batch_scratch_bytes(int rows) const { (void)rows; return 0; }
+  // Device memory free now (CUDA: cudaMemGetInfo); 0 for host backends (no limit known).
+  virtual size_t free_device_bytes() const { return 0; }
 
   virtual BufferPtr allocate(size_t n) = 0;  // n floats, zeroed
   // n floats of host memory for staging transfers (pinned on CUDA); not in bytes_allocated().
@@ -52,8 +56,8 @@ class Backend {
   virtual void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) = 0;
   // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
   virtual void relu_backward(float* dy, const float* y, size_t n) = 0;
-  // dbias[c] = sum over rows of dy[r, c].
-  virtual void column_sums(const float* dy, int rows, int cols, float* dbias) = 0;
+  // dbias[c] = sum over rows of dy[r, c], added to dbias[c] when `accumulate`.
+  virtual void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) = 0;
   // Softmax cross-entropy of logits[rows, cols] against host labels. If dlogits is not null it
   // receives the gradient of the summed loss (softmax - onehot), per sample.
   virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,

@@ -1,5 +1,6 @@
 #include "worker/exchange.h"
 
+#include <algorithm>
 #include <iterator>
 
 #include "shared/checkpoint_store.h"
@@ -16,7 +17,8 @@ uint64_t micros(Clock::duration d) {
 
 class PsExchange final : public Exchange {
  public:
-  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers) : o_(o), client_(o, total, servers) {}
+  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers)
+      : o_(o), client_(o, total, servers), early_pull_(o.mode == "sync") {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     const uint64_t first = client_.hello(total_steps);
@@ -30,7 +32,11 @@ class PsExchange final : public Exchange {
     return first;
   }
 
-  void begin_step(uint64_t step) override { client_.request_params(step + 1); }
+  // Sync asks for version step + 1 before computing: the PS sends each chunk the moment it is
+  // applied. ssp and async ask after their pushes, for the newest parameters that include them.
+  void begin_step(uint64_t step) override {
+    if (early_pull_) client_.request_params(step + 1);
+  }
 
   void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
     client_.push_ready(step, host_grad, from, info);
@@ -40,10 +46,14 @@ class PsExchange final : public Exchange {
                           StepTimes* times) override {
     const auto start = Clock::now();
     client_.push_ready(step, host_grad, 0, info);  // whatever backward did not push yet
+    if (!early_pull_) client_.request_params(o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness) : 0);
     times->push_us = micros(Clock::now() - start);
-    const StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
+    StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
     times->ckpt_us = std::min(m.write_us, times->wait_us);  // the shards' checkpoint write, out of the wait
     times->wait_us -= times->ckpt_us;
+    // Backup workers: a late worker's step was applied without it; it goes on from the version
+    // it received. Every other mode counts its own steps.
+    m.next_step = o_.backup_workers > 0 ? std::max(step + 1, m.version) : step + 1;
     return m;
   }
 
@@ -52,6 +62,7 @@ class PsExchange final : public Exchange {
  private:
   const JobOptions o_;
   PsClient client_;
+  const bool early_pull_;
 };
 
 class AllreduceExchange final : public Exchange {
@@ -115,6 +126,7 @@ class AllreduceExchange final : public Exchange {
     }
     StepMetrics m;
     m.stop = sums[10] > 0;
+    m.version = m.next_step = step + 1;
     m.samples = static_cast<uint64_t>(sums[0]);
     m.loss_sum = sums[1];
     m.correct = static_cast<uint64_t>(sums[2]);

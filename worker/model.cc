@@ -90,7 +90,7 @@ const float* Mlp::forward(const float* params, const float* x, int batch) {
 }
 
 BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                           const GradReady& on_ready) {
+                           const GradReady& on_ready, bool accumulate) {
   const float* logits = forward(params, x, batch);
   const size_t layers = widths_.size() - 1;
   float* delta = delta_a_.get();  // d(loss)/d(pre-activation) of layer l
@@ -101,8 +101,8 @@ BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y
     const TensorSpec& b = layout_.tensors()[2 * l + 1];
     const float* input = l == 0 ? x : acts_[l - 1].get();
     const int in = widths_[l], out = widths_[l + 1];
-    backend_.gemm(true, false, in, out, batch, 1.0f, input, delta, 0.0f, grad + w.offset);
-    backend_.column_sums(delta, batch, out, grad + b.offset);
+    backend_.gemm(true, false, in, out, batch, 1.0f, input, delta, accumulate ? 1.0f : 0.0f, grad + w.offset);
+    backend_.column_sums(delta, batch, out, grad + b.offset, accumulate);
     if (on_ready) on_ready(w.offset, stats);
     if (l == 0) break;
     backend_.gemm(false, true, batch, in, out, 1.0f, delta, params + w.offset, 0.0f, spare);

@@ -34,9 +34,10 @@ class Mlp {
   using GradReady = std::function<void(size_t from, const BatchStats& stats)>;
 
   // Forward and backward on a batch (x, y in backend memory / host labels). grad receives the
-  // gradient of the SUMMED loss over the batch (not the mean).
+  // gradient of the SUMMED loss over the batch (not the mean); with `accumulate` it is added to
+  // what grad holds (gradient accumulation over micro-batches).
   BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                        const GradReady& on_ready = nullptr);
+                        const GradReady& on_ready = nullptr, bool accumulate = false);
   // Forward only.
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
 

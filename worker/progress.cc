@@ -10,6 +10,11 @@ void StepStats::add(const StepMetrics& m) {
   samples_ += m.samples;
   correct_ += m.correct;
   loss_ += m.loss_sum;
+  stale_sum_ += m.stale_sum;
+  stale_count_ += m.stale_count;
+  stale_max_ = std::max(stale_max_, m.stale_max);
+  lead_max_ = std::max(lead_max_, m.lead_max);
+  dropped_ += m.dropped;
   if (m.times.total_us() == 0) return;  // the first step carries no times yet
   ++timed_steps_;
   times_ += m.times;
@@ -35,6 +40,20 @@ std::string StepStats::breakdown() const {
     std::snprintf(line + used, sizeof line - static_cast<size_t>(used), " + ckpt %.2f", times_.ckpt_us / per);
   }
   return line;
+}
+
+std::string StepStats::consistency() const {
+  std::string out;
+  char part[120];
+  if (stale_count_ > 0) {
+    std::snprintf(part, sizeof part, "; staleness mean %.2f max %llu over %llu updates",
+                  static_cast<double>(stale_sum_) / static_cast<double>(stale_count_),
+                  static_cast<unsigned long long>(stale_max_), static_cast<unsigned long long>(stale_count_));
+    out += part;
+  }
+  if (lead_max_ > 0) out += "; lead over the slowest worker max " + std::to_string(lead_max_);
+  if (dropped_ > 0) out += "; " + std::to_string(dropped_) + " late pushes dropped";
+  return out;
 }
 
 std::string StepStats::straggler() const {

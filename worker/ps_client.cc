@@ -19,7 +19,13 @@ uint64_t micros(Clock::duration d) {
 }  // namespace
 
 PsClient::PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint)
-    : options_(options), total_(total), endpoint_(endpoint), slices_(balance_slices(total, options.num_ps)) {}
+    : options_(options),
+      total_(total),
+      endpoint_(endpoint),
+      slices_(balance_slices(total, options.num_ps)),
+      exact_versions_(options.mode == "sync" && options.backup_workers == 0) {
+  for (int b : worker_shares(options)) global_batch_ += static_cast<uint64_t>(b);
+}
 
 Header PsClient::request(Op op, uint64_t step, int shard) const {
   Header h;
@@ -113,6 +119,8 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     h.request_id = rid;
     h.total = total_;
     h.num_workers = static_cast<uint32_t>(options_.num_workers);
+    h.mode = static_cast<uint64_t>(mode_code(options_.mode));
+    h.samples = global_batch_;
     send(s, h, nullptr);
     PSLOG(INFO) << "w" << options_.index << ": connecting to ps" << s << " at " << endpoint_.address(s);
   }
@@ -133,6 +141,7 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     version = std::min(version, h.step);
     newest = std::max(newest, h.step);
   }
+  versions_.assign(chunks_.size(), version);
   // Each shard answers with the step this worker does next there. They differ by one only for a
   // replacement whose predecessor died between its pushes to different shards: it redoes the
   // earlier step, and the shard that has its push already drops the repeat.
@@ -180,6 +189,7 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
     h.times = info.times;
     h.checkpoint = info.checkpoint;
     h.stop = info.stop ? 1 : 0;
+    h.based_on = versions_[unpushed_];
     zmq::message_t payload(const_cast<float*>(grad) + c.range.offset, c.range.length * sizeof(float),
                            [](void*, void*) {}, nullptr);  // zero-copy, see push_ready's contract
     send(c.shard, h, &payload);
@@ -193,7 +203,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   size_t left = chunks_.size();
   StepMetrics metrics;
   bool stop = false;
-  uint64_t write_us = 0;
+  uint64_t write_us = 0, version = UINT64_MAX;
   const auto deadline = deadline_after(options_.timeout_s);
   while (left > 0) {
     Message msg;
@@ -216,21 +226,32 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
       return c.shard == msg.shard && c.range.offset == h.offset && c.range.length == h.length;
     });
     const size_t index = static_cast<size_t>(it - chunks_.begin());
-    if (h.op != Op::kParams || h.request_id != pull_request_ || h.step != pull_version_ || it == chunks_.end() ||
-        received[index]) {
+    // Sync sends exactly the version asked for; the other modes the newest, which is at least it.
+    const bool version_ok = exact_versions_ ? h.step == pull_version_ : h.step >= pull_version_;
+    if (h.op != Op::kParams || h.request_id != pull_request_ || !version_ok || it == chunks_.end() || received[index]) {
       throw Error("unexpected " + std::string(op_name(h.op)) + " from ps" + std::to_string(msg.shard) + " (version " +
                   std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
                   ")) while pulling version " + std::to_string(pull_version_));
     }
     std::memcpy(params + h.offset, msg.frames[1].data(), h.length * sizeof(float));
     received[index] = true;
+    versions_[index] = h.step;
+    version = std::min(version, h.step);
     --left;
-    if (index == 0) metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
+    if (index == 0) {
+      metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
+      metrics.stale_sum = h.stale_sum;
+      metrics.stale_count = h.stale_count;
+      metrics.stale_max = h.stale_max;
+      metrics.lead_max = h.lead_max;
+      metrics.dropped = h.dropped;
+    }
     stop = stop || h.stop != 0;
     write_us = std::max(write_us, h.write_us);
   }
   metrics.stop = stop;
   metrics.write_us = write_us;
+  metrics.version = version;
   const auto end = Clock::now();
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);

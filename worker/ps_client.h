@@ -24,6 +24,15 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint64_t slowest_us = 0;
   bool stop = false;        // the job stops after this version (a final checkpoint was asked)
   uint64_t write_us = 0;    // the longest shard's checkpoint write of this version (part of the wait)
+  // Where the worker goes on: the parameters received are at least `version` (the least advanced
+  // chunk's), and the worker's next step is next_step (step + 1, except with backup workers when
+  // the job moved on without this worker: then the version received).
+  uint64_t version = 0, next_step = 0;
+  // async and ssp (from shard 0's first chunk): gradients applied since this worker's last pull,
+  // their staleness (async: updates applied between the pull a gradient was computed on and its
+  // own; ssp: its step minus the version it was computed on), summed and the largest, and in ssp
+  // the largest lead of a pushing worker over the slowest. Backup workers: late pushes dropped.
+  uint64_t stale_sum = 0, stale_count = 0, stale_max = 0, lead_max = 0, dropped = 0;
 };
 
 struct PushInfo {  // what rides along with this worker's gradient chunks
@@ -47,7 +56,8 @@ class PsClient {
   uint64_t hello(uint64_t total_steps);
   void init(const float* params);  // chief only: initial values of every chunk
 
-  // Asks every shard for the parameters of `version`; chunks are sent as they become ready.
+  // Asks every shard for the parameters of `version` (at least `version`, and the newest, in
+  // async, ssp and with backup workers); chunks are sent as they become ready.
   void request_params(uint64_t version);
   // Pushes, for `step`, every chunk not pushed yet that lies inside [ready_from, total) of grad.
   // Sends without copying: grad must not change until receive_params() has returned.
@@ -82,6 +92,9 @@ class PsClient {
   size_t unpushed_ = 0;            // chunks_[0, unpushed_) are not pushed yet this step
   uint64_t pushing_step_ = UINT64_MAX;
   uint64_t pull_request_ = 0, pull_version_ = 0;
+  const bool exact_versions_;      // plain sync: PARAMS carry exactly the version pulled
+  uint64_t global_batch_ = 0;      // sent with HELLO: every worker must agree
+  std::vector<uint64_t> versions_; // of each chunk as last received (PUSH's based_on)
   uint64_t next_request_ = 1;
 };
 

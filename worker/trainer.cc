@@ -9,37 +9,46 @@
 #include <iomanip>
 #include <numeric>
 #include <sstream>
+#include <thread>
 
 #include "shared/cluster_env.h"
 #include "shared/error.h"
 #include "shared/log.h"
 #include "shared/npy.h"
 #include "worker/backend.h"
+#include "worker/checkpoints.h"
 #include "worker/data/dataset.h"
 #include "worker/data/prefetch.h"
-#include "worker/checkpoints.h"
 #include "worker/data/sampler.h"
+#include "worker/exchange.h"
+#include "worker/memory_plan.h"
 #include "worker/model.h"
 #include "worker/progress.h"
-#include "worker/exchange.h"
 #include "worker/replica.h"
 
 namespace pstrain {
 namespace {
 
 constexpr int kEvalBatch = 500;
+constexpr double kMiB = 1048576.0;
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
-BatchStats evaluate(Mlp& model, Replica& replica, const Dataset& data) {
-  std::vector<size_t> records(kEvalBatch);
-  std::vector<float> x(static_cast<size_t>(kEvalBatch) * data.feature_dim());
-  std::vector<int32_t> y(kEvalBatch);
+std::string fixed(double value, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << value;
+  return os.str();
+}
+
+BatchStats evaluate(Mlp& model, Replica& replica, const Dataset& data, int eval_batch) {
+  std::vector<size_t> records(static_cast<size_t>(eval_batch));
+  std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
+  std::vector<int32_t> y(static_cast<size_t>(eval_batch));
   BatchStats total;
-  for (size_t start = 0; start < data.size(); start += kEvalBatch) {
-    const size_t count = std::min<size_t>(kEvalBatch, data.size() - start);
+  for (size_t start = 0; start < data.size(); start += static_cast<size_t>(eval_batch)) {
+    const size_t count = std::min<size_t>(static_cast<size_t>(eval_batch), data.size() - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
     data.read(records.data(), count, x.data(), y.data());
     const float* input = replica.input(x.data(), count * data.feature_dim());
@@ -66,190 +75,307 @@ long peak_rss_kb() {
   return 0;
 }
 
-std::string fixed(double value, int digits);
-
-struct MemoryPlan {  // MiB
-  double params = 0, grads = 0, activations = 0, input = 0, workspace = 0;
-  double total() const { return params + grads + activations + input + workspace; }
-  std::string text() const {
-    return "params " + fixed(params, 2) + " + grads " + fixed(grads, 2) + " + activations " + fixed(activations, 2) +
-           " + input " + fixed(input, 2) + " + workspace " + fixed(workspace, 2) + " = " + fixed(total(), 2) + " MiB";
-  }
-};
-
-// What the worker will allocate on its device, computed before allocating anything but the
-// backend's own workspace and per-batch scratch (already held).
-MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, int input_dim, int classes, int max_batch) {
-  constexpr double kMiB = 1048576.0;
+// What the worker will allocate on its device for batches of up to `rows` samples, computed
+// before allocating anything but the backend's own workspace (already held).
+MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, int input_dim, int classes, int rows) {
   const size_t total = Mlp::layout_for(input_dim, o.hidden, classes).total();
   MemoryPlan plan;
   plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = Mlp::activation_floats(input_dim, o.hidden, classes, max_batch) * sizeof(float) / kMiB;
-  plan.input = backend.host_accessible() ? 0 : static_cast<double>(max_batch) * input_dim * sizeof(float) / kMiB;
-  plan.workspace = backend.bytes_allocated() / kMiB;
+  plan.activations = Mlp::activation_floats(input_dim, o.hidden, classes, rows) * sizeof(float) / kMiB;
+  plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
+  plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
   return plan;
 }
 
-std::string fixed(double value, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << value;
-  return os.str();
-}
+// One worker's training run: the parts of train(), in the order they happen.
+class Trainer {
+ public:
+  Trainer(const JobOptions& o, const std::atomic<bool>* stop_requested)
+      : o_(o), chief_(o.index == 0), tag_("w" + std::to_string(o.index) + ": "), stop_requested_(stop_requested) {}
+
+  TrainSummary run(const ExchangeFactory& make_exchange) {
+    open_data();
+    plan_device();
+    connect(make_exchange);
+    loop();
+    return finish();
+  }
+
+ private:
+  // The datasets, this worker's share of every global step, and the job's length.
+  void open_data() {
+    const std::string data_dir = o_.data_dir.empty() ? default_data_dir() : o_.data_dir;
+    const std::string cache_dir = o_.cache_dir.empty() ? default_cache_dir() : o_.cache_dir;
+    train_data_ = Dataset::open_mnist_dir(data_dir, "train", cache_dir);
+    if (chief_) test_data_ = Dataset::open_mnist_dir(data_dir, "t10k", cache_dir);
+    shares_ = worker_shares(o_);
+    share_ = shares_[static_cast<size_t>(o_.index)];
+    global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
+                                    [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
+    steps_per_epoch_ = ShardSampler(train_data_->size(), o_.index, shares_, share_, o_.seed, o_.shuffle).steps_per_epoch();
+    total_steps_ = steps_per_epoch_ * static_cast<uint64_t>(o_.epochs);
+    if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
+    const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
+    PSLOG(INFO) << tag_ << "data " << data_dir << ": " << train_data_->size() << " training records; each global step "
+                << "takes " << global_batch_ << " of them"
+                << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
+                << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_
+                << " steps per epoch";
+  }
+
+  uint64_t shard_offset() const {
+    return std::accumulate(shares_.begin(), shares_.begin() + o_.index, uint64_t{0},
+                           [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
+  }
+
+  // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.
+  void plan_device() {
+    backend_ = make_backend(o_);
+    PSLOG(INFO) << tag_ << describe_placement(o_, backend_->name());
+    const int input_dim = static_cast<int>(train_data_->feature_dim());
+    const int classes = train_data_->num_classes();
+    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, input_dim, classes, rows); };
+    if (o_.batch_auto) {
+      double limit = static_cast<double>(o_.gpu_memory_limit_mib);
+      if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
+      batch_ = choose_batch(share_, kEvalBatch, chief_, limit, plan_for);
+      PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
+                  << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
+                  << (limit > 0 ? "the largest whose plan fits " + fixed(limit, 2) + " MiB" : "no memory limit")
+                  << (chief_ ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
+    } else {
+      batch_.micro = std::min(micro_batch(o_, share_), share_);
+      batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
+      batch_.eval_batch = kEvalBatch;
+    }
+    if (batch_.micro_batches > 1 && !o_.batch_auto) {
+      PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
+                  << batch_.micro << " = " << share_ << " samples a step";
+    }
+    sampler_ = std::make_unique<ShardSampler>(train_data_->size(), o_.index, shares_, batch_.micro, o_.seed, o_.shuffle);
+    const int max_batch = std::max(batch_.micro, chief_ ? batch_.eval_batch : 1);
+    const MemoryPlan plan = plan_for(max_batch);
+    backend_->reserve_batch(max_batch);  // the plan counted it as workspace
+    PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
+    if (o_.gpu_memory_limit_mib > 0 && !backend_->host_accessible() &&
+        plan.total() > static_cast<double>(o_.gpu_memory_limit_mib)) {
+      throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
+                  std::to_string(o_.gpu_memory_limit_mib) + " MiB (" + plan.text() +
+                  "); --batch-size auto picks a micro-batch that fits");
+    }
+    model_ = std::make_unique<Mlp>(input_dim, o_.hidden, classes, max_batch, *backend_);
+    total_ = model_->layout().total();
+    replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
+    PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
+                << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
+                << (backend_->host_accessible() ? std::string()
+                                                : "; measured " + fixed(backend_->device_bytes_used() / kMiB, 2) +
+                                                      " MiB by cudaMemGetInfo");
+  }
+
+  // The exchange (PS or all-reduce), the first parameters, and the step to start from.
+  void connect(const ExchangeFactory& make_exchange) {
+    exchange_ = make_exchange(total_, *replica_);
+    stage_gradient_ = exchange_->stages_gradient();
+    model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
+    checkpoints_ = std::make_unique<ChiefCheckpoints>(o_, model_->layout(), total_steps_, stop_requested_);
+    first_step_ = exchange_->start(replica_->host_params(), total_steps_);
+    if (checkpoints_->enabled() && o_.resume) checkpoints_->check_resumed(first_step_);
+    replica_->params_to_device();
+    PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
+                << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
+  }
+
+  // Reads the batches of steps [step, total_steps_) from now on.
+  void start_prefetch(uint64_t step) {
+    prefetch_.reset();
+    const uint64_t epoch = step / steps_per_epoch_;
+    prefetch_ = std::make_unique<Prefetcher>(*train_data_, *sampler_, epoch, static_cast<uint64_t>(o_.epochs) - epoch,
+                                             total_steps_ - step, o_.prefetch, step % steps_per_epoch_);
+  }
+
+  void loop() {
+    start_prefetch(first_step_);
+    start_ = interval_start_ = Clock::now();
+    uint64_t step = first_step_;
+    while (step < total_steps_) {
+      const StepMetrics m = run_step(step);
+      if (!chief_ && m.stop) break;
+      if (chief_) report(step, m);
+      if (m.stop) break;
+      if (m.next_step > step + 1 && m.next_step < total_steps_) {
+        // Backup workers: the job moved on without this worker's late steps; so does its data.
+        skipped_ += m.next_step - step - 1;
+        start_prefetch(m.next_step);
+      }
+      step = std::max(m.next_step, step + 1);
+    }
+    if (!summary_.stopped) summary_.steps = total_steps_;
+  }
+
+  // One global step: its micro-batches' gradient summed and pushed (the last micro-batch's as
+  // backward produces it), and the next parameters received.
+  StepMetrics run_step(uint64_t step) {
+    const auto t0 = Clock::now();
+    Clock::duration data{}, pushing{};
+    exchange_->begin_step(step);
+    PushInfo info{0, 0, 0, previous_};
+    checkpoints_->plan(step, &info.checkpoint, &info.stop);
+    BatchStats done;  // of the micro-batches before the current one
+    for (int j = 0; j < batch_.micro_batches; ++j) {
+      const auto d0 = Clock::now();
+      if (!prefetch_->next(batch_data_)) throw Error("data ended before step " + std::to_string(step));
+      data += Clock::now() - d0;
+      PSTRAIN_CHECK(batch_data_.step == step % steps_per_epoch_ && batch_data_.micro == j);
+      info.samples += static_cast<uint64_t>(batch_data_.size);
+      const bool last = j + 1 == batch_data_.micro_batches;
+      size_t ready_to = total_;  // grad[ready_to, total) is final (and on the host when staged)
+      const auto push = [&](size_t from, const BatchStats& s) {
+        if (stage_gradient_) replica_->grad_to_host(from, ready_to);
+        ready_to = from;
+        const auto p0 = Clock::now();
+        info.loss_sum = done.loss_sum + s.loss_sum;
+        info.correct = static_cast<uint64_t>(done.correct + s.correct);
+        exchange_->gradient_ready(step, replica_->host_grad(), from, info);
+        pushing += Clock::now() - p0;
+      };
+      const float* x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
+      const BatchStats s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size,
+                                              replica_->grad(), last ? Mlp::GradReady(push) : nullptr, j > 0);
+      if (!last) {
+        done.loss_sum += s.loss_sum;
+        done.correct += s.correct;
+      }
+    }
+    // Without staging the backward pass may still run on the GPU: wait here, so that its time
+    // counts as compute and not as the exchange's.
+    if (!stage_gradient_) replica_->synchronize();
+    slow_down(Clock::now() - t0 - data);
+    const auto t2 = Clock::now();
+    StepTimes times;
+    times.data_us = micros(data);
+    times.compute_us = micros(t2 - t0 - data) - micros(pushing);
+    const StepMetrics m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &times);
+    times.push_us += micros(pushing);
+    replica_->params_to_device();
+    previous_ = times;
+    interval_.add(m);
+    epoch_.add(m);
+    run_.add(m);
+    if (info.checkpoint != 0) previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->completed(info.checkpoint));
+    if (m.stop) {
+      summary_.stopped = true;
+      summary_.steps = step + 1;
+      PSLOG(WARN) << tag_ << "stopping after step " << step + 1 << " of " << total_steps_
+                  << ": the chief was asked to stop; the final checkpoint is complete";
+    }
+    return m;
+  }
+
+  // --slowdown F: this worker's compute takes F times as long (a debugging aid for stragglers).
+  void slow_down(Clock::duration compute) const {
+    if (o_.slowdown <= 1) return;
+    std::this_thread::sleep_for(std::chrono::duration_cast<Clock::duration>(compute * (o_.slowdown - 1)));
+  }
+
+  // The chief's progress line every --log-every steps, and the evaluation at an epoch's end.
+  void report(uint64_t step, const StepMetrics& m) {
+    const bool last = step + 1 == total_steps_ || m.stop;
+    const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
+    if ((step + 1) % static_cast<uint64_t>(o_.log_every) == 0 || epoch_end || last) {
+      const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+      PSLOG(INFO) << "epoch " << batch_data_.epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
+                  << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)
+                  << " acc " << fixed(interval_.accuracy(), 4) << " samples/s "
+                  << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
+                  << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
+                  << interval_.breakdown() << interval_.consistency();
+      const std::string slow = interval_.straggler();
+      if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
+      interval_.reset();
+      interval_start_ = Clock::now();
+    }
+    if (epoch_end || last) {
+      const auto e0 = Clock::now();
+      const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch);
+      previous_.eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
+      summary_.test_loss = t.loss_sum / test_data_->size();
+      summary_.test_accuracy = static_cast<double>(t.correct) / test_data_->size();
+      summary_.train_loss = epoch_.mean_loss();
+      summary_.train_accuracy = epoch_.accuracy();
+      PSLOG(INFO) << "epoch " << batch_data_.epoch + 1 << " done: train loss " << fixed(summary_.train_loss, 4)
+                  << " acc " << fixed(summary_.train_accuracy, 4) << "; test loss " << fixed(summary_.test_loss, 4)
+                  << " acc " << fixed(summary_.test_accuracy, 4) << " (evaluated in "
+                  << fixed(previous_.eval_us / 1e3, 1) << " ms)";
+      epoch_.reset();
+    }
+  }
+
+  TrainSummary finish() {
+    summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    // All workers' samples: the global batches of sync and ssp; in async each worker's own steps.
+    const double samples = run_.samples() > 0 ? static_cast<double>(run_.samples())
+                                              : static_cast<double>(summary_.steps - first_step_) * global_batch_;
+    summary_.samples_per_second = samples / std::max(summary_.seconds, 1e-9);
+    // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
+    if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
+      save_params(o_.save_params, model_->layout(), replica_->host_params());
+    }
+    exchange_->done();
+    PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kb()
+                << (skipped_ > 0 ? " skipped_steps=" + std::to_string(skipped_) : "")
+                << (backend_->host_accessible()
+                        ? std::string()
+                        : " device_mib_counted=" + fixed(backend_->bytes_allocated() / kMiB, 2) +
+                              " device_mib_measured=" + fixed(backend_->device_bytes_used() / kMiB, 2));
+    if (chief_) {
+      PSLOG(INFO) << "summary: mode=" << o_.mode << " workers=" << o_.num_workers
+                  << (o_.mode != "allreduce" ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << summary_.steps
+                  << " time_s=" << fixed(summary_.seconds, 1)
+                  << " samples_per_s=" << fixed(summary_.samples_per_second, 0)
+                  << " train_loss=" << fixed(summary_.train_loss, 4)
+                  << " train_accuracy=" << fixed(summary_.train_accuracy, 4)
+                  << " test_loss=" << fixed(summary_.test_loss, 4) << " test_accuracy=" << fixed(summary_.test_accuracy, 4)
+                  << " | " << run_.breakdown() << run_.consistency();
+    }
+    return summary_;
+  }
+
+  const JobOptions& o_;
+  const bool chief_;
+  const std::string tag_;
+  const std::atomic<bool>* stop_requested_;
+
+  std::unique_ptr<Dataset> train_data_, test_data_;
+  std::vector<int> shares_;
+  int share_ = 0;
+  uint64_t global_batch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  BatchChoice batch_;
+  std::unique_ptr<ShardSampler> sampler_;
+
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Mlp> model_;
+  size_t total_ = 0;
+  std::unique_ptr<Replica> replica_;
+
+  std::unique_ptr<Exchange> exchange_;
+  bool stage_gradient_ = true;
+  std::unique_ptr<ChiefCheckpoints> checkpoints_;
+  uint64_t first_step_ = 0, skipped_ = 0;
+
+  std::unique_ptr<Prefetcher> prefetch_;
+  Batch batch_data_;
+  StepTimes previous_;  // this worker's last step, reported with the next step's pushes
+  Clock::time_point start_, interval_start_;
+  StepStats interval_{o_.num_workers}, epoch_{o_.num_workers}, run_{o_.num_workers};
+  TrainSummary summary_;
+};
 
 }  // namespace
 
 TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, const std::atomic<bool>* stop_requested) {
-  const bool chief = o.index == 0;
-  const std::string tag = "w" + std::to_string(o.index) + ": ";
-  const std::string data_dir = o.data_dir.empty() ? default_data_dir() : o.data_dir;
-  const std::string cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  const auto train_data = Dataset::open_mnist_dir(data_dir, "train", cache_dir);
-  const auto test_data = chief ? Dataset::open_mnist_dir(data_dir, "t10k", cache_dir) : nullptr;
-  const ShardSampler sampler(train_data->size(), o.index, o.num_workers, o.batch_size, o.seed, o.shuffle);
-  const uint64_t steps_per_epoch = sampler.steps_per_epoch();
-  uint64_t total_steps = steps_per_epoch * static_cast<uint64_t>(o.epochs);
-  if (o.steps > 0) total_steps = std::min(total_steps, static_cast<uint64_t>(o.steps));
-  PSLOG(INFO) << tag << "data " << data_dir << ": " << train_data->size() << " training records; this worker's shard is "
-              << sampler.shard_size() << " records per epoch (positions " << o.index << ", " << o.index << "+"
-              << o.num_workers << ", ...), " << steps_per_epoch << " steps of " << o.batch_size;
-
-  const auto backend = make_backend(o);
-  PSLOG(INFO) << tag << describe_placement(o, backend->name());
-  const int input_dim = static_cast<int>(train_data->feature_dim());
-  const int max_batch = std::max(o.batch_size, chief ? kEvalBatch : 1);
-  const size_t input_floats = static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim);
-  backend->reserve_batch(max_batch);  // counted as workspace below
-  const MemoryPlan plan = plan_memory(*backend, o, input_dim, train_data->num_classes(), max_batch);
-  PSLOG(INFO) << tag << "device " << backend->name() << "; memory plan: " << plan.text();
-  if (o.gpu_memory_limit_mib > 0 && !backend->host_accessible() &&
-      plan.total() > static_cast<double>(o.gpu_memory_limit_mib)) {
-    throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
-                std::to_string(o.gpu_memory_limit_mib) + " MiB (" + plan.text() + ")");
-  }
-  Mlp model(input_dim, o.hidden, train_data->num_classes(), max_batch, *backend);
-  const size_t total = model.layout().total();
-  Replica replica(*backend, total, input_floats);
-  PSLOG(INFO) << tag << "model " << total << " parameters; allocated " << fixed(backend->bytes_allocated() / 1048576.0, 2)
-              << " MiB on " << backend->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
-              << (backend->host_accessible() ? std::string()
-                                             : "; measured " + fixed(backend->device_bytes_used() / 1048576.0, 2) +
-                                                   " MiB by cudaMemGetInfo");
-
-  const auto exchange = make_exchange(total, replica);
-  const bool stage_gradient = exchange->stages_gradient();
-  model.init(o.seed, replica.host_params());  // the same on every worker: it depends on the seed alone
-  ChiefCheckpoints checkpoints(o, model.layout(), total_steps, stop_requested);
-  const uint64_t first_step = exchange->start(replica.host_params(), total_steps);
-  if (checkpoints.enabled() && o.resume) checkpoints.check_resumed(first_step);
-  replica.params_to_device();
-  PSLOG(INFO) << tag << "training " << total_steps << " steps"
-              << (first_step > 0 ? " from step " + std::to_string(first_step) : "");
-
-  const uint64_t first_epoch = first_step / steps_per_epoch;
-  Prefetcher prefetch(*train_data, sampler, first_epoch, static_cast<uint64_t>(o.epochs) - first_epoch,
-                      total_steps - first_step, o.prefetch, first_step % steps_per_epoch);
-  const auto start = Clock::now();
-  auto interval_start = start;
-  StepStats interval(o.num_workers), epoch(o.num_workers), run(o.num_workers);
-  TrainSummary summary;
-  Batch batch;
-  StepTimes previous;  // this worker's last step, reported with the next step's pushes
-  for (uint64_t step = first_step; step < total_steps; ++step) {
-    const auto t0 = Clock::now();
-    if (!prefetch.next(batch)) throw Error("data ended before step " + std::to_string(step));
-    const auto t1 = Clock::now();
-    exchange->begin_step(step);
-    PushInfo info{static_cast<uint64_t>(batch.size), 0, 0, previous};
-    checkpoints.plan(step, &info.checkpoint, &info.stop);
-    Clock::duration pushing{};
-    size_t ready_to = total;  // grad[ready_to, total) is final (and on the host when staged)
-    const auto push = [&](size_t from, const BatchStats& s) {
-      if (stage_gradient) replica.grad_to_host(from, ready_to);
-      ready_to = from;
-      const auto p0 = Clock::now();
-      info.loss_sum = s.loss_sum;
-      info.correct = static_cast<uint64_t>(s.correct);
-      exchange->gradient_ready(step, replica.host_grad(), from, info);
-      pushing += Clock::now() - p0;
-    };
-    const float* x = replica.input(batch.x.data(), batch.x.size());
-    model.train_step(replica.params(), x, batch.y.data(), batch.size, replica.grad(), push);
-    // Without staging the backward pass may still run on the GPU: wait here, so that its time
-    // counts as compute and not as the exchange's.
-    if (!stage_gradient) replica.synchronize();
-    const auto t2 = Clock::now();
-    StepTimes times;
-    times.data_us = micros(t1 - t0);
-    times.compute_us = micros(t2 - t1) - micros(pushing);
-    const StepMetrics m = exchange->finish_step(step, replica.host_params(), replica.host_grad(), info, &times);
-    times.push_us += micros(pushing);
-    replica.params_to_device();
-    previous = times;
-    interval.add(m);
-    epoch.add(m);
-    run.add(m);
-    if (info.checkpoint != 0) previous.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints.completed(info.checkpoint));
-    const bool last = step + 1 == total_steps || m.stop;
-    const bool epoch_end = (step + 1) % steps_per_epoch == 0;
-    if (m.stop) {
-      summary.stopped = true;
-      summary.steps = step + 1;
-      PSLOG(WARN) << tag << "stopping after step " << step + 1 << " of " << total_steps
-                  << ": the chief was asked to stop; the final checkpoint is complete";
-    }
-    if (!chief) {
-      if (m.stop) break;
-      continue;
-    }
-    if ((step + 1) % static_cast<uint64_t>(o.log_every) == 0 || epoch_end || last) {
-      const double secs = std::chrono::duration<double>(Clock::now() - interval_start).count();
-      PSLOG(INFO) << "epoch " << batch.epoch + 1 << "/" << o.epochs << " step " << step % steps_per_epoch + 1 << "/"
-                  << steps_per_epoch << " (global " << step + 1 << ") loss " << fixed(interval.mean_loss(), 4)
-                  << " acc " << fixed(interval.accuracy(), 4) << " samples/s "
-                  << fixed(interval.samples() / std::max(secs, 1e-9), 0) << " | measured "
-                  << fixed(1e3 * secs / static_cast<double>(interval.steps()), 2) << " ms/step; "
-                  << interval.breakdown();
-      const std::string slow = interval.straggler();
-      if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
-      interval.reset();
-      interval_start = Clock::now();
-    }
-    if (epoch_end || last) {
-      const auto e0 = Clock::now();
-      const BatchStats t = evaluate(model, replica, *test_data);
-      previous.eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
-      summary.test_loss = t.loss_sum / test_data->size();
-      summary.test_accuracy = static_cast<double>(t.correct) / test_data->size();
-      summary.train_loss = epoch.mean_loss();
-      summary.train_accuracy = epoch.accuracy();
-      PSLOG(INFO) << "epoch " << batch.epoch + 1 << " done: train loss " << fixed(summary.train_loss, 4) << " acc "
-                  << fixed(summary.train_accuracy, 4) << "; test loss " << fixed(summary.test_loss, 4) << " acc "
-                  << fixed(summary.test_accuracy, 4) << " (evaluated in " << fixed(previous.eval_us / 1e3, 1) << " ms)";
-      epoch.reset();
-    }
-    if (m.stop) break;
-  }
-  if (!summary.stopped) summary.steps = total_steps;
-  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  summary.samples_per_second =
-      static_cast<double>(summary.steps - first_step) * o.batch_size * o.num_workers / std::max(summary.seconds, 1e-9);
-  // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
-  if (chief && !o.save_params.empty() && !summary.stopped) save_params(o.save_params, model.layout(), replica.host_params());
-  exchange->done();
-  PSLOG(INFO) << tag << "done; peak_rss_kib=" << peak_rss_kb()
-              << (backend->host_accessible()
-                      ? std::string()
-                      : " device_mib_counted=" + fixed(backend->bytes_allocated() / 1048576.0, 2) +
-                            " device_mib_measured=" + fixed(backend->device_bytes_used() / 1048576.0, 2));
-  if (chief) {
-    PSLOG(INFO) << "summary: mode=" << o.mode << " workers=" << o.num_workers
-                << (o.mode == "sync" ? " ps=" + std::to_string(o.num_ps) : "") << " steps=" << summary.steps
-                << " time_s=" << fixed(summary.seconds, 1) << " samples_per_s=" << fixed(summary.samples_per_second, 0)
-                << " train_loss=" << fixed(summary.train_loss, 4) << " train_accuracy=" << fixed(summary.train_accuracy, 4)
-                << " test_loss=" << fixed(summary.test_loss, 4) << " test_accuracy=" << fixed(summary.test_accuracy, 4)
-                << " | " << run.breakdown();
-  }
-  return summary;
+  Trainer trainer(o, stop_requested);
+  return trainer.run(make_exchange);
 }
 
 }  // namespace pstrain

@@ -56,8 +56,8 @@ class CpuBackend final : public Backend {
     for (size_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   }
 
-  void column_sums(const float* dy, int rows, int cols, float* dbias) override {
-    std::fill(dbias, dbias + cols, 0.0f);
+  void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) override {
+    if (!accumulate) std::fill(dbias, dbias + cols, 0.0f);
     for (int r = 0; r < rows; ++r) {
       const float* row = dy + static_cast<size_t>(r) * cols;
       for (int c = 0; c < cols; ++c) dbias[c] += row[c];

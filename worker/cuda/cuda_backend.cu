@@ -142,6 +142,11 @@ class CudaBackend final : public Backend {
     }
   }
   int cuda_device() const override { return device_; }
+  size_t batch_scratch_bytes(int rows) const override {
+    const size_t bytes = sizeof(kernels::XentTotals) + static_cast<size_t>(rows) * (sizeof(double) + 2 * sizeof(int32_t));
+    return (bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+  }
+  size_t free_device_bytes() const override { return gpu_memory(device_).free_bytes; }
   void reserve_batch(int rows) override {
     PSTRAIN_CHECK(rows > 0);
     xent_scratch(rows);
@@ -196,10 +201,10 @@ class CudaBackend final : public Backend {
     kernels::relu_backward(dy, y, n, stream_.get());
   }
 
-  void column_sums(const float* dy, int rows, int cols, float* dbias) override {
+  void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) override {
     PSTRAIN_CHECK(rows >= 0 && cols >= 0);
     ScopedDevice guard(device_);
-    kernels::column_sums(dy, rows, cols, dbias, stream_.get());
+    kernels::column_sums(dy, rows, cols, dbias, accumulate, stream_.get());
   }
 
   BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
@@ -288,9 +293,7 @@ class CudaBackend final : public Backend {
     if (rows > xent_rows_) {
       xent_scratch_.reset();  // first, so that the limit sees only the new size
       xent_rows_ = 0;
-      const size_t bytes =
-          sizeof(kernels::XentTotals) + static_cast<size_t>(rows) * (sizeof(double) + 2 * sizeof(int32_t));
-      xent_scratch_ = allocate_floats((bytes + sizeof(float) - 1) / sizeof(float),
+      xent_scratch_ = allocate_floats(batch_scratch_bytes(rows) / sizeof(float),
                                       "softmax scratch for " + std::to_string(rows) + " rows");
       xent_rows_ = rows;
     }

@@ -48,7 +48,7 @@ __global__ void relu_backward_kernel(float* dy, const float* y, size_t n) {
 
 constexpr int kSumCols = 32, kSumLanes = 32;
 
-__global__ void column_sums_kernel(const float* dy, int rows, int cols, float* dbias) {
+__global__ void column_sums_kernel(const float* dy, int rows, int cols, float* dbias, bool accumulate) {
   __shared__ float partial[kSumLanes][kSumCols];
   const size_t c = static_cast<size_t>(blockIdx.x) * kSumCols + threadIdx.x;
   float sum = 0.0f;
@@ -61,7 +61,9 @@ __global__ void column_sums_kernel(const float* dy, int rows, int cols, float* d
     if (threadIdx.y < half) partial[threadIdx.y][threadIdx.x] += partial[threadIdx.y + half][threadIdx.x];
     __syncthreads();
   }
-  if (threadIdx.y == 0 && c < static_cast<size_t>(cols)) dbias[c] = partial[0][threadIdx.x];
+  if (threadIdx.y == 0 && c < static_cast<size_t>(cols)) {
+    dbias[c] = accumulate ? dbias[c] + partial[0][threadIdx.x] : partial[0][threadIdx.x];
+  }
 }
 
 // ---- softmax cross-entropy: one warp per row, then one block sums the rows ----
@@ -164,10 +166,10 @@ void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream) {
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void column_sums(const float* dy, int rows, int cols, float* dbias, cudaStream_t stream) {
+void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate, cudaStream_t stream) {
   if (cols <= 0) return;
   const unsigned grid = static_cast<unsigned>((static_cast<size_t>(cols) + kSumCols - 1) / kSumCols);
-  column_sums_kernel<<<grid, dim3(kSumCols, kSumLanes), 0, stream>>>(dy, rows, cols, dbias);
+  column_sums_kernel<<<grid, dim3(kSumCols, kSumLanes), 0, stream>>>(dy, rows, cols, dbias, accumulate);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

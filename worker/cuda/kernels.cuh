@@ -19,7 +19,8 @@ void bias_activation(float* y, const float* bias, int rows, int cols, bool relu,
 void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream);
 
 // dbias[c] = sum over r of dy[r, c] (overwritten, not accumulated). Deterministic.
-void column_sums(const float* dy, int rows, int cols, float* dbias, cudaStream_t stream);
+// dbias[c] = sum over rows of dy[r, c] (+ dbias[c] when accumulate).
+void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate, cudaStream_t stream);
 
 struct XentTotals {
   double loss_sum;

@@ -78,10 +78,12 @@ class Prefetcher::Impl {
       const uint64_t e = first_epoch_ + i;
       for (uint64_t s = i == 0 ? first_step_ : 0; s < sampler_.steps_per_epoch(); ++s) {
         if (max_batches_ != 0 && produced == max_batches_) return;
-        Batch batch;
-        if (!acquire(batch)) return;
-        fill(batch, e, s);
-        publish(std::move(batch));
+        for (int j = 0; j < sampler_.micro_batches(); ++j) {
+          Batch batch;
+          if (!acquire(batch)) return;
+          fill(batch, e, s, j);
+          publish(std::move(batch));
+        }
         ++produced;
       }
     }
@@ -99,14 +101,16 @@ class Prefetcher::Impl {
     return true;
   }
 
-  void fill(Batch& batch, uint64_t epoch, uint64_t step) {
-    const size_t size = records_.size();
+  void fill(Batch& batch, uint64_t epoch, uint64_t step, int micro) {
+    const size_t size = static_cast<size_t>(sampler_.micro_size(micro));
     batch.epoch = epoch;
     batch.step = step;
+    batch.micro = micro;
+    batch.micro_batches = sampler_.micro_batches();
     batch.size = static_cast<int>(size);
     batch.x.resize(size * data_.feature_dim());
     batch.y.resize(size);
-    sampler_.batch_records(epoch, step, records_.data());
+    sampler_.micro_records(epoch, step, micro, records_.data());
     data_.read(records_.data(), size, batch.x.data(), batch.y.data());
   }
 

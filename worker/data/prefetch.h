@@ -10,8 +10,9 @@ namespace pstrain {
 class Dataset;
 class ShardSampler;
 
-struct Batch {
+struct Batch {  // one micro-batch of a step (the whole step's share without accumulation)
   uint64_t epoch = 0, step = 0;
+  int micro = 0, micro_batches = 1;  // micro-batch `micro` of the step's `micro_batches`
   int size = 0;
   std::vector<float> x;    // size * feature_dim features in [0, 1]
   std::vector<int32_t> y;  // size labels
@@ -19,8 +20,9 @@ struct Batch {
 
 class Prefetcher {
  public:
-  // Produces batches (epoch, step) in order from (first_epoch, first_step) until the end of
-  // epoch first_epoch + epochs - 1, or stops after max_batches (0 = no limit). A job that resumes
+  // Produces the micro-batches of steps (epoch, step) in order from (first_epoch, first_step)
+  // until the end of epoch first_epoch + epochs - 1, or stops after max_batches steps (0 = no
+  // limit). A job that resumes
   // mid-epoch (a replaced worker, a checkpoint) starts at first_step > 0: the sampler is a pure
   // function of (seed, epoch, step), so its batches are the uninterrupted run's. At most `depth`
   // (>= 1) batches are queued. `data` and `sampler` must outlive the Prefetcher. The reader

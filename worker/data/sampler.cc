@@ -1,6 +1,9 @@
 #include "worker/data/sampler.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <string>
+#include <utility>
 
 #include "shared/error.h"
 #include "shared/random.h"
@@ -47,32 +50,49 @@ uint64_t Permutation::operator()(uint64_t position) const {
 }
 
 ShardSampler::ShardSampler(uint64_t n, int rank, int world, int batch, uint64_t seed, bool shuffle)
-    : n_(n), rank_(rank), world_(world), batch_(batch), seed_(seed), shuffle_(shuffle) {
+    : ShardSampler(n, rank, std::vector<int>(static_cast<size_t>(std::max(world, 0)), batch), batch, seed, shuffle) {}
+
+ShardSampler::ShardSampler(uint64_t n, int rank, std::vector<int> shares, int micro, uint64_t seed, bool shuffle)
+    : n_(n), rank_(rank), shares_(std::move(shares)), micro_(micro), seed_(seed), shuffle_(shuffle) {
+  const int world = static_cast<int>(shares_.size());
   if (world < 1) throw Error("data sampler: world size must be >= 1, got " + std::to_string(world));
   if (rank < 0 || rank >= world) {
     throw Error("data sampler: rank " + std::to_string(rank) + " out of range for " +
                 std::to_string(world) + " workers");
   }
-  if (batch < 1) throw Error("data sampler: batch size must be >= 1, got " + std::to_string(batch));
-  const uint64_t global_batch = static_cast<uint64_t>(world) * static_cast<uint64_t>(batch);
-  if (n < global_batch) {
-    throw Error("data sampler: empty shard: " + std::to_string(n) + " records < " +
-                std::to_string(world) + " workers x batch " + std::to_string(batch));
+  for (size_t i = 0; i < shares_.size(); ++i) {
+    if (shares_[i] < 1) throw Error("data sampler: batch size must be >= 1, got " + std::to_string(shares_[i]));
+    if (static_cast<int>(i) < rank) offset_ += static_cast<uint64_t>(shares_[i]);
+    global_ += static_cast<uint64_t>(shares_[i]);
   }
-  steps_ = n / global_batch;
+  if (micro < 1) throw Error("data sampler: micro-batch size must be >= 1, got " + std::to_string(micro));
+  micro_ = std::min(micro, share());
+  if (n < global_) {
+    const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == shares_[0]; });
+    throw Error("data sampler: empty shard: " + std::to_string(n) + " records < " +
+                (equal ? std::to_string(world) + " workers x batch " + std::to_string(shares_[0])
+                       : "a global batch of " + std::to_string(global_)));
+  }
+  steps_ = n / global_;
 }
 
-void ShardSampler::batch_records(uint64_t epoch, uint64_t step, size_t* out) const {
+void ShardSampler::micro_records(uint64_t epoch, uint64_t step, int j, size_t* out) const {
   if (step >= steps_) {
     throw Error("data sampler: step " + std::to_string(step) + " out of range (" +
                 std::to_string(steps_) + " steps per epoch)");
   }
-  const Permutation perm(n_, seed_, epoch, shuffle_);
-  const uint64_t world = static_cast<uint64_t>(world_);
-  const uint64_t first = step * static_cast<uint64_t>(batch_);
-  for (int j = 0; j < batch_; ++j) {
-    out[j] = static_cast<size_t>(perm(static_cast<uint64_t>(rank_) + world * (first + j)));
+  if (j < 0 || j >= micro_batches()) {
+    throw Error("data sampler: micro-batch " + std::to_string(j) + " out of range (" +
+                std::to_string(micro_batches()) + " per step)");
   }
+  const Permutation perm(n_, seed_, epoch, shuffle_);
+  const uint64_t first = step * global_ + offset_ + static_cast<uint64_t>(j) * static_cast<uint64_t>(micro_);
+  const int size = micro_size(j);
+  for (int i = 0; i < size; ++i) out[i] = static_cast<size_t>(perm(first + static_cast<uint64_t>(i)));
+}
+
+void ShardSampler::batch_records(uint64_t epoch, uint64_t step, size_t* out) const {
+  for (int j = 0; j < micro_batches(); ++j) micro_records(epoch, step, j, out + static_cast<ptrdiff_t>(j) * micro_);
 }
 
 }  // namespace pstrain
