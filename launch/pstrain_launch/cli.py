@@ -13,7 +13,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from . import placement, steps
+from . import devices, placement, steps
 from .supervisor import Output, Supervisor, describe_status
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
@@ -31,7 +31,15 @@ logs their output, stops all of them as soon as one fails, and exits with one st
 
 job:
   --num-ps S        parameter-server shards (default: num-ps in the config file, else 1)
-  --num-workers N   workers (default: num-workers in the config file, else 1)
+  --num-workers N   workers (default: num-workers in the config file, else 1; with --devices,
+                    one per device)
+  --devices LIST    one worker per listed device, like MirroredStrategy(devices=[...]):
+                    --devices cuda:0,cuda:2,cpu starts 3 workers, worker i with --device <i-th
+                    entry> (entries: cpu, cuda, cuda:K; a --num-workers must agree). cuda:K
+                    counts the GPUs CUDA_VISIBLE_DEVICES leaves visible (CUDA renumbers them;
+                    the variable is passed on unchanged, with --devices to other hosts too) and
+                    must be among them. Across hosts the list is per host: every host runs one
+                    worker per entry, local rank r on entry r
   --config FILE     job config, passed to every process as --config FILE
                     (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
@@ -88,7 +96,8 @@ environment:
                           before everything is stopped anyway (default 60)
   PSTRAIN_SSH             the ssh command (default: ssh), e.g. "ssh -i /path/key -p 2222"
   {', '.join(FORWARDED_ENV)}
-                          passed on to processes on other hosts
+                          passed on to processes on other hosts (CUDA_VISIBLE_DEVICES too,
+                          with --devices)
 
 exit status: 0 all processes exited 0; 1 a process failed (it is named) or a PS did not exit;
 2 usage error; 3 setup or build failed; 4 a PS did not start in time, or a host cannot be
@@ -113,7 +122,7 @@ class Stop(Exception):
 
 
 VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
-               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option"}
+               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option", "--devices"}
 SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe", "--resume"}
 
 
@@ -205,6 +214,7 @@ class Settings:
             raise UsageError(f"--transport: '{self.transport}' is not ipc or tcp")
         self.launcher = self._launcher(flags)
         self.hosts = self._hosts(flags)
+        self.devices = self._devices(flags)
         remote = self.launcher != "local"
         base_port = flags.get("--base-port")
         self.base_port = require_int("--base-port", base_port, 1, 65536 - max(self.num_ps, 1)) if base_port else (
@@ -240,9 +250,38 @@ class Settings:
         self.run_dir = flags.get("--run-dir") or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
             self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
-                                         self.ps_hosts_list, self.oversubscribe or self.launcher == "local")
+                                         self.ps_hosts_list, self.oversubscribe or self.launcher == "local",
+                                         self.devices)
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
+
+    def _devices(self, flags):
+        """--devices: every host runs one worker per entry, so the number of workers follows."""
+        if "--devices" not in flags:
+            return []
+        try:
+            listed = devices.parse(flags["--devices"])
+            devices.check_visible(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))
+            self.hosts = placement.one_worker_per_device(self.hosts, len(listed))
+        except placement.PlacementError as e:
+            raise UsageError(str(e)) from e
+        if job_flag(self.extra, "device") is not None:
+            raise UsageError("--devices gives every worker its --device; drop --device from the job flags")
+        count = len(listed) * len(self.hosts)
+        if "--num-workers" in flags and require_int("--num-workers", flags["--num-workers"], 1) != count:
+            where = f" on each of {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
+            raise UsageError(f"--num-workers {flags['--num-workers']}, but --devices starts one worker per device: "
+                             f"{len(listed)} device(s){where} make {count} workers (drop --num-workers)")
+        self.num_workers = count
+        return listed
+
+    def forwarded_env(self):
+        """Names of our variables that processes on other hosts get: FORWARDED_ENV's that are
+        set, and with --devices CUDA_VISIBLE_DEVICES (the devices are numbered by it)."""
+        names = [k for k in FORWARDED_ENV if os.environ.get(k)]
+        if self.devices and "CUDA_VISIBLE_DEVICES" in os.environ:
+            names.append("CUDA_VISIBLE_DEVICES")
+        return names
 
     def _hosts(self, flags):
         try:
@@ -339,13 +378,15 @@ class Run:
                     "--ps-hosts", ps_hosts]
         if s.launcher != "local":  # the placement's local rank picks the GPU (--device auto)
             cmd += ["--local-rank", str(proc.local_rank)]
+        if proc.device:
+            cmd += ["--device", proc.device]
         return cmd + s.extra
 
     def remote_argv(self, proc, command):
         """ssh HOST 'exec bash REPO/launch/remote.sh GRACE env VARS... COMMAND'."""
         s = self.s
         # The key file is a path on this host: a remote process gets the key itself (start()).
-        env = [f"{k}={os.environ[k]}" for k in FORWARDED_ENV if os.environ.get(k) and k != "PSTRAIN_CURVE_KEY_FILE"]
+        env = [f"{k}={os.environ[k]}" for k in s.forwarded_env() if k != "PSTRAIN_CURVE_KEY_FILE"]
         shim = ["exec", "bash", s.remote_path(os.path.join(REPO, "launch", "remote.sh")), str(s.stop_grace)]
         line = shlex.join(shim + (["env"] + env if env else []) + command)
         return s.ssh + ["-o", f"ConnectTimeout={s.start_timeout}", "-o", "ServerAliveInterval=5",
@@ -608,8 +649,8 @@ class Run:
 
     def make_step(self):
         s = self.s
-        forwarded = [k for k in FORWARDED_ENV if os.environ.get(k)]
-        return steps.Step(s.launcher, s.procs, [cmd for _, cmd in self.planned_commands()], s.run_dir, forwarded)
+        return steps.Step(s.launcher, s.procs, [cmd for _, cmd in self.planned_commands()], s.run_dir,
+                          s.forwarded_env())
 
     def start_step(self):
         """slurm / mpirun: one srun step or one mpirun runs every process."""

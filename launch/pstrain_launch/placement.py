@@ -9,12 +9,14 @@ Rules (docs/cluster.md):
   * Workers fill the slots in host order: host 0's slots, then host 1's, ... With
     --oversubscribe a job with more workers than slots goes round again.
   * A process's local rank is its index among the processes of its role on its host; a worker's
-    local rank selects its GPU (--device auto).
+    local rank selects its GPU (--device auto), or its entry of --devices.
+  * --devices with K entries: every host runs K workers (its slots become K), local rank r on
+    the r-th device.
   * PS s listens on base_port + s; in allreduce mode worker 0's rendezvous is on base_port.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 
 class PlacementError(Exception):
@@ -25,6 +27,7 @@ class PlacementError(Exception):
 class Host:
     name: str
     slots: int = 1
+    stated: bool = field(default=False, compare=False)  # slots given (slots=N, host:N)
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class Proc:
     host: str        # host name as given by the user ("localhost" for the local launcher)
     local_rank: int  # index among the same role's processes on that host
     port: int = 0    # PS: TCP port (0 = any free port, local launcher only)
+    device: str = ""  # worker: its --devices entry ("" = the job's --device)
 
     @property
     def label(self):
@@ -56,30 +60,35 @@ def _positive_int(text, where, shown):
     return int(text)
 
 
+def _hostfile_line(words, where):
+    """(name, slots, slots stated) of one hostfile line."""
+    name, slots = words[0], None
+    _check_host_name(name, where)
+    for word in words[1:]:
+        key, _, value = word.partition("=")
+        if key in ("slots", "slot") and value:
+            slots = _positive_int(value, where, word)
+        elif key in ("max_slots", "max-slots") and value:
+            _positive_int(value, where, word)  # accepted; slots is what is used
+        else:
+            raise PlacementError(f"{where}: unknown field '{word}' (expected slots=N)")
+    return name, slots or 1, slots is not None
+
+
 def parse_hostfile(text, path="hostfile"):
     """Open MPI's hostfile format: `host [slots=N] [max_slots=M]` per line, '#' comments.
 
     A host named twice adds its slots (as Open MPI does)."""
-    hosts = {}
+    lines = {}
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        where = f"{path}:{number}"
-        name, slots = words[0], 1
-        _check_host_name(name, where)
-        for word in words[1:]:
-            key, _, value = word.partition("=")
-            if key in ("slots", "slot") and value:
-                slots = _positive_int(value, where, word)
-            elif key in ("max_slots", "max-slots") and value:
-                _positive_int(value, where, word)  # accepted; slots is what is used
-            else:
-                raise PlacementError(f"{where}: unknown field '{word}' (expected slots=N)")
-        hosts[name] = hosts.get(name, 0) + slots
-    if not hosts:
+        if words:
+            entry = _hostfile_line(words, f"{path}:{number}")
+            lines.setdefault(entry[0], []).append(entry[1:])
+    if not lines:
         raise PlacementError(f"{path}: no hosts (lines are 'host [slots=N]')")
-    return [Host(name, slots) for name, slots in hosts.items()]
+    return [Host(name, sum(slots for slots, _ in parts), len(parts) > 1 or parts[0][1])
+            for name, parts in lines.items()]
 
 
 def parse_host_list(text):
@@ -89,19 +98,34 @@ def parse_host_list(text):
         item = item.strip()
         if not item:
             continue
-        name, slots = item, 1
+        name, slots, stated = item, 1, False
         if ":" in item and not (item.startswith("[") and item.endswith("]")):
             name, _, count = item.rpartition(":")
-            slots = _positive_int(count, "-H", item)
+            slots, stated = _positive_int(count, "-H", item), True
         _check_host_name(name, "-H")
-        hosts[name] = hosts.get(name, 0) + slots
+        slots_before, stated_before = hosts.get(name, (0, False))
+        hosts[name] = (slots_before + slots, stated or stated_before or slots_before > 0)
     if not hosts:
         raise PlacementError("-H: no hosts given (e.g. -H node1:2,node2:2)")
-    return [Host(name, slots) for name, slots in hosts.items()]
+    return [Host(name, slots, stated=stated) for name, (slots, stated) in hosts.items()]
 
 
-def place(hosts, num_ps, num_workers, base_port=0, ps_hosts=None, oversubscribe=False):
-    """Returns the Proc of every PS shard (in shard order) then every worker (in index order)."""
+def one_worker_per_device(hosts, count):
+    """--devices with `count` entries: every host gets `count` slots. A host whose slots were
+    stated (slots=N, host:N) must have that many."""
+    out = []
+    for h in hosts:
+        if h.stated and h.slots != count:
+            raise PlacementError(f"{h.name} has {h.slots} slot(s) but --devices lists {count} device(s); with "
+                                 "--devices every host runs one worker per device "
+                                 f"(give {h.name} {count} slots, or none)")
+        out.append(replace(h, slots=count))
+    return out
+
+
+def place(hosts, num_ps, num_workers, base_port=0, ps_hosts=None, oversubscribe=False, devices=()):
+    """Returns the Proc of every PS shard (in shard order) then every worker (in index order);
+    a worker of local rank r gets devices[r] (devices: one_worker_per_device's hosts)."""
     if not hosts:
         raise PlacementError("no hosts to place the job on")
     names = [h.name for h in hosts]
@@ -129,7 +153,9 @@ def place(hosts, num_ps, num_workers, base_port=0, ps_hosts=None, oversubscribe=
     seats = [h.name for h in hosts for _ in range(h.slots)]
     for i in range(num_workers):
         host = seats[i % len(seats)]
-        procs.append(Proc(f"w{i}", "worker", i, host, next_local("worker", host)))
+        rank = next_local("worker", host)
+        device = devices[rank % len(devices)] if devices else ""
+        procs.append(Proc(f"w{i}", "worker", i, host, rank, device=device))
     return procs
 
 
@@ -140,5 +166,6 @@ def describe(procs):
     lines = []
     for p in procs:
         port = f"  port {p.port}" if p.port else ""
-        lines.append(f"{p.name:<{width}}  on {p.host:<{host_width}}  local rank {p.local_rank}{port}")
+        device = f"  device {p.device}" if p.device else ""
+        lines.append(f"{p.name:<{width}}  on {p.host:<{host_width}}  local rank {p.local_rank}{port}{device}")
     return lines

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
-# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, and that no process of a run
-# survives it. Each case marks its processes with a unique string and checks with pgrep.
+# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices, and that no process of a
+# run survives it. Each case marks its processes with a unique string and checks with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -156,7 +156,8 @@ case_usage() {
   local flag
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
-  for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help; do
+  for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help \
+    --devices; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
@@ -176,6 +177,18 @@ case_usage() {
   check "missing binary exits 3" test $? -eq 3
 }
 
+case_devices() {
+  start devices CUDA_VISIBLE_DEVICES=3,5 -- --devices cpu,cuda:1
+  finish 20
+  expect_exit 0 20
+  check "one worker per device, each with its --device" \
+    test "$(sed -nE 's/^(w[0-9]+)	.* --device ([a-z0-9:]+) .*/\1=\2/p' "$run/cmd.txt" | tr '\n' ' ')" = "w0=cpu w1=cuda:1 "
+  check "the placement shows the devices" out_has '^launch:   w1   on localhost  local rank 1  device cuda:1$'
+  CUDA_VISIBLE_DEVICES=3 bash "$launch" --no-setup --dry-run --devices cuda:0,cuda:1 >"$work/cvd.out" 2>&1
+  check "a cuda:K beyond CUDA_VISIBLE_DEVICES exits 2 naming both" \
+    test $? -eq 2 -a "$(grep -cF "cuda:1 needs 2 visible GPU(s), but CUDA_VISIBLE_DEVICES='3'" "$work/cvd.out")" -eq 1
+}
+
 main() {
   case_usage
   case_default_job
@@ -190,6 +203,7 @@ main() {
   case_ps_fails_at_start
   case_start_timeout
   case_ps_lingers
+  case_devices
   report_and_exit check_launch
 }
 

@@ -6,10 +6,11 @@
 import os
 import sys
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
 
-from pstrain_launch import cli, placement, steps  # noqa: E402
+from pstrain_launch import cli, devices, placement, steps  # noqa: E402
 from pstrain_launch.placement import Host, PlacementError  # noqa: E402
 
 
@@ -30,6 +31,11 @@ class HostfileTest(unittest.TestCase):
             placement.parse_hostfile("# nothing\n\n", "hosts")
         with self.assertRaisesRegex(PlacementError, r"'a;b' is not a host name"):
             placement.parse_hostfile("a;b\n", "hosts")
+
+    def test_which_slots_were_stated(self):
+        stated = {h.name: h.stated for h in placement.parse_hostfile("a slots=2\nb\ne\ne\n")}
+        self.assertEqual(stated, {"a": True, "b": False, "e": True})
+        self.assertEqual([h.stated for h in placement.parse_host_list("a:2,b,c,c")], [True, False, True])
 
     def test_host_list(self):
         self.assertEqual(placement.parse_host_list("n1:2,n2:2,n3"), [Host("n1", 2), Host("n2", 2), Host("n3", 1)])
@@ -69,6 +75,104 @@ class PlaceTest(unittest.TestCase):
         self.assertEqual(placement.place(self.hosts, 2, 4), placement.place(self.hosts, 2, 4))
         self.assertEqual(placement.place(self.hosts, 1, 1)[1].label, "w0@a")
         self.assertEqual(placement.place([Host("localhost")], 1, 1)[1].label, "w0")
+
+
+class DevicesTest(unittest.TestCase):
+    def test_entries(self):
+        self.assertEqual(devices.parse("cuda:0,cuda:2,cpu"), ["cuda:0", "cuda:2", "cpu"])
+        self.assertEqual(devices.parse("cuda, cpu"), ["cuda", "cpu"])
+        for text, named in (("cuda:0,gpu1", "'gpu1' is not"), ("cuda:-1", "'cuda:-1' is not"), ("auto", "'auto' is not"),
+                            ("cuda:", "'cuda:' is not"), ("cpu,,cpu", "an empty entry is not")):
+            with self.assertRaisesRegex(PlacementError, f"^--devices: {named} cpu, cuda or cuda:K"):
+                devices.parse(text)
+
+    def test_cuda_visible_devices(self):
+        devices.check_visible(["cuda:7"], None)  # not set: not checked
+        devices.check_visible(["cuda:0", "cuda:1", "cuda", "cpu"], "4,6")
+        devices.check_visible(["cpu"], "")
+        with self.assertRaisesRegex(PlacementError, r"^--devices: cuda:2 needs 3 visible GPU\(s\), but "
+                                                    r"CUDA_VISIBLE_DEVICES='4,6' leaves 2 \(cuda:K counts"):
+            devices.check_visible(["cuda:0", "cuda:2"], "4,6")
+        with self.assertRaisesRegex(PlacementError, r"cuda needs 1 visible GPU\(s\), but CUDA_VISIBLE_DEVICES='' "
+                                                    r"leaves 0"):
+            devices.check_visible(["cuda"], "")
+
+    def test_every_host_runs_one_worker_per_device(self):
+        hosts = placement.one_worker_per_device(placement.parse_hostfile("a\nb slots=2\n"), 2)
+        self.assertEqual(hosts, [Host("a", 2), Host("b", 2)])
+        procs = placement.place(hosts, 1, 4, devices=["cuda:1", "cpu"])
+        self.assertEqual([(p.host, p.local_rank, p.device) for p in procs if p.role == "worker"], [
+            ("a", 0, "cuda:1"), ("a", 1, "cpu"), ("b", 0, "cuda:1"), ("b", 1, "cpu")])
+        self.assertEqual(procs[0].device, "")  # PS shards get no device
+        self.assertEqual(placement.describe(procs)[1:3], ["w0   on a  local rank 0  device cuda:1",
+                                                          "w1   on a  local rank 1  device cpu"])
+
+    def test_stated_slots_must_match_the_devices(self):
+        with self.assertRaisesRegex(PlacementError, r"^b has 3 slot\(s\) but --devices lists 2 device\(s\); .* "
+                                                    r"\(give b 2 slots, or none\)"):
+            placement.one_worker_per_device(placement.parse_host_list("a,b:3"), 2)
+
+
+def settings(*argv, env=None):
+    """cli.Settings of a launch.sh command line (CUDA_VISIBLE_DEVICES unset unless in env)."""
+    environ = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    with mock.patch.dict(os.environ, {**environ, **(env or {})}, clear=True):
+        return cli.Settings(*cli.parse_args(list(argv)))
+
+
+def commands(s):
+    """{process name: its command} as --dry-run prints them (ssh: the command ssh runs)."""
+    return {p.name: cmd for p, cmd in cli.Run(s, cli.Output()).planned_commands()}
+
+
+class DevicesCommandLineTest(unittest.TestCase):
+    def test_one_worker_per_device_with_its_device(self):
+        s = settings("--devices", "cuda:0,cuda:2,cpu")
+        self.assertEqual(s.num_workers, 3)
+        cmds = commands(s)
+        for name, device in (("w0", "cuda:0"), ("w1", "cuda:2"), ("w2", "cpu")):
+            self.assertEqual(cmds[name][cmds[name].index("--device") + 1], device)
+            self.assertIn("--num-workers 3", " ".join(cmds[name]))
+        self.assertNotIn("--device", cmds["ps0"])
+        self.assertIn("--num-workers 3", " ".join(cmds["ps0"]))
+        self.assertEqual(settings("--devices", "cpu,cpu", "--num-workers", "2").num_workers, 2)
+
+    def test_usage_errors(self):
+        with self.assertRaisesRegex(cli.UsageError, r"^--num-workers 4, but --devices starts one worker per device: "
+                                                    r"3 device\(s\) make 3 workers"):
+            settings("--devices", "cpu,cpu,cpu", "--num-workers", "4")
+        with self.assertRaisesRegex(cli.UsageError, "^--devices: 'tpu:0' is not cpu, cuda or cuda:K"):
+            settings("--devices", "cuda:0,tpu:0")
+        with self.assertRaisesRegex(cli.UsageError, "^--devices gives every worker its --device; drop --device"):
+            settings("--devices", "cpu", "--", "--device", "cuda")
+        with self.assertRaisesRegex(cli.UsageError, r"^--devices: cuda:1 needs 2 visible GPU\(s\), "
+                                                    r"but CUDA_VISIBLE_DEVICES='3'"):
+            settings("--devices", "cuda:0,cuda:1", env={"CUDA_VISIBLE_DEVICES": "3"})
+        self.assertEqual(settings("--devices", "cuda:0,cuda:1", env={"CUDA_VISIBLE_DEVICES": "3,1"}).num_workers, 2)
+
+    def test_per_host_across_hosts(self):
+        s = settings("-H", "a,b", "--devices", "cuda:1,cuda:0")
+        self.assertEqual([(p.label, p.local_rank, p.device) for p in s.procs if p.role == "worker"], [
+            ("w0@a", 0, "cuda:1"), ("w1@a", 1, "cuda:0"), ("w2@b", 0, "cuda:1"), ("w3@b", 1, "cuda:0")])
+        w3 = commands(s)["w3"]
+        self.assertEqual(w3[w3.index("--local-rank"):w3.index("--device") + 2],
+                         ["--local-rank", "1", "--device", "cuda:0"])
+        with self.assertRaisesRegex(cli.UsageError, r"--devices starts one worker per device: 2 device\(s\) on each of "
+                                                    r"2 hosts make 4 workers"):
+            settings("-H", "a,b", "--devices", "cuda:1,cuda:0", "--num-workers", "2")
+        with self.assertRaisesRegex(cli.UsageError, r"^a has 4 slot\(s\) but --devices lists 2"):
+            settings("-H", "a:4,b", "--devices", "cuda:1,cuda:0")
+
+    def test_cuda_visible_devices_goes_to_other_hosts_with_devices_only(self):
+        env = {"CUDA_VISIBLE_DEVICES": "2,3"}
+        with mock.patch.dict(os.environ, env):
+            with_devices = settings("-H", "a", "--devices", "cuda:1", env=env)
+            ssh = cli.Run(with_devices, cli.Output()).remote_argv(with_devices.procs[1], ["w"])
+            self.assertIn("env CUDA_VISIBLE_DEVICES=2,3 w", ssh[-1])
+            mpi = settings("--launcher", "mpirun", "--devices", "cuda:1", env=env)
+            argv = cli.Run(mpi, cli.Output()).make_step().argv()
+            self.assertEqual(argv[argv.index("CUDA_VISIBLE_DEVICES") - 1], "-x")
+            self.assertNotIn("CUDA_VISIBLE_DEVICES", settings("-H", "a", "--num-workers", "1", env=env).forwarded_env())
 
 
 class CommandLineTest(unittest.TestCase):
