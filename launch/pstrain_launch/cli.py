@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 from . import devices, placement, steps
 from .supervisor import Output, Supervisor, describe_status
@@ -40,6 +41,8 @@ job:
                     the variable is passed on unchanged, with --devices to other hosts too) and
                     must be among them. Across hosts the list is per host: every host runs one
                     worker per entry, local rank r on entry r
+  --worker-batch B0,B1,...  samples per step of each worker, in worker order (one per worker);
+                    passed to every process, PS and workers. Per host: batch= in a hostfile
   --config FILE     job config, passed to every process as --config FILE
                     (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
@@ -61,8 +64,12 @@ where processes run (docs/cluster.md):
                     -H is given, slurm inside a Slurm allocation, else local). slurm: one srun
                     step on the allocation's nodes; mpirun: one mpirun over --hostfile/-H (or
                     this host)
-  --hostfile FILE   hosts in Open MPI's format: 'host [slots=N]' per line, '#' comments;
-                    slots count workers (default 1 per host)
+  --hostfile FILE   hosts in Open MPI's format: 'host [slots=N] [batch=B0,B1,...]' per line,
+                    '#' comments; slots count workers (default 1 per host). batch=: samples per
+                    step of the host's workers in local-rank order (one value: all of them; a
+                    list: one per slot). The launcher passes the job's --worker-batch list to
+                    every process; workers on hosts without batch= get batch-size x
+                    accum-steps (job flags or config; 64 x 1 by default)
   -H LIST           hosts on the command line: host1:2,host2:2 (slots after the colon)
   --ps-hosts-list H1,H2  put PS shard s on the (s mod count)-th of these hosts (default:
                     round-robin over all hosts); workers fill slots in host order
@@ -122,7 +129,8 @@ class Stop(Exception):
 
 
 VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
-               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option", "--devices"}
+               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option", "--devices",
+               "--worker-batch"}
 SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe", "--resume"}
 
 
@@ -191,6 +199,19 @@ def job_flag(extra, name):
     return value
 
 
+def without_job_flag(extra, name):
+    """The job flags without --name VALUE / --name=VALUE."""
+    kept, skip = [], False
+    for i, arg in enumerate(extra):
+        if skip:
+            skip = False
+        elif arg == f"--{name}" and i + 1 < len(extra):
+            skip = True
+        elif not arg.startswith(f"--{name}="):
+            kept.append(arg)
+    return kept
+
+
 class Settings:
     """Everything the run needs, resolved from flags, the config file and the environment."""
 
@@ -254,6 +275,7 @@ class Settings:
                                          self.devices)
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
+        self.worker_batch = self._worker_batch(flags)
 
     def _devices(self, flags):
         """--devices: every host runs one worker per entry, so the number of workers follows."""
@@ -274,6 +296,49 @@ class Settings:
                              f"{len(listed)} device(s){where} make {count} workers (drop --num-workers)")
         self.num_workers = count
         return listed
+
+    def _worker_batch(self, flags):
+        """The --worker-batch list every process gets (None: none): the command line's, or the
+        hostfile's batch= in worker order; also on the procs, for the printed placement."""
+        given, after = flags.get("--worker-batch"), job_flag(self.extra, "worker-batch")
+        if given is not None and after is not None:
+            raise UsageError("--worker-batch is given twice, before and after --")
+        text = given if given is not None else after
+        in_hostfile = any(h.batch for h in self.hosts)
+        if text is not None and in_hostfile:
+            raise UsageError("--worker-batch and batch= in the hostfile both set the workers' batches; give one")
+        if text is None and not in_hostfile:
+            return None
+        global_batch = job_flag(self.extra, "global-batch") or config_value("global-batch", self.config)
+        if global_batch not in (None, "0"):
+            raise UsageError(f"{'--worker-batch' if text is not None else 'batch= in the hostfile'} and "
+                             "--global-batch both set the batch; give one")
+        try:
+            sizes = (placement.parse_batch_list(text, "--worker-batch") if text is not None
+                     else placement.worker_batches(self.procs, self._default_share()))
+        except placement.PlacementError as e:
+            raise UsageError(str(e)) from e
+        if sizes is None:
+            return None  # no worker landed on a host with batch=
+        if len(sizes) != self.num_workers:
+            raise UsageError(f"--worker-batch gives {len(sizes)} batch size(s) for {self.num_workers} workers")
+        if text is None:  # built here; a numeric --batch-size is in the list now
+            if job_flag(self.extra, "batch-size") != "auto":
+                self.extra = without_job_flag(self.extra, "batch-size")
+            self.extra = self.extra + ["--worker-batch", ",".join(map(str, sizes))]
+        elif given is not None:
+            self.extra = self.extra + ["--worker-batch", given]
+        self.procs = [replace(p, batch=sizes[p.index]) if p.role == "worker" else p for p in self.procs]
+        return sizes
+
+    def _default_share(self):
+        """Samples per step of a worker on a host without batch=: batch-size x accum-steps (None:
+        --batch-size auto)."""
+        batch = job_flag(self.extra, "batch-size") or config_value("batch-size", self.config) or "64"
+        if batch == "auto":
+            return None
+        accum = job_flag(self.extra, "accum-steps") or config_value("accum-steps", self.config) or "1"
+        return require_int("--batch-size", batch, 1) * require_int("--accum-steps", accum, 1)
 
     def forwarded_env(self):
         """Names of our variables that processes on other hosts get: FORWARDED_ENV's that are

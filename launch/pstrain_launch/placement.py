@@ -12,6 +12,8 @@ Rules (docs/cluster.md):
     local rank selects its GPU (--device auto), or its entry of --devices.
   * --devices with K entries: every host runs K workers (its slots become K), local rank r on
     the r-th device.
+  * A hostfile's batch= gives the worker in each of a host's slots its samples per step; the
+    job's --worker-batch list is theirs in worker order, the job's default for the others.
   * PS s listens on base_port + s; in allreduce mode worker 0's rendezvous is on base_port.
 """
 
@@ -27,7 +29,8 @@ class PlacementError(Exception):
 class Host:
     name: str
     slots: int = 1
-    stated: bool = field(default=False, compare=False)  # slots given (slots=N, host:N)
+    batch: tuple = ()  # hostfile batch=: samples per step of each slot's worker (None: the job's default)
+    stated: bool = field(default=False, compare=False)  # slots given (slots=, host:N, a batch= list)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class Proc:
     local_rank: int  # index among the same role's processes on that host
     port: int = 0    # PS: TCP port (0 = any free port, local launcher only)
     device: str = ""  # worker: its --devices entry ("" = the job's --device)
+    batch: int = None  # worker: samples per step from batch= or --worker-batch (None = the job's)
 
     @property
     def label(self):
@@ -60,9 +64,19 @@ def _positive_int(text, where, shown):
     return int(text)
 
 
+def parse_batch_list(text, what):
+    """'64,32' -> [64, 32]: samples per step, positive integers."""
+    sizes = []
+    for item in text.split(","):
+        if not re.fullmatch(r"[0-9]+", item.strip()) or int(item) < 1:
+            raise PlacementError(f"{what}: '{item}' is not a positive integer")
+        sizes.append(int(item))
+    return sizes
+
+
 def _hostfile_line(words, where):
-    """(name, slots, slots stated) of one hostfile line."""
-    name, slots = words[0], None
+    """(name, slots, batch tuple or None, slots stated) of one hostfile line."""
+    name, slots, batch = words[0], None, None
     _check_host_name(name, where)
     for word in words[1:]:
         key, _, value = word.partition("=")
@@ -70,15 +84,27 @@ def _hostfile_line(words, where):
             slots = _positive_int(value, where, word)
         elif key in ("max_slots", "max-slots") and value:
             _positive_int(value, where, word)  # accepted; slots is what is used
+        elif key == "batch" and value:
+            batch = tuple(parse_batch_list(value, f"{where}: {word}"))
         else:
-            raise PlacementError(f"{where}: unknown field '{word}' (expected slots=N)")
-    return name, slots or 1, slots is not None
+            raise PlacementError(f"{where}: unknown field '{word}' (expected slots=N or batch=B[,B...])")
+    stated = slots is not None or (batch is not None and len(batch) > 1)
+    if slots is None:
+        slots = len(batch) if batch else 1
+    if batch is not None and len(batch) == 1:
+        batch *= slots
+    elif batch is not None and len(batch) != slots:
+        raise PlacementError(f"{where}: batch= lists {len(batch)} sizes for {slots} slot(s) "
+                             "(give one per slot, or one for all)")
+    return name, slots, batch, stated
 
 
 def parse_hostfile(text, path="hostfile"):
-    """Open MPI's hostfile format: `host [slots=N] [max_slots=M]` per line, '#' comments.
+    """Open MPI's hostfile format: `host [slots=N] [max_slots=M]` per line, '#' comments, and
+    pstrain's `batch=B0,B1,...`: samples per step of the worker in each slot, in local-rank
+    order (one value: every slot; a list without slots=: one slot per value).
 
-    A host named twice adds its slots (as Open MPI does)."""
+    A host named twice adds its slots (as Open MPI does), and its batches in line order."""
     lines = {}
     for number, line in enumerate(text.splitlines(), 1):
         words = line.split("#", 1)[0].split()
@@ -86,9 +112,15 @@ def parse_hostfile(text, path="hostfile"):
             entry = _hostfile_line(words, f"{path}:{number}")
             lines.setdefault(entry[0], []).append(entry[1:])
     if not lines:
-        raise PlacementError(f"{path}: no hosts (lines are 'host [slots=N]')")
-    return [Host(name, sum(slots for slots, _ in parts), len(parts) > 1 or parts[0][1])
-            for name, parts in lines.items()]
+        raise PlacementError(f"{path}: no hosts (lines are 'host [slots=N] [batch=B,...]')")
+    hosts = []
+    for name, parts in lines.items():
+        batch = ()
+        if any(b for _, b, _ in parts):
+            batch = tuple(size for slots, b, _ in parts for size in (b or (None,) * slots))
+        stated = len(parts) > 1 or parts[0][2]
+        hosts.append(Host(name, sum(slots for slots, _, _ in parts), batch, stated))
+    return hosts
 
 
 def parse_host_list(text):
@@ -112,14 +144,14 @@ def parse_host_list(text):
 
 def one_worker_per_device(hosts, count):
     """--devices with `count` entries: every host gets `count` slots. A host whose slots were
-    stated (slots=N, host:N) must have that many."""
+    stated (slots=N, host:N, a batch= list) must have that many; one batch= value fills them."""
     out = []
     for h in hosts:
         if h.stated and h.slots != count:
             raise PlacementError(f"{h.name} has {h.slots} slot(s) but --devices lists {count} device(s); with "
                                  "--devices every host runs one worker per device "
                                  f"(give {h.name} {count} slots, or none)")
-        out.append(replace(h, slots=count))
+        out.append(replace(h, slots=count, batch=h.batch if h.stated else h.batch * count))
     return out
 
 
@@ -150,22 +182,39 @@ def place(hosts, num_ps, num_workers, base_port=0, ps_hosts=None, oversubscribe=
         host = ps_on[s % len(ps_on)]
         port = base_port + s if base_port else 0
         procs.append(Proc(f"ps{s}", "ps", s, host, next_local("ps", host), port))
-    seats = [h.name for h in hosts for _ in range(h.slots)]
+    seats = [(h, slot) for h in hosts for slot in range(h.slots)]
     for i in range(num_workers):
-        host = seats[i % len(seats)]
-        rank = next_local("worker", host)
+        host, slot = seats[i % len(seats)]
+        rank = next_local("worker", host.name)
         device = devices[rank % len(devices)] if devices else ""
-        procs.append(Proc(f"w{i}", "worker", i, host, rank, device=device))
+        batch = host.batch[slot] if host.batch else None
+        procs.append(Proc(f"w{i}", "worker", i, host.name, rank, device=device, batch=batch))
     return procs
+
+
+def worker_batches(procs, default):
+    """The job's --worker-batch list, in worker order, when batch= reached a worker (else None):
+    workers on hosts without batch= get `default` (None: --batch-size auto, an error)."""
+    workers = [p for p in procs if p.role == "worker"]
+    if all(p.batch is None for p in workers):
+        return None
+    missing = sorted({p.host for p in workers if p.batch is None}, key=[p.host for p in workers].index)
+    if missing and default is None:
+        raise PlacementError(f"{', '.join(missing)} ha{'s' if len(missing) == 1 else 've'} no batch= in the hostfile "
+                             "and --batch-size is auto: give every host batch=")
+    return [default if p.batch is None else p.batch for p in workers]
 
 
 def describe(procs):
     """The placement as printed before anything starts: one line per process."""
     width = max(len(p.name) for p in procs)
     host_width = max(len(p.host) for p in procs)
+    device_width = max(len(p.device) for p in procs)
     lines = []
     for p in procs:
         port = f"  port {p.port}" if p.port else ""
-        device = f"  device {p.device}" if p.device else ""
-        lines.append(f"{p.name:<{width}}  on {p.host:<{host_width}}  local rank {p.local_rank}{port}{device}")
+        device = f"  device {p.device:<{device_width}}" if p.device else ""
+        batch = f"  batch {p.batch}" if p.batch is not None else ""
+        line = f"{p.name:<{width}}  on {p.host:<{host_width}}  local rank {p.local_rank}{port}{device}{batch}"
+        lines.append(line.rstrip())
     return lines

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
-# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices, and that no process of a
-# run survives it. Each case marks its processes with a unique string and checks with pgrep.
+# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices and batch= in a hostfile
+# (in dry-run form too), and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -157,7 +157,7 @@ case_usage() {
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
   for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help \
-    --devices; do
+    --devices --worker-batch batch=; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
@@ -189,6 +189,22 @@ case_devices() {
     test $? -eq 2 -a "$(grep -cF "cuda:1 needs 2 visible GPU(s), but CUDA_VISIBLE_DEVICES='3'" "$work/cvd.out")" -eq 1
 }
 
+case_hostfile_batches_dry_run() {
+  case=hostfile_batches
+  printf 'node1 slots=2 batch=64,32   # one per slot\nnode2 batch=16\nnode3\n' >"$work/hosts"
+  bash "$launch" --no-setup --dry-run --hostfile "$work/hosts" --num-workers 4 -- --batch-size 48 \
+    >"$work/batches.out" 2>&1
+  check "dry run exits 0" test $? -eq 0
+  check "every process, PS and workers, gets the list in worker order" \
+    test "$(grep -c -- "--worker-batch 64,32,16,48'\$" "$work/batches.out")" -eq 5
+  check "the placement shows each worker's batch" \
+    file_has "$work/batches.out" '^launch:   w1   on node1  local rank 1  batch 32$'
+  printf 'node1 slots=2 batch=64,32,8\n' >"$work/badhosts"
+  bash "$launch" --no-setup --dry-run --hostfile "$work/badhosts" >"$work/badbatch.out" 2>&1
+  check "a batch list not matching the slots exits 2 naming the line" \
+    test $? -eq 2 -a "$(grep -cF "badhosts:1: batch= lists 3 sizes for 2 slot(s)" "$work/badbatch.out")" -eq 1
+}
+
 main() {
   case_usage
   case_default_job
@@ -204,6 +220,7 @@ main() {
   case_start_timeout
   case_ps_lingers
   case_devices
+  case_hostfile_batches_dry_run
   report_and_exit check_launch
 }
 

@@ -4,7 +4,9 @@
 """
 
 import os
+import subprocess
 import sys
+import tempfile
 import unittest
 from unittest import mock
 
@@ -25,17 +27,36 @@ class HostfileTest(unittest.TestCase):
     def test_errors_name_file_and_line(self):
         with self.assertRaisesRegex(PlacementError, r"^hosts:2: 'slots=0' is not a positive integer"):
             placement.parse_hostfile("a\nb slots=0\n", "hosts")
-        with self.assertRaisesRegex(PlacementError, r"^hosts:1: unknown field 'cpus=2'"):
+        with self.assertRaisesRegex(PlacementError, r"^hosts:1: unknown field 'cpus=2' \(expected slots=N or batch="):
             placement.parse_hostfile("a cpus=2\n", "hosts")
         with self.assertRaisesRegex(PlacementError, r"^hosts: no hosts"):
             placement.parse_hostfile("# nothing\n\n", "hosts")
         with self.assertRaisesRegex(PlacementError, r"'a;b' is not a host name"):
             placement.parse_hostfile("a;b\n", "hosts")
 
+    def test_batch_per_slot_for_all_slots_or_implying_the_slots(self):
+        hosts = placement.parse_hostfile("a slots=2 batch=64,32\nb slots=3 batch=16\nc batch=8,8,4\nd\n")
+        self.assertEqual([(h.name, h.slots, h.batch) for h in hosts],
+                         [("a", 2, (64, 32)), ("b", 3, (16, 16, 16)), ("c", 3, (8, 8, 4)), ("d", 1, ())])
+        self.assertEqual(placement.parse_hostfile("a batch=64\n")[0], Host("a", 1, (64,)))
+
+    def test_a_host_named_twice_keeps_each_lines_batches(self):
+        self.assertEqual(placement.parse_hostfile("a batch=64\nb\na slots=2\n")[0], Host("a", 3, (64, None, None)))
+
     def test_which_slots_were_stated(self):
-        stated = {h.name: h.stated for h in placement.parse_hostfile("a slots=2\nb\ne\ne\n")}
-        self.assertEqual(stated, {"a": True, "b": False, "e": True})
+        stated = {h.name: h.stated for h in placement.parse_hostfile("a slots=2\nb\nc batch=1,2\nd batch=1\ne\ne\n")}
+        self.assertEqual(stated, {"a": True, "b": False, "c": True, "d": False, "e": True})
         self.assertEqual([h.stated for h in placement.parse_host_list("a:2,b,c,c")], [True, False, True])
+
+    def test_batch_errors_name_file_line_and_value(self):
+        with self.assertRaisesRegex(PlacementError, r"^hosts:2: batch=64,0: '0' is not a positive integer$"):
+            placement.parse_hostfile("a\nb batch=64,0\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"^hosts:1: batch=x: 'x' is not a positive integer$"):
+            placement.parse_hostfile("a batch=x\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"^hosts:1: batch= lists 3 sizes for 2 slot\(s\)"):
+            placement.parse_hostfile("a slots=2 batch=1,2,3\n", "hosts")
+        with self.assertRaisesRegex(PlacementError, r"^hosts:1: unknown field 'batch='"):
+            placement.parse_hostfile("a batch=\n", "hosts")
 
     def test_host_list(self):
         self.assertEqual(placement.parse_host_list("n1:2,n2:2,n3"), [Host("n1", 2), Host("n2", 2), Host("n3", 1)])
@@ -98,19 +119,48 @@ class DevicesTest(unittest.TestCase):
             devices.check_visible(["cuda"], "")
 
     def test_every_host_runs_one_worker_per_device(self):
-        hosts = placement.one_worker_per_device(placement.parse_hostfile("a\nb slots=2\n"), 2)
-        self.assertEqual(hosts, [Host("a", 2), Host("b", 2)])
-        procs = placement.place(hosts, 1, 4, devices=["cuda:1", "cpu"])
-        self.assertEqual([(p.host, p.local_rank, p.device) for p in procs if p.role == "worker"], [
-            ("a", 0, "cuda:1"), ("a", 1, "cpu"), ("b", 0, "cuda:1"), ("b", 1, "cpu")])
+        hosts = placement.parse_hostfile("a batch=64\nb slots=2 batch=8,4\nc\n")
+        hosts = placement.one_worker_per_device(hosts, 2)
+        self.assertEqual(hosts, [Host("a", 2, (64, 64)), Host("b", 2, (8, 4)), Host("c", 2)])
+        procs = placement.place(hosts, 1, 6, devices=["cuda:1", "cpu"])
+        self.assertEqual([(p.host, p.local_rank, p.device, p.batch) for p in procs if p.role == "worker"], [
+            ("a", 0, "cuda:1", 64), ("a", 1, "cpu", 64), ("b", 0, "cuda:1", 8), ("b", 1, "cpu", 4),
+            ("c", 0, "cuda:1", None), ("c", 1, "cpu", None)])
         self.assertEqual(procs[0].device, "")  # PS shards get no device
-        self.assertEqual(placement.describe(procs)[1:3], ["w0   on a  local rank 0  device cuda:1",
-                                                          "w1   on a  local rank 1  device cpu"])
 
     def test_stated_slots_must_match_the_devices(self):
         with self.assertRaisesRegex(PlacementError, r"^b has 3 slot\(s\) but --devices lists 2 device\(s\); .* "
                                                     r"\(give b 2 slots, or none\)"):
             placement.one_worker_per_device(placement.parse_host_list("a,b:3"), 2)
+
+
+class WorkerBatchTest(unittest.TestCase):
+    def test_batch_follows_the_slot_also_when_oversubscribed(self):
+        procs = placement.place([Host("a", 2, (64, 32)), Host("b", 1)], 1, 5, oversubscribe=True)
+        self.assertEqual([p.batch for p in procs[1:]], [64, 32, None, 64, 32])
+        self.assertEqual(placement.worker_batches(procs, 16), [64, 32, 16, 64, 32])
+
+    def test_no_list_unless_batch_reached_a_worker(self):
+        self.assertIsNone(placement.worker_batches(placement.place([Host("a", 2)], 1, 2), 64))
+        self.assertIsNone(placement.worker_batches(placement.place([Host("a", 1), Host("b", 1, (8,))], 1, 1), 64))
+
+    def test_auto_batch_size_needs_batch_on_every_host(self):
+        procs = placement.place([Host("a", 1, (8,)), Host("b", 1), Host("c", 1)], 1, 3)
+        with self.assertRaisesRegex(PlacementError, r"^b, c have no batch= in the hostfile and --batch-size is auto"):
+            placement.worker_batches(procs, None)
+
+    def test_parse_batch_list(self):
+        self.assertEqual(placement.parse_batch_list("64,32, 96", "--worker-batch"), [64, 32, 96])
+        for text, bad in (("64,0", "0"), ("64,", ""), ("-1", "-1"), ("6.5", "6.5")):
+            with self.assertRaisesRegex(PlacementError, f"^--worker-batch: '{bad}' is not a positive integer$"):
+                placement.parse_batch_list(text, "--worker-batch")
+
+    def test_placement_shows_device_and_batch(self):
+        procs = placement.place([Host("a", 2, (64, 8))], 1, 2, devices=["cuda:10", "cpu"])
+        self.assertEqual(placement.describe(procs), [
+            "ps0  on a  local rank 0",
+            "w0   on a  local rank 0  device cuda:10  batch 64",
+            "w1   on a  local rank 1  device cpu      batch 8"])
 
 
 def settings(*argv, env=None):
@@ -173,6 +223,70 @@ class DevicesCommandLineTest(unittest.TestCase):
             argv = cli.Run(mpi, cli.Output()).make_step().argv()
             self.assertEqual(argv[argv.index("CUDA_VISIBLE_DEVICES") - 1], "-x")
             self.assertNotIn("CUDA_VISIBLE_DEVICES", settings("-H", "a", "--num-workers", "1", env=env).forwarded_env())
+
+
+class WorkerBatchCommandLineTest(unittest.TestCase):
+    def hostfile(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".hosts", delete=False) as f:
+            f.write(text)
+        self.addCleanup(os.remove, f.name)
+        return f.name
+
+    def test_given_list_reaches_every_process(self):
+        s = settings("--num-workers", "3", "--worker-batch", "64,32,96")
+        self.assertEqual([p.batch for p in s.procs], [None, 64, 32, 96])
+        for name, cmd in commands(s).items():
+            self.assertEqual(cmd[-2:], ["--worker-batch", "64,32,96"], name)
+        after = settings("--num-workers", "2", "--", "--worker-batch=8,4")
+        self.assertEqual((after.worker_batch, after.extra), ([8, 4], ["--worker-batch=8,4"]))
+
+    def test_given_list_errors(self):
+        with self.assertRaisesRegex(cli.UsageError, r"^--worker-batch gives 2 batch size\(s\) for 3 workers$"):
+            settings("--num-workers", "3", "--worker-batch", "64,32")
+        with self.assertRaisesRegex(cli.UsageError, "^--worker-batch: '0' is not a positive integer$"):
+            settings("--num-workers", "2", "--worker-batch", "64,0")
+        with self.assertRaisesRegex(cli.UsageError, "^--worker-batch is given twice"):
+            settings("--num-workers", "1", "--worker-batch", "64", "--", "--worker-batch", "64")
+        with self.assertRaisesRegex(cli.UsageError, "^--worker-batch and --global-batch both set the batch"):
+            settings("--num-workers", "1", "--worker-batch", "64", "--", "--global-batch", "64")
+
+    def test_hostfile_batches_in_worker_order(self):
+        hosts = self.hostfile("n1 slots=2 batch=64,32\nn2 batch=16\nn3\n")
+        s = settings("--hostfile", hosts, "--num-workers", "4", "--", "--batch-size", "48", "--lr", "0.1")
+        self.assertEqual(s.worker_batch, [64, 32, 16, 48])
+        for name, cmd in commands(s).items():  # the list replaces --batch-size, which it holds now
+            self.assertEqual(cmd[-4:], ["--lr", "0.1", "--worker-batch", "64,32,16,48"], name)
+            self.assertNotIn("--batch-size", cmd)
+        default = settings("--hostfile", hosts, "--num-workers", "4", "--", "--accum-steps", "2")
+        self.assertEqual(default.worker_batch, [64, 32, 16, 128])  # the config's batch-size 64 x 2
+        auto = settings("--hostfile", hosts, "--num-workers", "3", "--", "--batch-size", "auto")
+        self.assertEqual((auto.worker_batch, auto.extra),
+                         ([64, 32, 16], ["--batch-size", "auto", "--worker-batch", "64,32,16"]))
+        unreached = settings("--hostfile", self.hostfile("n1 slots=2\nn2 batch=8\n"), "--num-workers", "2")
+        self.assertIsNone(unreached.worker_batch)  # no worker on n2
+
+    def test_hostfile_batch_errors(self):
+        hosts = self.hostfile("n1 slots=2 batch=64,32\nn2\n")
+        with self.assertRaisesRegex(cli.UsageError, "^--worker-batch and batch= in the hostfile both set"):
+            settings("--hostfile", hosts, "--num-workers", "3", "--worker-batch", "1,2,3")
+        with self.assertRaisesRegex(cli.UsageError, "^batch= in the hostfile and --global-batch both set the batch"):
+            settings("--hostfile", hosts, "--num-workers", "3", "--", "--global-batch", "96")
+        with self.assertRaisesRegex(cli.UsageError, "^n2 has no batch= in the hostfile and --batch-size is auto"):
+            settings("--hostfile", hosts, "--num-workers", "3", "--", "--batch-size", "auto")
+        with self.assertRaisesRegex(cli.UsageError, r":1: batch= lists 3 sizes for 2 slot\(s\)"):
+            settings("--hostfile", self.hostfile("n1 slots=2 batch=1,2,3\n"))
+
+    def test_dry_run_prints_devices_batches_and_commands(self):
+        hosts = self.hostfile("n1 batch=64,32\nn2 batch=16\n")
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["PYTHONPATH"] = os.path.join(cli.REPO, "launch")
+        done = subprocess.run([sys.executable, "-m", "pstrain_launch", "--dry-run", "--hostfile", hosts,
+                               "--devices", "cuda:0,cpu"], env=env, capture_output=True, text=True, check=True)
+        lines = done.stdout.splitlines()
+        self.assertIn("launch:   w3   on n2  local rank 1  device cpu     batch 16", lines)
+        w1 = [line for line in lines if line.startswith("w1@n1: ssh ")]
+        self.assertEqual(len(w1), 1)
+        self.assertIn("--local-rank 1 --device cpu --worker-batch 64,32,16,16'", w1[0])
 
 
 class CommandLineTest(unittest.TestCase):
