@@ -74,7 +74,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
-      ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB: refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it)")
+      ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
       ("threads", po::value(&o.threads)->default_value(o.threads), "BLAS threads per worker");
   po::options_description train("Training");
@@ -185,7 +185,8 @@ void validate(const JobOptions& o, Role role) {
               (o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 && o.device.size() <= 9 &&
                o.device.find_first_not_of("0123456789", 5) == std::string::npos),
           "--device: '" + o.device + "' is not one of auto, cpu, cuda, cuda:K");
-  require(o.gpu_memory_limit_mib >= 0, "--gpu-memory-limit must not be negative");
+  require(std::isfinite(o.gpu_memory_limit_mib) && o.gpu_memory_limit_mib >= 0 && o.gpu_memory_limit_mib < 1e9,
+          "--gpu-memory-limit must be a number of MiB >= 0");
   require(o.threads >= 1, "--threads must be at least 1");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
@@ -286,7 +287,10 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
   for (const auto& b : split(text.worker_batch, ',')) o.worker_batch.push_back(parse_int(b, "--worker-batch"));
   o.batch_auto = text.batch_size == "auto";
   o.batch_size = o.batch_auto ? 1 : parse_int(text.batch_size, "--batch-size");
-  o.batch_size_given = !vm["batch-size"].defaulted();
+  // A batch-size in the config file yields to --worker-batch / --global-batch on the command line (the
+  // flags win, as everywhere); given together in one place they contradict each other.
+  const bool batch_flags = given.command_line.count("worker-batch") || given.command_line.count("global-batch");
+  o.batch_size_given = given.command_line.count("batch-size") || (given.config.count("batch-size") && !batch_flags);
   for (const auto& address : split(text.ps_hosts, ',')) {
     if (address.rfind("ipc://", 0) == 0) {
       const std::string name = address.substr(6);

@@ -84,7 +84,8 @@ struct JobOptions {
   std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir
   std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
   std::string device = "auto";  // auto | cpu | cuda | cuda:K (auto: GPU index mod count if any)
-  int64_t gpu_memory_limit_mib = 0;  // refuse to start if the GPU memory plan exceeds this (0 = none)
+  double gpu_memory_limit_mib = 0;  // refuse to start if the GPU memory plan exceeds this (0 = none);
+                                    // --batch-size auto: the micro-batch's plan fits it (also on the CPU)
   int prefetch = 4;             // batches queued ahead of the trainer
   int threads = 1;              // BLAS threads per worker
 

@@ -116,6 +116,33 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
   EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
 }
 
+// Issue 16's mirrored cases end to end, with the launcher's default config (which sets a
+// batch-size the flags override): per-worker batches 10,20,30 (the launcher's --worker-batch),
+// three accumulated micro-batches of 20, and ssp with staleness 0 all equal one worker on 60.
+TEST_F(LaunchTest, PerWorkerBatchesAccumulationAndSspEqualOneWorkerThroughTheLauncher) {
+  const auto train = [&](const std::string& run, std::vector<std::string> counts, std::vector<std::string> flags) {
+    const std::string params = dir_ + "/" + run + "-params";
+    for (const char* f : {"--steps", "20", "--optimizer", "momentum", "--lr", "0.05", "--save-params"}) {
+      flags.push_back(f);
+    }
+    flags.push_back(params);
+    const pid_t launcher = spawn(launch(run, counts, flags), dir_ + "/" + run + ".log");
+    const ExitStatus status = wait_for(launcher, 120);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return load_saved_params(params);
+  };
+  const SavedParams one = train("one60", {"--num-workers", "1"}, {"--batch-size", "60"});
+  const SavedParams shares = train("shares", {"--num-workers", "3", "--worker-batch", "10,20,30"}, {});
+  EXPECT_NE(read_file(dir_ + "/shares/w2.log").find("this worker's 30 from position 30"), std::string::npos)
+      << read_file(dir_ + "/shares/w2.log");
+  EXPECT_LE(relative_difference(one, shares), 1e-5) << "--worker-batch 10,20,30";
+  const SavedParams accum = train("accum", {"--num-workers", "1"}, {"--batch-size", "20", "--accum-steps", "3"});
+  EXPECT_LE(relative_difference(one, accum), 1e-5) << "--batch-size 20 --accum-steps 3";
+  const SavedParams ssp =
+      train("ssp", {"--num-workers", "3"}, {"--batch-size", "20", "--mode", "ssp", "--staleness", "0"});
+  EXPECT_LE(relative_difference(one, ssp), 1e-5) << "--mode ssp --staleness 0";
+}
+
 // kill -9 of a random worker at a random step (seeded) with --max-restarts 1: the launcher
 // restarts it with the same index, the replacement redoes the step its predecessor left, and the
 // job ends with the parameters of an uninterrupted run.

@@ -39,7 +39,7 @@ class MirroredBase : public ::testing::Test {
   // The same with `batching` flags (--batch-size, --worker-batch, --accum-steps, --mode ...).
   static SavedParams train_with(int num_ps, int num_workers, const std::vector<std::string>& batching,
                                 const std::string& optimizer, const std::string& tag,
-                                const std::string& collective = "ring") {
+                                const std::string& collective = "ring", std::string* logs = nullptr) {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
     job.num_ps = std::max(num_ps, 1);
@@ -53,6 +53,7 @@ class MirroredBase : public ::testing::Test {
     if (collective == "nccl") job.args.insert(job.args.end(), {"--device", "cuda"});
     const JobResult result = num_ps == 0 ? run_allreduce_job(job, collective) : run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
+    if (logs != nullptr) *logs = result.logs;
     SavedParams params = load_saved_params(dir + "/params");
     std::filesystem::remove_all(dir);
     return params;
@@ -150,6 +151,25 @@ TEST_P(MirroredBatchTest, SspWithStalenessZeroEqualsSync) {
   const SavedParams reference = train(1, 1, 3 * kBatch, GetParam(), GetParam() + "-ref24");
   expect_equal(reference, 3, {"--batch-size", std::to_string(kBatch), "--mode", "ssp", "--staleness", "0"},
                "N=3 --mode ssp --staleness 0");
+}
+
+// --batch-size auto on the CPU: a memory limit too small for a worker's share makes it split the
+// share into micro-batches, and the result is still one worker's on the whole global batch.
+TEST_P(MirroredBatchTest, AutoBatchKeepsTheGlobalBatch) {
+  const SavedParams reference = train(1, 1, 96, GetParam(), GetParam() + "-ref96");
+  std::string logs;
+  const SavedParams p = train_with(1, 2, {"--batch-size", "auto", "--global-batch", "96", "--gpu-memory-limit", "0.03"},
+                                   GetParam(), GetParam() + "-auto", "ring", &logs);
+  EXPECT_LE(relative_difference(reference, p), 1e-5);
+  // The plan of 8x8 inputs and 16,8 hidden units: about 0.01 MiB fixed and 648 bytes a row, so 32
+  // rows fit 0.03 MiB: each worker's 48 samples become 2 micro-batches, the chief evaluates in 32s.
+  EXPECT_NE(logs.find("w0: --batch-size auto: micro-batch 32 x 2 = this worker's 48 samples a step (global batch "
+                      "96), the largest whose plan fits 0.03 MiB; evaluation in batches of 32"),
+            std::string::npos)
+      << logs;
+  EXPECT_NE(logs.find("w1: --batch-size auto: micro-batch 32 x 2 = this worker's 48 samples a step"),
+            std::string::npos)
+      << logs;
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOptimizers, MirroredBatchTest, ::testing::Values("sgd", "momentum", "adam"),

@@ -41,6 +41,26 @@ TEST(OptionsTest, ConfigFileAndFlagsWin) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(OptionsTest, WorkerBatchOnTheCommandLineOverridesTheConfigsBatchSize) {
+  const std::string dir = make_temp_dir("options");
+  std::ofstream(dir + "/job.cfg") << "batch-size = 64\nnum-workers = 3\n";
+  const std::string cfg = dir + "/job.cfg";
+  const auto o = parse(Role::kPs, {"--config", cfg.c_str(), "--worker-batch", "10,20,30", "--accum-steps", "2"});
+  ASSERT_TRUE(o);
+  EXPECT_EQ(worker_shares(*o), (std::vector<int>{10, 20, 30}));
+  EXPECT_EQ(micro_batch(*o, 30), 15);
+  const auto g = parse(Role::kPs, {"--config", cfg.c_str(), "--global-batch", "96"});
+  ASSERT_TRUE(g);
+  EXPECT_EQ(worker_shares(*g), (std::vector<int>{32, 32, 32}));
+  // Both on the command line, or both in one file, still contradict each other.
+  EXPECT_THROW(parse(Role::kPs, {"--config", cfg.c_str(), "--batch-size", "8", "--global-batch", "96"}),
+               UsageError);
+  std::ofstream(dir + "/both.cfg") << "batch-size = 64\nnum-workers = 3\nglobal-batch = 96\n";
+  const std::string both = dir + "/both.cfg";
+  EXPECT_THROW(parse(Role::kPs, {"--config", both.c_str()}), UsageError);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   const auto message = [](std::vector<const char*> args) {
     try {

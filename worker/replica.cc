@@ -16,7 +16,7 @@ std::unique_ptr<Backend> make_backend(const JobOptions& o) {
   if (device >= gpus) {
     throw Error("--device " + o.device + ": only " + std::to_string(gpus) + " CUDA device(s) are visible");
   }
-  const size_t limit = static_cast<size_t>(o.gpu_memory_limit_mib) << 20;
+  const auto limit = static_cast<size_t>(o.gpu_memory_limit_mib * 1048576.0);
   return make_cuda_backend(device, limit);
 }
 

@@ -136,7 +136,7 @@ class Trainer {
     const int classes = train_data_->num_classes();
     const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, input_dim, classes, rows); };
     if (o_.batch_auto) {
-      double limit = static_cast<double>(o_.gpu_memory_limit_mib);
+      double limit = o_.gpu_memory_limit_mib;
       if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
       batch_ = choose_batch(share_, kEvalBatch, chief_, limit, plan_for);
       PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
@@ -157,10 +157,9 @@ class Trainer {
     const MemoryPlan plan = plan_for(max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
-    if (o_.gpu_memory_limit_mib > 0 && !backend_->host_accessible() &&
-        plan.total() > static_cast<double>(o_.gpu_memory_limit_mib)) {
+    if (o_.gpu_memory_limit_mib > 0 && !backend_->host_accessible() && plan.total() > o_.gpu_memory_limit_mib) {
       throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
-                  std::to_string(o_.gpu_memory_limit_mib) + " MiB (" + plan.text() +
+                  fixed(o_.gpu_memory_limit_mib, 2) + " MiB (" + plan.text() +
                   "); --batch-size auto picks a micro-batch that fits");
     }
     model_ = std::make_unique<Mlp>(input_dim, o_.hidden, classes, max_batch, *backend_);

@@ -161,6 +161,8 @@ std::vector<std::string> worker_argv(const Job& job, int index, const std::vecto
                                    std::to_string(job.num_ps), "--num-workers", std::to_string(job.num_workers)};
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.end(), job.args.begin(), job.args.end());
+  const auto own = job.worker_args.find(index);
+  if (own != job.worker_args.end()) argv.insert(argv.end(), own->second.begin(), own->second.end());
   return argv;
 }
 
@@ -175,16 +177,21 @@ JobResult collect(const Job& job, const std::vector<pid_t>& worker_pids, const s
 
 }  // namespace
 
-JobResult run_job(const Job& job) {
-  std::vector<pid_t> ps_pids, worker_pids;
-  const std::vector<std::string> addresses = start_servers(job, &ps_pids);
+StartedJob start_job(const Job& job) {
+  StartedJob started;
+  const std::vector<std::string> addresses = start_servers(job, &started.ps);
   std::string hosts;
   for (const auto& a : addresses) hosts += (hosts.empty() ? "" : ",") + a;
   for (int i = 0; i < job.num_workers; ++i) {
-    worker_pids.push_back(spawn(worker_argv(job, i, {"--ps-hosts", hosts}), job.dir + "/w" + std::to_string(i) + ".log"));
+    started.workers.push_back(
+        spawn(worker_argv(job, i, {"--ps-hosts", hosts}), job.dir + "/w" + std::to_string(i) + ".log"));
   }
-  return collect(job, worker_pids, ps_pids);
+  return started;
 }
+
+JobResult finish_job(const Job& job, const StartedJob& started) { return collect(job, started.workers, started.ps); }
+
+JobResult run_job(const Job& job) { return finish_job(job, start_job(job)); }
 
 JobResult run_allreduce_job(const Job& job, const std::string& collective) {
   const std::string port_file = job.dir + "/w0.addr";

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -41,6 +42,7 @@ struct Job {
   std::vector<std::string> args;
   std::string dir;          // logs and port files go here
   double timeout_s = 120;
+  std::map<int, std::vector<std::string>> worker_args;  // more flags for one worker (by index)
 };
 struct JobResult {
   std::vector<ExitStatus> ps, workers;
@@ -48,6 +50,12 @@ struct JobResult {
   bool ok() const;
 };
 JobResult run_job(const Job& job);
+// run_job in two halves, for a test that acts on the processes while they run.
+struct StartedJob {
+  std::vector<pid_t> ps, workers;
+};
+StartedJob start_job(const Job& job);
+JobResult finish_job(const Job& job, const StartedJob& started);
 // The same without parameter servers: N workers in --mode allreduce --collective `collective`,
 // worker 0 the rendezvous coordinator on a free port (job.num_ps is ignored).
 JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
