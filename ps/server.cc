@@ -415,8 +415,13 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
   const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
                                       ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
                                       : total_steps_;
-  optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(),
-                    1.0f / static_cast<float>(p.metrics.samples),
+  // The gradient sums are divided by the samples behind them (a mean gradient), except in async,
+  // where each push is one update weighted by its samples: divided by the mean share G / N, so a
+  // worker of half the mean share moves the parameters half as far (equal shares: its mean).
+  const float scale = policy_.mode() == ModeCode::kAsync
+                          ? static_cast<float>(options_.num_workers) / static_cast<float>(global_batch_)
+                          : 1.0f / static_cast<float>(p.metrics.samples);
+  optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(), scale,
                     scheduled_lr(options_.optimizer, c.version, schedule_steps), c.version);
   ++c.version;
   c.last = p.metrics;

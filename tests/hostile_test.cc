@@ -630,6 +630,49 @@ TEST_F(HostileTest, RegisteredPeersCannotCorruptTheBarrier) {
   }
 }
 
+// async: every push is one update, weighted by its samples against the mean share G / N (here
+// 16 / 2 = 8), so a push of 4 samples moves the parameters half as far as its mean gradient
+// would and one of 12 one and a half times as far; each is applied as it arrives.
+TEST_F(HostileTest, AsyncAppliesEachPushWeightedByItsSamples) {
+  const TempDir dir("async-weights");
+  Children children;
+  const pid_t ps = children.add(spawn({PSTRAIN_PS_BIN, "--index", "1", "--num-ps", "2", "--num-workers", "2",
+                                       "--mode", "async", "--port-file", dir.path + "/ps1.addr", "--optimizer",
+                                       "sgd", "--lr", "0.5", "--timeout", "10"},
+                                      dir.path + "/ps1.log"));
+  const std::string address = wait_for_file(dir.path + "/ps1.addr", 30);
+  zmq::context_t context(1);
+  Hostile hostile(1);
+  FakeWorkers f(context, address, hostile);
+  for (uint32_t w : {0u, 1u}) {
+    f.send(w, message(hello_header(w, 1000 + w, 2, kFakeTotal, kFakeSteps, 16, ModeCode::kAsync)));
+    const Header welcome = f.peer(w).receive_header(1, "WELCOME");
+    ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  }
+  f.send(0, message(f.request(Op::kInit, 0, 0), &kFakeInit));
+  const std::vector<float> g1 = fake_gradient(1, 0), g0 = fake_gradient(0, 0);
+  std::vector<float> v1, v2;
+  // async pulls ask for the newest version (0 = any); one peer's messages arrive in order, so
+  // each pull follows its own push: worker 1's is applied at once (no barrier), then worker 0's.
+  f.send(1, message(f.push(1, 0, 4), &g1));
+  const Header pull1 = f.request(Op::kPull, 1, 0);
+  f.send(1, message(pull1));
+  f.params(1, pull1.request_id, 1, &v1);
+  f.send(0, message(f.push(0, 0, 12), &g0));
+  const Header pull2 = f.request(Op::kPull, 0, 0);
+  f.send(0, message(pull2));
+  f.params(0, pull2.request_id, 2, &v2);
+  for (size_t i = 0; i < kShardLength; ++i) {
+    const float want1 = kFakeInit[i] - 0.5f * g1[i] * (2.0f / 16.0f);
+    const float want2 = want1 - 0.5f * g0[i] * (2.0f / 16.0f);
+    EXPECT_NEAR(v1[i], want1, 1e-6f * std::max(1.0f, std::fabs(want1))) << "element " << i;
+    EXPECT_NEAR(v2[i], want2, 1e-6f * std::max(1.0f, std::fabs(want2))) << "element " << i;
+  }
+  f.send(0, message(f.request(Op::kDone, 0, 0)));
+  f.send(1, message(f.request(Op::kDone, 1, 0)));
+  EXPECT_TRUE(children.wait(ps, 10).ok()) << read_file(dir.path + "/ps1.log");
+}
+
 // The PS has N fixed slots, taken first-come by HELLO, with no credential: a peer that says
 // HELLO as worker i before the real worker i does holds the slot. What must hold is that the
 // real worker then fails at once with a message naming the problem, rather than training
