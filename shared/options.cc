@@ -73,6 +73,15 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
+      ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
+      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files, or two IDX files, gzip allowed) or one .csv file (default: the IDX files in --data-dir)")
+      ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data (default: the IDX files in --data-dir)")
+      ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features are multiplied by this (0: 1/255); float features are used as they are")
+      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index (default: the last column)")
+      ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every label must be in [0, classes) (0: the largest training label + 1; 10 for IDX)")
+      ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them; shapes are checked against the model): fine-tuning, or --evaluate")
+      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
@@ -188,6 +197,9 @@ void validate(const JobOptions& o, Role role) {
   require(std::isfinite(o.gpu_memory_limit_mib) && o.gpu_memory_limit_mib >= 0 && o.gpu_memory_limit_mib < 1e9,
           "--gpu-memory-limit must be a number of MiB >= 0");
   require(o.threads >= 1, "--threads must be at least 1");
+  require(std::isfinite(o.scale) && o.scale >= 0, "--scale must be a number >= 0");
+  require(o.classes >= 0 && o.classes != 1 && o.classes <= (1 << 24), "--classes must be 0 (from the data) or in [2, 2^24]");
+  require(!o.evaluate || !o.init_params.empty(), "--evaluate needs --init-params DIR (the model to evaluate)");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
   require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",

@@ -83,6 +83,15 @@ struct JobOptions {
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
   std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir
   std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
+  std::string model;            // layer list (docs/models.md); empty: the MLP of `hidden`
+  bool recompute = false;       // keep only block inputs in forward, recompute the rest in backward
+  std::string train_data;       // FEATURES,LABELS (.npy or IDX) or one .csv; empty: data_dir's IDX
+  std::string test_data;        // the same for the test set
+  double scale = 0;             // uint8 features are multiplied by this (0: 1/255)
+  std::string label_column;     // CSV: the label's column, by header name or 0-based index ("": last)
+  int classes = 0;              // number of classes (0: from the training labels; 10 for IDX)
+  std::string init_params;      // start from DIR/<variable>.npy (shapes checked against the model)
+  bool evaluate = false;        // worker: evaluate --init-params on the test data, no training, no PS
   std::string device = "auto";  // auto | cpu | cuda | cuda:K (auto: GPU index mod count if any)
   double gpu_memory_limit_mib = 0;  // refuse to start if the GPU memory plan exceeds this (0 = none);
                                     // --batch-size auto: the micro-batch's plan fits it (also on the CPU)

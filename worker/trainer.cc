@@ -18,6 +18,7 @@
 #include "worker/backend.h"
 #include "worker/checkpoints.h"
 #include "worker/data/dataset.h"
+#include "worker/data/open.h"
 #include "worker/data/prefetch.h"
 #include "worker/data/sampler.h"
 #include "worker/exchange.h"
@@ -104,10 +105,8 @@ class Trainer {
  private:
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
-    const std::string data_dir = o_.data_dir.empty() ? default_data_dir() : o_.data_dir;
-    const std::string cache_dir = o_.cache_dir.empty() ? default_cache_dir() : o_.cache_dir;
-    train_data_ = Dataset::open_mnist_dir(data_dir, "train", cache_dir);
-    if (chief_) test_data_ = Dataset::open_mnist_dir(data_dir, "t10k", cache_dir);
+    train_data_ = open_training_data(o_);
+    if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());
     shares_ = worker_shares(o_);
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
@@ -116,7 +115,7 @@ class Trainer {
     total_steps_ = steps_per_epoch_ * static_cast<uint64_t>(o_.epochs);
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
-    PSLOG(INFO) << tag_ << "data " << data_dir << ": " << train_data_->size() << " training records; each global step "
+    PSLOG(INFO) << tag_ << "data " << training_data_source(o_) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
                 << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
                 << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_

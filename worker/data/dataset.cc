@@ -38,6 +38,11 @@ class IdxDataset final : public Dataset {
 
   size_t size() const override { return images_.count(); }
   size_t feature_dim() const override { return images_.record_bytes(); }
+  std::vector<size_t> sample_shape() const override {
+    std::vector<size_t> shape = {1};  // one channel
+    for (size_t d = 1; d < images_.dims().size(); ++d) shape.push_back(images_.dims()[d]);
+    return shape;
+  }
   int num_classes() const override { return num_classes_; }
 
   void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {

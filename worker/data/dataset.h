@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pstrain {
 
@@ -24,6 +25,9 @@ class Dataset {
 
   virtual size_t size() const = 0;
   virtual size_t feature_dim() const = 0;
+  // The shape of one record's features, outermost first: {channels, height, width} for images
+  // (IDX: {1, rows, cols}), {feature_dim()} for flat records. Its product is feature_dim().
+  virtual std::vector<size_t> sample_shape() const { return {feature_dim()}; }
   virtual int num_classes() const = 0;
   // Reads records[i] for i < count into features (count * feature_dim floats) and labels.
   // Throws pstrain::Error for a record index >= size() or a read failure. Does not mutate the
