@@ -105,6 +105,11 @@ class Trainer {
  private:
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
+    for (const auto& [given, flag] : {std::pair{!o_.model.empty(), "--model"}, std::pair{o_.recompute, "--recompute"},
+                                      std::pair{!o_.init_params.empty(), "--init-params"},
+                                      std::pair{o_.evaluate, "--evaluate"}}) {
+      if (given) throw UsageError(std::string(flag) + " is not supported yet");
+    }
     train_data_ = open_training_data(o_);
     if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());
     shares_ = worker_shares(o_);
