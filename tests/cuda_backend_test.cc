@@ -175,18 +175,19 @@ TEST_F(CudaBackendTest, GemmMatchesCpuInAllTransposeCombinations) {
 }
 
 // One float addition and a comparison: bit-identical.
-TEST_F(CudaBackendTest, BiasActivationMatchesCpuExactly) {
+TEST_F(CudaBackendTest, BiasAndReluMatchCpuExactly) {
   for (const auto& shape :
        {std::pair{33, 47}, std::pair{1, 5}, std::pair{1000, 300}, std::pair{7, 1}}) {
     const int rows = shape.first, cols = shape.second;  // lambdas cannot capture bindings in C++17
     for (const bool relu : {false, true}) {
-      const std::string what = "bias_activation " + std::to_string(rows) + "x" + std::to_string(cols) +
+      const std::string what = "add_bias + relu " + std::to_string(rows) + "x" + std::to_string(cols) +
                                (relu ? " relu" : " linear");
       const auto y = random_floats(static_cast<size_t>(rows) * cols, 4);
       const auto bias = random_floats(static_cast<size_t>(cols), 5, -0.5f, 0.5f);
       const auto run = [&](Backend& backend) {
         BufferPtr dy = put(backend, y), db = put(backend, bias);
-        backend.bias_activation(dy.get(), db.get(), rows, cols, relu);
+        backend.add_bias(dy.get(), db.get(), rows, cols, 1);
+        if (relu) backend.activation(Activation::kRelu, dy.get(), dy.get(), y.size());
         return get(backend, dy.get(), y.size());
       };
       const std::vector<float> gpu = run(*gpu_);
@@ -205,10 +206,10 @@ TEST_F(CudaBackendTest, ReluBackwardMatchesCpuExactly) {
   const auto dy = random_floats(n, 7);
   const auto run = [&](Backend& backend) {
     BufferPtr ddy = put(backend, dy), dyv = put(backend, y);
-    backend.relu_backward(ddy.get(), dyv.get(), n);
+    backend.activation_backward(Activation::kRelu, dyv.get(), ddy.get(), ddy.get(), n);
     return get(backend, ddy.get(), n);
   };
-  expect_within(run(*gpu_), run(*cpu_), 0.0, "relu_backward");
+  expect_within(run(*gpu_), run(*cpu_), 0.0, "relu backward");
 }
 
 double run_sum(const std::vector<float>& dy, int rows, int cols, int c) {
@@ -223,13 +224,13 @@ TEST_F(CudaBackendTest, ColumnSumsMatchCpu) {
   for (const auto& shape :
        {std::pair{1000, 70}, std::pair{5, 3}, std::pair{20000, 10}, std::pair{33, 1025}, std::pair{1, 1}}) {
     const int rows = shape.first, cols = shape.second;  // lambdas cannot capture bindings in C++17
-    const std::string what = "column_sums " + std::to_string(rows) + "x" + std::to_string(cols);
+    const std::string what = "bias_grad " + std::to_string(rows) + "x" + std::to_string(cols);
     const auto dy = random_floats(static_cast<size_t>(rows) * cols, 8);
     const std::vector<float> stale(static_cast<size_t>(cols), 123.0f);  // overwritten, or added to
     for (const bool accumulate : {false, true}) {
       const auto run = [&](Backend& backend) {
         BufferPtr ddy = put(backend, dy), dbias = put(backend, stale);
-        backend.column_sums(ddy.get(), rows, cols, dbias.get(), accumulate);
+        backend.bias_grad(ddy.get(), rows, cols, 1, dbias.get(), accumulate);
         return get(backend, dbias.get(), stale.size());
       };
       std::vector<double> bound(static_cast<size_t>(cols), accumulate ? 123.0 : 0.0);
@@ -384,7 +385,7 @@ TEST_F(CudaBackendTest, ReportsItsDevice) {
 // whose pre-activations are far from the ReLU kinks.
 TEST_F(CudaMlpTest, GradientMatchesFiniteDifferences) {
   const int batch = 5, in = 6, classes = 4;
-  Mlp model(in, {7, 5}, classes, batch, *gpu_);
+  Model model(in, {7, 5}, classes, batch, *gpu_);
   const size_t n = model.layout().total();
   std::vector<float> params(n), x(batch * in);
   model.init(3, params.data());
@@ -421,7 +422,7 @@ TEST_F(CudaMlpTest, GradientMatchesFiniteDifferences) {
 TEST_F(CudaMlpTest, GradientsMatchTheCpuMlp) {
   const int in = 50, classes = 10, max_batch = 40;
   const std::vector<int> hidden = {64, 33};
-  Mlp gpu_model(in, hidden, classes, max_batch, *gpu_), cpu_model(in, hidden, classes, max_batch, *cpu_);
+  Model gpu_model(in, hidden, classes, max_batch, *gpu_), cpu_model(in, hidden, classes, max_batch, *cpu_);
   const Layout& layout = cpu_model.layout();
   const size_t n = layout.total();
   std::vector<float> params(n);
@@ -431,7 +432,7 @@ TEST_F(CudaMlpTest, GradientsMatchTheCpuMlp) {
     SCOPED_TRACE("batch " + std::to_string(batch));
     const auto x = random_floats(static_cast<size_t>(batch) * in, 13);
     const auto y = random_labels(static_cast<size_t>(batch), classes, 14);
-    const auto run = [&](Backend& backend, Mlp& model, std::vector<float>& grad) {
+    const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
       BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
       const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get());
       grad = get(backend, dg.get(), n);
@@ -479,7 +480,7 @@ struct SgdRun {
 SgdRun train_sgd(Backend& backend, const SgdData& data, const std::vector<float>& init, float* staging,
                  int in, const std::vector<int>& hidden, int classes, float lr) {
   const int batch = static_cast<int>(data.y[0].size());
-  Mlp model(in, hidden, classes, batch, backend);
+  Model model(in, hidden, classes, batch, backend);
   const size_t n = model.layout().total();
   SgdRun run{init, {}};
   BufferPtr params = put(backend, init), grad = backend.allocate(n), x = backend.allocate(data.x[0].size());
@@ -499,7 +500,7 @@ TEST_F(CudaMlpTest, TwentySgdStepsMatchTheCpu) {
   const std::vector<int> hidden = {64, 48};
   const float lr = 0.5f;
   const SgdData data = make_sgd_data(steps, batch, in, classes);
-  Mlp shape(in, hidden, classes, 1, *cpu_);
+  Model shape(in, hidden, classes, 1, *cpu_);
   const size_t n = shape.layout().total();
   std::vector<float> init(n);
   shape.init(21, init.data());
@@ -592,13 +593,14 @@ TEST_F(CudaBackendTest, DeviceMemoryUseMatchesBytesAllocated) {
   const int batch = 2048, in = 784, classes = 10;
   const GpuMemory before = gpu_memory(kDevice);
   const size_t counted_before = gpu_->bytes_allocated();
-  Mlp model(in, {2048, 2048}, classes, batch, *gpu_);
+  Model model(in, {2048, 2048}, classes, batch, *gpu_);
   const size_t n = model.layout().total();
   BufferPtr params = gpu_->allocate(n), grad = gpu_->allocate(n),
             x = gpu_->allocate(static_cast<size_t>(batch) * in);
   const GpuMemory after = gpu_memory(kDevice);
   const size_t counted = gpu_->bytes_allocated() - counted_before;
-  EXPECT_EQ(counted, (model.activation_floats() + 2 * n + static_cast<size_t>(batch) * in) * sizeof(float));
+  EXPECT_EQ(counted, (model.network().activation_floats(batch, false) + 2 * n + static_cast<size_t>(batch) * in) *
+                         sizeof(float));
   const double used = static_cast<double>(before.free_bytes) - static_cast<double>(after.free_bytes);
   EXPECT_LE(std::fabs(used - static_cast<double>(counted)), 0.1 * static_cast<double>(counted) + 16.0 * kMiB)
       << "device used " << used << " bytes for " << counted << " counted";

@@ -12,7 +12,7 @@ namespace {
 TEST(MlpTest, GradientMatchesFiniteDifferences) {
   auto backend = make_cpu_backend(1);
   const int batch = 5, in = 6, classes = 4;
-  Mlp model(in, {7, 5}, classes, batch, *backend);
+  Model model(in, {7, 5}, classes, batch, *backend);
   const size_t n = model.layout().total();
   std::vector<float> params(n), grad(n), x(batch * in);
   model.init(3, params.data());
@@ -38,7 +38,7 @@ TEST(MlpTest, GradientMatchesFiniteDifferences) {
 
 TEST(MlpTest, InitDependsOnlyOnSeed) {
   auto backend = make_cpu_backend(1);
-  Mlp a(8, {4}, 3, 2, *backend), b(8, {4}, 3, 16, *backend);
+  Model a(8, {4}, 3, 2, *backend), b(8, {4}, 3, 16, *backend);
   std::vector<float> pa(a.layout().total()), pb(b.layout().total()), pc(a.layout().total());
   a.init(9, pa.data());
   b.init(9, pb.data());

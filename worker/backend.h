@@ -1,5 +1,6 @@
-// The compute backend of a worker: the few primitives an MLP needs. The CPU backend
-// (worker/cpu/) uses OpenBLAS; the CUDA backend (worker/cuda/) implements the same interface.
+// The compute backend of a worker: GEMMs and the operations of the layers of worker/layers.h. The
+// CPU backend (worker/cpu/) uses OpenBLAS; the CUDA backend (worker/cuda/) implements the same
+// interface, each op computing what the CPU's computes (tests/cuda_backend_test.cc).
 // All float pointers passed to a backend point into memory it allocated.
 #pragma once
 
@@ -12,6 +13,43 @@
 namespace pstrain {
 
 using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
+
+#if defined(__CUDACC__)
+#define PSTRAIN_HOST_DEVICE __host__ __device__
+#else
+#define PSTRAIN_HOST_DEVICE
+#endif
+
+enum class Activation { kRelu, kTanh };
+enum class PoolKind { kMax, kAverage };
+
+// A 2-D convolution's input and output sizes (per sample; NCHW).
+struct ConvGeometry {
+  int channels = 1, height = 1, width = 1;  // input
+  int kernel = 1, stride = 1, pad = 0;
+  int out_height = 1, out_width = 1;        // (H + 2P - K) / S + 1
+  PSTRAIN_HOST_DEVICE size_t patch() const { return static_cast<size_t>(channels) * kernel * kernel; }  // rows of col
+  PSTRAIN_HOST_DEVICE size_t positions() const { return static_cast<size_t>(out_height) * out_width; }   // columns of col
+  PSTRAIN_HOST_DEVICE size_t input_size() const { return static_cast<size_t>(channels) * height * width; }
+};
+
+// A pooling window over planes of [H, W] (no padding; windows that would pass the edge are not
+// taken: OH = (H - K) / S + 1).
+struct PoolGeometry {
+  int height = 1, width = 1, kernel = 1, stride = 1, out_height = 1, out_width = 1;
+};
+
+// Whether dropout keeps element `col` of the row of sample `key`: a hash of (key, salt, col) as a
+// uniform in [0, 1) compared with `rate`. The same function on every backend, so masks agree
+// bit for bit, and a function of the sample's record (not the worker), so N workers equal one.
+PSTRAIN_HOST_DEVICE inline bool dropout_keep(uint64_t key, uint64_t salt, uint64_t col, float rate) {
+  uint64_t z = key * 0x9e3779b97f4a7c15ULL ^ salt ^ (col * 0xd1b54a32d192ed03ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  z ^= z >> 31;
+  const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);
+  return u >= rate;
+}
 
 struct BatchStats {
   double loss_sum = 0;   // summed cross-entropy over the batch
@@ -52,12 +90,37 @@ class Backend {
   // Row-major C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k], op(B) is [k,n].
   virtual void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                     const float* b, float beta, float* c) = 0;
-  // y[r, :] += bias, then ReLU if `relu`.
-  virtual void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) = 0;
-  // dy[i] = 0 where y[i] <= 0 (y is the ReLU output).
-  virtual void relu_backward(float* dy, const float* y, size_t n) = 0;
-  // dbias[c] = sum over rows of dy[r, c], added to dbias[c] when `accumulate`.
-  virtual void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) = 0;
+  // gemm on `count` triples: A_i = a + i * stride_a (stride 0: one A for all), B_i, C_i likewise
+  // (C's stride must not be 0).
+  virtual void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                            size_t stride_a, const float* b, size_t stride_b, float beta, float* c,
+                            size_t stride_c, int count) = 0;
+
+  // The layer operations (worker/layers.h). Arrays are row-major; "planes" index batch x channels.
+  // y[o, c, i] += bias[c] for o < outer, c < channels, i < inner (dense: inner 1; conv: H x W).
+  virtual void add_bias(float* y, const float* bias, int outer, int channels, int inner) = 0;
+  // db[c] = sum over o, i of dy[o, c, i], added to db[c] when `accumulate`.
+  virtual void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) = 0;
+  // y = f(x) element-wise; y may be x.
+  virtual void activation(Activation f, const float* x, float* y, size_t n) = 0;
+  // dx = dy * f'(.) given the activation's output y; dx may be dy.
+  virtual void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) = 0;
+  // col[b] = the [C*K*K, OH*OW] patch matrix of sample b of x[batch, C, H, W] (zero padding):
+  // row (c*K + ki)*K + kj, column oy*OW + ox holds x[b, c, oy*S - P + ki, ox*S - P + kj].
+  virtual void im2col(const float* x, int batch, const ConvGeometry& g, float* col) = 0;
+  // The adjoint: dx[batch, C, H, W] = the sum of every col entry over the pixel it was read from.
+  virtual void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) = 0;
+  // y[p, oy, ox] = max (or mean) of x[p] over the window at (oy*S, ox*S), for p < planes.
+  virtual void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) = 0;
+  // dx of pool: max sends dy to the first position of its window holding the maximum, mean
+  // spreads it evenly; dx is overwritten (sums over overlapping windows in a fixed order).
+  virtual void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes,
+                             const PoolGeometry& g, float* dx) = 0;
+  // y[r, c] = x[r, c] * (dropout_keep(keys[r], salt, c, rate) ? 1 / (1 - rate) : 0), keys in host
+  // memory (one per row: the sample's record); y may be x. The same call is its own backward.
+  virtual void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys,
+                       uint64_t salt) = 0;
+
   // Softmax cross-entropy of logits[rows, cols] against host labels. If dlogits is not null it
   // receives the gradient of the summed loss (softmax - onehot), per sample.
   virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "shared/error.h"
 #include "shared/random.h"
@@ -16,57 +17,109 @@ uint64_t next_random(uint64_t& state) {
   return value;
 }
 
+Shape input_shape(const std::vector<size_t>& sample) {
+  for (size_t d : sample) {
+    if (d == 0 || d > (size_t{1} << 30)) throw UsageError("the data's sample shape has a dimension of " + std::to_string(d));
+  }
+  if (sample.size() == 3) return Shape::image(static_cast<int>(sample[0]), static_cast<int>(sample[1]), static_cast<int>(sample[2]));
+  if (sample.size() == 2) return Shape::image(1, static_cast<int>(sample[0]), static_cast<int>(sample[1]));
+  return Shape::vector(std::accumulate(sample.begin(), sample.end(), size_t{1}, std::multiplies<size_t>()));
+}
+
 }  // namespace
 
-Mlp::Mlp(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend)
-    : backend_(backend), max_batch_(max_batch) {
-  if (input_dim < 1 || classes < 2 || max_batch < 1) throw Error("model: invalid dimensions");
-  widths_.push_back(input_dim);
-  widths_.insert(widths_.end(), hidden.begin(), hidden.end());
-  widths_.push_back(classes);
-  const size_t max_width = static_cast<size_t>(*std::max_element(widths_.begin(), widths_.end()));
-  layout_ = layout_for(input_dim, hidden, classes);
-  for (size_t l = 0; l + 1 < widths_.size(); ++l) {
-    acts_.push_back(backend_.allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(widths_[l + 1])));
+Network::Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes)
+    : input_(input_shape(sample_shape)), classes_(classes) {
+  if (classes < 2) throw UsageError("the model needs at least 2 classes, the data has " + std::to_string(classes));
+  const std::vector<LayerSpec> specs = parse_model(spec);
+  Shape shape = input_;
+  int p = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    layers_.push_back(make_layer(specs[i], shape, static_cast<int>(i)));
+    if (layers_.back()->has_params()) layers_.back()->declare(layout_, p++);
+    shape = layers_.back()->out();
   }
-  delta_a_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
-  delta_b_ = backend_.allocate(static_cast<size_t>(max_batch) * max_width);
-}
-
-Layout Mlp::layout_for(int input_dim, const std::vector<int>& hidden, int classes) {
-  Layout layout;
-  int in = input_dim;
-  for (size_t l = 0; l <= hidden.size(); ++l) {
-    const int out = l < hidden.size() ? hidden[l] : classes;
-    layout.add("layer" + std::to_string(l) + ".weight", {static_cast<size_t>(in), static_cast<size_t>(out)});
-    layout.add("layer" + std::to_string(l) + ".bias", {static_cast<size_t>(out)});
-    in = out;
+  if (shape.size() != static_cast<size_t>(classes)) {
+    throw UsageError("--model: the last layer gives " + shape.text() + " outputs per sample, but the data has " +
+                     std::to_string(classes) + " classes (end the list with dense " + std::to_string(classes) + ")");
   }
-  return layout;
+  if (p == 0) throw UsageError("--model: the layer list has no layer with parameters (dense or conv)");
 }
 
-size_t Mlp::activation_floats() const {
-  return activation_floats(widths_.front(), std::vector<int>(widths_.begin() + 1, widths_.end() - 1), widths_.back(),
-                           max_batch_);
-}
-
-size_t Mlp::activation_floats(int input_dim, const std::vector<int>& hidden, int classes, int max_batch) {
-  size_t n = 0;
-  int max_width = std::max(input_dim, classes);
-  for (int w : hidden) {
-    n += static_cast<size_t>(max_batch) * static_cast<size_t>(w);
-    max_width = std::max(max_width, w);
+std::string Network::summary() const {
+  std::string s = input_.text();
+  for (const auto& l : layers_) {
+    s += " -> " + l->text();
+    if (!l->elementwise() && !(l->in().flat == l->out().flat && l->in().size() == l->out().size() &&
+                               !l->has_params())) {
+      s += " -> " + l->out().text();
+    }
   }
-  n += static_cast<size_t>(max_batch) * static_cast<size_t>(classes);
-  return n + 2 * static_cast<size_t>(max_batch) * static_cast<size_t>(max_width);  // the two deltas
+  return s;
 }
 
-void Mlp::init(uint64_t seed, float* host_params) const {
+Network::Plan Network::plan(bool recompute) const {
+  Plan p;
+  const size_t n = layers_.size();
+  p.buffer_of.assign(n, -1);
+  p.block_of.assign(n, 0);
+  int block = -1;
+  for (size_t l = 0; l < n; ++l) {
+    const Layer& layer = *layers_[l];
+    if (l == 0 || layer.has_params()) ++block;
+    p.block_of[l] = block;
+    p.delta_size = std::max({p.delta_size, layer.in().size(), layer.out().size()});
+    if (layer.identity()) {
+      p.buffer_of[l] = l == 0 ? -1 : p.buffer_of[l - 1];
+    } else if (l > 0 && layer.elementwise() && layers_[l - 1]->output_free_after_forward()) {
+      p.buffer_of[l] = p.buffer_of[l - 1];  // in place: the layer before needs only its input
+    } else {
+      p.buffer_of[l] = static_cast<int>(p.buffer_size.size());
+      p.buffer_size.push_back(layer.out().size());
+    }
+  }
+  p.blocks = block + 1;
+  p.persistent.assign(p.buffer_size.size(), !recompute);
+  p.arena_offset.assign(p.buffer_size.size(), 0);
+  if (recompute) {
+    for (size_t l = 0; l < n; ++l) {
+      const bool block_end = l + 1 == n || p.block_of[l + 1] != p.block_of[l];
+      if (block_end && p.buffer_of[l] >= 0) p.persistent[static_cast<size_t>(p.buffer_of[l])] = true;
+    }
+    // Each block's other buffers side by side from the arena's start: one block's at a time.
+    std::vector<size_t> used(static_cast<size_t>(p.blocks), 0);
+    std::vector<bool> placed(p.buffer_size.size(), false);
+    for (size_t l = 0; l < n; ++l) {
+      const int b = p.buffer_of[l];
+      if (b < 0 || p.persistent[static_cast<size_t>(b)] || placed[static_cast<size_t>(b)]) continue;
+      size_t& u = used[static_cast<size_t>(p.block_of[l])];
+      p.arena_offset[static_cast<size_t>(b)] = u;
+      u += p.buffer_size[static_cast<size_t>(b)];
+      placed[static_cast<size_t>(b)] = true;
+    }
+    p.arena_size = used.empty() ? 0 : *std::max_element(used.begin(), used.end());
+  }
+  return p;
+}
+
+size_t Network::activation_floats(int batch, bool recompute) const {
+  const Plan p = plan(recompute);
+  size_t per_sample = p.arena_size + 2 * p.delta_size;
+  for (size_t b = 0; b < p.buffer_size.size(); ++b) {
+    if (p.persistent[b]) per_sample += p.buffer_size[b];
+  }
+  size_t col = 0;
+  for (const auto& l : layers_) col = std::max(col, l->col_floats(batch));
+  return per_sample * static_cast<size_t>(batch) + col;
+}
+
+void Network::init(uint64_t seed, float* host_params) const {
   std::fill(host_params, host_params + layout_.total(), 0.0f);
   uint64_t state = seed ^ 0x5eed5eed5eed5eedULL;
   for (const TensorSpec& t : layout_.tensors()) {
-    if (t.shape.size() != 2) continue;  // biases stay zero
-    const double limit = std::sqrt(6.0 / static_cast<double>(t.shape[0]));
+    if (t.shape.size() < 2) continue;  // biases stay zero
+    const size_t fan_in = t.shape.size() == 2 ? t.shape[0] : t.size / t.shape[0];  // dense [in, out]; conv [out, ...]
+    const double limit = std::sqrt(6.0 / static_cast<double>(fan_in));
     for (size_t i = 0; i < t.size; ++i) {
       const double u = static_cast<double>(next_random(state) >> 40) / static_cast<double>(1ULL << 24);
       host_params[t.offset + i] = static_cast<float>((2.0 * u - 1.0) * limit);
@@ -74,47 +127,90 @@ void Mlp::init(uint64_t seed, float* host_params) const {
   }
 }
 
-const float* Mlp::forward(const float* params, const float* x, int batch) {
-  PSTRAIN_CHECK(batch >= 1 && batch <= max_batch_);
-  const float* input = x;
-  const size_t layers = widths_.size() - 1;
-  for (size_t l = 0; l < layers; ++l) {
-    const TensorSpec& w = layout_.tensors()[2 * l];
-    const TensorSpec& b = layout_.tensors()[2 * l + 1];
-    float* out = acts_[l].get();
-    backend_.gemm(false, false, batch, widths_[l + 1], widths_[l], 1.0f, input, params + w.offset, 0.0f, out);
-    backend_.bias_activation(out, params + b.offset, batch, widths_[l + 1], l + 1 < layers);
-    input = out;
+Model::Model(const std::string& spec, const std::vector<size_t>& sample_shape, int classes, int max_batch,
+             bool recompute, Backend& backend)
+    : net_(spec, sample_shape, classes), backend_(backend), max_batch_(max_batch), recompute_(recompute) {
+  if (max_batch < 1) throw Error("model: invalid batch size");
+  plan_ = net_.plan(recompute);
+  const auto rows = static_cast<size_t>(max_batch);
+  arena_ = backend_.allocate(plan_.arena_size * rows);
+  for (size_t b = 0; b < plan_.buffer_size.size(); ++b) {
+    if (plan_.persistent[b]) {
+      buffers_.push_back(backend_.allocate(plan_.buffer_size[b] * rows));
+      buffer_ptr_.push_back(buffers_.back().get());
+    } else {
+      buffers_.emplace_back(nullptr, [](float*) {});
+      buffer_ptr_.push_back(arena_.get() + plan_.arena_offset[b] * rows);
+    }
   }
-  return input;
+  delta_a_ = backend_.allocate(plan_.delta_size * rows);
+  delta_b_ = backend_.allocate(plan_.delta_size * rows);
+  size_t col = 0;
+  for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch));
+  if (col > 0) col_ = backend_.allocate(col);
+  row_keys_.resize(rows);
+  std::iota(row_keys_.begin(), row_keys_.end(), uint64_t{0});
 }
 
-BatchStats Mlp::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                           const GradReady& on_ready, bool accumulate) {
-  const float* logits = forward(params, x, batch);
-  const size_t layers = widths_.size() - 1;
-  float* delta = delta_a_.get();  // d(loss)/d(pre-activation) of layer l
+Model::Model(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend)
+    : Model(mlp_model(hidden, classes), {static_cast<size_t>(input_dim)}, classes, max_batch, false, backend) {}
+
+const float* Model::input_of(size_t l, const float* x) const { return l == 0 ? x : output_of(l - 1, x); }
+
+float* Model::output_of(size_t l, const float* x) const {
+  const int b = plan_.buffer_of[l];
+  return b < 0 ? const_cast<float*>(x) : buffer_ptr_[static_cast<size_t>(b)];  // a leading flatten: x itself
+}
+
+LayerContext Model::context(bool training, const Keys& keys, int batch) {
+  PSTRAIN_CHECK(batch >= 1 && batch <= max_batch_);
+  LayerContext ctx{backend_};
+  ctx.col = col_.get();
+  ctx.training = training;
+  ctx.salt = splitmix64(splitmix64(keys.seed ^ 0xd0d0d0d0d0d0d0d0ULL) + keys.step);
+  ctx.keys = keys.records != nullptr ? keys.records : row_keys_.data();
+  return ctx;
+}
+
+void Model::forward_layers(LayerContext& ctx, const float* params, const float* x, int batch, size_t from, size_t to) {
+  for (size_t l = from; l < to; ++l) {
+    Layer& layer = *net_.layers()[l];
+    if (!layer.identity()) layer.forward(ctx, params, input_of(l, x), output_of(l, x), batch);
+  }
+}
+
+BatchStats Model::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
+                             const GradReady& on_ready, bool accumulate, const Keys& keys) {
+  LayerContext ctx = context(true, keys, batch);
+  const size_t n = net_.layers().size();
+  forward_layers(ctx, params, x, batch, 0, n);
+  float* delta = delta_a_.get();  // d(loss)/d(output of layer l)
   float* spare = delta_b_.get();
-  const BatchStats stats = backend_.softmax_xent(logits, y, batch, widths_.back(), delta);
-  for (size_t l = layers; l-- > 0;) {
-    const TensorSpec& w = layout_.tensors()[2 * l];
-    const TensorSpec& b = layout_.tensors()[2 * l + 1];
-    const float* input = l == 0 ? x : acts_[l - 1].get();
-    const int in = widths_[l], out = widths_[l + 1];
-    backend_.gemm(true, false, in, out, batch, 1.0f, input, delta, accumulate ? 1.0f : 0.0f, grad + w.offset);
-    backend_.column_sums(delta, batch, out, grad + b.offset, accumulate);
-    if (on_ready) on_ready(w.offset, stats);
-    if (l == 0) break;
-    backend_.gemm(false, true, batch, in, out, 1.0f, delta, params + w.offset, 0.0f, spare);
-    backend_.relu_backward(spare, acts_[l - 1].get(), static_cast<size_t>(batch) * in);
-    std::swap(delta, spare);
+  const BatchStats stats = backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), delta);
+  for (size_t l = n; l-- > 0;) {
+    const int block = plan_.block_of[l];
+    const bool block_end = l + 1 == n || plan_.block_of[l + 1] != block;
+    if (recompute_ && block_end && block + 1 != plan_.blocks) {
+      // The arena holds a later block's insides now: recompute this block's from its input.
+      size_t first = l;
+      while (first > 0 && plan_.block_of[first - 1] == block) --first;
+      forward_layers(ctx, params, x, batch, first, l + 1);
+    }
+    Layer& layer = *net_.layers()[l];
+    if (layer.identity()) continue;
+    float* dx = l == 0 ? nullptr : spare;
+    layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, dx, grad, batch, accumulate);
+    if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);
+    if (dx != nullptr) std::swap(delta, spare);
   }
   return stats;
 }
 
-BatchStats Mlp::evaluate(const float* params, const float* x, const int32_t* y, int batch) {
-  const float* logits = forward(params, x, batch);
-  return backend_.softmax_xent(logits, y, batch, widths_.back(), nullptr);
+BatchStats Model::evaluate(const float* params, const float* x, const int32_t* y, int batch) {
+  LayerContext ctx = context(false, Keys{}, batch);
+  const size_t n = net_.layers().size();
+  forward_layers(ctx, params, x, batch, 0, n);
+  return backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), nullptr);
 }
 
 }  // namespace pstrain

@@ -1,55 +1,113 @@
-// A multi-layer perceptron (ReLU hidden layers, softmax cross-entropy) over one flat parameter
-// buffer. Layer l has variables "layer<l>.weight" [in, out] and "layer<l>.bias" [out].
+// A model: a list of layers (worker/layers.h) ending in softmax cross-entropy, over one flat
+// parameter buffer whose layout names every variable ("layer<p>.weight", "layer<p>.bias", p
+// counting the layers with parameters). Network is the list and its shapes (what a memory plan
+// needs); Model adds the activation buffers on a backend and runs the passes.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "shared/layout.h"
 #include "worker/backend.h"
+#include "worker/layers.h"
 
 namespace pstrain {
 
-class Mlp {
+class Network {
  public:
-  // Activations are allocated for batches of up to max_batch samples.
-  Mlp(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend);
+  // `spec`: a layer list (parse_model); `sample_shape`: the data's {C, H, W} or {D}. Throws
+  // pstrain::UsageError for a list that does not fit the data or does not end in `classes`
+  // outputs.
+  Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes);
 
   const Layout& layout() const { return layout_; }
-  int input_dim() const { return widths_.front(); }
-  int classes() const { return widths_.back(); }
-  size_t activation_floats() const;
-  // The layout of such a model, and what activation_floats() will be, before constructing one
-  // (for a memory plan).
-  static Layout layout_for(int input_dim, const std::vector<int>& hidden, int classes);
-  static size_t activation_floats(int input_dim, const std::vector<int>& hidden, int classes, int max_batch);
+  const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
+  const Shape& input() const { return input_; }
+  int classes() const { return classes_; }
+  // "784 -> dense 256 -> 256 -> relu -> ..." for the log.
+  std::string summary() const;
 
-  // Deterministic initialisation from the seed alone (the same for any worker count): weights
-  // He-uniform, biases zero. Writes layout().total() floats into host memory.
+  // Floats of activation memory for batches of up to `batch` samples: the layers' outputs (with
+  // `recompute` only the outputs of blocks, plus one block's insides), two gradient buffers and
+  // the im2col scratch.
+  size_t activation_floats(int batch, bool recompute) const;
+  // Deterministic initialisation from the seed alone: weights He-uniform over their fan-in
+  // (dense: inputs; conv: in channels x K x K), biases zero.
   void init(uint64_t seed, float* host_params) const;
+
+  // The buffer plan (per sample, in floats). buffer_of[l]: the buffer layer l writes (-1: the
+  // input, for a leading flatten); block_of[l]: the block (a layer with parameters and the
+  // layers after it up to the next one) of layer l.
+  struct Plan {
+    std::vector<int> buffer_of, block_of;
+    std::vector<size_t> buffer_size;  // per sample
+    std::vector<bool> persistent;     // kept from forward to backward (with recompute: blocks' outputs)
+    std::vector<size_t> arena_offset; // per sample, of the other buffers in the recompute arena
+    size_t arena_size = 0;            // per sample
+    size_t delta_size = 0;            // per sample: the largest input or output
+    int blocks = 0;
+  };
+  Plan plan(bool recompute) const;
+
+ private:
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Layout layout_;
+  Shape input_;
+  int classes_;
+};
+
+// What dropout masks depend on: the job's seed and the global step, and each sample's record
+// (one per row, host memory). Without records, dropout layers use the row index.
+struct DropoutKeys {
+  uint64_t seed = 0, step = 0;
+  const uint64_t* records = nullptr;
+};
+
+class Model {
+ public:
+  // Activations are allocated for batches of up to max_batch samples.
+  Model(const std::string& spec, const std::vector<size_t>& sample_shape, int classes, int max_batch, bool recompute,
+        Backend& backend);
+  // The MLP of --hidden on flat inputs.
+  Model(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend);
+
+  const Network& network() const { return net_; }
+  const Layout& layout() const { return net_.layout(); }
+  int classes() const { return net_.classes(); }
+  void init(uint64_t seed, float* host_params) const { net_.init(seed, host_params); }
 
   // Called during backward each time grad[from, total) is complete (layers finish last to
   // first), with the batch's loss statistics (known after the forward pass).
   using GradReady = std::function<void(size_t from, const BatchStats& stats)>;
 
+  using Keys = DropoutKeys;
+
   // Forward and backward on a batch (x, y in backend memory / host labels). grad receives the
   // gradient of the SUMMED loss over the batch (not the mean); with `accumulate` it is added to
   // what grad holds (gradient accumulation over micro-batches).
   BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                        const GradReady& on_ready = nullptr, bool accumulate = false);
-  // Forward only.
+                        const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {});
+  // Forward only (dropout off).
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
 
  private:
-  const float* forward(const float* params, const float* x, int batch);
+  void forward_layers(LayerContext& ctx, const float* params, const float* x, int batch, size_t from, size_t to);
+  const float* input_of(size_t l, const float* x) const;
+  float* output_of(size_t l, const float* x) const;
+  LayerContext context(bool training, const Keys& keys, int batch);
 
+  Network net_;
   Backend& backend_;
-  std::vector<int> widths_;   // input, hidden..., classes
-  Layout layout_;
   int max_batch_;
-  std::vector<BufferPtr> acts_;  // output of each layer, [max_batch, width]
-  BufferPtr delta_a_, delta_b_;  // back-propagated gradients, [max_batch, max width]
+  bool recompute_;
+  Network::Plan plan_;
+  std::vector<BufferPtr> buffers_;  // persistent buffers (null for arena ones)
+  std::vector<float*> buffer_ptr_;  // every buffer: its own or a place in the arena
+  BufferPtr arena_, delta_a_, delta_b_, col_;
+  std::vector<uint64_t> row_keys_;  // 0, 1, 2, ... for calls without keys
 };
 
 }  // namespace pstrain

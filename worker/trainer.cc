@@ -43,7 +43,7 @@ std::string fixed(double value, int digits) {
   return os.str();
 }
 
-BatchStats evaluate(Mlp& model, Replica& replica, const Dataset& data, int eval_batch) {
+BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch) {
   std::vector<size_t> records(static_cast<size_t>(eval_batch));
   std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
   std::vector<int32_t> y(static_cast<size_t>(eval_batch));
@@ -78,11 +78,12 @@ long peak_rss_kb() {
 
 // What the worker will allocate on its device for batches of up to `rows` samples, computed
 // before allocating anything but the backend's own workspace (already held).
-MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, int input_dim, int classes, int rows) {
-  const size_t total = Mlp::layout_for(input_dim, o.hidden, classes).total();
+MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, const Network& net, int rows) {
+  const size_t total = net.layout().total();
+  const size_t input_dim = net.input().size();
   MemoryPlan plan;
   plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = Mlp::activation_floats(input_dim, o.hidden, classes, rows) * sizeof(float) / kMiB;
+  plan.activations = net.activation_floats(rows, o.recompute) * sizeof(float) / kMiB;
   plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
   plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
   return plan;
@@ -105,8 +106,7 @@ class Trainer {
  private:
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
-    for (const auto& [given, flag] : {std::pair{!o_.model.empty(), "--model"}, std::pair{o_.recompute, "--recompute"},
-                                      std::pair{!o_.init_params.empty(), "--init-params"},
+    for (const auto& [given, flag] : {std::pair{!o_.init_params.empty(), "--init-params"},
                                       std::pair{o_.evaluate, "--evaluate"}}) {
       if (given) throw UsageError(std::string(flag) + " is not supported yet");
     }
@@ -138,7 +138,9 @@ class Trainer {
     PSLOG(INFO) << tag_ << describe_placement(o_, backend_->name());
     const int input_dim = static_cast<int>(train_data_->feature_dim());
     const int classes = train_data_->num_classes();
-    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, input_dim, classes, rows); };
+    const std::string spec = o_.model.empty() ? mlp_model(o_.hidden, classes) : o_.model;
+    const Network network(spec, train_data_->sample_shape(), classes);
+    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, network, rows); };
     if (o_.batch_auto) {
       double limit = o_.gpu_memory_limit_mib;
       if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
@@ -166,9 +168,10 @@ class Trainer {
                   fixed(o_.gpu_memory_limit_mib, 2) + " MiB (" + plan.text() +
                   "); --batch-size auto picks a micro-batch that fits");
     }
-    model_ = std::make_unique<Mlp>(input_dim, o_.hidden, classes, max_batch, *backend_);
+    model_ = std::make_unique<Model>(spec, train_data_->sample_shape(), classes, max_batch, o_.recompute, *backend_);
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
+    if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
                 << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
                 << (backend_->host_accessible() ? std::string()
@@ -244,7 +247,8 @@ class Trainer {
       };
       const float* x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
       const BatchStats s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size,
-                                              replica_->grad(), last ? Mlp::GradReady(push) : nullptr, j > 0);
+                                              replica_->grad(), last ? Model::GradReady(push) : nullptr, j > 0,
+                                              Model::Keys{o_.seed, step, batch_data_.records.data()});
       if (!last) {
         done.loss_sum += s.loss_sum;
         done.correct += s.correct;
@@ -357,7 +361,7 @@ class Trainer {
   std::unique_ptr<ShardSampler> sampler_;
 
   std::unique_ptr<Backend> backend_;
-  std::unique_ptr<Mlp> model_;
+  std::unique_ptr<Model> model_;
   size_t total_ = 0;
   std::unique_ptr<Replica> replica_;
 

@@ -9,6 +9,33 @@
 namespace pstrain {
 namespace {
 
+// The gradient reaching input pixel (iy, ix) of one plane from every window that holds it, in
+// window order (oy, ox ascending): max pooling sends a window's dy to the first position (row
+// major) holding its maximum.
+float pool_grad_at(PoolKind kind, const float* x, const float* y, const float* dy, const PoolGeometry& g, int iy,
+                   int ix, float inv) {
+  float sum = 0.0f;
+  const int oy_lo = iy >= g.kernel ? (iy - g.kernel) / g.stride + 1 : 0, oy_hi = std::min(iy / g.stride, g.out_height - 1);
+  const int ox_lo = ix >= g.kernel ? (ix - g.kernel) / g.stride + 1 : 0, ox_hi = std::min(ix / g.stride, g.out_width - 1);
+  for (int oy = oy_lo; oy <= oy_hi; ++oy) {
+    for (int ox = ox_lo; ox <= ox_hi; ++ox) {
+      const float d = dy[oy * g.out_width + ox];
+      if (kind == PoolKind::kAverage) {
+        sum += d * inv;
+        continue;
+      }
+      const float m = y[oy * g.out_width + ox];
+      int first = -1;  // the window's first position holding the maximum
+      for (int k = 0; k < g.kernel * g.kernel && first < 0; ++k) {
+        const int wy = oy * g.stride + k / g.kernel, wx = ox * g.stride + k % g.kernel;
+        if (x[wy * g.width + wx] == m) first = wy * g.width + wx;
+      }
+      if (first == iy * g.width + ix) sum += d;
+    }
+  }
+  return sum;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
@@ -41,26 +68,153 @@ class CpuBackend final : public Backend {
                 m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
   }
 
-  void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) override {
-    for (int r = 0; r < rows; ++r) {
-      float* row = y + static_cast<size_t>(r) * cols;
-      if (relu) {
-        for (int c = 0; c < cols; ++c) row[c] = std::max(row[c] + bias[c], 0.0f);
-      } else {
-        for (int c = 0; c < cols; ++c) row[c] += bias[c];
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
+                    const float* b, size_t stride_b, float beta, float* c, size_t stride_c, int count) override {
+    for (int i = 0; i < count; ++i) {
+      gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, b + i * stride_b, beta, c + i * stride_c);
+    }
+  }
+
+  void add_bias(float* y, const float* bias, int outer, int channels, int inner) override {
+    for (int o = 0; o < outer; ++o) {
+      for (int c = 0; c < channels; ++c) {
+        float* row = y + (static_cast<size_t>(o) * channels + c) * inner;
+        if (inner == 1) {
+          row[0] += bias[c];
+        } else {
+          for (int i = 0; i < inner; ++i) row[i] += bias[c];
+        }
       }
     }
   }
 
-  void relu_backward(float* dy, const float* y, size_t n) override {
-    for (size_t i = 0; i < n; ++i) dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) override {
+    if (!accumulate) std::fill(db, db + channels, 0.0f);
+    if (inner == 1) {  // dense: rows of dy added in row order (as the CUDA kernel does per column)
+      for (int o = 0; o < outer; ++o) {
+        const float* row = dy + static_cast<size_t>(o) * channels;
+        for (int c = 0; c < channels; ++c) db[c] += row[c];
+      }
+      return;
+    }
+    for (int c = 0; c < channels; ++c) {
+      float sum = db[c];
+      for (int o = 0; o < outer; ++o) {
+        const float* plane = dy + (static_cast<size_t>(o) * channels + c) * inner;
+        for (int i = 0; i < inner; ++i) sum += plane[i];
+      }
+      db[c] = sum;
+    }
   }
 
-  void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) override {
-    if (!accumulate) std::fill(dbias, dbias + cols, 0.0f);
+  void activation(Activation f, const float* x, float* y, size_t n) override {
+    if (f == Activation::kRelu) {
+      for (size_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
+    } else {
+      for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+    }
+  }
+
+  void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) override {
+    if (f == Activation::kRelu) {
+      for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+      for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+    }
+  }
+
+  void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
+    const size_t positions = g.positions();
+    for (int b = 0; b < batch; ++b) {
+      const float* xb = x + static_cast<size_t>(b) * g.input_size();
+      float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
+      for (int c = 0; c < g.channels; ++c) {
+        for (int ki = 0; ki < g.kernel; ++ki) {
+          for (int kj = 0; kj < g.kernel; ++kj) {
+            float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
+            for (int oy = 0; oy < g.out_height; ++oy) {
+              const int iy = oy * g.stride - g.pad + ki;
+              for (int ox = 0; ox < g.out_width; ++ox) {
+                const int ix = ox * g.stride - g.pad + kj;
+                const bool inside = iy >= 0 && iy < g.height && ix >= 0 && ix < g.width;
+                row[oy * g.out_width + ox] =
+                    inside ? xb[(static_cast<size_t>(c) * g.height + iy) * g.width + ix] : 0.0f;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) override {
+    // Gathered per input pixel in the order (ki, kj), as the CUDA kernel does.
+    const size_t positions = g.positions();
+    for (int b = 0; b < batch; ++b) {
+      const float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
+      float* db = dx + static_cast<size_t>(b) * g.input_size();
+      for (int c = 0; c < g.channels; ++c) {
+        for (int iy = 0; iy < g.height; ++iy) {
+          for (int ix = 0; ix < g.width; ++ix) {
+            float sum = 0.0f;
+            for (int ki = 0; ki < g.kernel; ++ki) {
+              const int ty = iy + g.pad - ki;
+              if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.out_height) continue;
+              for (int kj = 0; kj < g.kernel; ++kj) {
+                const int tx = ix + g.pad - kj;
+                if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.out_width) continue;
+                sum += cb[((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions +
+                          (ty / g.stride) * g.out_width + tx / g.stride];
+              }
+            }
+            db[(static_cast<size_t>(c) * g.height + iy) * g.width + ix] = sum;
+          }
+        }
+      }
+    }
+  }
+
+  void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) override {
+    const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+    for (int p = 0; p < planes; ++p) {
+      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+      float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
+      for (int oy = 0; oy < g.out_height; ++oy) {
+        for (int ox = 0; ox < g.out_width; ++ox) {
+          float acc = kind == PoolKind::kMax ? -INFINITY : 0.0f;
+          for (int ki = 0; ki < g.kernel; ++ki) {
+            for (int kj = 0; kj < g.kernel; ++kj) {
+              const float v = xp[(oy * g.stride + ki) * g.width + ox * g.stride + kj];
+              acc = kind == PoolKind::kMax ? (v > acc ? v : acc) : acc + v;
+            }
+          }
+          yp[oy * g.out_width + ox] = kind == PoolKind::kMax ? acc : acc * inv;
+        }
+      }
+    }
+  }
+
+  void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
+                     float* dx) override {
+    const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+    for (int p = 0; p < planes; ++p) {
+      const size_t in_plane = static_cast<size_t>(p) * g.height * g.width;
+      const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
+      for (int iy = 0; iy < g.height; ++iy) {
+        for (int ix = 0; ix < g.width; ++ix) {
+          dx[in_plane + iy * g.width + ix] = pool_grad_at(kind, x + in_plane, y + out_plane, dy + out_plane, g, iy, ix, inv);
+        }
+      }
+    }
+  }
+
+  void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt) override {
+    const float scale = 1.0f / (1.0f - rate);
     for (int r = 0; r < rows; ++r) {
-      const float* row = dy + static_cast<size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) dbias[c] += row[c];
+      const size_t base = static_cast<size_t>(r) * cols;
+      for (int c = 0; c < cols; ++c) {
+        y[base + c] = x[base + c] * (dropout_keep(keys[r], salt, static_cast<uint64_t>(c), rate) ? scale : 0.0f);
+      }
     }
   }
 

@@ -21,6 +21,7 @@
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/kernels.cuh"
+#include "worker/cuda/layer_kernels.cuh"
 
 namespace pstrain {
 namespace {
@@ -143,13 +144,13 @@ class CudaBackend final : public Backend {
   }
   int cuda_device() const override { return device_; }
   size_t batch_scratch_bytes(int rows) const override {
-    const size_t bytes = sizeof(kernels::XentTotals) + static_cast<size_t>(rows) * (sizeof(double) + 2 * sizeof(int32_t));
-    return (bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+    return xent_bytes(rows) + static_cast<size_t>(rows) * sizeof(uint64_t);  // + dropout's keys
   }
   size_t free_device_bytes() const override { return gpu_memory(device_).free_bytes; }
   void reserve_batch(int rows) override {
     PSTRAIN_CHECK(rows > 0);
     xent_scratch(rows);
+    keys_scratch(rows);
   }
   void synchronize() override {
     ScopedDevice guard(device_);
@@ -190,21 +191,79 @@ class CudaBackend final : public Backend {
                                      std::max(ldb, 1), a, std::max(lda, 1), &beta, c, n));
   }
 
-  void bias_activation(float* y, const float* bias, int rows, int cols, bool relu) override {
-    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+  void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
+                    const float* b, size_t stride_b, float beta, float* c, size_t stride_c, int count) override {
+    PSTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0 && count >= 0 && stride_c > 0);
+    if (m == 0 || n == 0 || count == 0) return;
     ScopedDevice guard(device_);
-    kernels::bias_activation(y, bias, rows, cols, relu, stream_.get());
+    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;  // as in gemm: operands swapped
+    PSTRAIN_CUBLAS_CHECK(cublasSgemmStridedBatched(
+        blas_.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+        std::max(ldb, 1), static_cast<long long>(stride_b), a, std::max(lda, 1), static_cast<long long>(stride_a),
+        &beta, c, n, static_cast<long long>(stride_c), count));
   }
 
-  void relu_backward(float* dy, const float* y, size_t n) override {
+  void add_bias(float* y, const float* bias, int outer, int channels, int inner) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
     ScopedDevice guard(device_);
-    kernels::relu_backward(dy, y, n, stream_.get());
+    kernels::add_bias(y, bias, outer, channels, inner, stream_.get());
   }
 
-  void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate) override {
-    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+  void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
     ScopedDevice guard(device_);
-    kernels::column_sums(dy, rows, cols, dbias, accumulate, stream_.get());
+    if (inner == 1) {
+      kernels::column_sums(dy, outer, channels, db, accumulate, stream_.get());
+    } else {
+      kernels::channel_sums(dy, outer, channels, inner, db, accumulate, stream_.get());
+    }
+  }
+
+  void activation(Activation f, const float* x, float* y, size_t n) override {
+    ScopedDevice guard(device_);
+    kernels::activation(f, x, y, n, stream_.get());
+  }
+
+  void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) override {
+    ScopedDevice guard(device_);
+    kernels::activation_backward(f, y, dy, dx, n, stream_.get());
+  }
+
+  void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
+    PSTRAIN_CHECK(batch >= 0);
+    ScopedDevice guard(device_);
+    kernels::im2col(x, batch, g, col, stream_.get());
+  }
+
+  void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) override {
+    PSTRAIN_CHECK(batch >= 0);
+    ScopedDevice guard(device_);
+    kernels::col2im(col, batch, g, dx, stream_.get());
+  }
+
+  void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) override {
+    PSTRAIN_CHECK(planes >= 0);
+    ScopedDevice guard(device_);
+    kernels::pool(kind, x, planes, g, y, stream_.get());
+  }
+
+  void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
+                     float* dx) override {
+    PSTRAIN_CHECK(planes >= 0);
+    ScopedDevice guard(device_);
+    kernels::pool_backward(kind, x, y, dy, planes, g, dx, stream_.get());
+  }
+
+  void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 0 && keys != nullptr);
+    if (rows == 0 || cols == 0) return;
+    ScopedDevice guard(device_);
+    uint64_t* device_keys = keys_scratch(rows);
+    PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(device_keys, keys, static_cast<size_t>(rows) * sizeof(uint64_t),
+                                       cudaMemcpyHostToDevice, stream_.get()));
+    kernels::dropout(x, y, rows, cols, rate, device_keys, salt, stream_.get());
+    // The host keys may change once we return (the next batch): wait for the copy.
+    stream_.synchronize();
   }
 
   BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
@@ -287,13 +346,30 @@ class CudaBackend final : public Backend {
     stream_.synchronize();  // the host side may be reused (or be pageable) once we return
   }
 
+  static size_t xent_bytes(int rows) {
+    const size_t bytes = sizeof(kernels::XentTotals) + static_cast<size_t>(rows) * (sizeof(double) + 2 * sizeof(int32_t));
+    return (bytes + sizeof(float) - 1) / sizeof(float) * sizeof(float);
+  }
+
+  // Dropout's per-row keys on the device, grown to the largest batch seen, never shrunk.
+  uint64_t* keys_scratch(int rows) {
+    if (rows > keys_rows_) {
+      keys_scratch_.reset();
+      keys_rows_ = 0;
+      keys_scratch_ = allocate_floats(static_cast<size_t>(rows) * sizeof(uint64_t) / sizeof(float),
+                                      "dropout keys for " + std::to_string(rows) + " rows");
+      keys_rows_ = rows;
+    }
+    return reinterpret_cast<uint64_t*>(keys_scratch_.get());
+  }
+
   // [totals | row_loss x rows | labels x rows | row_correct x rows], grown to the largest batch
   // seen, never shrunk.
   XentScratch xent_scratch(int rows) {
     if (rows > xent_rows_) {
       xent_scratch_.reset();  // first, so that the limit sees only the new size
       xent_rows_ = 0;
-      xent_scratch_ = allocate_floats(batch_scratch_bytes(rows) / sizeof(float),
+      xent_scratch_ = allocate_floats(xent_bytes(rows) / sizeof(float),
                                       "softmax scratch for " + std::to_string(rows) + " rows");
       xent_rows_ = rows;
     }
@@ -318,6 +394,8 @@ class CudaBackend final : public Backend {
   CublasHandle blas_;
   BufferPtr xent_scratch_;
   int xent_rows_ = 0;
+  BufferPtr keys_scratch_;
+  int keys_rows_ = 0;
 };
 
 }  // namespace

@@ -11,38 +11,7 @@ namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarp = 32;
-constexpr size_t kMaxGrid = 65535;  // blocks of a grid-stride dimension (the limit of grid.y)
 
-unsigned blocks_for(size_t n, size_t per_block) {
-  return static_cast<unsigned>(std::min((n + per_block - 1) / per_block, kMaxGrid));
-}
-
-// ---- bias + activation: a column tile per block in x, rows grid-strided in y ----
-
-constexpr int kBiasCols = 32, kBiasRows = 8;
-
-__global__ void bias_activation_kernel(float* y, const float* bias, int rows, int cols, bool relu) {
-  const size_t c = static_cast<size_t>(blockIdx.x) * kBiasCols + threadIdx.x;
-  if (c >= static_cast<size_t>(cols)) return;
-  const float b = bias[c];
-  for (size_t r = static_cast<size_t>(blockIdx.y) * kBiasRows + threadIdx.y; r < static_cast<size_t>(rows);
-       r += static_cast<size_t>(gridDim.y) * kBiasRows) {
-    float& v = y[r * cols + c];
-    const float s = v + b;
-    v = relu && s < 0.0f ? 0.0f : s;
-  }
-}
-
-// ---- ReLU backward: grid-stride over the flat array ----
-
-constexpr int kFlatThreads = 256;
-
-__global__ void relu_backward_kernel(float* dy, const float* y, size_t n) {
-  const size_t stride = static_cast<size_t>(gridDim.x) * kFlatThreads;
-  for (size_t i = static_cast<size_t>(blockIdx.x) * kFlatThreads + threadIdx.x; i < n; i += stride) {
-    if (!(y[i] > 0.0f)) dy[i] = 0.0f;
-  }
-}
 
 // ---- column sums: 32 columns per block, 32 row lanes each, then a tree over the lanes ----
 
@@ -151,20 +120,6 @@ __global__ void xent_totals_kernel(const double* row_loss, const int32_t* row_co
 }
 
 }  // namespace
-
-void bias_activation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream) {
-  if (rows <= 0 || cols <= 0) return;
-  const dim3 grid(static_cast<unsigned>((static_cast<size_t>(cols) + kBiasCols - 1) / kBiasCols),
-                  blocks_for(static_cast<size_t>(rows), kBiasRows));
-  bias_activation_kernel<<<grid, dim3(kBiasCols, kBiasRows), 0, stream>>>(y, bias, rows, cols, relu);
-  PSTRAIN_CUDA_CHECK_LAUNCH();
-}
-
-void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream) {
-  if (n == 0) return;
-  relu_backward_kernel<<<blocks_for(n, kFlatThreads), kFlatThreads, 0, stream>>>(dy, y, n);
-  PSTRAIN_CUDA_CHECK_LAUNCH();
-}
 
 void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate, cudaStream_t stream) {
   if (cols <= 0) return;

@@ -12,13 +12,6 @@
 namespace pstrain {
 namespace kernels {
 
-// y[r, c] += bias[c], then y = max(y, 0) if `relu` (NaN stays NaN, as std::max on the CPU).
-void bias_activation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream);
-
-// dy[i] = 0 where !(y[i] > 0).
-void relu_backward(float* dy, const float* y, size_t n, cudaStream_t stream);
-
-// dbias[c] = sum over r of dy[r, c] (overwritten, not accumulated). Deterministic.
 // dbias[c] = sum over rows of dy[r, c] (+ dbias[c] when accumulate).
 void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate, cudaStream_t stream);
 

@@ -112,6 +112,7 @@ class Prefetcher::Impl {
     batch.y.resize(size);
     sampler_.micro_records(epoch, step, micro, records_.data());
     data_.read(records_.data(), size, batch.x.data(), batch.y.data());
+    batch.records.assign(records_.begin(), records_.begin() + size);
   }
 
   void publish(Batch&& batch) {

@@ -1,0 +1,225 @@
+#include <algorithm>
+#include <cmath>
+
+#include "worker/cuda/cuda_check.h"
+#include "worker/cuda/layer_kernels.cuh"
+
+namespace pstrain {
+namespace kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 65535;
+
+unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min((n + kThreads - 1) / kThreads, kMaxBlocks)); }
+
+// Grid-stride loop over [0, n).
+#define PSTRAIN_FOR_EACH(i, n)                                                                \
+  for (size_t i = static_cast<size_t>(blockIdx.x) * kThreads + threadIdx.x; i < (n);         \
+       i += static_cast<size_t>(gridDim.x) * kThreads)
+
+__global__ void add_bias_kernel(float* y, const float* bias, size_t n, int channels, int inner) {
+  PSTRAIN_FOR_EACH(i, n) { y[i] += bias[(i / static_cast<size_t>(inner)) % static_cast<size_t>(channels)]; }
+}
+
+// One block per channel; each thread sums a strided share of the channel's (outer x inner)
+// values, then a tree over the block. The CPU sums sequentially: results agree to rounding.
+__global__ void channel_sums_kernel(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) {
+  __shared__ float partial[kThreads];
+  const int c = blockIdx.x;
+  const size_t per_channel = static_cast<size_t>(outer) * inner;
+  float sum = 0.0f;
+  for (size_t j = threadIdx.x; j < per_channel; j += kThreads) {
+    const size_t o = j / inner, i = j % inner;
+    sum += dy[(o * channels + c) * inner + i];
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = accumulate ? db[c] + partial[0] : partial[0];
+}
+
+__global__ void activation_kernel(Activation f, const float* x, float* y, size_t n) {
+  PSTRAIN_FOR_EACH(i, n) { y[i] = f == Activation::kRelu ? fmaxf(x[i], 0.0f) : tanhf(x[i]); }
+}
+
+__global__ void activation_backward_kernel(Activation f, const float* y, const float* dy, float* dx, size_t n) {
+  PSTRAIN_FOR_EACH(i, n) {
+    dx[i] = f == Activation::kRelu ? (y[i] > 0.0f ? dy[i] : 0.0f) : dy[i] * (1.0f - y[i] * y[i]);
+  }
+}
+
+// One thread per col entry: (b, patch row, position).
+__global__ void im2col_kernel(const float* x, int batch, ConvGeometry g, float* col) {
+  const size_t positions = g.positions(), patch = g.patch();
+  const size_t n = static_cast<size_t>(batch) * patch * positions;
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t pos = i % positions, row = (i / positions) % patch, b = i / (positions * patch);
+    const int kj = static_cast<int>(row % g.kernel), ki = static_cast<int>((row / g.kernel) % g.kernel);
+    const int c = static_cast<int>(row / (static_cast<size_t>(g.kernel) * g.kernel));
+    const int oy = static_cast<int>(pos / g.out_width), ox = static_cast<int>(pos % g.out_width);
+    const int iy = oy * g.stride - g.pad + ki, ix = ox * g.stride - g.pad + kj;
+    const bool inside = iy >= 0 && iy < g.height && ix >= 0 && ix < g.width;
+    col[i] = inside ? x[b * g.input_size() + (static_cast<size_t>(c) * g.height + iy) * g.width + ix] : 0.0f;
+  }
+}
+
+// One thread per input pixel, gathering in (ki, kj) order as the CPU does.
+__global__ void col2im_kernel(const float* col, int batch, ConvGeometry g, float* dx) {
+  const size_t positions = g.positions(), plane = static_cast<size_t>(g.height) * g.width;
+  const size_t n = static_cast<size_t>(batch) * g.input_size();
+  PSTRAIN_FOR_EACH(i, n) {
+    const int ix = static_cast<int>(i % g.width), iy = static_cast<int>((i / g.width) % g.height);
+    const size_t c = (i / plane) % g.channels, b = i / g.input_size();
+    const float* cb = col + b * g.patch() * positions;
+    float sum = 0.0f;
+    for (int ki = 0; ki < g.kernel; ++ki) {
+      const int ty = iy + g.pad - ki;
+      if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.out_height) continue;
+      for (int kj = 0; kj < g.kernel; ++kj) {
+        const int tx = ix + g.pad - kj;
+        if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.out_width) continue;
+        sum += cb[((c * g.kernel + ki) * g.kernel + kj) * positions + (ty / g.stride) * g.out_width + tx / g.stride];
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+__global__ void pool_kernel(PoolKind kind, const float* x, int planes, PoolGeometry g, float* y) {
+  const size_t outs = static_cast<size_t>(g.out_height) * g.out_width;
+  const size_t n = static_cast<size_t>(planes) * outs;
+  const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t p = i / outs;
+    const int oy = static_cast<int>((i % outs) / g.out_width), ox = static_cast<int>(i % g.out_width);
+    const float* xp = x + p * g.height * g.width;
+    float acc = kind == PoolKind::kMax ? -INFINITY : 0.0f;
+    for (int ki = 0; ki < g.kernel; ++ki) {
+      for (int kj = 0; kj < g.kernel; ++kj) {
+        const float v = xp[(oy * g.stride + ki) * g.width + ox * g.stride + kj];
+        acc = kind == PoolKind::kMax ? (v > acc ? v : acc) : acc + v;
+      }
+    }
+    y[i] = kind == PoolKind::kMax ? acc : acc * inv;
+  }
+}
+
+// One thread per input pixel; the same window order and first-maximum rule as the CPU.
+__global__ void pool_backward_kernel(PoolKind kind, const float* x, const float* y, const float* dy, int planes,
+                                     PoolGeometry g, float* dx) {
+  const size_t ins = static_cast<size_t>(g.height) * g.width, outs = static_cast<size_t>(g.out_height) * g.out_width;
+  const size_t n = static_cast<size_t>(planes) * ins;
+  const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t p = i / ins;
+    const int iy = static_cast<int>((i % ins) / g.width), ix = static_cast<int>(i % g.width);
+    const float* xp = x + p * ins;
+    const float* yp = y + p * outs;
+    const float* dyp = dy + p * outs;
+    const int oy_lo = iy >= g.kernel ? (iy - g.kernel) / g.stride + 1 : 0;
+    const int oy_hi = min(iy / g.stride, g.out_height - 1);
+    const int ox_lo = ix >= g.kernel ? (ix - g.kernel) / g.stride + 1 : 0;
+    const int ox_hi = min(ix / g.stride, g.out_width - 1);
+    float sum = 0.0f;
+    for (int oy = oy_lo; oy <= oy_hi; ++oy) {
+      for (int ox = ox_lo; ox <= ox_hi; ++ox) {
+        const float d = dyp[oy * g.out_width + ox];
+        if (kind == PoolKind::kAverage) {
+          sum += d * inv;
+          continue;
+        }
+        const float m = yp[oy * g.out_width + ox];
+        int first = -1;
+        for (int k = 0; k < g.kernel * g.kernel && first < 0; ++k) {
+          const int wy = oy * g.stride + k / g.kernel, wx = ox * g.stride + k % g.kernel;
+          if (xp[wy * g.width + wx] == m) first = wy * g.width + wx;
+        }
+        if (first == iy * g.width + ix) sum += d;
+      }
+    }
+    dx[i] = sum;
+  }
+}
+
+__global__ void dropout_kernel(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys,
+                               uint64_t salt) {
+  const float scale = 1.0f / (1.0f - rate);
+  const size_t n = static_cast<size_t>(rows) * cols;
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t r = i / cols, c = i % cols;
+    y[i] = x[i] * (dropout_keep(keys[r], salt, c, rate) ? scale : 0.0f);
+  }
+}
+
+}  // namespace
+
+void add_bias(float* y, const float* bias, int outer, int channels, int inner, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(outer) * channels * inner;
+  if (n == 0) return;
+  add_bias_kernel<<<blocks_for(n), kThreads, 0, stream>>>(y, bias, n, channels, inner);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void channel_sums(const float* dy, int outer, int channels, int inner, float* db, bool accumulate,
+                  cudaStream_t stream) {
+  if (channels <= 0) return;
+  channel_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(dy, outer, channels, inner, db,
+                                                                                accumulate);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  activation_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, y, n);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, y, dy, dx, n);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void im2col(const float* x, int batch, const ConvGeometry& g, float* col, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(batch) * g.patch() * g.positions();
+  if (n == 0) return;
+  im2col_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, batch, g, col);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void col2im(const float* col, int batch, const ConvGeometry& g, float* dx, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(batch) * g.input_size();
+  if (n == 0) return;
+  col2im_kernel<<<blocks_for(n), kThreads, 0, stream>>>(col, batch, g, dx);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(planes) * g.out_height * g.out_width;
+  if (n == 0) return;
+  pool_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, x, planes, g, y);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
+                   float* dx, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(planes) * g.height * g.width;
+  if (n == 0) return;
+  pool_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(kind, x, y, dy, planes, g, dx);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt,
+             cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  if (n == 0) return;
+  dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, rows, cols, rate, keys, salt);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace kernels
+}  // namespace pstrain

@@ -1,0 +1,365 @@
+#include "worker/layers.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+// --- Parsing -------------------------------------------------------------------------------
+
+struct Token {
+  std::string text;
+  size_t position;
+};
+
+[[noreturn]] void fail_at(const std::string& spec, size_t position, size_t length, const std::string& message) {
+  std::string marker(position, ' ');
+  marker += std::string(std::max<size_t>(length, 1), '^');
+  throw UsageError("--model: " + message + "\n  " + spec + "\n  " + marker);
+}
+
+std::vector<Token> split_tokens(const std::string& spec, size_t from, size_t to, char separator) {
+  std::vector<Token> tokens;
+  size_t i = from;
+  while (i < to) {
+    while (i < to && (std::isspace(static_cast<unsigned char>(spec[i])) || spec[i] == separator)) ++i;
+    const size_t start = i;
+    while (i < to && !std::isspace(static_cast<unsigned char>(spec[i])) && spec[i] != separator) ++i;
+    if (i > start) tokens.push_back({spec.substr(start, i - start), start});
+  }
+  return tokens;
+}
+
+// A whole number in [lo, hi], else an error pointing at the token.
+int integer(const std::string& spec, const Token& t, int lo, int hi, const std::string& what) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(t.text.c_str(), &end, 10);
+  if (t.text.empty() || *end != '\0' || errno != 0 || v < lo || v > hi) {
+    fail_at(spec, t.position, t.text.size(),
+            "'" + t.text + "' is not " + what + " (a whole number in [" + std::to_string(lo) + ", " +
+                std::to_string(hi) + "])");
+  }
+  return static_cast<int>(v);
+}
+
+constexpr int kMaxWidth = 1 << 24;
+
+struct KindRule {
+  const char* name;
+  int positional;             // numbers after the name
+  const char* arg_names[2];   // what they are, for errors
+  std::vector<std::string> options;
+};
+
+const std::vector<KindRule>& kinds() {
+  static const std::vector<KindRule> rules = {
+      {"dense", 1, {"the number of outputs", nullptr}, {}},
+      {"conv", 2, {"the number of output channels", "the kernel size"}, {"stride", "pad"}},
+      {"maxpool", 1, {"the window size", nullptr}, {"stride"}},
+      {"avgpool", 1, {"the window size", nullptr}, {"stride"}},
+      {"flatten", 0, {nullptr, nullptr}, {}},
+      {"relu", 0, {nullptr, nullptr}, {}},
+      {"tanh", 0, {nullptr, nullptr}, {}},
+      {"dropout", 1, {"the rate", nullptr}, {}},
+      {"softmax", 0, {nullptr, nullptr}, {}},
+  };
+  return rules;
+}
+
+std::string kind_of(const std::string& word) {
+  std::string k;
+  for (char c : word) k += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (k == "conv2d") return "conv";
+  if (k == "linear") return "dense";
+  if (k == "maxpool2d") return "maxpool";
+  if (k == "avgpool2d") return "avgpool";
+  return k;
+}
+
+LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int number) {
+  const std::vector<Token> tokens = split_tokens(spec, from, to, '\0');
+  LayerSpec layer;
+  if (tokens.empty()) fail_at(spec, from, 1, "layer " + std::to_string(number) + " is empty");
+  layer.position = tokens.front().position;
+  layer.text = spec.substr(layer.position, tokens.back().position + tokens.back().text.size() - layer.position);
+  layer.kind = kind_of(tokens[0].text);
+  const KindRule* rule = nullptr;
+  for (const KindRule& r : kinds()) {
+    if (layer.kind == r.name) rule = &r;
+  }
+  if (rule == nullptr) {
+    fail_at(spec, tokens[0].position, tokens[0].text.size(),
+            "'" + tokens[0].text + "' is not a layer (dense, conv, maxpool, avgpool, flatten, relu, tanh, dropout, softmax)");
+  }
+  int positional = 0;
+  for (size_t i = 1; i < tokens.size(); ++i) {
+    const Token& t = tokens[i];
+    const size_t eq = t.text.find('=');
+    if (eq != std::string::npos) {
+      const std::string key = t.text.substr(0, eq);
+      bool known = false;
+      for (const std::string& o : rule->options) known = known || o == key;
+      if (!known) {
+        fail_at(spec, t.position, eq, "'" + key + "' is not an option of " + layer.kind +
+                                          (rule->options.empty() ? " (it takes none)" : ""));
+      }
+      const Token value{t.text.substr(eq + 1), t.position + eq + 1};
+      layer.options.emplace_back(key, integer(spec, value, key == "pad" ? 0 : 1, 4096,
+                                              key == "pad" ? "a padding" : "a stride"));
+      continue;
+    }
+    if (positional == rule->positional) {
+      fail_at(spec, t.position, t.text.size(),
+              "'" + t.text + "': " + layer.kind + " takes " + std::to_string(rule->positional) + " number(s)");
+    }
+    if (layer.kind == "dropout") {
+      char* end = nullptr;
+      const double rate = std::strtod(t.text.c_str(), &end);
+      if (*end != '\0' || !(rate >= 0 && rate < 1)) {
+        fail_at(spec, t.position, t.text.size(), "'" + t.text + "' is not a dropout rate in [0, 1)");
+      }
+      layer.args.push_back(rate);
+    } else {
+      layer.args.push_back(integer(spec, t, 1, kMaxWidth, rule->arg_names[positional]));
+    }
+    ++positional;
+  }
+  if (positional < rule->positional) {
+    fail_at(spec, layer.position, layer.text.size(),
+            layer.kind + " needs " + rule->arg_names[positional] + " (e.g. " +
+                (layer.kind == "dense"     ? "dense 10"
+                 : layer.kind == "conv"    ? "conv 32 3 pad=1"
+                 : layer.kind == "dropout" ? "dropout 0.25"
+                                           : layer.kind + " 2") +
+                ")");
+  }
+  return layer;
+}
+
+// --- Layers ------------------------------------------------------------------------------
+
+int option(const LayerSpec& spec, const std::string& key, int fallback) {
+  for (const auto& [k, v] : spec.options) {
+    if (k == key) return v;
+  }
+  return fallback;
+}
+
+class Dense final : public Layer {
+ public:
+  explicit Dense(int outputs) : outputs_(outputs) {}
+  bool has_params() const override { return true; }
+  bool output_free_after_forward() const override { return true; }
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.add("layer" + std::to_string(p) + ".weight", {in_.size(), static_cast<size_t>(outputs_)}).offset;
+    bias_ = layout.add("layer" + std::to_string(p) + ".bias", {static_cast<size_t>(outputs_)}).offset;
+  }
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    const int in = static_cast<int>(in_.size());
+    ctx.backend.gemm(false, false, batch, outputs_, in, 1.0f, x, params + weight_, 0.0f, y);
+    ctx.backend.add_bias(y, params + bias_, batch, outputs_, 1);
+  }
+  void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    const int in = static_cast<int>(in_.size());
+    ctx.backend.gemm(true, false, in, outputs_, batch, 1.0f, x, dy, accumulate ? 1.0f : 0.0f, grad + weight_);
+    ctx.backend.bias_grad(dy, batch, outputs_, 1, grad + bias_, accumulate);
+    if (dx != nullptr) ctx.backend.gemm(false, true, batch, in, outputs_, 1.0f, dy, params + weight_, 0.0f, dx);
+  }
+
+ private:
+  int outputs_;
+};
+
+class Conv final : public Layer {
+ public:
+  explicit Conv(const ConvGeometry& g, int outputs) : g_(g), outputs_(outputs) {}
+  bool has_params() const override { return true; }
+  bool output_free_after_forward() const override { return true; }
+  size_t col_floats(int batch) const override { return static_cast<size_t>(batch) * g_.patch() * g_.positions(); }
+  void declare(Layout& layout, int p) override {
+    const auto k = static_cast<size_t>(g_.kernel);
+    weight_ = layout.add("layer" + std::to_string(p) + ".weight",
+                         {static_cast<size_t>(outputs_), static_cast<size_t>(g_.channels), k, k})
+                  .offset;
+    bias_ = layout.add("layer" + std::to_string(p) + ".bias", {static_cast<size_t>(outputs_)}).offset;
+  }
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
+    ctx.backend.im2col(x, batch, g_, ctx.col);
+    ctx.backend.gemm_batched(false, false, outputs_, positions, patch, 1.0f, params + weight_, 0, ctx.col,
+                             g_.patch() * g_.positions(), 0.0f, y, out_.size(), batch);
+    ctx.backend.add_bias(y, params + bias_, batch, outputs_, positions);
+  }
+  void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
+    const size_t col_stride = g_.patch() * g_.positions();
+    ctx.backend.im2col(x, batch, g_, ctx.col);  // the scratch is shared: another conv may have used it since
+    for (int b = 0; b < batch; ++b) {  // dW = sum over samples of dy_b col_b^T, in sample order
+      ctx.backend.gemm(false, true, outputs_, patch, positions, 1.0f, dy + static_cast<size_t>(b) * out_.size(),
+                       ctx.col + static_cast<size_t>(b) * col_stride, (b == 0 && !accumulate) ? 0.0f : 1.0f,
+                       grad + weight_);
+    }
+    ctx.backend.bias_grad(dy, batch, outputs_, positions, grad + bias_, accumulate);
+    if (dx == nullptr) return;
+    ctx.backend.gemm_batched(true, false, patch, positions, outputs_, 1.0f, params + weight_, 0, dy, out_.size(), 0.0f,
+                             ctx.col, col_stride, batch);
+    ctx.backend.col2im(ctx.col, batch, g_, dx);
+  }
+
+ private:
+  ConvGeometry g_;
+  int outputs_;
+};
+
+class Pool final : public Layer {
+ public:
+  Pool(PoolKind kind, const PoolGeometry& g) : kind_(kind), g_(g) {}
+  void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
+    ctx.backend.pool(kind_, x, batch * in_.c, g_, y);
+  }
+  void backward(LayerContext& ctx, const float*, const float* x, const float* y, const float* dy, float* dx, float*,
+                int batch, bool) override {
+    if (dx != nullptr) ctx.backend.pool_backward(kind_, x, y, dy, batch * in_.c, g_, dx);
+  }
+
+ private:
+  PoolKind kind_;
+  PoolGeometry g_;
+};
+
+class Flatten final : public Layer {
+ public:
+  bool identity() const override { return true; }
+  void forward(LayerContext&, const float*, const float*, float*, int) override {}
+  void backward(LayerContext&, const float*, const float*, const float*, const float*, float*, float*, int,
+                bool) override {}
+};
+
+class Act final : public Layer {
+ public:
+  explicit Act(Activation f) : f_(f) {}
+  bool elementwise() const override { return true; }
+  void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
+    ctx.backend.activation(f_, x, y, static_cast<size_t>(batch) * in_.size());
+  }
+  void backward(LayerContext& ctx, const float*, const float*, const float* y, const float* dy, float* dx, float*,
+                int batch, bool) override {
+    if (dx != nullptr) ctx.backend.activation_backward(f_, y, dy, dx, static_cast<size_t>(batch) * in_.size());
+  }
+
+ private:
+  Activation f_;
+};
+
+class Dropout final : public Layer {
+ public:
+  explicit Dropout(float rate) : rate_(rate) {}
+  bool elementwise() const override { return true; }
+  void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
+    // Not training: the identity (rate 0 keeps every element, times 1).
+    ctx.backend.dropout(x, y, batch, static_cast<int>(in_.size()), ctx.training ? rate_ : 0.0f, ctx.keys, salt(ctx));
+  }
+  void backward(LayerContext& ctx, const float*, const float*, const float*, const float* dy, float* dx, float*,
+                int batch, bool) override {
+    if (dx != nullptr) ctx.backend.dropout(dy, dx, batch, static_cast<int>(in_.size()), rate_, ctx.keys, salt(ctx));
+  }
+
+ private:
+  uint64_t salt(const LayerContext& ctx) const {
+    return ctx.salt ^ (static_cast<uint64_t>(index_ + 1) * 0xa0761d6478bd642fULL);
+  }
+  float rate_;
+};
+
+}  // namespace
+
+std::string Shape::text() const {
+  return flat ? std::to_string(size()) : std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
+}
+
+std::vector<LayerSpec> parse_model(const std::string& spec) {
+  std::vector<LayerSpec> layers;
+  size_t from = 0;
+  int number = 1;
+  if (spec.find_first_not_of(" \t,") == std::string::npos) throw UsageError("--model: the layer list is empty");
+  while (from <= spec.size()) {
+    size_t to = spec.find(',', from);
+    if (to == std::string::npos) to = spec.size();
+    if (spec.find_first_not_of(" \t", from) >= to && to == spec.size() && !layers.empty()) break;  // trailing comma
+    layers.push_back(parse_layer(spec, from, to, number++));
+    from = to + 1;
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i].kind == "softmax" && i + 1 != layers.size()) {
+      fail_at(spec, layers[i].position, layers[i].text.size(), "softmax (the loss) can only be the last layer");
+    }
+  }
+  if (layers.back().kind == "softmax") layers.pop_back();
+  if (layers.empty()) throw UsageError("--model: no layer before the softmax");
+  return layers;
+}
+
+std::string mlp_model(const std::vector<int>& hidden, int classes) {
+  std::string spec;
+  for (int h : hidden) spec += "dense " + std::to_string(h) + ", relu, ";
+  return spec + "dense " + std::to_string(classes);
+}
+
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index) {
+  const std::string where = "--model: layer " + std::to_string(index + 1) + " '" + spec.text + "' ";
+  std::unique_ptr<Layer> layer;
+  Shape out = in;
+  if (spec.kind == "dense") {
+    const int outputs = static_cast<int>(spec.args[0]);
+    layer = std::make_unique<Dense>(outputs);
+    out = Shape::vector(static_cast<size_t>(outputs));
+  } else if (spec.kind == "conv" || spec.kind == "maxpool" || spec.kind == "avgpool") {
+    if (in.flat) {
+      throw UsageError(where + "needs an image input (channels x height x width), but gets a flat vector of " +
+                       in.text() + " values (a dense or flatten layer, or flat data, comes before it)");
+    }
+    const int kernel = static_cast<int>(spec.args[spec.kind == "conv" ? 1 : 0]);
+    const int stride = option(spec, "stride", spec.kind == "conv" ? 1 : kernel);
+    const int pad = option(spec, "pad", 0);
+    if (in.h + 2 * pad < kernel || in.w + 2 * pad < kernel) {
+      throw UsageError(where + "has a window of " + std::to_string(kernel) + " but its input is only " + in.text() +
+                       (pad > 0 ? " (padded by " + std::to_string(pad) + ")" : ""));
+    }
+    const int oh = (in.h + 2 * pad - kernel) / stride + 1, ow = (in.w + 2 * pad - kernel) / stride + 1;
+    if (spec.kind == "conv") {
+      if (pad >= kernel) throw UsageError(where + "has a padding of at least its kernel size");
+      const ConvGeometry g{in.c, in.h, in.w, kernel, stride, pad, oh, ow};
+      const int outputs = static_cast<int>(spec.args[0]);
+      layer = std::make_unique<Conv>(g, outputs);
+      out = Shape::image(outputs, oh, ow);
+    } else {
+      const PoolGeometry g{in.h, in.w, kernel, stride, oh, ow};
+      layer = std::make_unique<Pool>(spec.kind == "maxpool" ? PoolKind::kMax : PoolKind::kAverage, g);
+      out = Shape::image(in.c, oh, ow);
+    }
+  } else if (spec.kind == "flatten") {
+    layer = std::make_unique<Flatten>();
+    out = Shape::vector(in.size());
+  } else if (spec.kind == "relu" || spec.kind == "tanh") {
+    layer = std::make_unique<Act>(spec.kind == "relu" ? Activation::kRelu : Activation::kTanh);
+  } else if (spec.kind == "dropout") {
+    layer = std::make_unique<Dropout>(static_cast<float>(spec.args[0]));
+  } else {
+    throw UsageError(where + "is not a layer");
+  }
+  if (out.size() > (size_t{1} << 31) / 4) throw UsageError(where + "gives " + out.text() + " values per sample: too many");
+  layer->in_ = in;
+  layer->out_ = out;
+  layer->text_ = spec.text;
+  layer->index_ = index;
+  return layer;
+}
+
+}  // namespace pstrain

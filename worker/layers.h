@@ -1,0 +1,95 @@
+// The layers a model is made of (docs/models.md): their specs as written in --model, their
+// shapes, parameters and forward and backward passes in terms of Backend operations. A layer
+// holds no memory; worker/model.h plans and owns the buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/layout.h"
+#include "worker/backend.h"
+
+namespace pstrain {
+
+// One sample's activations: an image of c x h x w (NCHW), or a flat vector of c values.
+struct Shape {
+  int c = 1, h = 1, w = 1;
+  bool flat = true;
+  size_t size() const { return static_cast<size_t>(c) * h * w; }
+  std::string text() const;  // "32x28x28" or "784"
+  static Shape image(int c, int h, int w) { return Shape{c, h, w, false}; }
+  static Shape vector(size_t n) { return Shape{static_cast<int>(n), 1, 1, true}; }
+};
+
+// A layer as written: "conv 32 3 pad=1" is kind conv, args {32, 3}, options {pad: 1}.
+struct LayerSpec {
+  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout
+  std::vector<double> args;  // positional numbers
+  std::vector<std::pair<std::string, int>> options;  // key=value
+  std::string text;          // as written, trimmed
+  size_t position = 0;       // of text in the whole spec, for errors
+};
+
+// Parses a layer list ("conv 32 3 pad=1, relu, maxpool 2, flatten, dense 10"; a trailing
+// "softmax" names the loss and is dropped). Throws pstrain::UsageError naming the offending
+// token and showing where it is. Shapes are checked later, by Network.
+std::vector<LayerSpec> parse_model(const std::string& spec);
+// The layer list of --hidden's MLP: dense h, relu for each hidden width, then dense classes.
+std::string mlp_model(const std::vector<int>& hidden, int classes);
+
+// What a layer's passes need besides its inputs.
+struct LayerContext {
+  Backend& backend;
+  float* col = nullptr;               // im2col scratch, Network::col_floats(batch) floats
+  bool training = true;               // dropout is the identity when false
+  uint64_t salt = 0;                  // dropout: a function of (seed, step); each layer mixes in its index
+  const uint64_t* keys = nullptr;     // dropout: one per sample (its record), host memory
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+
+  const Shape& in() const { return in_; }
+  const Shape& out() const { return out_; }
+  const std::string& text() const { return text_; }
+  int index() const { return index_; }
+
+  // Variables, appended to the layout as "layer<p>.weight" and "layer<p>.bias" (p counts the
+  // layers that have parameters).
+  virtual bool has_params() const { return false; }
+  virtual void declare(Layout& layout, int p) { (void)layout, (void)p; }
+  size_t weight_offset() const { return weight_; }
+  // Element-wise layers (relu, tanh, dropout) may run in place over their input.
+  virtual bool elementwise() const { return false; }
+  // Layers whose backward reads only their input (dense, conv) let the next element-wise layer
+  // overwrite their output.
+  virtual bool output_free_after_forward() const { return false; }
+  // flatten: no computation, the output is the input.
+  virtual bool identity() const { return false; }
+  // im2col scratch for a batch (conv).
+  virtual size_t col_floats(int batch) const { (void)batch; return 0; }
+
+  virtual void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) = 0;
+  // dy: the loss's gradient w.r.t. y. Writes dx (skipped when null: the first layer) and the
+  // parameters' gradients into grad (added when `accumulate`). y and x are forward's (x may be y
+  // for an element-wise layer run in place).
+  virtual void backward(LayerContext& ctx, const float* params, const float* x, const float* y, const float* dy,
+                        float* dx, float* grad, int batch, bool accumulate) = 0;
+
+ protected:
+  Shape in_, out_;
+  std::string text_;
+  int index_ = 0;
+  size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
+  friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);
+};
+
+// The layer of `spec` at position `index` of the list, on input shape `in`. Throws
+// pstrain::UsageError naming the layer when the shape does not suit it.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);
+
+}  // namespace pstrain
