@@ -446,6 +446,133 @@ TEST_F(CudaMlpTest, GradientsMatchTheCpuMlp) {
   }
 }
 
+// --- The layer operations of convolutional models (worker/layers.h) ------------------------
+
+// Copies and comparisons: bit-identical; sums in the CPU's order, FMA contraction apart.
+TEST_F(CudaBackendTest, ConvolutionAndPoolingOpsMatchCpu) {
+  for (const auto& [stride, pad] : {std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 2}}) {
+    const ConvGeometry g{3, 11, 9, 3, stride, pad, (11 + 2 * pad - 3) / stride + 1, (9 + 2 * pad - 3) / stride + 1};
+    const int batch = 5;
+    const auto x = random_floats(batch * g.input_size(), 21);
+    const auto c = random_floats(batch * g.patch() * g.positions(), 22);
+    const std::string what = "stride " + std::to_string(stride) + " pad " + std::to_string(pad);
+    const auto unfold = [&](Backend& backend) {
+      BufferPtr dx = put(backend, x), dcol = backend.allocate(c.size());
+      backend.im2col(dx.get(), batch, g, dcol.get());
+      return get(backend, dcol.get(), c.size());
+    };
+    expect_within(unfold(*gpu_), unfold(*cpu_), 0.0, "im2col " + what);
+    const auto fold = [&](Backend& backend) {
+      BufferPtr dcol = put(backend, c), dx = backend.allocate(x.size());
+      backend.col2im(dcol.get(), batch, g, dx.get());
+      return get(backend, dx.get(), x.size());
+    };
+    expect_within(fold(*gpu_), fold(*cpu_), 1e-5, "col2im " + what);
+  }
+  for (const auto& [kernel, stride] : {std::pair{2, 2}, std::pair{3, 1}, std::pair{3, 2}}) {
+    const PoolGeometry g{13, 10, kernel, stride, (13 - kernel) / stride + 1, (10 - kernel) / stride + 1};
+    const int planes = 7;
+    const auto x = random_floats(static_cast<size_t>(planes) * 130, 23);
+    const auto dy = random_floats(static_cast<size_t>(planes) * g.out_height * g.out_width, 24);
+    for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
+      const auto run = [&](Backend& backend) {
+        BufferPtr dx = put(backend, x), ddy = put(backend, dy), dy_out = backend.allocate(dy.size()),
+                  dgrad = backend.allocate(x.size());
+        backend.pool(kind, dx.get(), planes, g, dy_out.get());
+        backend.pool_backward(kind, dx.get(), dy_out.get(), ddy.get(), planes, g, dgrad.get());
+        std::vector<float> both = get(backend, dy_out.get(), dy.size());
+        const std::vector<float> grad = get(backend, dgrad.get(), x.size());
+        both.insert(both.end(), grad.begin(), grad.end());
+        return both;
+      };
+      expect_within(run(*gpu_), run(*cpu_), kind == PoolKind::kMax ? 0.0 : 1e-6,
+                    std::string(kind == PoolKind::kMax ? "max" : "avg") + " pool " + std::to_string(kernel));
+    }
+  }
+}
+
+TEST_F(CudaBackendTest, BiasActivationAndDropoutOpsMatchCpu) {
+  const int outer = 9, channels = 13, inner = 37;
+  const size_t n = static_cast<size_t>(outer) * channels * inner;
+  const auto y = random_floats(n, 25, -3.0f, 3.0f);
+  const auto bias = random_floats(channels, 26);
+  const auto dy = random_floats(n, 27);
+  const std::vector<uint64_t> keys = {3, 1, 4, 1, 5, 9, 2, 6, 5};
+  for (const bool accumulate : {false, true}) {
+    const auto run = [&](Backend& backend) {
+      BufferPtr dyv = put(backend, y), db = put(backend, bias), ddy = put(backend, dy), dsum = put(backend, bias);
+      backend.add_bias(dyv.get(), db.get(), outer, channels, inner);
+      backend.bias_grad(ddy.get(), outer, channels, inner, dsum.get(), accumulate);
+      std::vector<float> out = get(backend, dyv.get(), n);
+      const std::vector<float> sums = get(backend, dsum.get(), channels);
+      out.insert(out.end(), sums.begin(), sums.end());
+      return out;
+    };
+    expect_within(run(*gpu_), run(*cpu_), 1e-4, "add_bias, bias_grad over channels");
+  }
+  const auto act = [&](Backend& backend) {
+    BufferPtr dx = put(backend, y), dout = backend.allocate(n), ddy = put(backend, dy);
+    backend.activation(Activation::kTanh, dx.get(), dout.get(), n);
+    backend.activation_backward(Activation::kTanh, dout.get(), ddy.get(), ddy.get(), n);
+    std::vector<float> out = get(backend, dout.get(), n);
+    const std::vector<float> grad = get(backend, ddy.get(), n);
+    out.insert(out.end(), grad.begin(), grad.end());
+    return out;
+  };
+  expect_within(act(*gpu_), act(*cpu_), 4e-7, "tanh");
+  const auto drop = [&](Backend& backend) {
+    BufferPtr dx = put(backend, y);
+    backend.dropout(dx.get(), dx.get(), outer, channels * inner, 0.4f, keys.data(), 77);
+    return get(backend, dx.get(), n);
+  };
+  expect_within(drop(*gpu_), drop(*cpu_), 0.0, "dropout");  // the same mask, the same product
+}
+
+TEST_F(CudaBackendTest, BatchedGemmMatchesCpu) {
+  const int m = 17, n = 33, k = 29, count = 6;
+  const auto a = random_floats(static_cast<size_t>(m) * k, 28);  // shared by all (stride 0)
+  const auto b = random_floats(static_cast<size_t>(k) * n * count, 29);
+  for (const bool trans_a : {false, true}) {
+    const auto run = [&](Backend& backend) {
+      BufferPtr da = put(backend, a), dbm = put(backend, b), dc = backend.allocate(static_cast<size_t>(m) * n * count);
+      backend.gemm_batched(trans_a, false, m, n, k, 1.0f, da.get(), 0, dbm.get(), static_cast<size_t>(k) * n, 0.0f,
+                           dc.get(), static_cast<size_t>(m) * n, count);
+      return get(backend, dc.get(), static_cast<size_t>(m) * n * count);
+    };
+    expect_within(run(*gpu_), run(*cpu_), 1e-4, std::string("gemm_batched") + (trans_a ? " A^T" : ""));
+  }
+}
+
+// A model of every layer kind: the same gradients on both backends (dropout's masks included).
+TEST_F(CudaMlpTest, ConvolutionalModelGradientsMatchTheCpu) {
+  const char* const spec =
+      "conv 6 3 pad=1, relu, maxpool 2, conv 8 3 stride=2, tanh, avgpool 2 stride=1, flatten, dense 16, relu, "
+      "dropout 0.3, dense 5";
+  const std::vector<size_t> shape = {3, 16, 16};
+  const int batch = 12, classes = 5;
+  Model gpu_model(spec, shape, classes, batch, false, *gpu_), cpu_model(spec, shape, classes, batch, true, *cpu_);
+  const Layout& layout = cpu_model.layout();
+  const size_t n = layout.total();
+  std::vector<float> params(n);
+  cpu_model.init(8, params.data());
+  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 16 * 16, 30);
+  const auto y = random_labels(static_cast<size_t>(batch), classes, 31);
+  std::vector<uint64_t> records(batch);
+  for (int i = 0; i < batch; ++i) records[i] = 1000 + static_cast<uint64_t>(i);
+  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
+    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
+    const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false,
+                                              DropoutKeys{5, 6, records.data()});
+    grad = get(backend, dg.get(), n);
+    return stats;
+  };
+  std::vector<float> gpu_grad, cpu_grad;
+  const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+  EXPECT_EQ(g.correct, c.correct);
+  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "gradient (the CPU with --recompute)");
+}
+
 // A learnable task: labels are the arg-max of a fixed random linear map of the input.
 struct SgdData {
   std::vector<std::vector<float>> x;

@@ -158,16 +158,17 @@ TEST_P(MirroredBatchTest, SspWithStalenessZeroEqualsSync) {
 TEST_P(MirroredBatchTest, AutoBatchKeepsTheGlobalBatch) {
   const SavedParams reference = train(1, 1, 96, GetParam(), GetParam() + "-ref96");
   std::string logs;
-  const SavedParams p = train_with(1, 2, {"--batch-size", "auto", "--global-batch", "96", "--gpu-memory-limit", "0.03"},
+  const SavedParams p = train_with(1, 2, {"--batch-size", "auto", "--global-batch", "96", "--gpu-memory-limit", "0.015"},
                                    GetParam(), GetParam() + "-auto", "ring", &logs);
   EXPECT_LE(relative_difference(reference, p), 1e-5);
-  // The plan of 8x8 inputs and 16,8 hidden units: about 0.01 MiB fixed and 648 bytes a row, so 32
-  // rows fit 0.03 MiB: each worker's 48 samples become 2 micro-batches, the chief evaluates in 32s.
-  EXPECT_NE(logs.find("w0: --batch-size auto: micro-batch 32 x 2 = this worker's 48 samples a step (global batch "
-                      "96), the largest whose plan fits 0.03 MiB; evaluation in batches of 32"),
+  // The plan of 8x8 inputs and 16,8 hidden units: params and grads 10128 bytes, 232 bytes a row
+  // (outputs 16 + 8 + 10, gradients 16 + 8 floats), so 24 rows fit 0.015 MiB: each worker's 48
+  // samples become 2 micro-batches, and the chief evaluates in batches of 24.
+  EXPECT_NE(logs.find("w0: --batch-size auto: micro-batch 24 x 2 = this worker's 48 samples a step (global batch "
+                      "96), the largest whose plan fits 0.015 MiB; evaluation in batches of 24"),
             std::string::npos)
       << logs;
-  EXPECT_NE(logs.find("w1: --batch-size auto: micro-batch 32 x 2 = this worker's 48 samples a step"),
+  EXPECT_NE(logs.find("w1: --batch-size auto: micro-batch 24 x 2 = this worker's 48 samples a step"),
             std::string::npos)
       << logs;
 }

@@ -1,5 +1,6 @@
 #include "worker/layers.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -181,7 +182,7 @@ class Conv final : public Layer {
   explicit Conv(const ConvGeometry& g, int outputs) : g_(g), outputs_(outputs) {}
   bool has_params() const override { return true; }
   bool output_free_after_forward() const override { return true; }
-  size_t col_floats(int batch) const override { return static_cast<size_t>(batch) * g_.patch() * g_.positions(); }
+  size_t col_floats(int batch) const override { return static_cast<size_t>(chunk(batch)) * col_stride(); }
   void declare(Layout& layout, int p) override {
     const auto k = static_cast<size_t>(g_.kernel);
     weight_ = layout.add("layer" + std::to_string(p) + ".weight",
@@ -189,31 +190,43 @@ class Conv final : public Layer {
                   .offset;
     bias_ = layout.add("layer" + std::to_string(p) + ".bias", {static_cast<size_t>(outputs_)}).offset;
   }
+  // Per chunk of samples: unfold, then one GEMM per sample (batched): y_b = W col_b.
   void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
     const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
-    ctx.backend.im2col(x, batch, g_, ctx.col);
-    ctx.backend.gemm_batched(false, false, outputs_, positions, patch, 1.0f, params + weight_, 0, ctx.col,
-                             g_.patch() * g_.positions(), 0.0f, y, out_.size(), batch);
+    for (int first = 0; first < batch; first += chunk(batch)) {
+      const int n = std::min(chunk(batch), batch - first);
+      ctx.backend.im2col(x + static_cast<size_t>(first) * in_.size(), n, g_, ctx.col);
+      ctx.backend.gemm_batched(false, false, outputs_, positions, patch, 1.0f, params + weight_, 0, ctx.col,
+                               col_stride(), 0.0f, y + static_cast<size_t>(first) * out_.size(), out_.size(), n);
+    }
     ctx.backend.add_bias(y, params + bias_, batch, outputs_, positions);
   }
+  // dW = sum over samples (in order) of dy_b col_b^T; dcol_b = W^T dy_b, folded back into dx.
   void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
                 float* grad, int batch, bool accumulate) override {
     const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
-    const size_t col_stride = g_.patch() * g_.positions();
-    ctx.backend.im2col(x, batch, g_, ctx.col);  // the scratch is shared: another conv may have used it since
-    for (int b = 0; b < batch; ++b) {  // dW = sum over samples of dy_b col_b^T, in sample order
-      ctx.backend.gemm(false, true, outputs_, patch, positions, 1.0f, dy + static_cast<size_t>(b) * out_.size(),
-                       ctx.col + static_cast<size_t>(b) * col_stride, (b == 0 && !accumulate) ? 0.0f : 1.0f,
-                       grad + weight_);
+    for (int first = 0; first < batch; first += chunk(batch)) {
+      const int n = std::min(chunk(batch), batch - first);
+      const float* dy_chunk = dy + static_cast<size_t>(first) * out_.size();
+      ctx.backend.im2col(x + static_cast<size_t>(first) * in_.size(), n, g_, ctx.col);
+      for (int b = 0; b < n; ++b) {
+        ctx.backend.gemm(false, true, outputs_, patch, positions, 1.0f, dy_chunk + static_cast<size_t>(b) * out_.size(),
+                         ctx.col + static_cast<size_t>(b) * col_stride(),
+                         (first + b == 0 && !accumulate) ? 0.0f : 1.0f, grad + weight_);
+      }
+      if (dx == nullptr) continue;
+      ctx.backend.gemm_batched(true, false, patch, positions, outputs_, 1.0f, params + weight_, 0, dy_chunk,
+                               out_.size(), 0.0f, ctx.col, col_stride(), n);
+      ctx.backend.col2im(ctx.col, n, g_, dx + static_cast<size_t>(first) * in_.size());
     }
     ctx.backend.bias_grad(dy, batch, outputs_, positions, grad + bias_, accumulate);
-    if (dx == nullptr) return;
-    ctx.backend.gemm_batched(true, false, patch, positions, outputs_, 1.0f, params + weight_, 0, dy, out_.size(), 0.0f,
-                             ctx.col, col_stride, batch);
-    ctx.backend.col2im(ctx.col, batch, g_, dx);
   }
 
  private:
+  size_t col_stride() const { return g_.patch() * g_.positions(); }
+  int chunk(int batch) const {
+    return static_cast<int>(std::clamp<size_t>(kColumnChunkFloats / col_stride(), 1, static_cast<size_t>(batch)));
+  }
   ConvGeometry g_;
   int outputs_;
 };
@@ -358,6 +371,7 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
   layer->in_ = in;
   layer->out_ = out;
   layer->text_ = spec.text;
+  layer->kind_ = spec.kind;
   layer->index_ = index;
   return layer;
 }

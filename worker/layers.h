@@ -14,6 +14,9 @@
 
 namespace pstrain {
 
+// A convolution unfolds this many floats' worth of samples at a time (at least one sample).
+constexpr size_t kColumnChunkFloats = size_t{4} << 20;
+
 // One sample's activations: an image of c x h x w (NCHW), or a flat vector of c values.
 struct Shape {
   int c = 1, h = 1, w = 1;
@@ -56,6 +59,7 @@ class Layer {
   const Shape& in() const { return in_; }
   const Shape& out() const { return out_; }
   const std::string& text() const { return text_; }
+  const std::string& kind() const { return kind_; }  // as in LayerSpec
   int index() const { return index_; }
 
   // Variables, appended to the layout as "layer<p>.weight" and "layer<p>.bias" (p counts the
@@ -70,7 +74,8 @@ class Layer {
   virtual bool output_free_after_forward() const { return false; }
   // flatten: no computation, the output is the input.
   virtual bool identity() const { return false; }
-  // im2col scratch for a batch (conv).
+  // im2col scratch for a batch (conv: for up to kColumnChunkFloats floats' worth of samples at a
+  // time, so the scratch does not grow with the batch).
   virtual size_t col_floats(int batch) const { (void)batch; return 0; }
 
   virtual void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) = 0;
@@ -82,7 +87,7 @@ class Layer {
 
  protected:
   Shape in_, out_;
-  std::string text_;
+  std::string text_, kind_;
   int index_ = 0;
   size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
   friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);

@@ -66,9 +66,12 @@ Network::Plan Network::plan(bool recompute) const {
   int block = -1;
   for (size_t l = 0; l < n; ++l) {
     const Layer& layer = *layers_[l];
-    if (l == 0 || layer.has_params()) ++block;
+    // Blocks (what --recompute keeps the inputs of): a new one at every dense layer, and after
+    // every pooling or flatten layer (the resolution changes), so a block is a stage of
+    // convolutions and their activations up to its pooling.
+    const std::string& before = l == 0 ? layer.kind() : layers_[l - 1]->kind();
+    if (l == 0 || layer.kind() == "dense" || before == "maxpool" || before == "avgpool" || before == "flatten") ++block;
     p.block_of[l] = block;
-    p.delta_size = std::max({p.delta_size, layer.in().size(), layer.out().size()});
     if (layer.identity()) {
       p.buffer_of[l] = l == 0 ? -1 : p.buffer_of[l - 1];
     } else if (l > 0 && layer.elementwise() && layers_[l - 1]->output_free_after_forward()) {
@@ -79,6 +82,16 @@ Network::Plan Network::plan(bool recompute) const {
     }
   }
   p.blocks = block + 1;
+  // Backward's gradients: the loss's in buffer 0, then each layer reads dy from one buffer and
+  // writes dx to the other (element-wise layers in place; the first layer writes none).
+  int current = 0;
+  p.delta_size[0] = layers_.back()->out().size();
+  for (size_t l = n; l-- > 1;) {
+    const Layer& layer = *layers_[l];
+    if (layer.identity() || layer.elementwise()) continue;
+    current = 1 - current;
+    p.delta_size[current] = std::max(p.delta_size[current], layer.in().size());
+  }
   p.persistent.assign(p.buffer_size.size(), !recompute);
   p.arena_offset.assign(p.buffer_size.size(), 0);
   if (recompute) {
@@ -104,7 +117,7 @@ Network::Plan Network::plan(bool recompute) const {
 
 size_t Network::activation_floats(int batch, bool recompute) const {
   const Plan p = plan(recompute);
-  size_t per_sample = p.arena_size + 2 * p.delta_size;
+  size_t per_sample = p.arena_size + p.delta_size[0] + p.delta_size[1];
   for (size_t b = 0; b < p.buffer_size.size(); ++b) {
     if (p.persistent[b]) per_sample += p.buffer_size[b];
   }
@@ -143,8 +156,8 @@ Model::Model(const std::string& spec, const std::vector<size_t>& sample_shape, i
       buffer_ptr_.push_back(arena_.get() + plan_.arena_offset[b] * rows);
     }
   }
-  delta_a_ = backend_.allocate(plan_.delta_size * rows);
-  delta_b_ = backend_.allocate(plan_.delta_size * rows);
+  delta_a_ = backend_.allocate(plan_.delta_size[0] * rows);
+  delta_b_ = backend_.allocate(plan_.delta_size[1] * rows);
   size_t col = 0;
   for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch));
   if (col > 0) col_ = backend_.allocate(col);
@@ -198,6 +211,11 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
     }
     Layer& layer = *net_.layers()[l];
     if (layer.identity()) continue;
+    if (layer.elementwise()) {  // in place (the plan's delta sizes assume it)
+      layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, l == 0 ? nullptr : delta, grad, batch,
+                     accumulate);
+      continue;
+    }
     float* dx = l == 0 ? nullptr : spare;
     layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, dx, grad, batch, accumulate);
     if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);

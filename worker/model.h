@@ -39,15 +39,16 @@ class Network {
   void init(uint64_t seed, float* host_params) const;
 
   // The buffer plan (per sample, in floats). buffer_of[l]: the buffer layer l writes (-1: the
-  // input, for a leading flatten); block_of[l]: the block (a layer with parameters and the
-  // layers after it up to the next one) of layer l.
+  // input, for a leading flatten); block_of[l]: the block of layer l (a dense layer and what
+  // follows it, or a stage of layers up to and including a pooling or flatten layer).
   struct Plan {
     std::vector<int> buffer_of, block_of;
     std::vector<size_t> buffer_size;  // per sample
     std::vector<bool> persistent;     // kept from forward to backward (with recompute: blocks' outputs)
     std::vector<size_t> arena_offset; // per sample, of the other buffers in the recompute arena
     size_t arena_size = 0;            // per sample
-    size_t delta_size = 0;            // per sample: the largest input or output
+    size_t delta_size[2] = {0, 0};    // per sample: the two gradient buffers backward alternates
+                                      // between (element-wise layers work in place)
     int blocks = 0;
   };
   Plan plan(bool recompute) const;

@@ -43,6 +43,13 @@ std::string fixed(double value, int digits) {
   return os.str();
 }
 
+// A MiB figure as given: 2 decimals, more for a limit below 1 MiB (0.015, not 0.01).
+std::string mib_text(double mib) {
+  std::ostringstream os;
+  os << std::setprecision(mib < 1 ? 3 : 2) << (mib < 1 ? std::defaultfloat : std::fixed) << mib;
+  return os.str();
+}
+
 BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch) {
   std::vector<size_t> records(static_cast<size_t>(eval_batch));
   std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
@@ -147,7 +154,7 @@ class Trainer {
       batch_ = choose_batch(share_, kEvalBatch, chief_, limit, plan_for);
       PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
                   << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
-                  << (limit > 0 ? "the largest whose plan fits " + fixed(limit, 2) + " MiB" : "no memory limit")
+                  << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
                   << (chief_ ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
     } else {
       batch_.micro = std::min(micro_batch(o_, share_), share_);

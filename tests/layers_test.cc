@@ -1,0 +1,357 @@
+// The layer list (worker/layers.h, worker/model.h) on the CPU backend: the parser's errors, each
+// layer operation against a plain reference implementation, a model of every layer kind against
+// central finite differences, and --recompute (same parameters, less memory). The CUDA backend is
+// checked against these CPU operations in cuda_backend_test.cc.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "shared/error.h"
+#include "worker/backend.h"
+#include "worker/layers.h"
+#include "worker/model.h"
+
+namespace pstrain {
+namespace {
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {1, 8, 8}, int classes = 10) {
+  try {
+    Network net(spec, shape, classes);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// --- The layer list ------------------------------------------------------------------------
+
+TEST(LayerListTest, ParsesEveryLayerKindAndItsOptions) {
+  const auto layers = parse_model(
+      " conv 32 3 pad=1 stride=2, relu, maxpool 2, avgpool 3 stride=1, flatten, dense 128, tanh, dropout 0.25, "
+      "Dense 10, softmax");
+  ASSERT_EQ(layers.size(), 9u);  // the trailing softmax names the loss
+  EXPECT_EQ(layers[0].kind, "conv");
+  EXPECT_EQ(layers[0].args, (std::vector<double>{32, 3}));
+  EXPECT_EQ(layers[0].options, (std::vector<std::pair<std::string, int>>{{"pad", 1}, {"stride", 2}}));
+  EXPECT_EQ(layers[0].text, "conv 32 3 pad=1 stride=2");
+  EXPECT_EQ(layers[3].kind, "avgpool");
+  EXPECT_EQ(layers[7].args, (std::vector<double>{0.25}));
+  EXPECT_EQ(layers[8].kind, "dense");
+  EXPECT_EQ(mlp_model({256, 128}, 10), "dense 256, relu, dense 128, relu, dense 10");
+}
+
+TEST(LayerListTest, ErrorsNameAndPointAtTheOffendingToken) {
+  const std::string spec = "conv 32 3 pad=1, relu, conv 32 x, dense 10";
+  const std::string e = usage_error(spec);
+  EXPECT_NE(e.find("--model: 'x' is not the kernel size"), std::string::npos) << e;
+  EXPECT_NE(e.find("\n  " + spec + "\n  " + std::string(spec.find(" x,") + 1, ' ') + "^"), std::string::npos) << e;
+  EXPECT_NE(usage_error("dense 10, sigmoid").find("'sigmoid' is not a layer"), std::string::npos);
+  EXPECT_NE(usage_error("dense").find("dense needs the number of outputs (e.g. dense 10)"), std::string::npos);
+  EXPECT_NE(usage_error("dense 10 20").find("'20': dense takes 1 number(s)"), std::string::npos);
+  EXPECT_NE(usage_error("conv 8 3 padding=1, flatten, dense 10").find("'padding' is not an option of conv"),
+            std::string::npos);
+  EXPECT_NE(usage_error("dense 0").find("'0' is not the number of outputs"), std::string::npos);
+  EXPECT_NE(usage_error("dropout 1.5, dense 10").find("'1.5' is not a dropout rate in [0, 1)"), std::string::npos);
+  EXPECT_NE(usage_error("softmax, dense 10").find("softmax (the loss) can only be the last layer"), std::string::npos);
+  EXPECT_NE(usage_error(" , ").find("the layer list is empty"), std::string::npos);
+  EXPECT_NE(usage_error("dense 10,, relu").find("layer 2 is empty"), std::string::npos);
+}
+
+TEST(LayerListTest, ShapesAreCheckedAgainstTheDataAndTheClasses) {
+  EXPECT_NE(usage_error("dense 16, conv 4 3, flatten, dense 10")
+                .find("--model: layer 2 'conv 4 3' needs an image input (channels x height x width), but gets a flat "
+                      "vector of 16 values"),
+            std::string::npos);
+  EXPECT_NE(usage_error("conv 4 3, dense 10", {64}).find("needs an image input"), std::string::npos);
+  EXPECT_NE(usage_error("maxpool 9, flatten, dense 10").find("has a window of 9 but its input is only 1x8x8"),
+            std::string::npos);
+  EXPECT_NE(usage_error("dense 12").find("the last layer gives 12 outputs per sample, but the data has 10 classes "
+                                          "(end the list with dense 10)"),
+            std::string::npos);
+  EXPECT_NE(usage_error("flatten, relu").find("gives 64 outputs"), std::string::npos);
+  const Network net("conv 4 3 pad=1, relu, maxpool 2, conv 6 3 stride=2, flatten, dense 10", {1, 8, 8}, 10);
+  EXPECT_EQ(net.layers()[2]->out().text(), "4x4x4");
+  EXPECT_EQ(net.layers()[3]->out().text(), "6x1x1");  // (4 - 3) / 2 + 1
+  EXPECT_EQ(net.layout().at("layer0.weight").shape, (std::vector<size_t>{4, 1, 3, 3}));
+  EXPECT_EQ(net.layout().at("layer1.weight").shape, (std::vector<size_t>{6, 4, 3, 3}));
+  EXPECT_EQ(net.layout().at("layer2.weight").shape, (std::vector<size_t>{6, 10}));
+  EXPECT_EQ(net.layout().at("layer2.bias").shape, (std::vector<size_t>{10}));
+}
+
+// --- Operations against plain references -----------------------------------------------------
+
+// The direct definition of a convolution layer's output (NCHW, weight [O, C, K, K]).
+std::vector<float> reference_conv(const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& b,
+                                  int batch, const ConvGeometry& g, int outputs) {
+  std::vector<float> y(static_cast<size_t>(batch) * outputs * g.positions());
+  for (int n = 0; n < batch; ++n)
+    for (int o = 0; o < outputs; ++o)
+      for (int oy = 0; oy < g.out_height; ++oy)
+        for (int ox = 0; ox < g.out_width; ++ox) {
+          double sum = b[o];
+          for (int c = 0; c < g.channels; ++c)
+            for (int ki = 0; ki < g.kernel; ++ki)
+              for (int kj = 0; kj < g.kernel; ++kj) {
+                const int iy = oy * g.stride - g.pad + ki, ix = ox * g.stride - g.pad + kj;
+                if (iy < 0 || iy >= g.height || ix < 0 || ix >= g.width) continue;
+                sum += double{x[((static_cast<size_t>(n) * g.channels + c) * g.height + iy) * g.width + ix]} *
+                       w[((static_cast<size_t>(o) * g.channels + c) * g.kernel + ki) * g.kernel + kj];
+              }
+          y[((static_cast<size_t>(n) * outputs + o) * g.out_height + oy) * g.out_width + ox] = static_cast<float>(sum);
+        }
+  return y;
+}
+
+TEST(LayerOpsTest, ConvolutionEqualsItsDefinition) {
+  auto backend = make_cpu_backend(1);
+  for (const auto& [stride, pad] : {std::pair{1, 1}, std::pair{2, 0}, std::pair{2, 2}, std::pair{1, 0}}) {
+    const int batch = 3, channels = 2, outputs = 4, kernel = 3;
+    const std::string spec = "conv " + std::to_string(outputs) + " 3 stride=" + std::to_string(stride) +
+                             " pad=" + std::to_string(pad) + ", flatten";
+    // A network ending in the conv's flattened output; classes = its size.
+    const ConvGeometry g{channels, 7, 6, kernel, stride, pad, (7 + 2 * pad - kernel) / stride + 1,
+                         (6 + 2 * pad - kernel) / stride + 1};
+    const int classes = outputs * g.out_height * g.out_width;
+    Model model(spec, {2, 7, 6}, classes, batch, false, *backend);
+    std::vector<float> params = random_floats(model.layout().total(), 1);
+    const std::vector<float> x = random_floats(static_cast<size_t>(batch) * g.input_size(), 2);
+    const TensorSpec& w = model.layout().at("layer0.weight");
+    const TensorSpec& b = model.layout().at("layer0.bias");
+    const std::vector<float> want = reference_conv(x, std::vector<float>(params.begin() + w.offset, params.begin() + w.offset + w.size),
+                                                   std::vector<float>(params.begin() + b.offset, params.begin() + b.offset + b.size),
+                                                   batch, g, outputs);
+    std::vector<float> y(want.size());
+    LayerContext ctx{*backend};
+    std::vector<float> col(model.network().layers()[0]->col_floats(batch));
+    ctx.col = col.data();
+    model.network().layers()[0]->forward(ctx, params.data(), x.data(), y.data(), batch);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-5) << "stride " << stride << " pad " << pad << " at " << i;
+  }
+}
+
+// col2im is im2col's adjoint: <im2col(x), c> == <x, col2im(c)> for every x and c.
+TEST(LayerOpsTest, Col2imIsTheAdjointOfIm2col) {
+  auto backend = make_cpu_backend(1);
+  for (const auto& [stride, pad] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{3, 0}}) {
+    const ConvGeometry g{3, 9, 8, 3, stride, pad, (9 + 2 * pad - 3) / stride + 1, (8 + 2 * pad - 3) / stride + 1};
+    const int batch = 2;
+    const auto x = random_floats(batch * g.input_size(), 3);
+    const auto c = random_floats(batch * g.patch() * g.positions(), 4);
+    std::vector<float> col(c.size()), dx(x.size());
+    backend->im2col(x.data(), batch, g, col.data());
+    backend->col2im(c.data(), batch, g, dx.data());
+    double left = 0, right = 0;
+    for (size_t i = 0; i < c.size(); ++i) left += double{col[i]} * c[i];
+    for (size_t i = 0; i < x.size(); ++i) right += double{x[i]} * dx[i];
+    EXPECT_NEAR(left, right, 1e-4 * (1 + std::fabs(left))) << "stride " << stride << " pad " << pad;
+  }
+}
+
+TEST(LayerOpsTest, PoolingAndItsGradientEqualTheirDefinitions) {
+  auto backend = make_cpu_backend(1);
+  for (const auto& [kernel, stride] : {std::pair{2, 2}, std::pair{3, 1}, std::pair{3, 2}}) {
+    const int h = 7, w = 6, planes = 3;
+    const PoolGeometry g{h, w, kernel, stride, (h - kernel) / stride + 1, (w - kernel) / stride + 1};
+    const auto x = random_floats(static_cast<size_t>(planes) * h * w, 5);
+    const auto dy = random_floats(static_cast<size_t>(planes) * g.out_height * g.out_width, 6);
+    for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
+      std::vector<float> y(dy.size()), dx(x.size());
+      backend->pool(kind, x.data(), planes, g, y.data());
+      backend->pool_backward(kind, x.data(), y.data(), dy.data(), planes, g, dx.data());
+      std::vector<double> want_dx(x.size(), 0.0);
+      for (int p = 0; p < planes; ++p)
+        for (int oy = 0; oy < g.out_height; ++oy)
+          for (int ox = 0; ox < g.out_width; ++ox) {
+            double best = -INFINITY, sum = 0;
+            size_t at = 0;
+            for (int ki = 0; ki < kernel; ++ki)
+              for (int kj = 0; kj < kernel; ++kj) {
+                const size_t i = (static_cast<size_t>(p) * h + oy * stride + ki) * w + ox * stride + kj;
+                sum += x[i];
+                if (x[i] > best) best = x[i], at = i;
+              }
+            const size_t o = (static_cast<size_t>(p) * g.out_height + oy) * g.out_width + ox;
+            if (kind == PoolKind::kMax) {
+              ASSERT_EQ(y[o], static_cast<float>(best));
+              want_dx[at] += dy[o];
+            } else {
+              ASSERT_NEAR(y[o], sum / (kernel * kernel), 1e-6);
+              for (int ki = 0; ki < kernel; ++ki)
+                for (int kj = 0; kj < kernel; ++kj)
+                  want_dx[(static_cast<size_t>(p) * h + oy * stride + ki) * w + ox * stride + kj] += dy[o] / (kernel * kernel);
+            }
+          }
+      for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], want_dx[i], 1e-5) << "kernel " << kernel << " stride " << stride;
+    }
+  }
+}
+
+TEST(LayerOpsTest, ActivationsAndTheirGradients) {
+  auto backend = make_cpu_backend(1);
+  const auto x = random_floats(1000, 7, -3.0f, 3.0f);
+  const auto dy = random_floats(1000, 8);
+  std::vector<float> y(x.size()), dx(x.size());
+  backend->activation(Activation::kTanh, x.data(), y.data(), x.size());
+  backend->activation_backward(Activation::kTanh, y.data(), dy.data(), dx.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(y[i], std::tanh(double{x[i]}), 1e-6);
+    ASSERT_NEAR(dx[i], dy[i] / std::pow(std::cosh(double{x[i]}), 2), 1e-5);
+  }
+  backend->activation(Activation::kRelu, x.data(), y.data(), x.size());
+  backend->activation_backward(Activation::kRelu, y.data(), dy.data(), dx.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(y[i], std::max(x[i], 0.0f));
+    ASSERT_EQ(dx[i], x[i] > 0 ? dy[i] : 0.0f);
+  }
+}
+
+// Dropout keeps about 1 - rate of the elements, scaled by 1 / (1 - rate); the mask is a function
+// of the sample's key and the salt, not of where the row sits in a batch.
+TEST(LayerOpsTest, DropoutMaskDependsOnTheSampleAndTheSaltOnly) {
+  auto backend = make_cpu_backend(1);
+  const int cols = 4000;
+  const std::vector<float> ones(2 * cols, 1.0f);
+  std::vector<float> y(ones.size()), swapped(ones.size()), other(ones.size());
+  const std::vector<uint64_t> keys = {17, 99}, reversed = {99, 17};
+  backend->dropout(ones.data(), y.data(), 2, cols, 0.25f, keys.data(), 5);
+  backend->dropout(ones.data(), swapped.data(), 2, cols, 0.25f, reversed.data(), 5);
+  backend->dropout(ones.data(), other.data(), 2, cols, 0.25f, keys.data(), 6);
+  int kept = 0;
+  for (int c = 0; c < cols; ++c) {
+    ASSERT_TRUE(y[c] == 0.0f || y[c] == 1.0f / 0.75f);
+    kept += y[c] != 0.0f;
+    ASSERT_EQ(y[c], swapped[cols + c]);  // sample 17's row, wherever it is
+  }
+  EXPECT_NEAR(kept / static_cast<double>(cols), 0.75, 0.03);
+  EXPECT_NE(std::vector<float>(y.begin(), y.begin() + cols), std::vector<float>(y.begin() + cols, y.end()));
+  EXPECT_NE(y, other);
+  backend->dropout(ones.data(), y.data(), 2, cols, 0.0f, keys.data(), 5);
+  EXPECT_EQ(y, ones);  // rate 0: the identity (evaluation)
+}
+
+// --- Whole models ----------------------------------------------------------------------------
+
+const char* const kEveryLayer =
+    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, relu, avgpool 2 stride=1, flatten, dense 6, relu, "
+    "dropout 0.3, dense 3";
+
+// The backward pass of a model with every kind of layer against central finite differences of
+// the summed loss (dropout's mask fixed by the keys, so the loss is a function of the parameters).
+TEST(ModelGradientTest, EveryLayerKindMatchesFiniteDifferences) {
+  auto backend = make_cpu_backend(1);
+  const int batch = 4, classes = 3;
+  Model model(kEveryLayer, {2, 8, 8}, classes, batch, false, *backend);
+  const size_t n = model.layout().total();
+  std::vector<float> params(n), grad(n), scratch(n);
+  model.init(3, params.data());
+  for (size_t i = 0; i < n; ++i) params[i] += 0.05f * std::sin(static_cast<float>(i));  // non-zero biases
+  const auto x = random_floats(static_cast<size_t>(batch) * 2 * 8 * 8, 9);
+  const std::vector<int32_t> y = {0, 2, 1, 2};
+  const std::vector<uint64_t> records = {11, 12, 13, 14};
+  const DropoutKeys keys{7, 3, records.data()};
+  const auto loss = [&] {
+    return model.train_step(params.data(), x.data(), y.data(), batch, scratch.data(), nullptr, false, keys).loss_sum;
+  };
+  model.train_step(params.data(), x.data(), y.data(), batch, grad.data(), nullptr, false, keys);
+  const double h = 1e-3;
+  double worst = 0;
+  int bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float saved = params[i];
+    params[i] = saved + static_cast<float>(h);
+    const double up = loss();
+    params[i] = saved - static_cast<float>(h);
+    const double down = loss();
+    params[i] = saved;
+    const double numeric = (up - down) / (2 * h);
+    const double err = std::fabs(numeric - grad[i]) / std::max(1.0, std::fabs(numeric));
+    worst = std::max(worst, err);
+    bad += err > 5e-3;  // a max-pool or ReLU kink crossed by the step
+  }
+  EXPECT_LE(bad, 2) << "worst " << worst;
+  EXPECT_GT(n, 150u);
+}
+
+// Gradients accumulate over micro-batches: two halves with accumulate equal the whole batch.
+TEST(ModelGradientTest, AccumulatedHalvesEqualTheWholeBatch) {
+  auto backend = make_cpu_backend(1);
+  const int batch = 6;
+  Model model(kEveryLayer, {2, 8, 8}, 3, batch, false, *backend);
+  const size_t n = model.layout().total();
+  std::vector<float> params(n), whole(n), halves(n);
+  model.init(4, params.data());
+  const auto x = random_floats(static_cast<size_t>(batch) * 128, 10);
+  const std::vector<int32_t> y = {0, 1, 2, 0, 1, 2};
+  const std::vector<uint64_t> records = {5, 6, 7, 8, 9, 10};
+  model.train_step(params.data(), x.data(), y.data(), batch, whole.data(), nullptr, false, {1, 2, records.data()});
+  model.train_step(params.data(), x.data(), y.data(), 3, halves.data(), nullptr, false, {1, 2, records.data()});
+  model.train_step(params.data(), x.data() + 3 * 128, y.data() + 3, 3, halves.data(), nullptr, true,
+                   {1, 2, records.data() + 3});
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(halves[i], whole[i], 1e-5 * (1 + std::fabs(whole[i]))) << i;
+}
+
+// --recompute keeps only the blocks' outputs: the same gradients bit for bit, so the same
+// parameters after any number of steps, with less activation memory.
+TEST(ModelGradientTest, RecomputeGivesTheSameParametersWithLessMemory) {
+  auto backend = make_cpu_backend(1);
+  const int batch = 8, steps = 20;
+  const std::vector<size_t> shape = {2, 8, 8};
+  std::vector<std::vector<float>> results;
+  for (const bool recompute : {false, true}) {
+    Model model(kEveryLayer, shape, 3, batch, recompute, *backend);
+    const size_t n = model.layout().total();
+    std::vector<float> params(n), grad(n);
+    model.init(5, params.data());
+    for (int s = 0; s < steps; ++s) {
+      const auto x = random_floats(static_cast<size_t>(batch) * 128, 100 + s);
+      std::vector<int32_t> y(batch);
+      std::vector<uint64_t> records(batch);
+      for (int i = 0; i < batch; ++i) y[i] = (s + i) % 3, records[i] = static_cast<uint64_t>(s * batch + i);
+      model.train_step(params.data(), x.data(), y.data(), batch, grad.data(), nullptr, false,
+                       {9, static_cast<uint64_t>(s), records.data()});
+      for (size_t i = 0; i < n; ++i) params[i] -= 0.05f * grad[i] / batch;
+    }
+    results.push_back(params);
+  }
+  EXPECT_EQ(results[0], results[1]);
+  // configs/fashion_cnn.cfg's model at batch 256: per sample, the plain plan keeps every output
+  // (47306 floats) and the gradients' two buffers (6272 + 25088); with --recompute only the
+  // blocks' outputs (9546) and the largest block's insides (25088).
+  const char* const cnn =
+      "conv 32 3 pad=1, relu, maxpool 2, conv 64 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, "
+      "dense 10";
+  const Network net(cnn, {1, 28, 28}, 10);
+  size_t col = 0;
+  for (const auto& layer : net.layers()) col = std::max(col, layer->col_floats(256));
+  EXPECT_EQ(net.activation_floats(256, false), (47306 + 6272 + 25088) * 256 + col);
+  EXPECT_EQ(net.activation_floats(256, true), (9546 + 25088 + 6272 + 25088) * 256 + col);
+}
+
+TEST(ModelGradientTest, TheMlpOfHiddenIsItsLayerList) {
+  auto backend = make_cpu_backend(1);
+  Model a(12, {7, 5}, 4, 3, *backend), b("dense 7, relu, dense 5, relu, dense 4", {12}, 4, 3, false, *backend);
+  EXPECT_EQ(a.layout().tensors().size(), 6u);
+  EXPECT_EQ(a.layout().at("layer1.weight").shape, (std::vector<size_t>{7, 5}));
+  // outputs 7 + 5 + 4; backward's gradients: the logits' (4) and dense 7's dx (7) in one buffer,
+  // dense 5's dx (5) in the other; the first layer computes no dx.
+  EXPECT_EQ(a.network().activation_floats(3, false), (7 + 5 + 4 + 7 + 5) * 3u);
+  std::vector<float> pa(a.layout().total()), pb(b.layout().total());
+  a.init(1, pa.data());
+  b.init(1, pb.data());
+  EXPECT_EQ(pa, pb);
+}
+
+}  // namespace
+}  // namespace pstrain
