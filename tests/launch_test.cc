@@ -143,6 +143,35 @@ TEST_F(LaunchTest, PerWorkerBatchesAccumulationAndSspEqualOneWorkerThroughTheLau
   EXPECT_LE(relative_difference(one, ssp), 1e-5) << "--mode ssp --staleness 0";
 }
 
+// The mirrored contract for a convolutional model with dropout (issue 17), through the launcher:
+// 1 worker on batches of 24 equals 3 workers on 8 each, with 1 or 2 PS shards. Dropout's masks
+// follow the samples' records, not the workers, so they agree.
+TEST_F(LaunchTest, ConvolutionalModelWithDropoutKeepsTheMirroredContract) {
+  const std::string model =
+      "conv 4 3 pad=1, relu, maxpool 2, conv 6 3, tanh, flatten, dense 16, relu, dropout 0.25, dense 10";
+  const auto train = [&](const std::string& run, int ps, int workers, int batch) {
+    const std::string params = dir_ + "/" + run + "-params";
+    const pid_t launcher = spawn(launch(run, {"--num-ps", std::to_string(ps), "--num-workers", std::to_string(workers)},
+                                        {"--model", model, "--steps", "20", "--batch-size", std::to_string(batch),
+                                         "--optimizer", "momentum", "--lr", "0.05", "--save-params", params}),
+                                 dir_ + "/" + run + ".log");
+    const ExitStatus status = wait_for(launcher, 120);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return load_saved_params(params);
+  };
+  const SavedParams one = train("cnn-1x24", 1, 1, 24);
+  EXPECT_NE(read_file(dir_ + "/cnn-1x24/w0.log").find("model: 1x8x8 -> conv 4 3 pad=1 -> 4x8x8 -> relu -> maxpool 2"),
+            std::string::npos)
+      << read_file(dir_ + "/cnn-1x24/w0.log");
+  for (const auto& [ps, workers] : {std::pair{2, 1}, std::pair{1, 3}, std::pair{2, 3}}) {
+    const std::string run = "cnn-s" + std::to_string(ps) + "-n" + std::to_string(workers);
+    const SavedParams p = train(run, ps, workers, 24 / workers);
+    const double rel = relative_difference(one, p);
+    EXPECT_LE(rel, 1e-5) << run;
+    std::printf("CNN with dropout, S=%d N=%d: max |difference| / max |parameter| = %.3g\n", ps, workers, rel);
+  }
+}
+
 // kill -9 of a random worker at a random step (seeded) with --max-restarts 1: the launcher
 // restarts it with the same index, the replacement redoes the step its predecessor left, and the
 // job ends with the parameters of an uninterrupted run.
