@@ -220,7 +220,7 @@ void validate(const JobOptions& o, Role role) {
       const HostPort hp = parse_host_port(o.coordinator, /*allow_port_zero=*/true);
       require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
     }
-  } else if (role == Role::kWorker) {
+  } else if (role == Role::kWorker && !o.evaluate) {  // --evaluate talks to no PS
     require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
             "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
                 std::to_string(o.num_ps));
