@@ -64,6 +64,10 @@ int main(int argc, char** argv) {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
+    if (o.evaluate) {
+      pstrain::evaluate_saved_model(o);
+      return 0;
+    }
     pstrain::keep_message_memory();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
@@ -68,9 +69,54 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
 }
 
 void save_params(const std::string& dir, const Layout& layout, const float* params) {
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw Error("cannot create --save-params dir '" + dir + "'");
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) throw Error("cannot create --save-params dir '" + dir + "': " + error.message());
   for (const TensorSpec& t : layout.tensors()) write_npy(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
   PSLOG(INFO) << "saved " << layout.tensors().size() << " variables to " << dir;
+}
+
+// Overwrites every variable of `layout` with DIR/<name>.npy (as save_params writes them). Throws
+// pstrain::Error naming the file for a missing file or a shape that is not the model's.
+void load_params(const std::string& dir, const Layout& layout, float* params) {
+  const auto shape_text = [](const std::vector<size_t>& shape) {
+    std::string s = "[";
+    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+    return s + "]";
+  };
+  for (const TensorSpec& t : layout.tensors()) {
+    const std::string path = dir + "/" + t.name + ".npy";
+    std::vector<size_t> shape;
+    std::vector<float> values;
+    try {
+      values = read_npy(path, &shape);
+    } catch (const Error& e) {
+      throw Error(std::string("--init-params: ") + e.what());
+    }
+    if (shape != t.shape) {
+      throw Error("--init-params: " + path + " has shape " + shape_text(shape) + " but the model's " + t.name +
+                  " is " + shape_text(t.shape) + " (is --model/--hidden the one it was trained with?)");
+    }
+    std::copy(values.begin(), values.end(), params + t.offset);
+  }
+}
+
+// The number of classes a saved model was trained for: what a --model ending in dense K says,
+// else the length of the saved last layer's bias.
+int saved_classes(const JobOptions& o) {
+  const std::vector<LayerSpec> layers = parse_model(o.model.empty() ? mlp_model(o.hidden, 2) : o.model);
+  if (!o.model.empty() && layers.back().kind == "dense") return static_cast<int>(layers.back().args[0]);
+  const long with_params = std::count_if(layers.begin(), layers.end(),
+                                         [](const LayerSpec& l) { return l.kind == "dense" || l.kind == "conv"; });
+  const std::string path = o.init_params + "/layer" + std::to_string(with_params - 1) + ".bias.npy";
+  std::vector<size_t> shape;
+  try {
+    read_npy(path, &shape);
+  } catch (const Error& e) {
+    throw Error(std::string("--init-params: ") + e.what());
+  }
+  if (shape.size() != 1 || shape[0] < 2) throw Error("--init-params: " + path + " is not the bias of a last layer");
+  return static_cast<int>(shape[0]);
 }
 
 // Peak resident memory of this process in KiB (VmHWM), 0 where /proc is unavailable.
@@ -113,10 +159,6 @@ class Trainer {
  private:
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
-    for (const auto& [given, flag] : {std::pair{!o_.init_params.empty(), "--init-params"},
-                                      std::pair{o_.evaluate, "--evaluate"}}) {
-      if (given) throw UsageError(std::string(flag) + " is not supported yet");
-    }
     train_data_ = open_training_data(o_);
     if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());
     shares_ = worker_shares(o_);
@@ -191,6 +233,13 @@ class Trainer {
     exchange_ = make_exchange(total_, *replica_);
     stage_gradient_ = exchange_->stages_gradient();
     model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
+    if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
+      load_params(o_.init_params, model_->layout(), replica_->host_params());
+      if (chief_) {
+        PSLOG(INFO) << tag_ << "initial parameters from " << o_.init_params << " ("
+                    << model_->layout().tensors().size() << " variables)";
+      }
+    }
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_, model_->layout(), total_steps_, stop_requested_);
     first_step_ = exchange_->start(replica_->host_params(), total_steps_);
     if (checkpoints_->enabled() && o_.resume) checkpoints_->check_resumed(first_step_);
@@ -386,6 +435,27 @@ class Trainer {
 };
 
 }  // namespace
+
+BatchStats evaluate_saved_model(const JobOptions& o) {
+  const int classes = o.classes > 0 ? o.classes : saved_classes(o);
+  const std::unique_ptr<Dataset> data = open_test_data(o, classes);
+  const std::string spec = o.model.empty() ? mlp_model(o.hidden, classes) : o.model;
+  std::unique_ptr<Backend> backend = make_backend(o);
+  const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
+  Model model(spec, data->sample_shape(), classes, batch, false, *backend);
+  Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());
+  load_params(o.init_params, model.layout(), replica.host_params());
+  replica.params_to_device();
+  PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
+              << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
+  const auto t0 = Clock::now();
+  const BatchStats stats = evaluate(model, replica, *data, batch);
+  const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
+  PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)
+              << " test_accuracy=" << fixed(static_cast<double>(stats.correct) / n, 4) << " records=" << data->size()
+              << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
+  return stats;
+}
 
 TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, const std::atomic<bool>* stop_requested) {
   Trainer trainer(o, stop_requested);

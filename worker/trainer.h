@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "shared/options.h"
+#include "worker/backend.h"
 #include "worker/exchange.h"
 
 namespace pstrain {
@@ -26,5 +27,10 @@ struct TrainSummary {
 // checkpoint (docs/checkpoints.md).
 TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange,
                    const std::atomic<bool>* stop_requested = nullptr);
+
+// --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
+// data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
+// The number of classes is --classes, else the length of the saved last layer's bias.
+BatchStats evaluate_saved_model(const JobOptions& options);
 
 }  // namespace pstrain

@@ -1,0 +1,104 @@
+// Using a trained model (issue 17, item 5): --init-params starts a job from saved .npy files, and
+// pstrain-worker --evaluate prints the loss and accuracy of saved parameters with no PS.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "test_util/idx_writer.h"
+#include "test_util/params.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+const char* const kModel = "conv 4 3 pad=1, relu, maxpool 2, flatten, dense 12, relu, dropout 0.2, dense 10";
+
+class EvaluateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = make_temp_dir("evaluate");
+    write_synthetic_mnist(dir_, "train", 400, 8, 8, 1, false);
+    write_synthetic_mnist(dir_, "t10k", 120, 8, 8, 1, false);  // the same classes (templates)
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // A 2-worker job of `steps` steps; returns the chief's log.
+  std::string train(const std::string& name, int steps, std::vector<std::string> more, int num_ps = 1,
+                    const std::string& lr = "0.2") {
+    Job job;
+    job.num_ps = num_ps;
+    job.num_workers = 2;
+    job.dir = dir_ + "/" + name;
+    std::filesystem::create_directories(job.dir);
+    job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--model", kModel, "--batch-size", "8", "--steps",
+                std::to_string(steps), "--optimizer", "sgd", "--lr", lr, "--save-params", dir_ + "/" + name + "-params"};
+    job.args.insert(job.args.end(), more.begin(), more.end());
+    const JobResult result = run_job(job);
+    EXPECT_TRUE(result.ok()) << result.logs;
+    return read_file(job.dir + "/w0.log");
+  }
+
+  ExitStatus evaluate(std::vector<std::string> args, std::string* log) {
+    args.insert(args.begin(), {PSTRAIN_WORKER_BIN, "--evaluate", "--data-dir", dir_, "--cache-dir", dir_});
+    const ExitStatus status = wait_for(spawn(args, dir_ + "/evaluate.log"), 60);
+    *log = read_file(dir_ + "/evaluate.log");
+    return status;
+  }
+
+  std::string dir_;
+};
+
+std::string field(const std::string& log, const std::string& name) {
+  std::smatch m;
+  return std::regex_search(log, m, std::regex(name + "=([0-9.]+)")) ? m[1].str() : "none";
+}
+
+// The evaluation of the saved parameters is the chief's own last evaluation, to the digit.
+TEST_F(EvaluateTest, EvaluatingSavedParametersRepeatsTheChiefsTestFigures) {
+  const std::string chief = train("a", 60, {});
+  std::string log;
+  const ExitStatus status = evaluate({"--model", kModel, "--init-params", dir_ + "/a-params"}, &log);
+  ASSERT_TRUE(status.ok()) << log;
+  EXPECT_EQ(field(log, "test_loss"), field(chief, "test_loss")) << log << chief;
+  EXPECT_EQ(field(log, "test_accuracy"), field(chief, "test_accuracy")) << log << chief;
+  EXPECT_NE(log.find("records=120"), std::string::npos) << log;
+  EXPECT_GT(std::stod(field(log, "test_accuracy")), 0.3) << log;  // learnt well above chance (0.1)
+}
+
+// --init-params: the job starts from the saved values (every shard is initialised with them); a
+// step with a negligible learning rate leaves them as they were.
+TEST_F(EvaluateTest, InitParamsStartsTheJobFromSavedValues) {
+  train("a", 30, {});
+  const std::string chief = train("b", 1, {"--init-params", dir_ + "/a-params"}, 2, "1e-30");
+  EXPECT_NE(chief.find("initial parameters from " + dir_ + "/a-params (6 variables)"), std::string::npos) << chief;
+  const SavedParams a = load_saved_params(dir_ + "/a-params"), b = load_saved_params(dir_ + "/b-params");
+  EXPECT_EQ(relative_difference(a, b), 0.0);
+  train("fresh", 1, {}, 1, "1e-30");
+  EXPECT_GT(relative_difference(a, load_saved_params(dir_ + "/fresh-params")), 0.1);
+}
+
+TEST_F(EvaluateTest, AModelThatDoesNotFitTheSavedParametersIsAClearError) {
+  train("a", 5, {});
+  std::string log;
+  ExitStatus status = evaluate({"--model", "conv 5 3 pad=1, relu, maxpool 2, flatten, dense 12, relu, dense 10",
+                                "--init-params", dir_ + "/a-params"},
+                               &log);
+  EXPECT_EQ(status.code, 1) << log;
+  EXPECT_NE(log.find("--init-params: " + dir_ + "/a-params/layer0.weight.npy has shape [4, 1, 3, 3] but the model's "
+                     "layer0.weight is [5, 1, 3, 3]"),
+            std::string::npos)
+      << log;
+  status = evaluate({"--model", kModel, "--init-params", dir_ + "/nowhere"}, &log);
+  EXPECT_EQ(status.code, 1) << log;
+  EXPECT_NE(log.find("--init-params: cannot open '" + dir_ + "/nowhere/layer0.weight.npy'"), std::string::npos) << log;
+  status = evaluate({"--model", kModel}, &log);
+  EXPECT_EQ(status.code, 2) << log;
+  EXPECT_NE(log.find("--evaluate needs --init-params DIR"), std::string::npos) << log;
+  EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
+}
+
+}  // namespace
+}  // namespace pstrain::test
