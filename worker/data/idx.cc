@@ -13,6 +13,7 @@
 
 #include "shared/error.h"
 #include "shared/log.h"
+#include "worker/data/file_io.h"
 
 namespace pstrain {
 namespace {
@@ -20,9 +21,7 @@ namespace {
 constexpr size_t kInChunk = 64 << 10;
 constexpr size_t kOutChunk = 256 << 10;
 
-std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-// Owns a file descriptor; file-local because IdxFile keeps its own.
+// Owns a file descriptor of the decompression's input.
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -32,11 +31,6 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
 
  private:
   int fd_;
@@ -48,19 +42,6 @@ int open_or_throw(const std::string& path) {
   return fd;
 }
 
-// Reads up to len bytes at offset; returns fewer only at end of file.
-size_t pread_full(int fd, uint8_t* out, size_t len, uint64_t offset, const std::string& name) {
-  size_t done = 0;
-  while (done < len) {
-    const ssize_t n = ::pread(fd, out + done, len - done, static_cast<off_t>(offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(name + ": read failed: " + errno_text(errno));
-    if (n == 0) break;
-    done += static_cast<size_t>(n);
-  }
-  return done;
-}
-
 size_t read_some(int fd, unsigned char* out, size_t len, const std::string& name) {
   for (;;) {
     const ssize_t n = ::read(fd, out, len);
@@ -69,41 +50,14 @@ size_t read_some(int fd, unsigned char* out, size_t len, const std::string& name
   }
 }
 
-void write_all(int fd, const unsigned char* data, size_t len, const std::string& name) {
-  while (len > 0) {
-    const ssize_t n = ::write(fd, data, len);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw Error(name + ": write failed: " + errno_text(errno));
-    data += n;
-    len -= static_cast<size_t>(n);
-  }
-}
-
 bool is_gzip(int fd, const std::string& path) {
   uint8_t magic[2] = {0, 0};
-  return pread_full(fd, magic, 2, 0, path) == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
-}
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 14695981039346656037ull;
-  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// <base without .gz>.<size>.<mtime ns>.<hash of the absolute path>
-std::string cache_name(const std::string& path, const struct stat& st) {
-  std::string base = std::filesystem::path(path).filename().string();
-  if (base.size() > 3 && base.compare(base.size() - 3, 3, ".gz") == 0) base.resize(base.size() - 3);
-  std::error_code ec;
-  const std::string where = std::filesystem::absolute(path, ec).lexically_normal().string();
-  const uint64_t mtime_ns = static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull +
-                            static_cast<uint64_t>(st.st_mtim.tv_nsec);
-  char suffix[96];
-  std::snprintf(suffix, sizeof suffix, ".%llu.%llu.%016llx",
-                static_cast<unsigned long long>(st.st_size),
-                static_cast<unsigned long long>(mtime_ns),
-                static_cast<unsigned long long>(fnv1a(where)));
-  return base + suffix;
+  for (;;) {
+    const ssize_t n = ::pread(fd, magic, 2, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(path + ": read failed: " + errno_text(errno));
+    return n == 2 && magic[0] == 0x1f && magic[1] == 0x8b;
+  }
 }
 
 // Streams the gzip data of `in` (one or more members) into `out` in fixed-size chunks.
@@ -140,22 +94,7 @@ void inflate_stream(int in, int out, const std::string& src, const std::string& 
 }
 
 void decompress_to(int in, const std::string& src, const std::string& dst) {
-  std::string tmp = dst + ".tmp-XXXXXX";
-  Fd out(::mkostemp(&tmp[0], O_CLOEXEC));
-  if (out.get() < 0) throw Error(dst + ": cannot create cache file: " + errno_text(errno));
-  try {
-    inflate_stream(in, out.get(), src, tmp);
-    if (::fchmod(out.get(), 0644) != 0 || ::fsync(out.get()) != 0 || ::close(out.release()) != 0) {
-      throw Error(tmp + ": cannot finish cache file: " + errno_text(errno));
-    }
-    // Racing processes each write their own temporary file; rename replaces atomically.
-    if (::rename(tmp.c_str(), dst.c_str()) != 0) {
-      throw Error(dst + ": cannot rename cache file into place: " + errno_text(errno));
-    }
-  } catch (...) {
-    ::unlink(tmp.c_str());
-    throw;
-  }
+  create_file_atomically(dst, [&](int out, const std::string& tmp) { inflate_stream(in, out, src, tmp); });
 }
 
 uint32_t load_be32(const uint8_t* p) {
@@ -179,7 +118,7 @@ std::string uncompressed_path(const std::string& path, const std::string& cache_
   std::error_code ec;
   std::filesystem::create_directories(cache_dir, ec);
   if (ec) throw Error(cache_dir + ": cannot create cache directory: " + ec.message());
-  const std::string dst = cache_dir + "/" + cache_name(path, st);
+  const std::string dst = cache_dir + "/" + cache_file_name(path, st);
   if (::access(dst.c_str(), R_OK) == 0) return dst;
 
   PSLOG(INFO) << "decompressing " << path << " into " << dst;
@@ -190,34 +129,28 @@ std::string uncompressed_path(const std::string& path, const std::string& cache_
 IdxFile::IdxFile(const std::string& path, const std::string& cache_dir, int ndims) {
   const std::string data_path = uncompressed_path(path, cache_dir);
   name_ = data_path == path ? path : path + " (decompressed " + data_path + ")";
-  Fd fd(open_or_throw(data_path));
-  fd_ = fd.get();
+  file_ = std::make_unique<RandomAccessFile>(data_path, name_);
   parse_header(ndims);
-  fd.release();
 }
 
-IdxFile::~IdxFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+IdxFile::~IdxFile() = default;
 
 void IdxFile::parse_header(int ndims) {
   PSTRAIN_CHECK(ndims >= 1 && ndims <= 3);
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) throw Error(name_ + ": cannot stat: " + errno_text(errno));
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  const uint64_t size = file_->size();
   header_bytes_ = 4 + 4 * static_cast<uint64_t>(ndims);
   const auto too_short = [&] {
     return Error(name_ + ": file is " + std::to_string(size) + " bytes, too short for an IDX header");
   };
   uint8_t head[16];
-  if (pread_full(fd_, head, 4, 0, name_) < 4) throw too_short();
+  if (file_->read_some(0, 4, head) < 4) throw too_short();
   const uint32_t magic = load_be32(head);
   const uint32_t expected = 0x800u | static_cast<uint32_t>(ndims);
   if (magic != expected) {
     throw Error(name_ + ": bad IDX magic " + hex32(magic) + " (expected " + hex32(expected) +
                 ": uint8 data with " + std::to_string(ndims) + " dimensions)");
   }
-  if (pread_full(fd_, head, header_bytes_, 0, name_) < header_bytes_) throw too_short();
+  if (file_->read_some(0, header_bytes_, head) < header_bytes_) throw too_short();
   dims_.clear();
   record_bytes_ = 1;
   for (int d = 0; d < ndims; ++d) {
@@ -235,11 +168,7 @@ void IdxFile::parse_header(int ndims) {
 }
 
 void IdxFile::read_data(uint64_t offset, size_t len, uint8_t* out) const {
-  const uint64_t at = header_bytes_ + offset;
-  if (pread_full(fd_, out, len, at, name_) < len) {
-    throw Error(name_ + ": short read of " + std::to_string(len) + " bytes at offset " +
-                std::to_string(at) + " (file truncated after it was opened?)");
-  }
+  file_->read_exact(header_bytes_ + offset, len, out);
 }
 
 }  // namespace pstrain

@@ -5,10 +5,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace pstrain {
+
+class RandomAccessFile;
 
 // The path of the uncompressed bytes of `path`: `path` itself when it is not gzip data, otherwise
 // a file in `cache_dir` (created if needed) named after the source's base name, size, mtime and
@@ -39,7 +42,7 @@ class IdxFile {
   void parse_header(int ndims);
 
   std::string name_;
-  int fd_ = -1;
+  std::unique_ptr<RandomAccessFile> file_;
   std::vector<uint32_t> dims_;
   uint64_t header_bytes_ = 0;
   uint64_t record_bytes_ = 0;

@@ -1,0 +1,114 @@
+#include "worker/data/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <system_error>
+
+#include "shared/error.h"
+
+namespace pstrain {
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 14695981039346656037ull;
+  for (const unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+RandomAccessFile::RandomAccessFile(const std::string& path, std::string name)
+    : name_(name.empty() ? path : std::move(name)) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw Error(name_ + ": cannot open: " + errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const int err = errno;
+    ::close(fd_);
+    throw Error(name_ + ": cannot stat: " + errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd_);
+    throw Error(name_ + ": not a regular file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+}
+
+RandomAccessFile::~RandomAccessFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+size_t RandomAccessFile::read_some(uint64_t offset, size_t len, void* out) const {
+  auto* bytes = static_cast<uint8_t*>(out);
+  size_t done = 0;
+  while (done < len) {
+    const ssize_t n = ::pread(fd_, bytes + done, len - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(name_ + ": read failed: " + errno_text(errno));
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  return done;
+}
+
+void RandomAccessFile::read_exact(uint64_t offset, size_t len, void* out) const {
+  if (read_some(offset, len, out) < len) {
+    throw Error(name_ + ": short read of " + std::to_string(len) + " bytes at offset " +
+                std::to_string(offset) + " (file truncated after it was opened?)");
+  }
+}
+
+void write_all(int fd, const void* data, size_t len, const std::string& name) {
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  while (len > 0) {
+    const ssize_t n = ::write(fd, bytes, len);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(name + ": write failed: " + errno_text(errno));
+    bytes += n;
+    len -= static_cast<size_t>(n);
+  }
+}
+
+std::string cache_file_name(const std::string& path, const struct stat& st) {
+  std::string base = std::filesystem::path(path).filename().string();
+  if (base.size() > 3 && base.compare(base.size() - 3, 3, ".gz") == 0) base.resize(base.size() - 3);
+  std::error_code ec;
+  const std::string where = std::filesystem::absolute(path, ec).lexically_normal().string();
+  const uint64_t mtime_ns =
+      static_cast<uint64_t>(st.st_mtim.tv_sec) * 1000000000ull + static_cast<uint64_t>(st.st_mtim.tv_nsec);
+  char suffix[96];
+  std::snprintf(suffix, sizeof suffix, ".%llu.%llu.%016llx", static_cast<unsigned long long>(st.st_size),
+                static_cast<unsigned long long>(mtime_ns), static_cast<unsigned long long>(fnv1a(where)));
+  return base + suffix;
+}
+
+void create_file_atomically(const std::string& dst,
+                            const std::function<void(int fd, const std::string& tmp_name)>& write) {
+  std::string tmp = dst + ".tmp-XXXXXX";
+  int fd = ::mkostemp(&tmp[0], O_CLOEXEC);
+  if (fd < 0) throw Error(dst + ": cannot create cache file: " + errno_text(errno));
+  try {
+    write(fd, tmp);
+    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0)
+      throw Error(tmp + ": cannot finish cache file: " + errno_text(errno));
+    const int closed = ::close(fd);
+    fd = -1;
+    if (closed != 0) throw Error(tmp + ": cannot finish cache file: " + errno_text(errno));
+    // Racing processes each write their own temporary file; rename replaces atomically.
+    if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+      throw Error(dst + ": cannot rename cache file into place: " + errno_text(errno));
+    }
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace pstrain

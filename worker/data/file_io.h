@@ -1,0 +1,54 @@
+// File helpers of the data readers: positional reads of a read-only file, and cache files that
+// appear whole or not at all.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace pstrain {
+
+// strerror's text for an errno value, thread-safe.
+std::string errno_text(int err);
+
+// A file opened read-only; reads are pread calls, safe from several threads at once.
+class RandomAccessFile {
+ public:
+  // `name` is what messages call the file (default: path). Throws pstrain::Error
+  // "<name>: cannot open: <reason>".
+  explicit RandomAccessFile(const std::string& path, std::string name = "");
+  ~RandomAccessFile();
+  RandomAccessFile(const RandomAccessFile&) = delete;
+  RandomAccessFile& operator=(const RandomAccessFile&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint64_t size() const { return size_; }  // at open
+  // Reads up to len bytes at offset; fewer only at the end of the file. Throws on an I/O error.
+  size_t read_some(uint64_t offset, size_t len, void* out) const;
+  // Reads exactly len bytes at offset, else throws pstrain::Error naming the file and offset.
+  void read_exact(uint64_t offset, size_t len, void* out) const;
+
+ private:
+  std::string name_;
+  int fd_ = -1;
+  uint64_t size_ = 0;
+};
+
+// Writes all of data to fd (retrying short writes); throws pstrain::Error naming `name`.
+void write_all(int fd, const void* data, size_t len, const std::string& name);
+
+// The name of a cache file derived from `path`: its base name (less ".gz"), size, mtime (ns)
+// and a hash of its absolute location, so a changed or moved source gets a new cache file.
+std::string cache_file_name(const std::string& path, const struct stat& st);
+
+// Creates `dst` whole or not at all: `write(fd, tmp_name)` fills a temporary file beside it,
+// which is then synced and renamed into place (processes racing for one cache file each write
+// their own and the last rename wins). On an exception the temporary file is removed and the
+// exception passes on. Throws pstrain::Error when the file cannot be created or renamed.
+void create_file_atomically(const std::string& dst,
+                            const std::function<void(int fd, const std::string& tmp_name)>& write);
+
+}  // namespace pstrain
