@@ -2,6 +2,7 @@
 
 #include <boost/program_options.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <fstream>
 #include <iostream>
@@ -34,6 +35,14 @@ int parse_int(const std::string& text, const std::string& what) {
   }
   if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not an integer");
   return value;
+}
+
+// `name` ends in `ext` or `ext`.gz, in any case.
+bool has_extension(const std::string& name, const std::string& ext) {
+  std::string lower(name.size(), ' ');
+  std::transform(name.begin(), name.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.size() > 3 && lower.compare(lower.size() - 3, 3, ".gz") == 0) lower.resize(lower.size() - 3);
+  return lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0;
 }
 
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
@@ -72,14 +81,14 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
   model.add_options()
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
-      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed once (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
-      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files, or two IDX files, gzip allowed) or one .csv file (default: the IDX files in --data-dir)")
-      ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data (default: the IDX files in --data-dir)")
-      ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features are multiplied by this (0: 1/255); float features are used as they are")
-      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index (default: the last column)")
-      ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every label must be in [0, classes) (0: the largest training label + 1; 10 for IDX)")
+      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files) or one FILE.csv (features and a label column); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
+      ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
+      ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features (.npy and IDX) are multiplied by this (0: 1/255); float32 and CSV features are used as they are")
+      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features")
+      ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
       ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them; shapes are checked against the model): fine-tuning, or --evaluate")
       ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
@@ -200,6 +209,13 @@ void validate(const JobOptions& o, Role role) {
   require(std::isfinite(o.scale) && o.scale >= 0, "--scale must be a number >= 0");
   require(o.classes >= 0 && o.classes != 1 && o.classes <= (1 << 24), "--classes must be 0 (from the data) or in [2, 2^24]");
   require(!o.evaluate || !o.init_params.empty(), "--evaluate needs --init-params DIR (the model to evaluate)");
+  bool csv = false;
+  for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
+    if (!value.empty()) csv = parse_data_files(value, flag).format == "csv" || csv;
+  }
+  require(o.train_data.empty() || !o.test_data.empty(),
+          "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
+  require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
   require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",
@@ -243,6 +259,33 @@ std::vector<int> worker_shares(const JobOptions& o) {
 int micro_batch(const JobOptions& o, int share) {
   if (o.worker_batch.empty() && o.global_batch == 0) return o.batch_size;
   return (share + o.accum_steps - 1) / o.accum_steps;
+}
+
+DataFiles parse_data_files(const std::string& value, const std::string& flag) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = value.find(',', start);
+    parts.push_back(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const std::string quoted = "'" + value + "'";
+  if (parts.size() == 1) {
+    if (has_extension(value, ".csv")) return {"csv", value, ""};
+    throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns); give "
+                     ".npy or IDX data as FEATURES,LABELS");
+  }
+  if (parts.size() != 2) {
+    throw UsageError(flag + " " + quoted + ": names " + std::to_string(parts.size()) +
+                     " files; give FEATURES,LABELS or one .csv file (file names may not contain commas)");
+  }
+  if (parts[0].empty() || parts[1].empty()) throw UsageError(flag + " " + quoted + ": an empty file name in FEATURES,LABELS");
+  if (has_extension(parts[0], ".csv") || has_extension(parts[1], ".csv")) {
+    throw UsageError(flag + " " + quoted + ": a .csv file holds the features and the labels: give it alone");
+  }
+  const int npy = has_extension(parts[0], ".npy") + has_extension(parts[1], ".npy");
+  if (npy == 1) throw UsageError(flag + " " + quoted + ": FEATURES and LABELS must both be .npy files, or both IDX files");
+  return {npy == 2 ? "npy" : "idx", parts[0], parts[1]};
 }
 
 HostPort parse_host_port(const std::string& text, bool allow_port_zero) {

@@ -124,6 +124,17 @@ std::vector<int> worker_shares(const JobOptions& o);
 // ceil(share / accum_steps); else batch_size.
 int micro_batch(const JobOptions& o, int share);
 
+// A --train-data / --test-data value split by its grammar (docs/data.md): one CSV file
+// (FILE.csv or FILE.csv.gz), or FEATURES,LABELS naming two .npy files (.npy or .npy.gz) or two
+// IDX files (any other names; gzip allowed).
+struct DataFiles {
+  std::string format;    // "csv" | "npy" | "idx"
+  std::string features;  // csv: the one file
+  std::string labels;    // empty for csv
+};
+// Throws pstrain::UsageError naming `flag` for a value outside the grammar.
+DataFiles parse_data_files(const std::string& value, const std::string& flag);
+
 using EnvMap = std::map<std::string, std::string>;
 
 // Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error

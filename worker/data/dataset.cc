@@ -8,6 +8,7 @@
 
 #include "shared/error.h"
 #include "worker/data/idx.h"
+#include "worker/data/records.h"
 
 namespace pstrain {
 namespace {
@@ -15,20 +16,12 @@ namespace {
 constexpr size_t kFeatureChunk = 4096;    // bytes of one record read per pread
 constexpr size_t kLabelChunk = 4096;      // labels validated per pread
 
-const std::array<float, 256>& unit_scale() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int v = 0; v < 256; ++v) t[v] = static_cast<float>(v) / 255.0f;
-    return t;
-  }();
-  return table;
-}
-
 class IdxDataset final : public Dataset {
  public:
   IdxDataset(const std::string& images, const std::string& labels, const std::string& cache_dir,
-             int num_classes)
-      : images_(images, cache_dir, 3), labels_(labels, cache_dir, 1), num_classes_(num_classes) {
+             int num_classes, double scale)
+      : images_(images, cache_dir, 3), labels_(labels, cache_dir, 1), num_classes_(num_classes),
+        scale_(uint8_scale_table(scale)) {
     if (labels_.count() != images_.count()) {
       throw Error(labels_.name() + ": has " + std::to_string(labels_.count()) + " labels but " +
                   images_.name() + " has " + std::to_string(images_.count()) + " images");
@@ -58,13 +51,12 @@ class IdxDataset final : public Dataset {
 
  private:
   void read_features(size_t record, float* out) const {
-    const auto& scale = unit_scale();
     uint8_t buf[kFeatureChunk];
     const size_t dim = feature_dim();
     for (size_t done = 0; done < dim; done += kFeatureChunk) {
       const size_t len = std::min(kFeatureChunk, dim - done);
       images_.read_data(record * dim + done, len, buf);
-      for (size_t j = 0; j < len; ++j) out[done + j] = scale[buf[j]];
+      for (size_t j = 0; j < len; ++j) out[done + j] = scale_[buf[j]];
     }
   }
 
@@ -96,6 +88,7 @@ class IdxDataset final : public Dataset {
   IdxFile images_;
   IdxFile labels_;
   int num_classes_;
+  std::array<float, 256> scale_;
 };
 
 bool is_file(const std::string& path) {
@@ -119,22 +112,23 @@ std::string env_or_empty(const char* name) {
 }  // namespace
 
 std::unique_ptr<Dataset> Dataset::open_idx(const std::string& images, const std::string& labels,
-                                           const std::string& cache_dir, int num_classes) {
+                                           const std::string& cache_dir, int num_classes, double scale) {
   if (num_classes < 1 || num_classes > 256) {
     throw Error(labels + ": num_classes must be in [1, 256] for uint8 labels, got " +
                 std::to_string(num_classes));
   }
-  return std::make_unique<IdxDataset>(images, labels, cache_dir, num_classes);
+  return std::make_unique<IdxDataset>(images, labels, cache_dir, num_classes, scale);
 }
 
 std::unique_ptr<Dataset> Dataset::open_mnist_dir(const std::string& dir, const std::string& split,
-                                                 const std::string& cache_dir) {
+                                                 const std::string& cache_dir, int num_classes,
+                                                 double scale) {
   if (split != "train" && split != "t10k") {
     throw Error("data directory " + dir + ": unknown split '" + split + "' (train or t10k)");
   }
   const std::string images = find_idx(dir, split + "-images-idx3-ubyte");
   const std::string labels = find_idx(dir, split + "-labels-idx1-ubyte");
-  return open_idx(images, labels, cache_dir);
+  return open_idx(images, labels, cache_dir, num_classes, scale);
 }
 
 std::string default_data_dir() {

@@ -1,4 +1,5 @@
-// Random-access classification records (features scaled to [0,1]) for the worker's data pipeline.
+// Random-access classification records (float features; uint8 pixels scaled, by default to
+// [0, 1]) for the worker's data pipeline. Formats and rules: docs/data.md.
 #pragma once
 
 #include <cstddef>
@@ -15,13 +16,16 @@ class Dataset {
 
   // images/labels: IDX files (plain or gzip; magic 0x00000803 [n, rows, cols] and 0x00000801 [n]).
   // cache_dir: where gzip files are decompressed once (created when needed). Every label must be
-  // < num_classes. Throws pstrain::Error naming the file on any problem.
+  // < num_classes. Pixels are multiplied by `scale` (0: 1/255). Throws pstrain::Error naming the
+  // file on any problem.
   static std::unique_ptr<Dataset> open_idx(const std::string& images, const std::string& labels,
-                                           const std::string& cache_dir, int num_classes = 10);
+                                           const std::string& cache_dir, int num_classes = 10,
+                                           double scale = 0);
   // split "train" or "t10k": DIR/<split>-images-idx3-ubyte[.gz] and DIR/<split>-labels-idx1-ubyte[.gz],
   // preferring the plain file when both exist.
   static std::unique_ptr<Dataset> open_mnist_dir(const std::string& dir, const std::string& split,
-                                                 const std::string& cache_dir);
+                                                 const std::string& cache_dir, int num_classes = 10,
+                                                 double scale = 0);
 
   virtual size_t size() const = 0;
   virtual size_t feature_dim() const = 0;

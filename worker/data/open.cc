@@ -1,24 +1,74 @@
 #include "worker/data/open.h"
 
 #include "shared/error.h"
+#include "worker/data/csv_dataset.h"
+#include "worker/data/csv_table.h"
+#include "worker/data/idx.h"
+#include "worker/data/npy_dataset.h"
 
 namespace pstrain {
 namespace {
 
+constexpr int kIdxClasses = 10;  // IDX data without --classes: Fashion-MNIST's 10
+
 std::string data_dir(const JobOptions& o) { return o.data_dir.empty() ? default_data_dir() : o.data_dir; }
 std::string cache_dir(const JobOptions& o) { return o.cache_dir.empty() ? default_cache_dir() : o.cache_dir; }
+
+std::unique_ptr<Dataset> open_files(const DataFiles& f, const JobOptions& o, const LabelRange& range) {
+  if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
+  if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
+  return Dataset::open_idx(f.features, f.labels, cache_dir(o),
+                           range.classes > 0 ? range.classes : kIdxClasses, o.scale);
+}
+
+// The training records' shape from the headers alone (the training set was opened and checked
+// before; this does not stream it again).
+std::vector<size_t> training_sample_shape(const JobOptions& o) {
+  if (o.train_data.empty()) {
+    return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
+                                   o.classes > 0 ? o.classes : kIdxClasses, o.scale)
+        ->sample_shape();
+  }
+  const DataFiles f = parse_data_files(o.train_data, "--train-data");
+  if (f.format == "npy") return npy_sample_shape(f.features, cache_dir(o));
+  if (f.format == "csv") return {CsvTable(f.features, cache_dir(o)).columns() - 1};
+  const IdxFile images(f.features, cache_dir(o), 3);
+  return {1, images.dims()[1], images.dims()[2]};
+}
+
+std::string shape_text(const std::vector<size_t>& shape) {
+  std::string text = "(";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+  return text + (shape.size() == 1 ? ",)" : ")");
+}
 
 }  // namespace
 
 std::unique_ptr<Dataset> open_training_data(const JobOptions& o) {
-  if (!o.train_data.empty()) throw UsageError("--train-data is not supported yet");
-  return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o));
+  if (o.train_data.empty()) {
+    return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
+                                   o.classes > 0 ? o.classes : kIdxClasses, o.scale);
+  }
+  const LabelRange range{o.classes, o.classes > 0 ? "--classes " + std::to_string(o.classes) : ""};
+  return open_files(parse_data_files(o.train_data, "--train-data"), o, range);
 }
 
 std::unique_ptr<Dataset> open_test_data(const JobOptions& o, int classes) {
-  (void)classes;
-  if (!o.test_data.empty()) throw UsageError("--test-data is not supported yet");
-  return Dataset::open_mnist_dir(data_dir(o), "t10k", cache_dir(o));
+  const LabelRange range{classes, o.classes > 0 ? "--classes " + std::to_string(o.classes)
+                                  : o.evaluate  ? "the classes of the model in --init-params"
+                                                : "the training set's classes; --classes sets their number"};
+  std::unique_ptr<Dataset> test =
+      o.test_data.empty() ? Dataset::open_mnist_dir(data_dir(o), "t10k", cache_dir(o), classes, o.scale)
+                          : open_files(parse_data_files(o.test_data, "--test-data"), o, range);
+  if (!o.evaluate) {
+    const std::vector<size_t> expected = training_sample_shape(o);
+    if (test->sample_shape() != expected) {
+      throw Error("test data " + (o.test_data.empty() ? data_dir(o) + " (t10k)" : o.test_data) +
+                  ": records of shape " + shape_text(test->sample_shape()) + ", but the training data's (" +
+                  training_data_source(o) + ") are " + shape_text(expected));
+    }
+  }
+  return test;
 }
 
 std::string training_data_source(const JobOptions& o) {

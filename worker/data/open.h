@@ -12,8 +12,10 @@ namespace pstrain {
 
 // The training set. Throws pstrain::Error naming the file and what is wrong.
 std::unique_ptr<Dataset> open_training_data(const JobOptions& o);
-// The test set, whose records must have the training set's shape and labels below `classes`
-// (the training set's num_classes()). Throws pstrain::Error naming the file and what is wrong.
+// The test set, whose labels must be below `classes` (the training set's num_classes()) and
+// whose records must have the training set's sample_shape() (checked from the training files'
+// headers; not under --evaluate, which has no training set). Throws pstrain::Error naming the
+// file and what is wrong.
 std::unique_ptr<Dataset> open_test_data(const JobOptions& o, int classes);
 // Where the training data comes from, for the worker's log ("directory D", "F,L", "file.csv").
 std::string training_data_source(const JobOptions& o);

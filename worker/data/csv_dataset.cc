@@ -1,0 +1,121 @@
+#include "worker/data/csv_dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "shared/error.h"
+#include "worker/data/csv_table.h"
+
+namespace pstrain {
+namespace {
+
+constexpr size_t kCheckFloats = (size_t{1} << 20) / sizeof(float);  // floats streamed per pread at open
+
+std::string value_text(float v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
+  return buf;
+}
+
+// The label's column: a header name, else a 0-based index, else (empty) the last column.
+size_t label_column_of(const CsvTable& table, const std::string& spec) {
+  if (spec.empty()) return table.columns() - 1;
+  const auto& names = table.names();
+  const auto count = std::count(names.begin(), names.end(), spec);
+  if (count > 1) {
+    throw UsageError("--label-column '" + spec + "': " + table.path() + " has " + std::to_string(count) +
+                     " columns of that name; give a 0-based index");
+  }
+  if (count == 1) return static_cast<size_t>(std::find(names.begin(), names.end(), spec) - names.begin());
+  if (spec.size() <= 9 && spec.find_first_not_of("0123456789") == std::string::npos) {
+    const size_t index = std::stoul(spec);
+    if (index < table.columns()) return index;
+    throw UsageError("--label-column " + spec + ": " + table.path() + " has " +
+                     std::to_string(table.columns()) + " columns (0 to " +
+                     std::to_string(table.columns() - 1) + ")");
+  }
+  std::string listed;
+  for (size_t c = 0; c < names.size() && c < 12; ++c) listed += (c > 0 ? ", '" : "'") + names[c] + "'";
+  if (names.size() > 12) listed += ", ...";
+  throw UsageError(
+      "--label-column '" + spec + "': " + table.path() + " has no column of that name" +
+      (names.empty() ? " (it has no header row; give a 0-based index)" : " (its columns: " + listed + ")"));
+}
+
+class CsvDataset final : public Dataset {
+ public:
+  CsvDataset(const std::string& path, const std::string& label_column, const std::string& cache_dir,
+             const LabelRange& range)
+      : table_(path, cache_dir), label_(label_column_of(table_, label_column)) {
+    if (const uint64_t line = table_.first_non_integer_line(label_)) {
+      float row_label = 0;
+      std::vector<float> row(table_.columns());
+      table_.read_rows(line - table_.line_of(0), 1, row.data());
+      row_label = row[label_];
+      throw Error(table_.path() + " line " + std::to_string(line) + ", " + table_.column_text(label_) +
+                  ": label " + value_text(row_label) +
+                  " is not an integer (labels are class indices 0, 1, ...)");
+    }
+    check_labels(range);
+  }
+
+  size_t size() const override { return table_.rows(); }
+  size_t feature_dim() const override { return table_.columns() - 1; }
+  int num_classes() const override { return classes_; }
+
+  void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {
+    std::vector<float> row(table_.columns());
+    const size_t dim = feature_dim();
+    for (size_t i = 0; i < count; ++i) {
+      if (records[i] >= size()) {
+        throw Error(table_.path() + ": record " + std::to_string(records[i]) + " out of range (" +
+                    std::to_string(size()) + " records)");
+      }
+      table_.read_rows(records[i], 1, row.data());
+      float* out = features + i * dim;
+      std::copy(row.begin(), row.begin() + static_cast<long>(label_), out);
+      std::copy(row.begin() + static_cast<long>(label_) + 1, row.end(), out + label_);
+      const float label = row[label_];
+      if (!(label >= 0 && label < static_cast<float>(classes_))) {
+        throw Error(table_.path() + " line " + std::to_string(table_.line_of(records[i])) + ": label " +
+                    value_text(label) + " is not in [0, " + std::to_string(classes_) +
+                    ") (the cache file changed after it was opened?)");
+      }
+      labels[i] = static_cast<int32_t>(label);
+    }
+  }
+
+ private:
+  // Streams the label column once so that a bad label is reported at open, naming its line.
+  void check_labels(const LabelRange& range) {
+    LabelCheck check(range, table_.path(), [this](uint64_t row) {
+      return "line " + std::to_string(table_.line_of(row)) + ", " + table_.column_text(label_);
+    });
+    const uint64_t per_chunk = std::max<uint64_t>(1, kCheckFloats / table_.columns());
+    std::vector<float> rows(per_chunk * table_.columns());
+    for (uint64_t first = 0; first < size(); first += per_chunk) {
+      const uint64_t n = std::min(per_chunk, size() - first);
+      table_.read_rows(first, n, rows.data());
+      for (uint64_t r = 0; r < n; ++r) {
+        const float v = rows[r * table_.columns() + label_];
+        check.add(v >= 9.2e18f ? INT64_MAX : static_cast<int64_t>(v), first + r);  // integral: checked above
+      }
+    }
+    classes_ = check.classes();
+  }
+
+  CsvTable table_;
+  size_t label_;
+  int classes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_csv_dataset(const std::string& path, const std::string& label_column,
+                                          const std::string& cache_dir, const LabelRange& labels_range) {
+  return std::make_unique<CsvDataset>(path, label_column, cache_dir, labels_range);
+}
+
+}  // namespace pstrain
