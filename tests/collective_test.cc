@@ -1,7 +1,7 @@
-// Ring collective (shared/collective.h, docs/collective.md): N ranks as threads in one process,
+// Ring collective (worker/collective/collective.h, docs/collective.md): N ranks as threads in one process,
 // each with its own Collective on 127.0.0.1, plus the framing's decoder. No sleeps: ranks meet
 // through the rendezvous, and failure tests measure how long each rank took to give up.
-#include "shared/collective.h"
+#include "worker/collective/collective.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "shared/error.h"
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_wire.h"
 
 namespace pstrain {
 namespace {

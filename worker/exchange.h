@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "shared/collective.h"
+#include "worker/collective/collective.h"
 #include "shared/options.h"
 #include "shared/transport.h"
 #include "worker/ps_client.h"

@@ -10,7 +10,7 @@
 
 #include "shared/checkpoint.h"
 #include "shared/protocol.h"
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_wire.h"
 
 namespace {
 

@@ -1,12 +1,12 @@
 // libFuzzer target: the ring collective's header decoder and header comparison
-// (shared/ring_wire.h) on arbitrary bytes; a decoded header re-encodes to the same 64 bytes'
+// (worker/collective/ring_wire.h) on arbitrary bytes; a decoded header re-encodes to the same 64 bytes'
 // meaning and matches itself.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_wire.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pstrain::RingHeader h;

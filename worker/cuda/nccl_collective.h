@@ -1,6 +1,6 @@
 // `--collective nccl`: the all-reduce of `--mode allreduce` on the workers' GPUs.
 //
-// A ZeroMQ ring collective (shared/collective.h) is the bootstrap: rank 0's ncclUniqueId travels
+// A ZeroMQ ring collective (worker/collective/collective.h) is the bootstrap: rank 0's ncclUniqueId travels
 // over its broadcast(), which also lets the rendezvous report a missing rank by name. The NCCL
 // communicator is non-blocking, so every wait is bounded by `timeout_s`: a rank that died makes
 // the others fail with an Error naming the timeout instead of hanging inside NCCL.
@@ -11,7 +11,7 @@
 
 #include <memory>
 
-#include "shared/collective.h"
+#include "worker/collective/collective.h"
 
 namespace pstrain {
 

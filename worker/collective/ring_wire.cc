@@ -1,4 +1,4 @@
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_wire.h"
 
 #include <cstring>
 #include <sstream>

@@ -1,4 +1,4 @@
-#include "shared/ring_link.h"
+#include "worker/collective/ring_link.h"
 #include "shared/zmq_util.h"
 
 #include <condition_variable>

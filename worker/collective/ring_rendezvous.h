@@ -8,7 +8,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/collective.h"
+#include "worker/collective/collective.h"
 
 namespace pstrain {
 

@@ -1,4 +1,4 @@
-#include "shared/ring_rendezvous.h"
+#include "worker/collective/ring_rendezvous.h"
 #include "shared/zmq_util.h"
 
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "shared/error.h"
 #include "shared/log.h"
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_wire.h"
 #include "shared/transport.h"
 
 namespace pstrain {

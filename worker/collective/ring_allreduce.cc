@@ -4,12 +4,12 @@
 #include <cstring>
 #include <sstream>
 
-#include "shared/collective.h"
+#include "worker/collective/collective.h"
 #include "shared/error.h"
 #include "shared/log.h"
-#include "shared/ring_link.h"
-#include "shared/ring_rendezvous.h"
-#include "shared/ring_wire.h"
+#include "worker/collective/ring_link.h"
+#include "worker/collective/ring_rendezvous.h"
+#include "worker/collective/ring_wire.h"
 #include "shared/transport.h"
 
 namespace pstrain {
