@@ -9,33 +9,6 @@
 namespace pstrain {
 namespace {
 
-// The gradient reaching input pixel (iy, ix) of one plane from every window that holds it, in
-// window order (oy, ox ascending): max pooling sends a window's dy to the first position (row
-// major) holding its maximum.
-float pool_grad_at(PoolKind kind, const float* x, const float* y, const float* dy, const PoolGeometry& g, int iy,
-                   int ix, float inv) {
-  float sum = 0.0f;
-  const int oy_lo = iy >= g.kernel ? (iy - g.kernel) / g.stride + 1 : 0, oy_hi = std::min(iy / g.stride, g.out_height - 1);
-  const int ox_lo = ix >= g.kernel ? (ix - g.kernel) / g.stride + 1 : 0, ox_hi = std::min(ix / g.stride, g.out_width - 1);
-  for (int oy = oy_lo; oy <= oy_hi; ++oy) {
-    for (int ox = ox_lo; ox <= ox_hi; ++ox) {
-      const float d = dy[oy * g.out_width + ox];
-      if (kind == PoolKind::kAverage) {
-        sum += d * inv;
-        continue;
-      }
-      const float m = y[oy * g.out_width + ox];
-      int first = -1;  // the window's first position holding the maximum
-      for (int k = 0; k < g.kernel * g.kernel && first < 0; ++k) {
-        const int wy = oy * g.stride + k / g.kernel, wx = ox * g.stride + k % g.kernel;
-        if (x[wy * g.width + wx] == m) first = wy * g.width + wx;
-      }
-      if (first == iy * g.width + ix) sum += d;
-    }
-  }
-  return sum;
-}
-
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
@@ -129,17 +102,28 @@ class CpuBackend final : public Backend {
       const float* xb = x + static_cast<size_t>(b) * g.input_size();
       float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
       for (int c = 0; c < g.channels; ++c) {
+        const float* plane = xb + static_cast<size_t>(c) * g.height * g.width;
         for (int ki = 0; ki < g.kernel; ++ki) {
           for (int kj = 0; kj < g.kernel; ++kj) {
             float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
+            // Output columns whose input column ox*S - P + kj lies inside [0, W).
+            const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
+            const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
             for (int oy = 0; oy < g.out_height; ++oy) {
+              float* out = row + static_cast<size_t>(oy) * g.out_width;
               const int iy = oy * g.stride - g.pad + ki;
-              for (int ox = 0; ox < g.out_width; ++ox) {
-                const int ix = ox * g.stride - g.pad + kj;
-                const bool inside = iy >= 0 && iy < g.height && ix >= 0 && ix < g.width;
-                row[oy * g.out_width + ox] =
-                    inside ? xb[(static_cast<size_t>(c) * g.height + iy) * g.width + ix] : 0.0f;
+              if (iy < 0 || iy >= g.height) {
+                std::fill(out, out + g.out_width, 0.0f);
+                continue;
               }
+              const float* in = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
+              std::fill(out, out + ox_lo, 0.0f);
+              if (g.stride == 1) {
+                std::copy(in + ox_lo, in + ox_hi, out + ox_lo);
+              } else {
+                for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox] = in[ox * g.stride];
+              }
+              std::fill(out + ox_hi, out + g.out_width, 0.0f);
             }
           }
         }
@@ -148,26 +132,27 @@ class CpuBackend final : public Backend {
   }
 
   void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) override {
-    // Gathered per input pixel in the order (ki, kj), as the CUDA kernel does.
+    // Scattered in (c, ki, kj, oy, ox) order: each pixel receives its terms in (ki, kj) order
+    // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
     const size_t positions = g.positions();
+    std::fill(dx, dx + static_cast<size_t>(batch) * g.input_size(), 0.0f);
     for (int b = 0; b < batch; ++b) {
       const float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
       float* db = dx + static_cast<size_t>(b) * g.input_size();
       for (int c = 0; c < g.channels; ++c) {
-        for (int iy = 0; iy < g.height; ++iy) {
-          for (int ix = 0; ix < g.width; ++ix) {
-            float sum = 0.0f;
-            for (int ki = 0; ki < g.kernel; ++ki) {
-              const int ty = iy + g.pad - ki;
-              if (ty < 0 || ty % g.stride != 0 || ty / g.stride >= g.out_height) continue;
-              for (int kj = 0; kj < g.kernel; ++kj) {
-                const int tx = ix + g.pad - kj;
-                if (tx < 0 || tx % g.stride != 0 || tx / g.stride >= g.out_width) continue;
-                sum += cb[((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions +
-                          (ty / g.stride) * g.out_width + tx / g.stride];
-              }
+        float* plane = db + static_cast<size_t>(c) * g.height * g.width;
+        for (int ki = 0; ki < g.kernel; ++ki) {
+          for (int kj = 0; kj < g.kernel; ++kj) {
+            const float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
+            const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
+            const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
+            for (int oy = 0; oy < g.out_height; ++oy) {
+              const int iy = oy * g.stride - g.pad + ki;
+              if (iy < 0 || iy >= g.height) continue;
+              const float* in = row + static_cast<size_t>(oy) * g.out_width;
+              float* out = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
+              for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox * g.stride] += in[ox];
             }
-            db[(static_cast<size_t>(c) * g.height + iy) * g.width + ix] = sum;
           }
         }
       }
@@ -196,13 +181,32 @@ class CpuBackend final : public Backend {
 
   void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
                      float* dx) override {
+    // Scattered window by window in (oy, ox) order: each pixel receives its terms in that order
+    // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
     const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+    std::fill(dx, dx + static_cast<size_t>(planes) * g.height * g.width, 0.0f);
     for (int p = 0; p < planes; ++p) {
-      const size_t in_plane = static_cast<size_t>(p) * g.height * g.width;
+      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+      float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
       const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
-      for (int iy = 0; iy < g.height; ++iy) {
-        for (int ix = 0; ix < g.width; ++ix) {
-          dx[in_plane + iy * g.width + ix] = pool_grad_at(kind, x + in_plane, y + out_plane, dy + out_plane, g, iy, ix, inv);
+      for (int oy = 0; oy < g.out_height; ++oy) {
+        for (int ox = 0; ox < g.out_width; ++ox) {
+          const float d = dy[out_plane + oy * g.out_width + ox];
+          const int top = oy * g.stride, left = ox * g.stride;
+          if (kind == PoolKind::kAverage) {
+            for (int ki = 0; ki < g.kernel; ++ki) {
+              for (int kj = 0; kj < g.kernel; ++kj) dxp[(top + ki) * g.width + left + kj] += d * inv;
+            }
+            continue;
+          }
+          const float m = y[out_plane + oy * g.out_width + ox];
+          for (int k = 0; k < g.kernel * g.kernel; ++k) {  // the first position holding the maximum
+            const int at = (top + k / g.kernel) * g.width + left + k % g.kernel;
+            if (xp[at] == m) {
+              dxp[at] += d;
+              break;
+            }
+          }
         }
       }
     }
