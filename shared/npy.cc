@@ -11,15 +11,13 @@ namespace {
 
 constexpr char kMagic[] = "\x93NUMPY";
 
+}  // namespace
+
 std::string shape_text(const std::vector<size_t>& shape) {
   std::string text = "(";
-  for (size_t d : shape) text += std::to_string(d) + ", ";
-  if (shape.size() > 1) text.resize(text.size() - 1);  // (a, b) but (a,)
-  if (shape.size() > 1) text.back() = ')'; else text += ")";
-  return text;
+  for (size_t d = 0; d < shape.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(shape[d]);
+  return text + (shape.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data) {
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";

@@ -7,6 +7,9 @@
 
 namespace pstrain {
 
+// A shape as NumPy writes it: (784, 256), (10,), ().
+std::string shape_text(const std::vector<size_t>& shape);
+
 // Writes atomically (temporary file + rename); throws pstrain::Error.
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data);
 

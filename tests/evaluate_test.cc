@@ -87,8 +87,8 @@ TEST_F(EvaluateTest, AModelThatDoesNotFitTheSavedParametersIsAClearError) {
                                 "--init-params", dir_ + "/a-params"},
                                &log);
   EXPECT_EQ(status.code, 1) << log;
-  EXPECT_NE(log.find("--init-params: " + dir_ + "/a-params/layer0.weight.npy has shape [4, 1, 3, 3] but the model's "
-                     "layer0.weight is [5, 1, 3, 3]"),
+  EXPECT_NE(log.find("--init-params: " + dir_ + "/a-params/layer0.weight.npy has shape (4, 1, 3, 3) but the model's "
+                     "layer0.weight is (5, 1, 3, 3)"),
             std::string::npos)
       << log;
   status = evaluate({"--model", kModel, "--init-params", dir_ + "/nowhere"}, &log);

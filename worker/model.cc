@@ -140,9 +140,8 @@ void Network::init(uint64_t seed, float* host_params) const {
   }
 }
 
-Model::Model(const std::string& spec, const std::vector<size_t>& sample_shape, int classes, int max_batch,
-             bool recompute, Backend& backend)
-    : net_(spec, sample_shape, classes), backend_(backend), max_batch_(max_batch), recompute_(recompute) {
+Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
+    : net_(std::move(network)), backend_(backend), max_batch_(max_batch), recompute_(recompute) {
   if (max_batch < 1) throw Error("model: invalid batch size");
   plan_ = net_.plan(recompute);
   const auto rows = static_cast<size_t>(max_batch);

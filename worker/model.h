@@ -18,6 +18,10 @@ namespace pstrain {
 
 class Network {
  public:
+  // The layer list of a job: --model, else --hidden's MLP for `classes`.
+  static std::string spec_of(const std::string& model, const std::vector<int>& hidden, int classes) {
+    return model.empty() ? mlp_model(hidden, classes) : model;
+  }
   // `spec`: a layer list (parse_model); `sample_shape`: the data's {C, H, W} or {D}. Throws
   // pstrain::UsageError for a list that does not fit the data or does not end in `classes`
   // outputs.
@@ -70,8 +74,10 @@ struct DropoutKeys {
 class Model {
  public:
   // Activations are allocated for batches of up to max_batch samples.
+  Model(Network network, int max_batch, bool recompute, Backend& backend);
   Model(const std::string& spec, const std::vector<size_t>& sample_shape, int classes, int max_batch, bool recompute,
-        Backend& backend);
+        Backend& backend)
+      : Model(Network(spec, sample_shape, classes), max_batch, recompute, backend) {}
   // The MLP of --hidden on flat inputs.
   Model(int input_dim, const std::vector<int>& hidden, int classes, int max_batch, Backend& backend);
 

@@ -79,11 +79,6 @@ void save_params(const std::string& dir, const Layout& layout, const float* para
 // Overwrites every variable of `layout` with DIR/<name>.npy (as save_params writes them). Throws
 // pstrain::Error naming the file for a missing file or a shape that is not the model's.
 void load_params(const std::string& dir, const Layout& layout, float* params) {
-  const auto shape_text = [](const std::vector<size_t>& shape) {
-    std::string s = "[";
-    for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-    return s + "]";
-  };
   for (const TensorSpec& t : layout.tensors()) {
     const std::string path = dir + "/" + t.name + ".npy";
     std::vector<size_t> shape;
@@ -104,7 +99,7 @@ void load_params(const std::string& dir, const Layout& layout, float* params) {
 // The number of classes a saved model was trained for: what a --model ending in dense K says,
 // else the length of the saved last layer's bias.
 int saved_classes(const JobOptions& o) {
-  const std::vector<LayerSpec> layers = parse_model(o.model.empty() ? mlp_model(o.hidden, 2) : o.model);
+  const std::vector<LayerSpec> layers = parse_model(Network::spec_of(o.model, o.hidden, 2));
   if (!o.model.empty() && layers.back().kind == "dense") return static_cast<int>(layers.back().args[0]);
   const long with_params = std::count_if(layers.begin(), layers.end(),
                                          [](const LayerSpec& l) { return l.kind == "dense" || l.kind == "conv"; });
@@ -187,8 +182,7 @@ class Trainer {
     PSLOG(INFO) << tag_ << describe_placement(o_, backend_->name());
     const int input_dim = static_cast<int>(train_data_->feature_dim());
     const int classes = train_data_->num_classes();
-    const std::string spec = o_.model.empty() ? mlp_model(o_.hidden, classes) : o_.model;
-    const Network network(spec, train_data_->sample_shape(), classes);
+    Network network(Network::spec_of(o_.model, o_.hidden, classes), train_data_->sample_shape(), classes);
     const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, network, rows); };
     if (o_.batch_auto) {
       double limit = o_.gpu_memory_limit_mib;
@@ -217,10 +211,10 @@ class Trainer {
                   fixed(o_.gpu_memory_limit_mib, 2) + " MiB (" + plan.text() +
                   "); --batch-size auto picks a micro-batch that fits");
     }
-    model_ = std::make_unique<Model>(spec, train_data_->sample_shape(), classes, max_batch, o_.recompute, *backend_);
+    if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
+    model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
-    if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
                 << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
                 << (backend_->host_accessible() ? std::string()
@@ -439,10 +433,9 @@ class Trainer {
 BatchStats evaluate_saved_model(const JobOptions& o) {
   const int classes = o.classes > 0 ? o.classes : saved_classes(o);
   const std::unique_ptr<Dataset> data = open_test_data(o, classes);
-  const std::string spec = o.model.empty() ? mlp_model(o.hidden, classes) : o.model;
   std::unique_ptr<Backend> backend = make_backend(o);
   const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
-  Model model(spec, data->sample_shape(), classes, batch, false, *backend);
+  Model model(Network::spec_of(o.model, o.hidden, classes), data->sample_shape(), classes, batch, false, *backend);
   Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());
   load_params(o.init_params, model.layout(), replica.host_params());
   replica.params_to_device();

@@ -1,6 +1,7 @@
 #include "worker/data/open.h"
 
 #include "shared/error.h"
+#include "shared/npy.h"
 #include "worker/data/csv_dataset.h"
 #include "worker/data/csv_table.h"
 #include "worker/data/idx.h"
@@ -34,12 +35,6 @@ std::vector<size_t> training_sample_shape(const JobOptions& o) {
   if (f.format == "csv") return {CsvTable(f.features, cache_dir(o)).columns() - 1};
   const IdxFile images(f.features, cache_dir(o), 3);
   return {1, images.dims()[1], images.dims()[2]};
-}
-
-std::string shape_text(const std::vector<size_t>& shape) {
-  std::string text = "(";
-  for (size_t d = 0; d < shape.size(); ++d) text += (d > 0 ? ", " : "") + std::to_string(shape[d]);
-  return text + (shape.size() == 1 ? ",)" : ")");
 }
 
 }  // namespace
