@@ -160,7 +160,7 @@ TEST_F(LaunchTest, ConvolutionalModelWithDropoutKeepsTheMirroredContract) {
     return load_saved_params(params);
   };
   const SavedParams one = train("cnn-1x24", 1, 1, 24);
-  EXPECT_NE(read_file(dir_ + "/cnn-1x24/w0.log").find("model: 1x8x8 -> conv 4 3 pad=1 -> 4x8x8 -> relu -> maxpool 2"),
+  EXPECT_NE(read_file(dir_ + "/cnn-1x24/w0.log").find("model: 1x8x8 -> conv 4 3 pad=1 -> 4x8x8 -> maxpool 2 -> 4x4x4 -> relu"),
             std::string::npos)
       << read_file(dir_ + "/cnn-1x24/w0.log");
   for (const auto& [ps, workers] : {std::pair{2, 1}, std::pair{1, 3}, std::pair{2, 3}}) {

@@ -339,6 +339,32 @@ TEST(ModelGradientTest, RecomputeGivesTheSameParametersWithLessMemory) {
   EXPECT_EQ(net.activation_floats(256, true), (9546 + 25088 + 6272 + 25088) * 256 + col);
 }
 
+// "relu, maxpool" runs as "maxpool, relu" (less work; relu in place over the pooled values): the
+// same gradients bit for bit as the written order, which "relu, dropout 0, maxpool" (dropout at
+// rate 0 is the identity) keeps from being reordered. avgpool is not reordered.
+TEST(ModelGradientTest, ReluBeforeMaxPoolRunsAfterItWithTheSameResult) {
+  auto backend = make_cpu_backend(1);
+  const Network net("conv 3 3 pad=1, relu, maxpool 2, relu, avgpool 2, flatten, dense 3", {2, 8, 8}, 3);
+  EXPECT_EQ(net.layers()[1]->kind(), "maxpool");
+  EXPECT_EQ(net.layers()[2]->kind(), "relu");
+  EXPECT_EQ(net.layers()[3]->kind(), "relu");
+  EXPECT_EQ(net.layers()[4]->kind(), "avgpool");
+  const int batch = 5;
+  const auto x = random_floats(static_cast<size_t>(batch) * 128, 40);
+  const std::vector<int32_t> y = {0, 1, 2, 1, 0};
+  std::vector<std::vector<float>> grads;
+  for (const char* spec :
+       {"conv 4 3 pad=1, relu, dropout 0, maxpool 2, flatten, dense 3", "conv 4 3 pad=1, relu, maxpool 2, flatten, dense 3"}) {
+    Model model(spec, {2, 8, 8}, 3, batch, false, *backend);
+    std::vector<float> params(model.layout().total()), grad(params.size());
+    model.init(6, params.data());
+    for (size_t i = 0; i < params.size(); ++i) params[i] -= 0.1f;  // negative biases: windows with maxima <= 0
+    model.train_step(params.data(), x.data(), y.data(), batch, grad.data());
+    grads.push_back(grad);
+  }
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
 TEST(ModelGradientTest, TheMlpOfHiddenIsItsLayerList) {
   auto backend = make_cpu_backend(1);
   Model a(12, {7, 5}, 4, 3, *backend), b("dense 7, relu, dense 5, relu, dense 4", {12}, 4, 3, false, *backend);

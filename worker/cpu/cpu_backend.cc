@@ -166,14 +166,21 @@ class CpuBackend final : public Backend {
       float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
       for (int oy = 0; oy < g.out_height; ++oy) {
         for (int ox = 0; ox < g.out_width; ++ox) {
-          float acc = kind == PoolKind::kMax ? -INFINITY : 0.0f;
-          for (int ki = 0; ki < g.kernel; ++ki) {
-            for (int kj = 0; kj < g.kernel; ++kj) {
-              const float v = xp[(oy * g.stride + ki) * g.width + ox * g.stride + kj];
-              acc = kind == PoolKind::kMax ? (v > acc ? v : acc) : acc + v;
+          const float* window = xp + static_cast<size_t>(oy * g.stride) * g.width + ox * g.stride;
+          float acc;
+          if (kind == PoolKind::kMax) {
+            acc = -INFINITY;
+            for (int ki = 0; ki < g.kernel; ++ki) {
+              for (int kj = 0; kj < g.kernel; ++kj) acc = window[ki * g.width + kj] > acc ? window[ki * g.width + kj] : acc;
             }
+          } else {
+            acc = 0.0f;
+            for (int ki = 0; ki < g.kernel; ++ki) {
+              for (int kj = 0; kj < g.kernel; ++kj) acc += window[ki * g.width + kj];
+            }
+            acc *= inv;
           }
-          yp[oy * g.out_width + ox] = kind == PoolKind::kMax ? acc : acc * inv;
+          yp[oy * g.out_width + ox] = acc;
         }
       }
     }
@@ -200,13 +207,17 @@ class CpuBackend final : public Backend {
             continue;
           }
           const float m = y[out_plane + oy * g.out_width + ox];
-          for (int k = 0; k < g.kernel * g.kernel; ++k) {  // the first position holding the maximum
-            const int at = (top + k / g.kernel) * g.width + left + k % g.kernel;
-            if (xp[at] == m) {
-              dxp[at] += d;
-              break;
+          [&] {  // the first position (row major) holding the maximum
+            for (int ki = 0; ki < g.kernel; ++ki) {
+              const int row = (top + ki) * g.width + left;
+              for (int kj = 0; kj < g.kernel; ++kj) {
+                if (xp[row + kj] == m) {
+                  dxp[row + kj] += d;
+                  return;
+                }
+              }
             }
-          }
+          }();
         }
       }
     }
