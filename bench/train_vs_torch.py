@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """bench/train_vs_torch.py: pstrain's training throughput on one device against PyTorch's, in one run.
 
-Both train the default model (MLP 784-256-128-10, ReLU, softmax cross-entropy, Adam lr 1e-3) on
-Fashion-MNIST with batch 128 for the same number of steps, and evaluate the whole test set at the
+Both train the same model on Fashion-MNIST with Adam lr 1e-3 and batch 128 for the same number of
+steps: `--model mlp` (the default job's MLP 784-256-128-10) or `--model cnn` (configs/fashion_cnn.cfg's
+CNN: conv 32 3x3 pad 1, ReLU, max-pool 2, conv 64 3x3 pad 1, ReLU, max-pool 2, dense 128, ReLU,
+dropout 0.25, dense 10), and evaluate the whole test set at the
 end of every epoch and after the last step (what pstrain's trainer does; both inside the timing):
 
 * pstrain: one `pstrain-worker --mode allreduce --num-workers 1` (no PS; the worker applies the
@@ -18,6 +20,7 @@ ratio. Compare ratios, not absolute figures across runs.
 
     python3 bench/train_vs_torch.py                      # --device cuda (a GPU), 3000 steps
     python3 bench/train_vs_torch.py --device cpu --threads 2
+    python3 bench/train_vs_torch.py --device cpu --model cnn       # 300 steps unless --steps
     python3 bench/train_vs_torch.py --json
 
 Needs PyTorch and numpy (the GPU machine has them; `pip install torch numpy` elsewhere) and a
@@ -35,6 +38,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN = (256, 128)
+CNN = ("conv 32 3 pad=1, relu, maxpool 2, conv 64 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, "
+       "dense 10")
 
 
 def die(message):
@@ -62,8 +67,9 @@ def read_idx(directory, name):
 def run_pstrain(args):
     cmd = [args.worker, "--mode", "allreduce", "--num-workers", "1", "--device", args.device,
            "--data-dir", data_dir(args.data_dir), "--batch-size", str(args.batch), "--steps", str(args.steps),
-           "--epochs", "1000", "--optimizer", "adam", "--lr", "1e-3", "--hidden", ",".join(map(str, HIDDEN)),
+           "--epochs", "1000", "--optimizer", "adam", "--lr", "1e-3",
            "--threads", str(args.threads), "--log-every", str(max(args.steps, 1))]
+    cmd += ["--model", CNN] if args.model == "cnn" else ["--hidden", ",".join(map(str, HIDDEN))]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         die(f"pstrain-worker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -82,24 +88,34 @@ def run_torch(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(42)
     directory = data_dir(args.data_dir)
-    x = torch.from_numpy(read_idx(directory, "train-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0).to(device)
+    shape = (-1, 1, 28, 28) if args.model == "cnn" else (-1, 784)
+    x = torch.from_numpy(read_idx(directory, "train-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0).to(device)
     y = torch.from_numpy(read_idx(directory, "train-labels-idx1-ubyte").astype(np.int64)).to(device)
-    tx = torch.from_numpy(read_idx(directory, "t10k-images-idx3-ubyte").reshape(-1, 784).astype(np.float32) / 255.0).to(device)
+    tx = torch.from_numpy(read_idx(directory, "t10k-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0).to(device)
     ty = torch.from_numpy(read_idx(directory, "t10k-labels-idx1-ubyte").astype(np.int64)).to(device)
-    widths = (784,) + HIDDEN + (10,)
-    layers = []
-    for i in range(len(widths) - 1):
-        layers.append(torch.nn.Linear(widths[i], widths[i + 1]))
-        if i + 2 < len(widths):
-            layers.append(torch.nn.ReLU())
-    model = torch.nn.Sequential(*layers).to(device)
+    nn = torch.nn
+    if args.model == "cnn":
+        layers = [nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+                  nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25),
+                  nn.Linear(128, 10)]
+    else:
+        widths = (784,) + HIDDEN + (10,)
+        layers = []
+        for i in range(len(widths) - 1):
+            layers.append(nn.Linear(widths[i], widths[i + 1]))
+            if i + 2 < len(widths):
+                layers.append(nn.ReLU())
+    model = nn.Sequential(*layers).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = torch.nn.CrossEntropyLoss()
     steps_per_epoch = x.shape[0] // args.batch
 
     def evaluate():
+        model.eval()  # dropout off, as pstrain evaluates
         with torch.no_grad():
-            return sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, tx.shape[0], 500))
+            correct = sum(int((model(tx[i:i + 500]).argmax(1) == ty[i:i + 500]).sum()) for i in range(0, tx.shape[0], 500))
+        model.train()
+        return correct
 
     def train(steps, evaluating):
         perm = torch.randperm(x.shape[0], device=device)
@@ -134,7 +150,9 @@ def run_torch(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda | cuda:K | cpu, for both programs (default cuda)")
-    parser.add_argument("--steps", type=int, default=3000, help="training steps of each program (default 3000)")
+    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                        help="mlp: the default job's MLP; cnn: configs/fashion_cnn.cfg's CNN (default mlp)")
+    parser.add_argument("--steps", type=int, help="training steps of each program (default 3000; 300 with --model cnn)")
     parser.add_argument("--batch", type=int, default=128, help="batch size (default 128, the default job's global batch)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads: pstrain --threads and torch.set_num_threads (default 1)")
@@ -145,6 +163,8 @@ def main():
                         help="runs of each program, alternating; the rows give medians (default 3)")
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text rows")
     args = parser.parse_args()
+    if args.steps is None:
+        args.steps = 300 if args.model == "cnn" else 3000
     if args.steps < 1 or args.batch < 1 or args.threads < 1 or args.repeat < 1:
         die("--steps, --batch, --threads and --repeat must be positive")
     if not os.access(args.worker, os.X_OK):
@@ -166,13 +186,14 @@ def main():
     theirs, theirs_acc = statistics.median(r[0] for r in runs["torch"]), runs["torch"][0][1]
     ratio = ours / theirs
     if args.json:
-        print(json.dumps({"device": args.device, "steps": args.steps, "batch": args.batch, "threads": args.threads,
+        print(json.dumps({"model": args.model, "device": args.device, "steps": args.steps, "batch": args.batch, "threads": args.threads,
                           "repeat": args.repeat,
                           "pstrain_samples_per_s": round(ours), "torch_samples_per_s": round(theirs),
                           "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
                           "ratio": round(ratio, 3)}))
     else:
-        print(f"# bench/train_vs_torch: MLP 784-256-128-10, Adam, batch {args.batch}, {args.steps} steps + a test "
+        what = "CNN of configs/fashion_cnn.cfg" if args.model == "cnn" else "MLP 784-256-128-10"
+        print(f"# bench/train_vs_torch: {what}, Adam, batch {args.batch}, {args.steps} steps + a test "
               f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s), "
               f"medians of {args.repeat} alternating runs")
         print(f"program=pstrain samples_per_s={ours:.0f} test_accuracy={ours_acc:.4f}")

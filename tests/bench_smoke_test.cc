@@ -64,6 +64,20 @@ TEST(BenchSmokeTest, CheckpointCostPrintsBothRunsAndARatio) {
   EXPECT_EQ(matching_lines(out, row), 3) << out;
 }
 
+// A few steps per configuration (the target is low enough for all of them to reach it).
+TEST(BenchSmokeTest, StragglersPrintsEveryConfigurationAgainstSync) {
+  const std::string build = std::string(PSTRAIN_WORKER_BIN).substr(0, std::string(PSTRAIN_WORKER_BIN).rfind('/'));
+  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/stragglers.py --build-dir " + build +
+                              " --steps 30 --target 0.3 --configs sync,backup1,ssp2,async");
+  const std::regex row("(config +to_target_s +epoch +speedup +final_acc +acc_diff +samples_per_s +train_s +job_s +counters)|"
+                       "((sync|backup1|ssp2|async) +" + kNum + " +1 +" + kNum + " +" + kNum + " +[+-]" + kNum + " +[0-9]+ +" +
+                       kNum + " +" + kNum + "  .+)");
+  EXPECT_EQ(matching_lines(out, row), 5) << out;
+  EXPECT_NE(out.find("\nsync "), std::string::npos) << out;
+  EXPECT_NE(out.find("dropped="), std::string::npos) << out;
+  EXPECT_NE(out.find("lead_max="), std::string::npos) << out;
+}
+
 TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
   const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
   const std::string python = env != nullptr && *env != '\0' ? env : "python3";
@@ -74,6 +88,10 @@ TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
                               PSTRAIN_WORKER_BIN);
   const std::regex row("(program=(pstrain|torch) samples_per_s=[0-9]+ test_accuracy=" + kNum + ")|(ratio=" + kNum + ")");
   EXPECT_EQ(matching_lines(out, row), 3) << out;
+  const std::string cnn = run(python + " " + PSTRAIN_SOURCE_DIR + "/bench/train_vs_torch.py --device cpu --model cnn " +
+                              "--steps 5 --repeat 1 --worker " + PSTRAIN_WORKER_BIN);
+  EXPECT_EQ(matching_lines(cnn, row), 3) << cnn;
+  EXPECT_NE(cnn.find("CNN of configs/fashion_cnn.cfg"), std::string::npos) << cnn;
 }
 
 }  // namespace
