@@ -9,6 +9,13 @@
 namespace pstrain {
 namespace {
 
+// The usual max pooling (2x2 windows, stride 2, no rows or columns left over), which has a
+// straight-line path.
+bool tiled_max_2x2(PoolKind kind, const PoolGeometry& g) {
+  return kind == PoolKind::kMax && g.kernel == 2 && g.stride == 2 && g.height == 2 * g.out_height &&
+         g.width == 2 * g.out_width;
+}
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
@@ -70,13 +77,23 @@ class CpuBackend final : public Backend {
       }
       return;
     }
+    // Convolution: each channel's planes summed in kLanes interleaved partial sums (a fixed order,
+    // which the compiler turns into vector adds), then the lanes in order.
+    constexpr int kLanes = 16;
     for (int c = 0; c < channels; ++c) {
-      float sum = db[c];
+      float lanes[kLanes] = {};
+      float tail = 0.0f;
+      const int whole = inner - inner % kLanes;
       for (int o = 0; o < outer; ++o) {
         const float* plane = dy + (static_cast<size_t>(o) * channels + c) * inner;
-        for (int i = 0; i < inner; ++i) sum += plane[i];
+        for (int i = 0; i < whole; i += kLanes) {
+          for (int j = 0; j < kLanes; ++j) lanes[j] += plane[i + j];
+        }
+        for (int i = whole; i < inner; ++i) tail += plane[i];
       }
-      db[c] = sum;
+      float sum = tail;
+      for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+      db[c] += sum;
     }
   }
 
@@ -160,6 +177,26 @@ class CpuBackend final : public Backend {
   }
 
   void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) override {
+    if (tiled_max_2x2(kind, g)) {
+      for (int p = 0; p < planes; ++p) {
+        const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+        float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
+        for (int oy = 0; oy < g.out_height; ++oy) {
+          const float* r0 = xp + static_cast<size_t>(2 * oy) * g.width;
+          const float* r1 = r0 + g.width;
+          float* out = yp + static_cast<size_t>(oy) * g.out_width;
+          for (int ox = 0; ox < g.out_width; ++ox) {  // the general loop's comparisons, in its order
+            float acc = -INFINITY;
+            acc = r0[2 * ox] > acc ? r0[2 * ox] : acc;
+            acc = r0[2 * ox + 1] > acc ? r0[2 * ox + 1] : acc;
+            acc = r1[2 * ox] > acc ? r1[2 * ox] : acc;
+            acc = r1[2 * ox + 1] > acc ? r1[2 * ox + 1] : acc;
+            out[ox] = acc;
+          }
+        }
+      }
+      return;
+    }
     const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
     for (int p = 0; p < planes; ++p) {
       const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
@@ -190,6 +227,31 @@ class CpuBackend final : public Backend {
                      float* dx) override {
     // Scattered window by window in (oy, ox) order: each pixel receives its terms in that order
     // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
+    if (tiled_max_2x2(kind, g)) {  // disjoint windows covering the plane: every pixel written once
+      for (int p = 0; p < planes; ++p) {
+        const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+        float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
+        const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
+        for (int oy = 0; oy < g.out_height; ++oy) {
+          const size_t r0 = static_cast<size_t>(2 * oy) * g.width, r1 = r0 + g.width;
+          const float* yr = y + out_plane + static_cast<size_t>(oy) * g.out_width;
+          const float* dyr = dy + out_plane + static_cast<size_t>(oy) * g.out_width;
+          for (int ox = 0; ox < g.out_width; ++ox) {  // the first position (row major) holding the maximum
+            // Bitwise, not short-circuit: no branches to mispredict on data-dependent maxima.
+            const float m = yr[ox], d = dyr[ox];
+            const int a = xp[r0 + 2 * ox] == m;
+            const int b = (xp[r0 + 2 * ox + 1] == m) & ~a;
+            const int c = (xp[r1 + 2 * ox] == m) & ~(a | b);
+            const int e = (xp[r1 + 2 * ox + 1] == m) & ~(a | b | c);
+            dxp[r0 + 2 * ox] = a ? d : 0.0f;
+            dxp[r0 + 2 * ox + 1] = b ? d : 0.0f;
+            dxp[r1 + 2 * ox] = c ? d : 0.0f;
+            dxp[r1 + 2 * ox + 1] = e ? d : 0.0f;
+          }
+        }
+      }
+      return;
+    }
     const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
     std::fill(dx, dx + static_cast<size_t>(planes) * g.height * g.width, 0.0f);
     for (int p = 0; p < planes; ++p) {
