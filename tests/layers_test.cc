@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shared/error.h"
@@ -161,10 +162,17 @@ TEST(LayerOpsTest, Col2imIsTheAdjointOfIm2col) {
 
 TEST(LayerOpsTest, PoolingAndItsGradientEqualTheirDefinitions) {
   auto backend = make_cpu_backend(1);
-  for (const auto& [kernel, stride] : {std::pair{2, 2}, std::pair{3, 1}, std::pair{3, 2}}) {
-    const int h = 7, w = 6, planes = 3;
+  // {h, kernel, stride, ties}: 8x6 with 2x2 windows of stride 2 tiles the plane (the backend's
+  // straight-line path); values rounded to halves make ties, where the first maximum takes dy.
+  for (const auto& [h, kernel, stride, ties] : {std::tuple{7, 2, 2, false}, std::tuple{8, 2, 2, false},
+                                                std::tuple{8, 2, 2, true}, std::tuple{7, 3, 1, true},
+                                                std::tuple{7, 3, 2, false}}) {
+    const int w = 6, planes = 3;
     const PoolGeometry g{h, w, kernel, stride, (h - kernel) / stride + 1, (w - kernel) / stride + 1};
-    const auto x = random_floats(static_cast<size_t>(planes) * h * w, 5);
+    auto x = random_floats(static_cast<size_t>(planes) * h * w, 5);
+    if (ties) {
+      for (float& v : x) v = std::round(v * 2) / 2;
+    }
     const auto dy = random_floats(static_cast<size_t>(planes) * g.out_height * g.out_width, 6);
     for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
       std::vector<float> y(dy.size()), dx(x.size());
@@ -193,7 +201,9 @@ TEST(LayerOpsTest, PoolingAndItsGradientEqualTheirDefinitions) {
                   want_dx[(static_cast<size_t>(p) * h + oy * stride + ki) * w + ox * stride + kj] += dy[o] / (kernel * kernel);
             }
           }
-      for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], want_dx[i], 1e-5) << "kernel " << kernel << " stride " << stride;
+      for (size_t i = 0; i < dx.size(); ++i) {
+        ASSERT_NEAR(dx[i], want_dx[i], 1e-5) << "h " << h << " kernel " << kernel << " stride " << stride << " ties " << ties;
+      }
     }
   }
 }

@@ -95,6 +95,14 @@ class Backend {
   virtual void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
                             size_t stride_a, const float* b, size_t stride_b, float beta, float* c,
                             size_t stride_c, int count) = 0;
+  // C = beta * C + the sum over i < count of alpha * op(A_i) op(B_i), the terms added in order of i
+  // (a convolution's weight gradient over the samples of a batch). By default a gemm per term.
+  virtual void gemm_sum(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+                        size_t stride_a, const float* b, size_t stride_b, float beta, float* c, int count) {
+    for (int i = 0; i < count; ++i) {
+      gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, b + i * stride_b, i == 0 ? beta : 1.0f, c);
+    }
+  }
 
   // The layer operations (worker/layers.h). Arrays are row-major; "planes" index batch x channels.
   // y[o, c, i] += bias[c] for o < outer, c < channels, i < inner (dense: inner 1; conv: H x W).

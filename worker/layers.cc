@@ -210,11 +210,8 @@ class Conv final : public Layer {
       const int n = std::min(chunk(batch), batch - first);
       const float* dy_chunk = dy + static_cast<size_t>(first) * out_.size();
       ctx.backend.im2col(x + static_cast<size_t>(first) * in_.size(), n, g_, ctx.col);
-      for (int b = 0; b < n; ++b) {
-        ctx.backend.gemm(false, true, outputs_, patch, positions, 1.0f, dy_chunk + static_cast<size_t>(b) * out_.size(),
-                         ctx.col + static_cast<size_t>(b) * col_stride(),
-                         (first + b == 0 && !accumulate) ? 0.0f : 1.0f, grad + weight_);
-      }
+      ctx.backend.gemm_sum(false, true, outputs_, patch, positions, 1.0f, dy_chunk, out_.size(), ctx.col, col_stride(),
+                           (first == 0 && !accumulate) ? 0.0f : 1.0f, grad + weight_, n);
       if (dx == nullptr) continue;
       ctx.backend.gemm_batched(true, false, patch, positions, outputs_, 1.0f, params + weight_, 0, dy_chunk,
                                out_.size(), 0.0f, ctx.col, col_stride(), n);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "worker/backend.h"
+#include "worker/cpu/thread_pool.h"
 
 namespace pstrain {
 namespace {
@@ -16,9 +17,258 @@ bool tiled_max_2x2(PoolKind kind, const PoolGeometry& g) {
          g.width == 2 * g.out_width;
 }
 
+void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
+           int ldb, float beta, float* c, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              a, lda, b, ldb, beta, c, ldc);
+}
+
+// The kernels, serial; the backend runs them on ranges of samples, planes or elements.
+void add_bias_serial(float* y, const float* bias, int outer, int channels, int inner) {
+  for (int o = 0; o < outer; ++o) {
+    for (int c = 0; c < channels; ++c) {
+      float* row = y + (static_cast<size_t>(o) * channels + c) * inner;
+      if (inner == 1) {
+        row[0] += bias[c];
+      } else {
+        for (int i = 0; i < inner; ++i) row[i] += bias[c];
+      }
+    }
+  }
+}
+
+// Dense (inner 1): the rows of dy added in row order (as the CUDA kernel does per column).
+void bias_grad_rows(const float* dy, int outer, int channels, float* db) {
+  for (int o = 0; o < outer; ++o) {
+    const float* row = dy + static_cast<size_t>(o) * channels;
+    for (int c = 0; c < channels; ++c) db[c] += row[c];
+  }
+}
+
+// Convolution, channels [c0, c1): each channel's planes summed in kLanes interleaved partial sums
+// (a fixed order, which the compiler turns into vector adds), then the lanes in order.
+void bias_grad_planes(const float* dy, int outer, int channels, int inner, float* db, size_t c0, size_t c1) {
+  constexpr int kLanes = 16;
+  const int whole = inner - inner % kLanes;
+  for (size_t c = c0; c < c1; ++c) {
+    float lanes[kLanes] = {};
+    float tail = 0.0f;
+    for (int o = 0; o < outer; ++o) {
+      const float* plane = dy + (static_cast<size_t>(o) * channels + c) * inner;
+      for (int i = 0; i < whole; i += kLanes) {
+        for (int j = 0; j < kLanes; ++j) lanes[j] += plane[i + j];
+      }
+      for (int i = whole; i < inner; ++i) tail += plane[i];
+    }
+    float sum = tail;
+    for (int j = 0; j < kLanes; ++j) sum += lanes[j];
+    db[c] += sum;
+  }
+}
+
+void activation_serial(Activation f, const float* x, float* y, size_t n) {
+  if (f == Activation::kRelu) {
+    for (size_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
+  } else {
+    for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+  }
+}
+
+void activation_backward_serial(Activation f, const float* y, const float* dy, float* dx, size_t n) {
+  if (f == Activation::kRelu) {
+    for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+  } else {
+    for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
+  }
+}
+
+void im2col_serial(const float* x, int batch, const ConvGeometry& g, float* col) {
+  const size_t positions = g.positions();
+  for (int b = 0; b < batch; ++b) {
+    const float* xb = x + static_cast<size_t>(b) * g.input_size();
+    float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
+    for (int c = 0; c < g.channels; ++c) {
+      const float* plane = xb + static_cast<size_t>(c) * g.height * g.width;
+      for (int ki = 0; ki < g.kernel; ++ki) {
+        for (int kj = 0; kj < g.kernel; ++kj) {
+          float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
+          // Output columns whose input column ox*S - P + kj lies inside [0, W).
+          const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
+          const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
+          for (int oy = 0; oy < g.out_height; ++oy) {
+            float* out = row + static_cast<size_t>(oy) * g.out_width;
+            const int iy = oy * g.stride - g.pad + ki;
+            if (iy < 0 || iy >= g.height) {
+              std::fill(out, out + g.out_width, 0.0f);
+              continue;
+            }
+            const float* in = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
+            std::fill(out, out + ox_lo, 0.0f);
+            if (g.stride == 1) {
+              std::copy(in + ox_lo, in + ox_hi, out + ox_lo);
+            } else {
+              for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox] = in[ox * g.stride];
+            }
+            std::fill(out + ox_hi, out + g.out_width, 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+void col2im_serial(const float* col, int batch, const ConvGeometry& g, float* dx) {
+  // Scattered in (c, ki, kj, oy, ox) order: each pixel receives its terms in (ki, kj) order
+  // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
+  const size_t positions = g.positions();
+  std::fill(dx, dx + static_cast<size_t>(batch) * g.input_size(), 0.0f);
+  for (int b = 0; b < batch; ++b) {
+    const float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
+    float* db = dx + static_cast<size_t>(b) * g.input_size();
+    for (int c = 0; c < g.channels; ++c) {
+      float* plane = db + static_cast<size_t>(c) * g.height * g.width;
+      for (int ki = 0; ki < g.kernel; ++ki) {
+        for (int kj = 0; kj < g.kernel; ++kj) {
+          const float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
+          const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
+          const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
+          for (int oy = 0; oy < g.out_height; ++oy) {
+            const int iy = oy * g.stride - g.pad + ki;
+            if (iy < 0 || iy >= g.height) continue;
+            const float* in = row + static_cast<size_t>(oy) * g.out_width;
+            float* out = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
+            for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox * g.stride] += in[ox];
+          }
+        }
+      }
+    }
+  }
+}
+
+void pool_serial(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) {
+  if (tiled_max_2x2(kind, g)) {
+    for (int p = 0; p < planes; ++p) {
+      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+      float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
+      for (int oy = 0; oy < g.out_height; ++oy) {
+        const float* r0 = xp + static_cast<size_t>(2 * oy) * g.width;
+        const float* r1 = r0 + g.width;
+        float* out = yp + static_cast<size_t>(oy) * g.out_width;
+        for (int ox = 0; ox < g.out_width; ++ox) {  // the general loop's comparisons, in its order
+          float acc = -INFINITY;
+          acc = r0[2 * ox] > acc ? r0[2 * ox] : acc;
+          acc = r0[2 * ox + 1] > acc ? r0[2 * ox + 1] : acc;
+          acc = r1[2 * ox] > acc ? r1[2 * ox] : acc;
+          acc = r1[2 * ox + 1] > acc ? r1[2 * ox + 1] : acc;
+          out[ox] = acc;
+        }
+      }
+    }
+    return;
+  }
+  const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+  for (int p = 0; p < planes; ++p) {
+    const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+    float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
+    for (int oy = 0; oy < g.out_height; ++oy) {
+      for (int ox = 0; ox < g.out_width; ++ox) {
+        const float* window = xp + static_cast<size_t>(oy * g.stride) * g.width + ox * g.stride;
+        float acc;
+        if (kind == PoolKind::kMax) {
+          acc = -INFINITY;
+          for (int ki = 0; ki < g.kernel; ++ki) {
+            for (int kj = 0; kj < g.kernel; ++kj) acc = window[ki * g.width + kj] > acc ? window[ki * g.width + kj] : acc;
+          }
+        } else {
+          acc = 0.0f;
+          for (int ki = 0; ki < g.kernel; ++ki) {
+            for (int kj = 0; kj < g.kernel; ++kj) acc += window[ki * g.width + kj];
+          }
+          acc *= inv;
+        }
+        yp[oy * g.out_width + ox] = acc;
+      }
+    }
+  }
+}
+
+void pool_backward_serial(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
+                   float* dx) {
+  // Scattered window by window in (oy, ox) order: each pixel receives its terms in that order
+  // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
+  if (tiled_max_2x2(kind, g)) {  // disjoint windows covering the plane: every pixel written once
+    for (int p = 0; p < planes; ++p) {
+      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+      float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
+      const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
+      for (int oy = 0; oy < g.out_height; ++oy) {
+        const size_t r0 = static_cast<size_t>(2 * oy) * g.width, r1 = r0 + g.width;
+        const float* yr = y + out_plane + static_cast<size_t>(oy) * g.out_width;
+        const float* dyr = dy + out_plane + static_cast<size_t>(oy) * g.out_width;
+        for (int ox = 0; ox < g.out_width; ++ox) {  // the first position (row major) holding the maximum
+          // Bitwise, not short-circuit: no branches to mispredict on data-dependent maxima.
+          const float m = yr[ox], d = dyr[ox];
+          const int a = xp[r0 + 2 * ox] == m;
+          const int b = (xp[r0 + 2 * ox + 1] == m) & ~a;
+          const int c = (xp[r1 + 2 * ox] == m) & ~(a | b);
+          const int e = (xp[r1 + 2 * ox + 1] == m) & ~(a | b | c);
+          dxp[r0 + 2 * ox] = a ? d : 0.0f;
+          dxp[r0 + 2 * ox + 1] = b ? d : 0.0f;
+          dxp[r1 + 2 * ox] = c ? d : 0.0f;
+          dxp[r1 + 2 * ox + 1] = e ? d : 0.0f;
+        }
+      }
+    }
+    return;
+  }
+  const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
+  std::fill(dx, dx + static_cast<size_t>(planes) * g.height * g.width, 0.0f);
+  for (int p = 0; p < planes; ++p) {
+    const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+    float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
+    const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
+    for (int oy = 0; oy < g.out_height; ++oy) {
+      for (int ox = 0; ox < g.out_width; ++ox) {
+        const float d = dy[out_plane + oy * g.out_width + ox];
+        const int top = oy * g.stride, left = ox * g.stride;
+        if (kind == PoolKind::kAverage) {
+          for (int ki = 0; ki < g.kernel; ++ki) {
+            for (int kj = 0; kj < g.kernel; ++kj) dxp[(top + ki) * g.width + left + kj] += d * inv;
+          }
+          continue;
+        }
+        const float m = y[out_plane + oy * g.out_width + ox];
+        [&] {  // the first position (row major) holding the maximum
+          for (int ki = 0; ki < g.kernel; ++ki) {
+            const int row = (top + ki) * g.width + left;
+            for (int kj = 0; kj < g.kernel; ++kj) {
+              if (xp[row + kj] == m) {
+                dxp[row + kj] += d;
+                return;
+              }
+            }
+          }
+        }();
+      }
+    }
+  }
+}
+
+void dropout_serial(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt) {
+  const float scale = 1.0f / (1.0f - rate);
+  for (int r = 0; r < rows; ++r) {
+    const size_t base = static_cast<size_t>(r) * cols;
+    for (int c = 0; c < cols; ++c) {
+      y[base + c] = x[base + c] * (dropout_keep(keys[r], salt, static_cast<uint64_t>(c), rate) ? scale : 0.0f);
+    }
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) { openblas_set_num_threads(threads); }
+  // OpenBLAS runs on one thread, always: the backend splits the work itself (OpenBLAS's idle
+  // threads spin in sched_yield between calls, taking a core from everything else the step does).
+  explicit CpuBackend(int threads) : threads_(std::max(threads, 1)), pool_(threads_) { openblas_set_num_threads(1); }
 
   std::string name() const override { return "cpu (OpenBLAS)"; }
   bool host_accessible() const override { return true; }
@@ -42,257 +292,110 @@ class CpuBackend final : public Backend {
     if (host != src) std::memcpy(host, src, n * sizeof(float));
   }
 
+  // Large products split over the threads by rows of C (or columns, when C is wide and short);
+  // each element is still one dot product over all of k, in OpenBLAS's order.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
             const float* b, float beta, float* c) override {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    if (threads_ == 1 || static_cast<size_t>(m) * n * k < kMinGemmProduct) {
+      sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, n);
+    } else if (m >= n) {
+      pool_.run(static_cast<size_t>(m), [&](size_t lo, size_t hi) {
+        sgemm(trans_a, trans_b, static_cast<int>(hi - lo), n, k, alpha, a + (trans_a ? lo : lo * k), lda, b, ldb, beta,
+              c + lo * n, n);
+      });
+    } else {
+      pool_.run(static_cast<size_t>(n), [&](size_t lo, size_t hi) {
+        sgemm(trans_a, trans_b, m, static_cast<int>(hi - lo), k, alpha, a, lda, b + (trans_b ? lo * k : lo), ldb, beta,
+              c + lo, n);
+      });
+    }
   }
 
+  // One GEMM per sample, the samples split over the threads (a convolution's products, tens of
+  // output channels by a few hundred positions, are too small to split one by one).
   void gemm_batched(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
                     const float* b, size_t stride_b, float beta, float* c, size_t stride_c, int count) override {
-    for (int i = 0; i < count; ++i) {
-      gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, b + i * stride_b, beta, c + i * stride_c);
-    }
+    pool_.run(static_cast<size_t>(std::max(count, 0)), [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) {
+        sgemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, trans_a ? m : k, b + i * stride_b, trans_b ? k : n,
+              beta, c + i * stride_c, n);
+      }
+    });
+  }
+
+  // Split by rows of C; each row's terms still added in order of i.
+  void gemm_sum(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
+                const float* b, size_t stride_b, float beta, float* c, int count) override {
+    const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
+    pool_.run(static_cast<size_t>(m), [&](size_t lo, size_t hi) {
+      for (int i = 0; i < count; ++i) {
+        sgemm(trans_a, trans_b, static_cast<int>(hi - lo), n, k, alpha, a + i * stride_a + (trans_a ? lo : lo * k), lda,
+              b + i * stride_b, ldb, i == 0 ? beta : 1.0f, c + lo * n, n);
+      }
+    });
   }
 
   void add_bias(float* y, const float* bias, int outer, int channels, int inner) override {
-    for (int o = 0; o < outer; ++o) {
-      for (int c = 0; c < channels; ++c) {
-        float* row = y + (static_cast<size_t>(o) * channels + c) * inner;
-        if (inner == 1) {
-          row[0] += bias[c];
-        } else {
-          for (int i = 0; i < inner; ++i) row[i] += bias[c];
-        }
-      }
-    }
+    const size_t sample = static_cast<size_t>(channels) * inner;
+    pool_.run(static_cast<size_t>(outer), [&](size_t lo, size_t hi) {
+      add_bias_serial(y + lo * sample, bias, static_cast<int>(hi - lo), channels, inner);
+    }, kMinRows);
   }
 
   void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) override {
     if (!accumulate) std::fill(db, db + channels, 0.0f);
-    if (inner == 1) {  // dense: rows of dy added in row order (as the CUDA kernel does per column)
-      for (int o = 0; o < outer; ++o) {
-        const float* row = dy + static_cast<size_t>(o) * channels;
-        for (int c = 0; c < channels; ++c) db[c] += row[c];
-      }
+    if (inner == 1) {
+      bias_grad_rows(dy, outer, channels, db);
       return;
     }
-    // Convolution: each channel's planes summed in kLanes interleaved partial sums (a fixed order,
-    // which the compiler turns into vector adds), then the lanes in order.
-    constexpr int kLanes = 16;
-    for (int c = 0; c < channels; ++c) {
-      float lanes[kLanes] = {};
-      float tail = 0.0f;
-      const int whole = inner - inner % kLanes;
-      for (int o = 0; o < outer; ++o) {
-        const float* plane = dy + (static_cast<size_t>(o) * channels + c) * inner;
-        for (int i = 0; i < whole; i += kLanes) {
-          for (int j = 0; j < kLanes; ++j) lanes[j] += plane[i + j];
-        }
-        for (int i = whole; i < inner; ++i) tail += plane[i];
-      }
-      float sum = tail;
-      for (int j = 0; j < kLanes; ++j) sum += lanes[j];
-      db[c] += sum;
-    }
+    pool_.run(static_cast<size_t>(channels),
+              [&](size_t lo, size_t hi) { bias_grad_planes(dy, outer, channels, inner, db, lo, hi); });
   }
 
   void activation(Activation f, const float* x, float* y, size_t n) override {
-    if (f == Activation::kRelu) {
-      for (size_t i = 0; i < n; ++i) y[i] = std::max(x[i], 0.0f);
-    } else {
-      for (size_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
-    }
+    pool_.run(n, [&](size_t lo, size_t hi) { activation_serial(f, x + lo, y + lo, hi - lo); }, kMinElements);
   }
 
   void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) override {
-    if (f == Activation::kRelu) {
-      for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
-    } else {
-      for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
-    }
+    pool_.run(n, [&](size_t lo, size_t hi) { activation_backward_serial(f, y + lo, dy + lo, dx + lo, hi - lo); },
+              kMinElements);
   }
 
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
-    const size_t positions = g.positions();
-    for (int b = 0; b < batch; ++b) {
-      const float* xb = x + static_cast<size_t>(b) * g.input_size();
-      float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
-      for (int c = 0; c < g.channels; ++c) {
-        const float* plane = xb + static_cast<size_t>(c) * g.height * g.width;
-        for (int ki = 0; ki < g.kernel; ++ki) {
-          for (int kj = 0; kj < g.kernel; ++kj) {
-            float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
-            // Output columns whose input column ox*S - P + kj lies inside [0, W).
-            const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
-            const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
-            for (int oy = 0; oy < g.out_height; ++oy) {
-              float* out = row + static_cast<size_t>(oy) * g.out_width;
-              const int iy = oy * g.stride - g.pad + ki;
-              if (iy < 0 || iy >= g.height) {
-                std::fill(out, out + g.out_width, 0.0f);
-                continue;
-              }
-              const float* in = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
-              std::fill(out, out + ox_lo, 0.0f);
-              if (g.stride == 1) {
-                std::copy(in + ox_lo, in + ox_hi, out + ox_lo);
-              } else {
-                for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox] = in[ox * g.stride];
-              }
-              std::fill(out + ox_hi, out + g.out_width, 0.0f);
-            }
-          }
-        }
-      }
-    }
+    const size_t col_sample = g.patch() * g.positions();
+    pool_.run(static_cast<size_t>(batch), [&](size_t lo, size_t hi) {
+      im2col_serial(x + lo * g.input_size(), static_cast<int>(hi - lo), g, col + lo * col_sample);
+    });
   }
 
   void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) override {
-    // Scattered in (c, ki, kj, oy, ox) order: each pixel receives its terms in (ki, kj) order
-    // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
-    const size_t positions = g.positions();
-    std::fill(dx, dx + static_cast<size_t>(batch) * g.input_size(), 0.0f);
-    for (int b = 0; b < batch; ++b) {
-      const float* cb = col + static_cast<size_t>(b) * g.patch() * positions;
-      float* db = dx + static_cast<size_t>(b) * g.input_size();
-      for (int c = 0; c < g.channels; ++c) {
-        float* plane = db + static_cast<size_t>(c) * g.height * g.width;
-        for (int ki = 0; ki < g.kernel; ++ki) {
-          for (int kj = 0; kj < g.kernel; ++kj) {
-            const float* row = cb + ((static_cast<size_t>(c) * g.kernel + ki) * g.kernel + kj) * positions;
-            const int ox_lo = std::min(g.out_width, std::max(0, (g.pad - kj + g.stride - 1) / g.stride));
-            const int ox_hi = std::max(ox_lo, std::min(g.out_width, (g.width + g.pad - kj + g.stride - 1) / g.stride));
-            for (int oy = 0; oy < g.out_height; ++oy) {
-              const int iy = oy * g.stride - g.pad + ki;
-              if (iy < 0 || iy >= g.height) continue;
-              const float* in = row + static_cast<size_t>(oy) * g.out_width;
-              float* out = plane + static_cast<size_t>(iy) * g.width - g.pad + kj;
-              for (int ox = ox_lo; ox < ox_hi; ++ox) out[ox * g.stride] += in[ox];
-            }
-          }
-        }
-      }
-    }
+    const size_t col_sample = g.patch() * g.positions();
+    pool_.run(static_cast<size_t>(batch), [&](size_t lo, size_t hi) {
+      col2im_serial(col + lo * col_sample, static_cast<int>(hi - lo), g, dx + lo * g.input_size());
+    });
   }
 
   void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) override {
-    if (tiled_max_2x2(kind, g)) {
-      for (int p = 0; p < planes; ++p) {
-        const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
-        float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
-        for (int oy = 0; oy < g.out_height; ++oy) {
-          const float* r0 = xp + static_cast<size_t>(2 * oy) * g.width;
-          const float* r1 = r0 + g.width;
-          float* out = yp + static_cast<size_t>(oy) * g.out_width;
-          for (int ox = 0; ox < g.out_width; ++ox) {  // the general loop's comparisons, in its order
-            float acc = -INFINITY;
-            acc = r0[2 * ox] > acc ? r0[2 * ox] : acc;
-            acc = r0[2 * ox + 1] > acc ? r0[2 * ox + 1] : acc;
-            acc = r1[2 * ox] > acc ? r1[2 * ox] : acc;
-            acc = r1[2 * ox + 1] > acc ? r1[2 * ox + 1] : acc;
-            out[ox] = acc;
-          }
-        }
-      }
-      return;
-    }
-    const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
-    for (int p = 0; p < planes; ++p) {
-      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
-      float* yp = y + static_cast<size_t>(p) * g.out_height * g.out_width;
-      for (int oy = 0; oy < g.out_height; ++oy) {
-        for (int ox = 0; ox < g.out_width; ++ox) {
-          const float* window = xp + static_cast<size_t>(oy * g.stride) * g.width + ox * g.stride;
-          float acc;
-          if (kind == PoolKind::kMax) {
-            acc = -INFINITY;
-            for (int ki = 0; ki < g.kernel; ++ki) {
-              for (int kj = 0; kj < g.kernel; ++kj) acc = window[ki * g.width + kj] > acc ? window[ki * g.width + kj] : acc;
-            }
-          } else {
-            acc = 0.0f;
-            for (int ki = 0; ki < g.kernel; ++ki) {
-              for (int kj = 0; kj < g.kernel; ++kj) acc += window[ki * g.width + kj];
-            }
-            acc *= inv;
-          }
-          yp[oy * g.out_width + ox] = acc;
-        }
-      }
-    }
+    const size_t in = static_cast<size_t>(g.height) * g.width, out = static_cast<size_t>(g.out_height) * g.out_width;
+    pool_.run(static_cast<size_t>(planes), [&](size_t lo, size_t hi) {
+      pool_serial(kind, x + lo * in, static_cast<int>(hi - lo), g, y + lo * out);
+    });
   }
 
   void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
                      float* dx) override {
-    // Scattered window by window in (oy, ox) order: each pixel receives its terms in that order
-    // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
-    if (tiled_max_2x2(kind, g)) {  // disjoint windows covering the plane: every pixel written once
-      for (int p = 0; p < planes; ++p) {
-        const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
-        float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
-        const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
-        for (int oy = 0; oy < g.out_height; ++oy) {
-          const size_t r0 = static_cast<size_t>(2 * oy) * g.width, r1 = r0 + g.width;
-          const float* yr = y + out_plane + static_cast<size_t>(oy) * g.out_width;
-          const float* dyr = dy + out_plane + static_cast<size_t>(oy) * g.out_width;
-          for (int ox = 0; ox < g.out_width; ++ox) {  // the first position (row major) holding the maximum
-            // Bitwise, not short-circuit: no branches to mispredict on data-dependent maxima.
-            const float m = yr[ox], d = dyr[ox];
-            const int a = xp[r0 + 2 * ox] == m;
-            const int b = (xp[r0 + 2 * ox + 1] == m) & ~a;
-            const int c = (xp[r1 + 2 * ox] == m) & ~(a | b);
-            const int e = (xp[r1 + 2 * ox + 1] == m) & ~(a | b | c);
-            dxp[r0 + 2 * ox] = a ? d : 0.0f;
-            dxp[r0 + 2 * ox + 1] = b ? d : 0.0f;
-            dxp[r1 + 2 * ox] = c ? d : 0.0f;
-            dxp[r1 + 2 * ox + 1] = e ? d : 0.0f;
-          }
-        }
-      }
-      return;
-    }
-    const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);
-    std::fill(dx, dx + static_cast<size_t>(planes) * g.height * g.width, 0.0f);
-    for (int p = 0; p < planes; ++p) {
-      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
-      float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
-      const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
-      for (int oy = 0; oy < g.out_height; ++oy) {
-        for (int ox = 0; ox < g.out_width; ++ox) {
-          const float d = dy[out_plane + oy * g.out_width + ox];
-          const int top = oy * g.stride, left = ox * g.stride;
-          if (kind == PoolKind::kAverage) {
-            for (int ki = 0; ki < g.kernel; ++ki) {
-              for (int kj = 0; kj < g.kernel; ++kj) dxp[(top + ki) * g.width + left + kj] += d * inv;
-            }
-            continue;
-          }
-          const float m = y[out_plane + oy * g.out_width + ox];
-          [&] {  // the first position (row major) holding the maximum
-            for (int ki = 0; ki < g.kernel; ++ki) {
-              const int row = (top + ki) * g.width + left;
-              for (int kj = 0; kj < g.kernel; ++kj) {
-                if (xp[row + kj] == m) {
-                  dxp[row + kj] += d;
-                  return;
-                }
-              }
-            }
-          }();
-        }
-      }
-    }
+    const size_t in = static_cast<size_t>(g.height) * g.width, out = static_cast<size_t>(g.out_height) * g.out_width;
+    pool_.run(static_cast<size_t>(planes), [&](size_t lo, size_t hi) {
+      pool_backward_serial(kind, x + lo * in, y + lo * out, dy + lo * out, static_cast<int>(hi - lo), g, dx + lo * in);
+    });
   }
 
   void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt) override {
-    const float scale = 1.0f / (1.0f - rate);
-    for (int r = 0; r < rows; ++r) {
-      const size_t base = static_cast<size_t>(r) * cols;
-      for (int c = 0; c < cols; ++c) {
-        y[base + c] = x[base + c] * (dropout_keep(keys[r], salt, static_cast<uint64_t>(c), rate) ? scale : 0.0f);
-      }
-    }
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      const size_t at = lo * static_cast<size_t>(cols);
+      dropout_serial(x + at, y + at, static_cast<int>(hi - lo), cols, rate, keys + lo, salt);
+    }, kMinRows);
   }
 
   BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
@@ -320,6 +423,10 @@ class CpuBackend final : public Backend {
  private:
   // Shared with the deleters, so a buffer may outlive the backend.
   std::shared_ptr<size_t> allocated_ = std::make_shared<size_t>(0);
+  // Below these sizes a kernel runs on the calling thread alone (waking a helper costs more).
+  static constexpr size_t kMinElements = 1 << 15, kMinRows = 16, kMinGemmProduct = 1 << 18;
+  int threads_;
+  ThreadPool pool_;
 };
 
 }  // namespace
