@@ -79,7 +79,7 @@ TEST(ThreadPoolTest, ManyShortRunsEachComplete) {
   ThreadPool pool(3);
   std::atomic<size_t> sum{0};
   size_t want = 0;
-  for (size_t round = 0; round < 20000; ++round) {
+  for (size_t round = 0; round < 5000; ++round) {
     const size_t n = 1 + round % 5;
     pool.run(n, [&](size_t lo, size_t hi) { sum += hi - lo; });
     want += n;
