@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "shared/error.h"
+#include "shared/file_util.h"
 #include "shared/log.h"
 #include "shared/numeric.h"
 
@@ -151,7 +152,8 @@ void ParameterServer::serve() {
     report_stall();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
-              << " workers done at version " << version() << counters_text() << "; exiting";
+              << " workers done at version " << version() << counters_text() << "; peak_rss_kib=" << peak_rss_kib()
+              << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
 

@@ -5,9 +5,11 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include "shared/error.h"
 
@@ -75,6 +77,15 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* err
   if (in.bad()) return (*error = "cannot read", false);
   *out = buffer.str();
   return true;
+}
+
+long peak_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
 }
 
 }  // namespace pstrain

@@ -18,4 +18,8 @@ void write_file_durably(const std::string& path, const std::string& content);
 // Reads a whole file; false with *error ("cannot open: No such file or directory") otherwise.
 bool read_whole_file(const std::string& path, std::string* out, std::string* error);
 
+// Peak resident memory of this process in KiB (VmHWM of /proc/self/status), 0 where /proc is
+// unavailable. Every process prints it on its last line.
+long peak_rss_kib();
+
 }  // namespace pstrain

@@ -33,6 +33,11 @@ int matching_lines(const std::string& text, const std::regex& row) {
 
 const std::string kNum = "[0-9]+(\\.[0-9]+)?";
 
+std::string build_dir() {
+  const std::string worker = PSTRAIN_WORKER_BIN;
+  return worker.substr(0, worker.rfind('/'));
+}
+
 TEST(BenchSmokeTest, CommPrintsOneRowPerConfiguration) {
   const std::string out =
       run(std::string(PSTRAIN_BENCH_DIR) + "/comm --sizes 1 --transport tcp,ipc --workers 1,2 --shards 1 --rounds 2");
@@ -66,8 +71,7 @@ TEST(BenchSmokeTest, CheckpointCostPrintsBothRunsAndARatio) {
 
 // A few steps per configuration (the target is low enough for all of them to reach it).
 TEST(BenchSmokeTest, StragglersPrintsEveryConfigurationAgainstSync) {
-  const std::string build = std::string(PSTRAIN_WORKER_BIN).substr(0, std::string(PSTRAIN_WORKER_BIN).rfind('/'));
-  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/stragglers.py --build-dir " + build +
+  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/stragglers.py --build-dir " + build_dir() +
                               " --steps 30 --target 0.3 --configs sync,backup1,ssp2,async");
   const std::regex row("(config +to_target_s +epoch +speedup +final_acc +acc_diff +samples_per_s +train_s +job_s +counters)|"
                        "((sync|backup1|ssp2|async) +" + kNum + " +1 +" + kNum + " +" + kNum + " +[+-]" + kNum + " +[0-9]+ +" +
@@ -76,6 +80,32 @@ TEST(BenchSmokeTest, StragglersPrintsEveryConfigurationAgainstSync) {
   EXPECT_NE(out.find("\nsync "), std::string::npos) << out;
   EXPECT_NE(out.find("dropped="), std::string::npos) << out;
   EXPECT_NE(out.find("lead_max="), std::string::npos) << out;
+}
+
+const std::string kPeersHeader = "config +samples_per_s +ratio +test_acc +wall_s +rss_mib";
+
+// pstrain's rows through launch.sh (no PyTorch needed; ratios print as "-" without its baseline).
+TEST(BenchSmokeTest, PeersPrintsPstrainsConfigurations) {
+  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/peers.py --build-dir " + build_dir() +
+                              " --configs pstrain-1w,pstrain-2w,pstrain-ring --steps 20 --repeat 1");
+  const std::regex row("(" + kPeersHeader + ")|(pstrain-1w +[0-9]+ +- +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+)|" +
+                       "(pstrain-2w +[0-9]+ +- +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)|" +
+                       "(pstrain-ring +[0-9]+ +- +" + kNum + " +" + kNum + "  w0=[0-9]+ w1=[0-9]+)");
+  EXPECT_EQ(matching_lines(out, row), 4) << out;
+}
+
+TEST(BenchSmokeTest, PeersComparesWithPyTorchOneProcessAndDdp) {
+  const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
+  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
+  if (std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
+  }
+  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/peers.py --build-dir " + build_dir() +
+                              " --python " + python + " --configs torch,torch-ddp,pstrain-2w --steps 20 --repeat 1");
+  const std::regex row("(" + kPeersHeader + ")|(torch +[0-9]+ +1\\.000 +" + kNum + " +" + kNum + "  rank0=[0-9]+)|" +
+                       "(torch-ddp +[0-9]+ +" + kNum + " +" + kNum + " +" + kNum + "  rank0=[0-9]+ rank1=[0-9]+)|" +
+                       "(pstrain-2w +[0-9]+ +" + kNum + " +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
+  EXPECT_EQ(matching_lines(out, row), 4) << out;
 }
 
 TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {

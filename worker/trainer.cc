@@ -14,6 +14,7 @@
 
 #include "shared/cluster_env.h"
 #include "shared/error.h"
+#include "shared/file_util.h"
 #include "shared/log.h"
 #include "shared/npy.h"
 #include "worker/backend.h"
@@ -114,15 +115,6 @@ int saved_classes(const JobOptions& o) {
   return static_cast<int>(shape[0]);
 }
 
-// Peak resident memory of this process in KiB (VmHWM), 0 where /proc is unavailable.
-long peak_rss_kb() {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
-  }
-  return 0;
-}
 
 // What the worker will allocate on its device for batches of up to `rows` samples, computed
 // before allocating anything but the backend's own workspace (already held).
@@ -379,7 +371,7 @@ class Trainer {
       save_params(o_.save_params, model_->layout(), replica_->host_params());
     }
     exchange_->done();
-    PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kb()
+    PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib()
                 << (skipped_ > 0 ? " skipped_steps=" + std::to_string(skipped_) : "")
                 << (backend_->host_accessible()
                         ? std::string()
