@@ -289,6 +289,9 @@ std::string ParameterServer::shard_too_big(uint64_t total) const {
 // one more when the worker's gradient for that step is already in every chunk (applied, or
 // waiting in the barrier): a replacement then does not redo a step its predecessor finished.
 uint64_t ParameterServer::next_step_of(int worker) const {
+  // async's versions count updates, not steps: each worker runs its own steps from 0, however
+  // late it registers (async refuses --resume and --allow-rejoin: a HELLO is a worker's first).
+  if (policy_.mode() == ModeCode::kAsync) return 0;
   const uint64_t t = version();
   if (!rejoined_[static_cast<size_t>(worker)] || chunks_.empty()) return t;
   for (const Chunk& c : chunks_) {

@@ -671,6 +671,11 @@ TEST_F(HostileTest, AsyncAppliesEachPushWeightedByItsSamples) {
   f.send(0, message(f.request(Op::kDone, 0, 0)));
   f.send(1, message(f.request(Op::kDone, 1, 0)));
   EXPECT_TRUE(children.wait(ps, 10).ok()) << read_file(dir.path + "/ps1.log");
+  // Worker 0's gradient was computed on version 0 and landed on version 1: staleness 1.
+  const std::string log = read_file(dir.path + "/ps1.log");
+  EXPECT_NE(log.find("all 2 workers done at version 2; async: staleness mean 0.5 max 1 over 2 updates"),
+            std::string::npos)
+      << log;
 }
 
 // The PS has N fixed slots, taken first-come by HELLO, with no credential: a peer that says

@@ -154,8 +154,6 @@ std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids)
   return addresses;
 }
 
-namespace {
-
 std::vector<std::string> worker_argv(const Job& job, int index, const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--index", std::to_string(index), "--num-ps",
                                    std::to_string(job.num_ps), "--num-workers", std::to_string(job.num_workers)};
@@ -165,6 +163,8 @@ std::vector<std::string> worker_argv(const Job& job, int index, const std::vecto
   if (own != job.worker_args.end()) argv.insert(argv.end(), own->second.begin(), own->second.end());
   return argv;
 }
+
+namespace {
 
 JobResult collect(const Job& job, const std::vector<pid_t>& worker_pids, const std::vector<pid_t>& ps_pids) {
   JobResult result;

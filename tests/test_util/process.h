@@ -61,5 +61,8 @@ JobResult finish_job(const Job& job, const StartedJob& started);
 JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
 // Starts the PS processes only; returns their addresses ("host:port") and pids.
 std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids);
+// Worker `index`'s command line in `job` (its binary, index and counts, `extra`, the job's flags
+// and its own), for a test that starts workers itself.
+std::vector<std::string> worker_argv(const Job& job, int index, const std::vector<std::string>& extra);
 
 }  // namespace pstrain::test
