@@ -152,6 +152,7 @@ def torch_child(args):
     print(json.dumps({"rank": rank, "samples_per_s": total * BATCH / seconds, "test_acc": accuracy,
                       "rss_mib": rss_mib}), flush=True)
     if world > 1:
+        dist.barrier()  # both ranks done before either tears gloo down (else it may abort at exit)
         dist.destroy_process_group()
 
 
