@@ -21,9 +21,12 @@
 
 #include "shared/error.h"
 #include "worker/collective/ring_wire.h"
+#include "test_util/random.h"
 
 namespace pstrain {
 namespace {
+
+using test::random_floats;
 
 using TestClock = std::chrono::steady_clock;
 
@@ -95,14 +98,6 @@ RingOptions fast_options(double timeout_s) {
   RingOptions o;
   o.timeout_s = timeout_s;
   return o;
-}
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
 }
 
 // The documented summation order: element i of segment s (segments as in docs/collective.md)

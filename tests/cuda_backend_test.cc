@@ -22,10 +22,13 @@
 #ifdef PSTRAIN_HAVE_CUDA
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/pinned.h"
+#include "test_util/random.h"
 #endif
 
 namespace pstrain {
 namespace {
+
+using test::random_floats;
 
 constexpr int kDevice = 0;
 constexpr size_t kMiB = size_t{1} << 20;
@@ -41,14 +44,6 @@ class CudaBackendTest : public ::testing::Test {
   std::unique_ptr<Backend> gpu_, cpu_;
 };
 using CudaMlpTest = CudaBackendTest;
-
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<int32_t> random_labels(size_t n, int classes, uint32_t seed) {
   std::mt19937 rng(seed);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shared/error.h"
+#include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
 #include "worker/model.h"
@@ -19,13 +20,7 @@
 namespace pstrain {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {1, 8, 8}, int classes = 10) {
   try {

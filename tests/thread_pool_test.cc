@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/model.h"
@@ -22,13 +23,7 @@
 namespace pstrain {
 namespace {
 
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using test::random_floats;
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
