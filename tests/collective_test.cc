@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "shared/error.h"
-#include "worker/collective/ring_wire.h"
 #include "test_util/random.h"
+#include "worker/collective/ring_wire.h"
 
 namespace pstrain {
 namespace {

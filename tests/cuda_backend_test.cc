@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "shared/error.h"
+#include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/model.h"
 #ifdef PSTRAIN_HAVE_CUDA
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/pinned.h"
-#include "test_util/random.h"
 #endif
 
 namespace pstrain {
