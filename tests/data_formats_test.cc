@@ -37,6 +37,8 @@
 namespace pstrain {
 namespace {
 
+using test::child_peak_rss_kib;
+
 namespace fs = std::filesystem;
 
 struct TempDir {
@@ -712,27 +714,6 @@ TEST(OpenData, IdxPairsTakeClassesAndScale) {
 }
 
 // ---- memory ----
-
-// The peak RSS (KiB) of a forked child running `body`, its inherited high-water mark reset first.
-long child_peak_rss_kib(const std::function<void()>& body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 0;
-    try {
-      std::ofstream("/proc/self/clear_refs") << "5";
-      body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child failed: %s\n", e.what());
-      code = 1;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  struct rusage usage {};
-  EXPECT_EQ(::wait4(pid, &status, 0, &usage), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  return usage.ru_maxrss;
-}
 
 void read_one_epoch(const Dataset& data) {
   const ShardSampler sampler(data.size(), 0, 1, 50, 7, true);

@@ -25,6 +25,7 @@
 
 #include "shared/error.h"
 #include "tests/test_util/idx_writer.h"
+#include "tests/test_util/process.h"
 #include "worker/data/dataset.h"
 #include "worker/data/idx.h"
 #include "worker/data/prefetch.h"
@@ -32,6 +33,8 @@
 
 namespace pstrain {
 namespace {
+
+using test::child_peak_rss_kib;
 
 namespace fs = std::filesystem;
 
@@ -686,28 +689,6 @@ TEST(Prefetcher, RejectsZeroDepth) {
 
 constexpr long kRssSlackKib = 2048;
 constexpr size_t kControlBytes = 8 << 20;  // what a control child holds: 4x the slack
-
-// Runs `body` in a forked child and returns the child's peak RSS in KiB (wait4). The child first
-// resets the high-water mark it inherits from this process, so every child starts from one base.
-long child_peak_rss_kib(const std::function<void()>& body) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    int code = 0;
-    try {
-      std::ofstream("/proc/self/clear_refs") << "5";
-      body();
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "child failed: %s\n", e.what());
-      code = 1;
-    }
-    ::_exit(code);
-  }
-  int status = 0;
-  struct rusage usage {};
-  EXPECT_EQ(::wait4(pid, &status, 0, &usage), pid);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  return usage.ru_maxrss;
-}
 
 // Touches kControlBytes and keeps them while `body` runs: a stand-in for state that grows.
 std::function<void()> holding_control_bytes(const std::function<void()>& body) {

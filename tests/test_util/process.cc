@@ -1,8 +1,11 @@
 #include "test_util/process.h"
 
+#include <gtest/gtest.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,6 +13,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -217,6 +221,26 @@ bool wait_for_text(const std::string& path, const std::string& text, double time
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+long child_peak_rss_kib(const std::function<void()>& body) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    int code = 0;
+    try {
+      std::ofstream("/proc/self/clear_refs") << "5";
+      body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "child failed: %s\n", e.what());
+      code = 1;
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  struct rusage usage {};
+  EXPECT_EQ(::wait4(pid, &status, 0, &usage), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  return usage.ru_maxrss;
 }
 
 }  // namespace pstrain::test

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -61,6 +62,11 @@ JobResult finish_job(const Job& job, const StartedJob& started);
 JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
 // Starts the PS processes only; returns their addresses ("host:port") and pids.
 std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids);
+// Runs `body` in a forked child and returns the child's peak RSS in KiB (wait4); a failed
+// expectation if the child fails. The child first resets the high-water mark it inherits from
+// this process, so every child starts from one base.
+long child_peak_rss_kib(const std::function<void()>& body);
+
 // Worker `index`'s command line in `job` (its binary, index and counts, `extra`, the job's flags
 // and its own), for a test that starts workers itself.
 std::vector<std::string> worker_argv(const Job& job, int index, const std::vector<std::string>& extra);
