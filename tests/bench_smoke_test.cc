@@ -33,6 +33,16 @@ int matching_lines(const std::string& text, const std::regex& row) {
 
 const std::string kNum = "[0-9]+(\\.[0-9]+)?";
 
+// The Python for the PyTorch benchmarks: $PSTRAIN_TORCH_PYTHON, else python3.
+std::string torch_python() {
+  const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
+  return env != nullptr && *env != '\0' ? env : "python3";
+}
+
+bool has_torch(const std::string& python) {
+  return std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) == 0;
+}
+
 std::string build_dir() {
   const std::string worker = PSTRAIN_WORKER_BIN;
   return worker.substr(0, worker.rfind('/'));
@@ -95,11 +105,8 @@ TEST(BenchSmokeTest, PeersPrintsPstrainsConfigurations) {
 }
 
 TEST(BenchSmokeTest, PeersComparesWithPyTorchOneProcessAndDdp) {
-  const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  if (std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
-  }
+  const std::string python = torch_python();
+  if (!has_torch(python)) GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
   const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/peers.py --build-dir " + build_dir() +
                               " --python " + python + " --configs torch,torch-ddp,pstrain-2w --steps 20 --repeat 1");
   const std::regex row("(" + kPeersHeader + ")|(torch +[0-9]+ +1\\.000 +" + kNum + " +" + kNum + "  rank0=[0-9]+)|" +
@@ -109,11 +116,8 @@ TEST(BenchSmokeTest, PeersComparesWithPyTorchOneProcessAndDdp) {
 }
 
 TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
-  const char* env = std::getenv("PSTRAIN_TORCH_PYTHON");
-  const std::string python = env != nullptr && *env != '\0' ? env : "python3";
-  if (std::system((python + " -c 'import torch, numpy' >/dev/null 2>&1").c_str()) != 0) {
-    GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
-  }
+  const std::string python = torch_python();
+  if (!has_torch(python)) GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
   const std::string out = run(python + " " + PSTRAIN_SOURCE_DIR + "/bench/train_vs_torch.py --device cpu --steps 30 --repeat 2 --worker " +
                               PSTRAIN_WORKER_BIN);
   const std::regex row("(program=(pstrain|torch) samples_per_s=[0-9]+ test_accuracy=" + kNum + ")|(ratio=" + kNum + ")");

@@ -41,15 +41,6 @@ using test::child_peak_rss_kib;
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  explicit TempDir(const std::string& tag) : path(make_temp_dir(tag)) {}
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
-};
-
 // The message of the pstrain::Error f throws; `usage`: whether it was a UsageError.
 std::string error_of(const std::function<void()>& f, bool* usage = nullptr) {
   try {

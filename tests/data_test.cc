@@ -38,15 +38,6 @@ using test::child_peak_rss_kib;
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  explicit TempDir(const std::string& tag) : path(make_temp_dir(tag)) {}
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string path;
-};
-
 // Tiny 2x3 images whose first four pixels encode the record index (little-endian bytes); label
 // r % 10. Lets a test recover which record a batch row came from.
 constexpr uint32_t kRows = 2, kCols = 3, kDim = kRows * kCols;

@@ -45,13 +45,6 @@ size_t count_of(const std::string& text, const std::string& what) {
   return n;
 }
 
-// A directory removed when the test ends, pass or fail.
-struct TempDir {
-  explicit TempDir(const std::string& tag) : path(make_temp_dir(tag)) {}
-  ~TempDir() { std::filesystem::remove_all(path); }
-  const std::string path;
-};
-
 // Child processes of a test; any still running when the test ends (a failed assertion) are killed.
 class Children {
  public:

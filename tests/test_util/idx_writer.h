@@ -2,8 +2,10 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
 
 namespace pstrain {
 
@@ -18,6 +20,18 @@ void write_idx_labels(const std::string& path, uint32_t n,
 
 // A fresh directory $TMPDIR/pstrain-<tag>-XXXXXX (or under /tmp). The caller removes it.
 std::string make_temp_dir(const std::string& tag);
+
+// A make_temp_dir directory removed (quietly, whatever it holds) when the test ends, pass or fail.
+struct TempDir {
+  explicit TempDir(const std::string& tag) : path(make_temp_dir(tag)) {}
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string path;
+};
 
 // A learnable 10-class set under the standard names DIR/<split>-{images-idx3,labels-idx1}-ubyte
 // (+ ".gz" when gzip): each class has a random binary template, each record adds uniform noise.
