@@ -643,6 +643,13 @@ TEST_F(HostileTest, AsyncAppliesEachPushWeightedByItsSamples) {
     ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
   }
   f.send(0, message(f.request(Op::kInit, 0, 0), &kFakeInit));
+  // INIT and worker 1's push travel on different connections: worker 0's pull, answered once the
+  // PS holds the initial values, puts worker 1's push after them.
+  const Header pull0 = f.request(Op::kPull, 0, 0);
+  f.send(0, message(pull0));
+  std::vector<float> v0;
+  f.params(0, pull0.request_id, 0, &v0);
+  EXPECT_EQ(v0, kFakeInit);
   const std::vector<float> g1 = fake_gradient(1, 0), g0 = fake_gradient(0, 0);
   std::vector<float> v1, v2;
   // async pulls ask for the newest version (0 = any); one peer's messages arrive in order, so
