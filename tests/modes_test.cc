@@ -124,7 +124,9 @@ TEST_F(ModesTest, BackupWorkerKeepsTheJobGoingWhileAWorkerIsStopped) {
   const Job j = job(3, {"--backup-workers", "1", "--steps", "3000", "--log-every", "20"});
   const StartedJob started = start_job(j);
   const std::string chief = dir_ + "/w0.log";
-  ASSERT_TRUE(wait_for_text(chief, "(global 20)", 60)) << read_file(chief);
+  // The first progress line, whatever its step: with backup workers the chief too may skip ahead
+  // of a step (it printed global 25 and 40, never 20, on a loaded CI machine).
+  ASSERT_TRUE(chief_progresses(chief, 0, 1, 60)) << read_file(chief);
   ASSERT_EQ(kill(started.workers[2], SIGSTOP), 0);
   const size_t seen = progress_lines(read_file(chief));
   const bool progressed = chief_progresses(chief, seen, 10, 60);  // 200 steps without worker 2
