@@ -46,6 +46,7 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
   uint64_t want;
   std::vector<bool> sent;
   size_t left;
+  bool shm;  // the parameters go into the worker's shared-memory segment
 };
 
 namespace {
@@ -119,6 +120,7 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       endpoint_(endpoint),
       policy_(options),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
+      segment_of_worker_(static_cast<size_t>(options.num_workers)),
       done_(static_cast<size_t>(options.num_workers), false),
       rejoined_(static_cast<size_t>(options.num_workers), false),
       unreported_(static_cast<size_t>(options.num_workers)),
@@ -262,7 +264,18 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   }
   owner = msg.route;
   worker_of_route_[msg.route] = static_cast<int>(h.sender);
+  SharedMemory& segment = segment_of_worker_[h.sender];
+  segment = SharedMemory();
+  if (h.shm != 0 && options_.shared_memory == "auto") {
+    std::string why;
+    if (SharedMemory::open(h.message, shm_segment_bytes(slice_.length), &segment, &why)) {
+      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << "'s payloads go through shared memory";
+    } else {
+      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << " through sockets: " << why;
+    }
+  }
   Header welcome;
+  welcome.shm = segment.mapped() ? 1 : 0;
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
   welcome.step = next_step_of(static_cast<int>(h.sender));
@@ -355,7 +368,8 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
                      std::to_string(h.step), false);
   }
   if (h.samples == 0) return (*error = "push with zero samples", false);
-  const float* grad = msg.frames[1].data<float>();
+  const float* grad = payload_in_shared_memory(h) ? shm_gradient(worker, *c) : msg.frames[1].data<float>();
+  if (grad == nullptr) return (*error = "push from shared memory, but this worker's segment is not mapped here", false);
   const size_t n = c->range.length;
   if (!all_finite(grad, n)) return (*error = "gradient is not all finite", false);
 
@@ -378,7 +392,11 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   }
   if (policy_.mode() == ModeCode::kSsp && c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(worker, h.step));
   if (p.pushes++ == 0) {
-    p.accum.move(msg.frames[1]);
+    if (payload_in_shared_memory(h)) {
+      p.accum.rebuild(grad, n * sizeof(float));  // the worker writes its next gradient there
+    } else {
+      p.accum.move(msg.frames[1]);
+    }
   } else {
     add_into(p.accum.data<float>(), grad, n);
   }
@@ -450,11 +468,14 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
       return false;
     }
   }
-  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size()};
+  if (h.shm != 0 && !segment_of_worker_[h.sender].mapped()) {
+    return (*error = "pull into shared memory, but this worker's segment is not mapped here", false);
+  }
+  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size(), h.shm != 0};
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i];
     if (c.initialized && policy_.check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(msg.route, h.request_id, c, h.step);
+      send_chunk(msg.route, h.request_id, c, h.step, p.shm);
       p.sent[i] = true;
       --p.left;
     }
@@ -471,7 +492,7 @@ void ParameterServer::chunk_advanced(size_t index) {
   const Chunk& c = chunks_[index];
   for (Parked& p : parked_) {
     if (!p.sent[index] && policy_.check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(p.route, p.request_id, c, p.want);
+      send_chunk(p.route, p.request_id, c, p.want, p.shm);
       p.sent[index] = true;
       --p.left;
     }
@@ -493,7 +514,8 @@ void ParameterServer::on_done(const Message& msg, const Header& h) {
   reply(msg.route, ack, nullptr);
 }
 
-void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c, uint64_t want) {
+void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c, uint64_t want,
+                                 bool shm) {
   // A replacement redoing a step may want the version before the chunk's (kept with --allow-rejoin).
   const bool previous = want + 1 == c.version && c.previous != nullptr;
   Header h = previous ? c.previous_last : c.last;
@@ -513,12 +535,35 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   h.write_us = written_ != 0 && h.step == written_ ? write_us_ : 0;  // the workers' wait includes it
   h.offset = c.range.offset;
   h.length = c.range.length;
+  if (shm) {
+    // Into the worker's segment; it reads them before its next PULL, the only thing that makes
+    // the PS write there again.
+    const auto it = worker_of_route_.find(route);
+    if (it == worker_of_route_.end()) return;  // replaced meanwhile: that peer is gone
+    const SharedMemory& segment = segment_of_worker_[static_cast<size_t>(it->second)];
+    const auto& values = previous ? *c.previous : *c.values;
+    std::copy(values.begin(), values.end(), shm_params(segment) + c.local);
+    h.shm = 1;
+    return reply(route, h, nullptr);
+  }
   // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
   auto* hold = new std::shared_ptr<std::vector<float>>(previous ? c.previous : c.values);
   zmq::message_t payload(
       (*hold)->data(), c.range.length * sizeof(float),
       [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);
   reply(route, h, &payload);
+}
+
+// The worker's segment: its gradient of the slice, then the PS's parameters of it (layout in
+// docs/wire_protocol.md, "Shared memory").
+const float* ParameterServer::shm_gradient(int worker, const Chunk& c) const {
+  const SharedMemory& segment = segment_of_worker_[static_cast<size_t>(worker)];
+  if (!segment.mapped()) return nullptr;
+  return static_cast<const float*>(segment.data()) + c.local;
+}
+
+float* ParameterServer::shm_params(const SharedMemory& segment) const {
+  return static_cast<float*>(segment.data()) + shm_area_floats(slice_.length);
 }
 
 void ParameterServer::reject(const std::string& route, uint64_t request_id, const std::string& why) {

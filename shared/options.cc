@@ -56,6 +56,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("staleness", po::value(&o.staleness)->default_value(o.staleness), "ssp: how many steps a worker may run ahead of the slowest one (0 = exactly sync)")
       ("backup-workers", po::value(&o.backup_workers)->default_value(o.backup_workers), "sync: apply a step once N - this many workers pushed it (TensorFlow's replicas_to_aggregate = N - b); later pushes for it are dropped and counted, so a stalled worker does not stop the job")
       ("collective", po::value(&o.collective)->default_value(o.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
+      ("shared-memory", po::value(&o.shared_memory)->default_value(o.shared_memory), "auto: peers on the same host move gradients and parameters through shared-memory segments in /dev/shm instead of the sockets (a worker and each PS shard on its host; the all-reduce ring when every rank is on one host); the sockets still carry every header, and peers elsewhere, or a /dev/shm too small, use the sockets | off: always the sockets (docs/wire_protocol.md, docs/collective.md)")
       ("coordinator", po::value(&o.coordinator), "allreduce: host:port where worker 0 listens for the rendezvous (worker 0 may give port 0 and report the bound address with --port-file)")
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
       ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
@@ -151,6 +152,8 @@ void validate(const JobOptions& o, Role role) {
   require(o.mode == "sync" || o.mode == "allreduce" || o.checkpoint_dir.empty(),
           "--checkpoint-dir works in sync and allreduce modes only, not --mode " + o.mode + " (docs/checkpoints.md)");
   require(o.backup_workers == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir and --backup-workers do not combine yet");
+  require(o.shared_memory == "auto" || o.shared_memory == "off",
+          "--shared-memory: '" + o.shared_memory + "' is not one of auto, off");
   require(o.collective == "ring" || o.collective == "nccl",
           "--collective: '" + o.collective + "' is not one of ring, nccl");
   require(o.num_workers >= 1, "--num-workers must be at least 1");

@@ -46,6 +46,7 @@ struct JobOptions {
   int staleness = 2;            // ssp: a worker may run this many steps ahead of the slowest (0 = sync)
   int backup_workers = 0;       // sync: a step is applied once N - backup_workers workers pushed it
   std::string collective = "ring";  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
+  std::string shared_memory = "auto";  // auto: same-host ring ranks all-reduce through shared memory | off
   std::string coordinator;      // allreduce: host:port of worker 0's rendezvous (worker 0 may use port 0)
   int num_workers = 1;          // N
   int num_ps = 1;               // S

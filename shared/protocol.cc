@@ -46,8 +46,9 @@ constexpr const char* kKeyStaleCount = "stale_n";
 constexpr const char* kKeyStaleMax = "stale_max";
 constexpr const char* kKeyLead = "lead";
 constexpr const char* kKeyDropped = "dropped";
+constexpr const char* kKeyShm = "shm";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 36;  // every key encode_header writes
+constexpr size_t kNumKeys = 37;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -101,7 +102,7 @@ struct Decoder {
         {kKeyCheckpointTime, &h->times.ckpt_us}, {kKeyWriteTime, &h->write_us},
         {kKeyMode, &h->mode},         {kKeyBasedOn, &h->based_on},     {kKeyStaleSum, &h->stale_sum},
         {kKeyStaleCount, &h->stale_count}, {kKeyStaleMax, &h->stale_max}, {kKeyLead, &h->lead_max},
-        {kKeyDropped, &h->dropped}};
+        {kKeyDropped, &h->dropped}, {kKeyShm, &h->shm}};
     for (const auto& [name, target] : fields) {
       if (key == name) return target;
     }
@@ -152,6 +153,7 @@ struct Decoder {
     if (slowest > UINT32_MAX) return fail("slow out of range");
     if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
     if (h->stop > 1) return fail("stop is not 0 or 1");
+    if (h->shm > 1) return fail("shm is not 0 or 1");
     if (h->mode > static_cast<uint64_t>(ModeCode::kSsp)) return fail("unknown mode " + std::to_string(h->mode));
     if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
         h->total > (uint64_t{1} << 40)) {
@@ -190,6 +192,8 @@ const char* op_name(Op op) {
 }
 
 bool op_has_payload(Op op) { return op == Op::kInit || op == Op::kPush || op == Op::kParams; }
+
+bool payload_in_shared_memory(const Header& h) { return h.shm != 0 && (h.op == Op::kPush || h.op == Op::kParams); }
 
 std::string encode_header(const Header& h) {
   msgpack::sbuffer buffer;
@@ -233,6 +237,7 @@ std::string encode_header(const Header& h) {
   put(kKeyStaleMax, h.stale_max);
   put(kKeyLead, h.lead_max);
   put(kKeyDropped, h.dropped);
+  put(kKeyShm, h.shm);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyMessage);
@@ -272,7 +277,7 @@ bool decode_header(const void* data, size_t size, Header* out, std::string* erro
 }
 
 bool check_frames(const Header& h, size_t num_frames, size_t payload_bytes, std::string* error) {
-  const size_t want_frames = op_has_payload(h.op) ? 2 : 1;
+  const size_t want_frames = op_has_payload(h.op) && !payload_in_shared_memory(h) ? 2 : 1;
   if (num_frames != want_frames) {
     *error = std::string(op_name(h.op)) + " needs " + std::to_string(want_frames) +
              " frame(s), got " + std::to_string(num_frames);

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 4 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 5 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values. Every field is validated on receipt.
 #pragma once
@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 4;
+constexpr uint32_t kProtocolVersion = 5;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -81,6 +81,10 @@ struct Header {
   uint64_t stale_sum = 0, stale_count = 0, stale_max = 0;  // staleness of those updates
   uint64_t lead_max = 0;      // ssp: the largest lead of a pushing worker over the slowest
   uint64_t dropped = 0;       // backup workers: late pushes dropped since the last step
+  // Same-host shared memory (docs/wire_protocol.md, "Shared memory"). HELLO: `message` names the
+  // worker's segment for this shard; WELCOME: 1 = the PS mapped it. PUSH: 1 = the gradient is in
+  // the segment, no payload frame; PULL: 1 = put the parameters there; PARAMS: 1 = they are there.
+  uint64_t shm = 0;
 };
 
 // HELLO's `mode` field.
@@ -89,8 +93,16 @@ enum class ModeCode : uint64_t { kSync = 0, kAsync = 1, kSsp = 2 };
 // no PS).
 ModeCode mode_code(const std::string& mode);
 
-// Whether an op carries the float32 payload frame.
+// A same-host worker's shared-memory segment for one shard whose slice holds `slice_length`
+// floats: the worker's gradient of the slice from float 0, the PS's parameters of it from float
+// shm_area_floats(slice_length) (docs/wire_protocol.md, "Shared memory").
+inline uint64_t shm_area_floats(uint64_t slice_length) { return (slice_length + 15) / 16 * 16; }
+inline size_t shm_segment_bytes(uint64_t slice_length) { return 2 * shm_area_floats(slice_length) * sizeof(float); }
+
+// Whether an op carries the float32 payload frame (unless payload_in_shared_memory).
 bool op_has_payload(Op op);
+// A PUSH or PARAMS whose float32 values are in the worker's shared-memory segment, not a frame.
+bool payload_in_shared_memory(const Header& h);
 
 std::string encode_header(const Header& header);
 

@@ -22,6 +22,7 @@
 #include "shared/error.h"
 #include "test_util/random.h"
 #include "worker/collective/ring_wire.h"
+#include "worker/collective/shm_allreduce.h"
 
 namespace pstrain {
 namespace {
@@ -44,12 +45,15 @@ struct RankOutcome {
 };
 
 using RankBody = std::function<void(int rank, Collective& collective)>;
+// Turns rank r's connected ring into the collective under test (e.g. the shared-memory one).
+using Wrap = std::function<std::unique_ptr<Collective>(int rank, std::unique_ptr<Collective> ring)>;
 
 // Runs `body` on `world` threads, one Collective each. Rank 0 binds the coordinator on a free
 // port and hands the address to the others (race-free). Ranks in `absent` are never started;
 // a non-empty `coordinator` replaces rank 0's address (for tests where rank 0 is absent).
 std::vector<RankOutcome> run_ranks(int world, const RingOptions& base, const RankBody& body,
-                                   const std::set<int>& absent = {}, const std::string& coordinator = "") {
+                                   const std::set<int>& absent = {}, const std::string& coordinator = "",
+                                   const Wrap& wrap = nullptr) {
   zmq::context_t context;
   std::promise<std::string> bound;
   std::shared_future<std::string> address = bound.get_future().share();
@@ -80,6 +84,7 @@ std::vector<RankOutcome> run_ranks(int world, const RingOptions& base, const Ran
           o.coordinator = address.get();
         }
         std::unique_ptr<Collective> collective = make_ring_collective(context, o);
+        if (wrap) collective = wrap(r, std::move(collective));
         EXPECT_EQ(collective->rank(), r);
         EXPECT_EQ(collective->world(), world);
         body(r, *collective);
@@ -124,7 +129,7 @@ struct SumRun {
   std::vector<std::vector<double>> scalars;
 };
 
-SumRun run_sum(int world, size_t n, const RingOptions& options) {
+SumRun run_sum(int world, size_t n, const RingOptions& options, const Wrap& wrap = nullptr) {
   SumRun run;
   for (int r = 0; r < world; ++r) {
     run.inputs.push_back(random_floats(n, 1000u * static_cast<uint32_t>(world) + static_cast<uint32_t>(r)));
@@ -134,7 +139,7 @@ SumRun run_sum(int world, size_t n, const RingOptions& options) {
   const auto outcomes = run_ranks(world, options, [&](int r, Collective& c) {
     c.allreduce_sum(run.outputs[static_cast<size_t>(r)].data(), n, run.scalars[static_cast<size_t>(r)].data(),
                     3);
-  });
+  }, {}, "", wrap);
   for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[static_cast<size_t>(r)].error, "") << "rank " << r;
   return run;
 }
@@ -144,9 +149,20 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-void expect_correct_sum(const SumRun& run) {
+// The shared-memory collective's order: ((x_0 + x_1) + x_2) + ... for every element.
+std::vector<float> rank_order_sum(const std::vector<std::vector<float>>& inputs) {
+  std::vector<float> out = inputs[0];
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    for (size_t i = 0; i < out.size(); ++i) out[i] += inputs[r][i];
+  }
+  return out;
+}
+
+enum class Order { kRing, kRank };
+
+void expect_correct_sum(const SumRun& run, Order order = Order::kRing) {
   const size_t world = run.inputs.size(), n = run.inputs[0].size();
-  const std::vector<float> ordered = ring_order_sum(run.inputs);
+  const std::vector<float> ordered = order == Order::kRing ? ring_order_sum(run.inputs) : rank_order_sum(run.inputs);
   size_t bad = 0;
   for (size_t i = 0; i < n && bad < 5; ++i) {
     double sum = 0, magnitude = 0;
@@ -533,6 +549,131 @@ TEST(RingCollective, PeerThatStopsParticipatingFailsTheOthersAtTheDeadline) {
 }
 
 TEST(RingCollective, PeerThatExitsFailsTheOthersAtTheDeadline) { expect_others_fail_when_rank2_stops(true); }
+
+// ---------------------------------------------------------------------------------------------
+// The shared-memory all-reduce (worker/collective/shm_allreduce.h): the ranks are threads of one
+// process, so they share /dev/shm as processes on one host do.
+
+Wrap shared_memory(double timeout_s, const std::set<int>& refusing = {}) {
+  return [=](int r, std::unique_ptr<Collective> ring) {
+    return make_shared_memory_collective(std::move(ring), timeout_s, refusing.count(r) == 0);
+  };
+}
+
+class SharedMemorySumTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+// Rank order (not the ring's) proves the sum went through shared memory: from 3 ranks on the two
+// orders round some elements differently.
+TEST_P(SharedMemorySumTest, SumIsCorrectBitIdenticalAndInRankOrder) {
+  const int world = std::get<0>(GetParam());
+  const int n = std::get<1>(GetParam()) == kWorldMinusOne ? world - 1 : std::get<1>(GetParam());
+  const SumRun run = run_sum(world, static_cast<size_t>(n), fast_options(20), shared_memory(20));
+  expect_correct_sum(run, Order::kRank);
+  if (world >= 3 && n > 1000) {
+    EXPECT_FALSE(same_bits(run.outputs[0], ring_order_sum(run.inputs))) << "no element rounds differently?";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, SharedMemorySumTest,
+                         ::testing::Combine(::testing::Range(1, 5),
+                                            ::testing::Values(0, 1, 7, kWorldMinusOne, 100003)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+                           const int n = std::get<1>(info.param);
+                           return "world" + std::to_string(std::get<0>(info.param)) + "_n" +
+                                  (n == kWorldMinusOne ? std::string("WorldMinus1") : std::to_string(n));
+                         });
+
+// One rank that cannot map the segment (as one on another host) keeps every rank on the ring.
+TEST(SharedMemoryCollective, OneRefusingRankKeepsEveryRankOnTheRing) {
+  expect_correct_sum(run_sum(3, 10007, fast_options(20), shared_memory(20, {1})), Order::kRing);
+}
+
+// Many calls of varying sizes and broadcasts between them: a buffer larger than the segment made
+// for the first call goes over the ring, the others through shared memory; every sum is right.
+TEST(SharedMemoryCollective, RepeatedCallsOfVaryingSizesStayCorrect) {
+  constexpr int kWorld = 3, kRounds = 40;
+  std::vector<std::vector<std::string>> problems(kWorld);
+  const auto outcomes = run_ranks(kWorld, fast_options(20), [&](int r, Collective& c) {
+    for (int round = 0; round < kRounds; ++round) {
+      const size_t n = round % 7 == 6 ? 5000 : 1000 - static_cast<size_t>(round);  // the first call: 1000
+      std::vector<std::vector<float>> inputs;
+      for (int j = 0; j < kWorld; ++j) inputs.push_back(random_floats(n, static_cast<uint32_t>(100 * round + j)));
+      std::vector<float> data = inputs[static_cast<size_t>(r)];
+      double scalar = round + r;
+      c.allreduce_sum(data.data(), n, &scalar, 1);
+      const auto want = n > 1000 ? ring_order_sum(inputs) : rank_order_sum(inputs);
+      if (!same_bits(data, want) || scalar != 3.0 * round + 3) problems[static_cast<size_t>(r)].push_back(std::to_string(round));
+      if (round % 5 == 0 && c.broadcast("round " + std::to_string(round + r)) != "round " + std::to_string(round)) {
+        problems[static_cast<size_t>(r)].push_back("broadcast " + std::to_string(round));
+      }
+    }
+  }, {}, "", shared_memory(20));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].error, "") << "rank " << r;
+    EXPECT_TRUE(problems[static_cast<size_t>(r)].empty()) << "rank " << r << " wrong in rounds " << problems[static_cast<size_t>(r)].front();
+  }
+}
+
+TEST(SharedMemoryCollective, MismatchedLengthsFailEveryRankAtOnce) {
+  const auto outcomes = run_ranks(3, fast_options(20), [](int r, Collective& c) {
+    std::vector<float> data(100);
+    c.allreduce_sum(data.data(), 100, nullptr, 0);  // makes the segment
+    c.allreduce_sum(data.data(), r == 1 ? 50 : 60, nullptr, 0);
+  }, {}, "", shared_memory(20));
+  for (int r = 0; r < 3; ++r) {
+    const auto& out = outcomes[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(out.error, "allreduce #2 (shared memory)")) << "rank " << r << ": " << out.error;
+    EXPECT_TRUE(contains(out.error, "rank 0: 60 floats, 0 scalars; rank 1: 50 floats, 0 scalars; rank 2: 60 floats"))
+        << "rank " << r << ": " << out.error;
+    EXPECT_LT(out.seconds, 10) << "rank " << r;
+  }
+}
+
+// Rank 2 stops calling. Rank 0, with the shortest deadline, names it when the deadline passes,
+// and its abort fails ranks 1 and 3 at once (their own deadlines are far away). Later calls fail
+// at once.
+TEST(SharedMemoryCollective, ASilentRankIsNamedAndTheFirstTimeoutAbortsTheOthers) {
+  std::promise<void> others_done;
+  std::shared_future<void> done = others_done.get_future().share();
+  std::atomic<int> finished{0};
+  std::vector<std::string> later(4);
+  const auto wrap = [](int r, std::unique_ptr<Collective> ring) {
+    return make_shared_memory_collective(std::move(ring), r == 0 ? kTimeout : 30);
+  };
+  const auto outcomes = run_ranks(4, fast_options(30), [&](int r, Collective& c) {
+    std::vector<float> data = random_floats(1000, static_cast<uint32_t>(r));
+    c.allreduce_sum(data.data(), data.size(), nullptr, 0);
+    if (r == 2) {
+      done.wait_for(std::chrono::seconds(20));
+      return;
+    }
+    try {
+      c.allreduce_sum(data.data(), data.size(), nullptr, 0);
+    } catch (const Error&) {
+      try {
+        c.allreduce_sum(data.data(), data.size(), nullptr, 0);
+      } catch (const Error& e) {
+        later[static_cast<size_t>(r)] = e.what();
+      }
+      if (++finished == 3) others_done.set_value();
+      throw;
+    }
+    if (++finished == 3) others_done.set_value();
+  }, {}, "", wrap);
+  EXPECT_EQ(outcomes[2].error, "");
+  EXPECT_TRUE(contains(outcomes[0].error, "allreduce #2 (shared memory) timed out after 1 s: no arrival from rank 2"))
+      << outcomes[0].error;
+  EXPECT_LT(outcomes[0].seconds, kTimeout + kSlack);
+  for (int r : {1, 3}) {
+    const auto& out = outcomes[static_cast<size_t>(r)];
+    EXPECT_TRUE(contains(out.error, "aborted: rank 0: ")) << "rank " << r << ": " << out.error;
+    EXPECT_TRUE(contains(out.error, "no arrival from rank 2")) << "rank " << r << ": " << out.error;
+    EXPECT_LT(out.seconds, kTimeout + kSlack + 2) << "rank " << r;
+  }
+  for (int r : {0, 1, 3}) {
+    EXPECT_TRUE(contains(later[static_cast<size_t>(r)], "failed earlier")) << later[static_cast<size_t>(r)];
+  }
+}
 
 }  // namespace
 }  // namespace pstrain

@@ -506,6 +506,15 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
     f.reject(1, message(f.push(1, step, 2), &poisoned), "gradient is not all finite", "non-finite gradient");
   }
   f.reject(1, message(f.push(1, step, 0), &g), "push with zero samples", "zero samples");
+  // Shared memory: worker 1 offered no segment, so its payloads must come as frames.
+  Header shm = f.push(1, step, 2);
+  shm.shm = 1;
+  f.reject(1, message(shm), "push from shared memory, but this worker's segment is not mapped here", "shm push");
+  f.reject(1, message(shm, &g), "PUSH needs 1 frame(s), got 2", "shm push with a payload");
+  f.reject(1, patched(message(shm), "\xa3shm", 0, 2), "shm is not 0 or 1", "shm 2");
+  shm = f.request(Op::kPull, 1, step + 1);
+  shm.shm = 1;
+  f.reject(1, message(shm), "pull into shared memory, but this worker's segment is not mapped here", "shm pull");
   Header h = f.push(1, step, 2);
   h.offset = 0;
   f.reject(1, message(h, &g), "slice [0, +5) is not a chunk of this shard's [5, +5) (chunks of 262144)", "shard 0's slice");

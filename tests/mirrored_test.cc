@@ -117,6 +117,33 @@ TEST_F(MirroredCheck, DifferentGlobalBatchIsDetected) {
   EXPECT_GT(relative_difference(a, b), 1e-3);
 }
 
+// Same-host peers move payloads through shared memory (--shared-memory auto, the default): with
+// a PS the arithmetic is the sockets' exactly, so the parameters are bit-identical; the ring's
+// shared-memory sum adds in rank order, not ring order, so it agrees to rounding. The logs show
+// which path each job took.
+TEST_F(MirroredCheck, SharedMemoryTrainsWhatTheSocketsTrain) {
+  std::string shm_logs, socket_logs;
+  const SavedParams shm = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "auto"}, "momentum", "shm-ps",
+                                     "ring", &shm_logs);
+  const SavedParams sockets = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
+                                         "sockets-ps", "ring", &socket_logs);
+  EXPECT_EQ(relative_difference(shm, sockets), 0.0);
+  for (const char* line : {"w0: ps0 and ps1 on this host: payloads through shared memory",
+                           "w1: ps0 and ps1 on this host: payloads through shared memory"}) {
+    EXPECT_NE(shm_logs.find(line), std::string::npos) << line << "\n" << shm_logs;
+  }
+  EXPECT_EQ(socket_logs.find("shared memory"), std::string::npos) << socket_logs;
+
+  const SavedParams ring_shm = train_with(0, 3, {"--batch-size", "8"}, "momentum", "shm-ring", "ring", &shm_logs);
+  const SavedParams ring = train_with(0, 3, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
+                                      "sockets-ring", "ring", &socket_logs);
+  EXPECT_LE(relative_difference(ring_shm, ring), 1e-5);
+  EXPECT_NE(shm_logs.find("ring rank 2: all-reduce through shared memory (3 ranks on this host"), std::string::npos)
+      << shm_logs;
+  EXPECT_NE(socket_logs.find("ring rank 2: all-reduce over the ring (--shared-memory off)"), std::string::npos)
+      << socket_logs;
+}
+
 // Per-worker batch sizes, gradient accumulation and ssp with staleness 0 keep the contract too
 // (issue 16): each against one worker on the same global batches, for every optimizer, S = 1, 2.
 class MirroredBatchTest : public MirroredBase, public ::testing::WithParamInterface<std::string> {

@@ -52,7 +52,8 @@ bool same(const Header& a, const Header& b) {
          a.message == b.message && a.checkpoint == b.checkpoint && a.stop == b.stop &&
          a.times.ckpt_us == b.times.ckpt_us && a.write_us == b.write_us && a.mode == b.mode &&
          a.based_on == b.based_on && a.stale_sum == b.stale_sum && a.stale_count == b.stale_count &&
-         a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped;
+         a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped &&
+         a.shm == b.shm;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -86,6 +87,7 @@ Header full_header(Op op) {
   h.stale_max = 17;
   h.lead_max = 4;
   h.dropped = 250;
+  h.shm = 1;
   return h;
 }
 
@@ -237,7 +239,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -406,7 +408,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x49", 3), head + "map size overflow)"},  // 73 > 2 * 36 entries
+      {std::string("\xde\x00\x4b", 3), head + "map size overflow)"},  // 75 > 2 * 37 entries
       {std::string("\xde\x00\x27", 3), kTruncated},                   // 39 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32

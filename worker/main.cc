@@ -11,6 +11,7 @@
 #include "shared/file_util.h"
 #include "shared/log.h"
 #include "shared/zmq_util.h"
+#include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
 #include "worker/trainer.h"
 
@@ -85,7 +86,11 @@ int main(int argc, char** argv) {
         auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
         return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
       }
-      if (o.mode == "allreduce") return pstrain::make_allreduce_exchange(o, total, join_ring(context, o, security), replica);
+      if (o.mode == "allreduce") {
+        auto ring = pstrain::make_shared_memory_collective(join_ring(context, o, security), o.timeout_s,
+                                                           o.shared_memory == "auto");
+        return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
+      }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security);
       return pstrain::make_ps_exchange(o, total, *servers);
     }, &g_stop_requested);

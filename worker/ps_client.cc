@@ -114,9 +114,21 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
 uint64_t PsClient::hello(uint64_t total_steps) {
   const int shards = options_.num_ps;
   const uint64_t rid = next_request_++;
+  segments_.clear();
+  segments_.resize(static_cast<size_t>(shards));
   for (int s = 0; s < shards; ++s) {
     Header h = request(Op::kHello, total_steps, s);
     h.request_id = rid;
+    SharedMemory& segment = segments_[static_cast<size_t>(s)];
+    std::string why;
+    if (options_.shared_memory == "auto" &&
+        SharedMemory::create("pstrain-ps" + std::to_string(s) + "-w" + std::to_string(options_.index),
+                             shm_segment_bytes(slices_[static_cast<size_t>(s)].length), &segment, &why)) {
+      h.shm = 1;
+      h.message = segment.name();
+    } else if (!why.empty()) {
+      PSLOG(INFO) << "w" << options_.index << ": no shared memory for ps" << s << " (" << why << "): sockets only";
+    }
     h.total = total_;
     h.num_workers = static_cast<uint32_t>(options_.num_workers);
     h.mode = static_cast<uint64_t>(mode_code(options_.mode));
@@ -135,6 +147,10 @@ uint64_t PsClient::hello(uint64_t total_steps) {
                   "(are --num-ps and the model the same everywhere?)");
     }
     if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
+    // The PS has mapped the segment (shm 1) or will not (another host): its name can go.
+    SharedMemory& segment = segments_[static_cast<size_t>(s)];
+    segment.unlink();
+    if (h.shm == 0) segment = SharedMemory();
     for (uint64_t local = 0; local < slice.length; local += h.chunk) {
       chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
     }
@@ -142,6 +158,11 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     newest = std::max(newest, h.step);
   }
   versions_.assign(chunks_.size(), version);
+  std::string local;
+  for (int s = 0; s < shards; ++s) {
+    if (segments_[static_cast<size_t>(s)].mapped()) local += (local.empty() ? "ps" : " and ps") + std::to_string(s);
+  }
+  if (!local.empty()) PSLOG(INFO) << "w" << options_.index << ": " << local << " on this host: payloads through shared memory";
   // Each shard answers with the step this worker does next there. They differ by one only for a
   // replacement whose predecessor died between its pushes to different shards: it redoes the
   // earlier step, and the shard that has its push already drops the repeat.
@@ -169,6 +190,7 @@ void PsClient::request_params(uint64_t version) {
   for (int s = 0; s < options_.num_ps; ++s) {
     Header h = request(Op::kPull, version, s);
     h.request_id = pull_request_;
+    h.shm = segments_[static_cast<size_t>(s)].mapped() ? 1 : 0;
     send(s, h, nullptr);
   }
 }
@@ -190,6 +212,15 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
     h.checkpoint = info.checkpoint;
     h.stop = info.stop ? 1 : 0;
     h.based_on = versions_[unpushed_];
+    const SharedMemory& segment = segments_[static_cast<size_t>(c.shard)];
+    if (segment.mapped()) {
+      // The PS has read it before it sends the PARAMS that let this worker compute the next one.
+      const uint64_t local = c.range.offset - slices_[static_cast<size_t>(c.shard)].offset;
+      std::memcpy(static_cast<float*>(segment.data()) + local, grad + c.range.offset, c.range.length * sizeof(float));
+      h.shm = 1;
+      send(c.shard, h, nullptr);
+      continue;
+    }
     zmq::message_t payload(const_cast<float*>(grad) + c.range.offset, c.range.length * sizeof(float),
                            [](void*, void*) {}, nullptr);  // zero-copy, see push_ready's contract
     send(c.shard, h, &payload);
@@ -233,7 +264,17 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
                   std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
                   ")) while pulling version " + std::to_string(pull_version_));
     }
-    std::memcpy(params + h.offset, msg.frames[1].data(), h.length * sizeof(float));
+    const SharedMemory& segment = segments_[static_cast<size_t>(msg.shard)];
+    if (payload_in_shared_memory(h) != segment.mapped()) {
+      throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
+                  " shared memory, against what this worker asked for");
+    }
+    const float* values = segment.mapped()
+                              ? static_cast<const float*>(segment.data()) +
+                                    shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) +
+                                    (h.offset - slices_[static_cast<size_t>(msg.shard)].offset)
+                              : msg.frames[1].data<float>();
+    std::memcpy(params + h.offset, values, h.length * sizeof(float));
     received[index] = true;
     versions_[index] = h.step;
     version = std::min(version, h.step);

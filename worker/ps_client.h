@@ -1,7 +1,8 @@
 // The worker's side of the PS protocol: registers with every shard, pushes each shard its slice
 // of the gradient chunk by chunk (as soon as backward has produced a chunk), and receives the
 // parameter chunks of the next version as each shard finishes them. The calling thread owns the
-// transport (docs/threading.md). Every wait has the job's --timeout deadline, except HELLO's,
+// transport (docs/threading.md). A shard on the same host gets the payloads through a
+// shared-memory segment instead of the socket (docs/wire_protocol.md). Every wait has the job's --timeout deadline, except HELLO's,
 // which waits up to --start-timeout for shards that are still starting.
 #pragma once
 
@@ -11,6 +12,7 @@
 #include "shared/layout.h"
 #include "shared/options.h"
 #include "shared/protocol.h"
+#include "shared/shared_memory.h"
 #include "shared/transport.h"
 
 namespace pstrain {
@@ -95,6 +97,9 @@ class PsClient {
   const bool exact_versions_;      // plain sync: PARAMS carry exactly the version pulled
   uint64_t global_batch_ = 0;      // sent with HELLO: every worker must agree
   std::vector<uint64_t> versions_; // of each chunk as last received (PUSH's based_on)
+  // Per shard: the segment its payloads go through when the shard is on this host (HELLO
+  // offers it, WELCOME says whether the PS mapped it); unmapped: the sockets.
+  std::vector<SharedMemory> segments_;
   uint64_t next_request_ = 1;
 };
 

@@ -1,0 +1,120 @@
+#include "shared/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <utility>
+
+namespace pstrain {
+namespace {
+
+std::string random_suffix() {
+  std::random_device device;
+  static const char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (int i = 0; i < 4; ++i) {
+    uint32_t v = device();
+    for (int j = 0; j < 8; ++j, v >>= 4) s += kHex[v & 15];
+  }
+  return s;
+}
+
+bool map(int fd, size_t bytes, void** data, std::string* error) {
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) {
+    *error = std::string("mmap: ") + std::strerror(errno);
+    return false;
+  }
+  *data = p;
+  return true;
+}
+
+}  // namespace
+
+SharedMemory::~SharedMemory() { release(); }
+
+SharedMemory::SharedMemory(SharedMemory&& other) noexcept { *this = std::move(other); }
+
+SharedMemory& SharedMemory::operator=(SharedMemory&& other) noexcept {
+  if (this != &other) {
+    release();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    name_ = std::move(other.name_);
+    owner_ = std::exchange(other.owner_, false);
+  }
+  return *this;
+}
+
+void SharedMemory::release() {
+  unlink();
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+void SharedMemory::unlink() {
+  if (owner_) shm_unlink(name_.c_str());
+  owner_ = false;
+}
+
+bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory* out, std::string* error) {
+  const std::string name = "/" + prefix + "-" + std::to_string(getpid()) + "-" + random_suffix();
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    *error = "shm_open(" + name + "): " + std::strerror(errno);
+    return false;
+  }
+  // posix_fallocate reserves the pages: a /dev/shm too small fails here, not with SIGBUS later.
+  int rc = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+  if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  void* data = nullptr;
+  const bool ok = rc == 0 && map(fd, bytes, &data, error);
+  if (rc != 0) *error = "allocating " + std::to_string(bytes) + " bytes in " + name + ": " + std::strerror(rc);
+  close(fd);
+  if (!ok) {
+    shm_unlink(name.c_str());
+    return false;
+  }
+  SharedMemory m;
+  m.data_ = data;
+  m.size_ = bytes;
+  m.name_ = name;
+  m.owner_ = true;
+  *out = std::move(m);
+  return true;
+}
+
+bool SharedMemory::open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error) {
+  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = "shm_open(" + name + "): " + std::strerror(errno);
+    return false;
+  }
+  struct stat st{};
+  void* data = nullptr;
+  bool ok = fstat(fd, &st) == 0;
+  if (!ok) {
+    *error = std::string("fstat: ") + std::strerror(errno);
+  } else if (static_cast<size_t>(st.st_size) != bytes) {
+    *error = name + " holds " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(bytes);
+    ok = false;
+  } else {
+    ok = map(fd, bytes, &data, error);
+  }
+  close(fd);
+  if (!ok) return false;
+  SharedMemory m;
+  m.data_ = data;
+  m.size_ = bytes;
+  m.name_ = name;
+  *out = std::move(m);
+  return true;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,47 @@
+// A POSIX shared-memory segment mapped into this process (docs/shared_memory.md): how same-host
+// peers exchange large buffers without copying them through sockets. Segments are created
+// mode 0600 (the same user only), fully allocated up front (so a full /dev/shm is an error at
+// creation, never a SIGBUS later), and unlinked as soon as every peer has mapped them, so a
+// crash leaves nothing behind in /dev/shm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pstrain {
+
+class SharedMemory {
+ public:
+  SharedMemory() = default;
+  ~SharedMemory();
+  SharedMemory(SharedMemory&& other) noexcept;
+  SharedMemory& operator=(SharedMemory&& other) noexcept;
+  SharedMemory(const SharedMemory&) = delete;
+  SharedMemory& operator=(const SharedMemory&) = delete;
+
+  // Creates a new segment of `bytes` (zero-filled) under a fresh random name starting with
+  // `prefix` (e.g. "pstrain-ar"). False, with the reason in *error, when it cannot.
+  static bool create(const std::string& prefix, size_t bytes, SharedMemory* out, std::string* error);
+  // Maps the existing segment `name` created by a peer; false (with the reason) when there is no
+  // such segment on this host or it is not `bytes` long.
+  static bool open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error);
+
+  // Removes the name (the mapping stays valid). Idempotent; the creator calls it once every peer
+  // has opened the segment, and the destructor does if it was not called.
+  void unlink();
+
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& name() const { return name_; }
+  bool mapped() const { return data_ != nullptr; }
+
+ private:
+  void release();
+  void* data_ = nullptr;
+  size_t size_ = 0;
+  std::string name_;
+  bool owner_ = false;  // created here and not unlinked yet
+};
+
+}  // namespace pstrain
