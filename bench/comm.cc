@@ -149,7 +149,7 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
     zmq::socket_t socket(context, zmq::socket_type::router);
     socket.set(zmq::sockopt::linger, 10000);  // the last echo must leave before this child exits
     socket.bind(links.active()         ? "tcp://" + ShardLinks::host(0) + ":*"
-                : transport == "ipc" ? "ipc://" + ipc_name("raw")  // curve: plain tcp is the baseline
+                : transport == "ipc" || transport == "shm" ? "ipc://" + ipc_name("raw")  // curve: plain tcp is the baseline
                                      : "tcp://127.0.0.1:*");
     address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
     for (int r = 0; r < rounds + 1; ++r) {
@@ -215,13 +215,14 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
   base.optimizer.lr = 1e-6;
   base.timeout_s = 120;
   base.chunk_kib = chunk_kib;
+  base.shared_memory = transport == "shm" && !links.active() ? "auto" : "off";
   const double cpu_before = children_cpu_seconds();
   const double wall_before = now_seconds();
   std::vector<pid_t> children;
   std::vector<std::string> hosts;
   for (int s = 0; s < num_ps; ++s) {
     Pipe address_pipe;
-    const std::string ipc = transport == "ipc" && !links.active() ? ipc_name("ps" + std::to_string(s)) : "";
+    const std::string ipc = (transport == "ipc" || transport == "shm") && !links.active() ? ipc_name("ps" + std::to_string(s)) : "";
     children.push_back(fork_child([&] {
       JobOptions o = base;
       o.index = s;
@@ -352,17 +353,19 @@ int main(int argc, char** argv) {
       c.transports.clear();
       std::stringstream list(value());
       for (std::string t; std::getline(list, t, ',');) {
-        if (t != "tcp" && t != "ipc" && t != "curve") {
-          pstrain::bench::usage_error("--transport: '" + t + "' is not tcp, ipc or curve");
+        if (t != "tcp" && t != "ipc" && t != "shm" && t != "curve") {
+          pstrain::bench::usage_error("--transport: '" + t + "' is not tcp, ipc, shm or curve");
         }
         c.transports.push_back(t);
       }
-      if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp, ipc and/or curve");
+      if (c.transports.empty()) pstrain::bench::usage_error("--transport needs tcp, ipc, shm and/or curve");
     }
     else if (arg == "-h" || arg == "--help") {
-      std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--link-gbit G] [--json]\n"
+      std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc,shm] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--link-gbit G] [--json]\n"
                   "  defaults: --sizes 1,16,64,256 --transport tcp --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n"
-                  "  --transport: tcp (loopback), ipc (Unix-domain sockets; the raw baseline uses the same transport) and/or\n"
+                  "  --transport: tcp (loopback), ipc (Unix-domain sockets; the raw baseline uses the same transport),\n"
+                  "    shm (headers over ipc, payloads through shared memory as same-host jobs run by default; baseline:\n"
+                  "    raw ipc; tcp and ipc rows run with --shared-memory off) and/or\n"
                   "    curve (tcp with CURVE encryption; baseline: raw plain tcp; with tcp listed first, each curve row\n"
                   "    also prints curve_vs_tcp = pstrain time over CURVE / over plain tcp, both from this run)\n"
                   "  --link-gbit G: instead, every PS shard in its own network namespace behind an emulated G Gbit/s\n"
