@@ -176,7 +176,7 @@ class ShmCollective final : public Collective {
     Arrival* me = arrival(rank_);
     me->n.store(n);
     me->k.store(k);
-    std::memcpy(slot(rank_), data, n * sizeof(float));
+    if (n > 0) std::memcpy(slot(rank_), data, n * sizeof(float));  // data may be null when n is 0
     if (k > 0) std::memcpy(scalar_slot(rank_), scalars, k * sizeof(double));
     arrive_and_wait(2 * calls_ - 1);
     bool same = true;
@@ -208,7 +208,7 @@ class ShmCollective final : public Collective {
       for (int j = 1; j < world_; ++j) sums[i] += scalar_slot(j)[i];
     }
     arrive_and_wait(2 * calls_);
-    std::memcpy(data, result(), n * sizeof(float));
+    if (n > 0) std::memcpy(data, result(), n * sizeof(float));
     std::copy(sums, sums + k, scalars);
   }
 
