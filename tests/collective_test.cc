@@ -272,6 +272,13 @@ TEST(RingWire, MismatchNamesTheFirstDifferentField) {
 
 constexpr int kWorldMinusOne = -1;  // n = world - 1: some segments are empty
 
+// Test names of the (world, n) sum suites, e.g. world3_n7, world3_nWorldMinus1.
+std::string world_and_size_name(const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
+  const int n = std::get<1>(info.param);
+  return "world" + std::to_string(std::get<0>(info.param)) + "_n" +
+         (n == kWorldMinusOne ? std::string("WorldMinus1") : std::to_string(n));
+}
+
 class RingSumTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
 
 TEST_P(RingSumTest, SumIsCorrectBitIdenticalAndInRingOrder) {
@@ -283,11 +290,7 @@ TEST_P(RingSumTest, SumIsCorrectBitIdenticalAndInRingOrder) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, RingSumTest,
                          ::testing::Combine(::testing::Range(1, 6),
                                             ::testing::Values(0, 1, 7, kWorldMinusOne, 1000003)),
-                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-                           const int n = std::get<1>(info.param);
-                           return "world" + std::to_string(std::get<0>(info.param)) + "_n" +
-                                  (n == kWorldMinusOne ? std::string("WorldMinus1") : std::to_string(n));
-                         });
+                         world_and_size_name);
 
 // Many chunks per segment, with chunk_bytes not a multiple of 4: the pipeline path.
 TEST(RingCollective, SmallChunksPipelineLargeBuffers) {
@@ -577,11 +580,7 @@ TEST_P(SharedMemorySumTest, SumIsCorrectBitIdenticalAndInRankOrder) {
 INSTANTIATE_TEST_SUITE_P(WorldsAndSizes, SharedMemorySumTest,
                          ::testing::Combine(::testing::Range(1, 5),
                                             ::testing::Values(0, 1, 7, kWorldMinusOne, 100003)),
-                         [](const ::testing::TestParamInfo<std::tuple<int, int>>& info) {
-                           const int n = std::get<1>(info.param);
-                           return "world" + std::to_string(std::get<0>(info.param)) + "_n" +
-                                  (n == kWorldMinusOne ? std::string("WorldMinus1") : std::to_string(n));
-                         });
+                         world_and_size_name);
 
 // One rank that cannot map the segment (as one on another host) keeps every rank on the ring.
 TEST(SharedMemoryCollective, OneRefusingRankKeepsEveryRankOnTheRing) {
