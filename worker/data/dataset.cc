@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <vector>
 
 #include "shared/error.h"
 #include "worker/data/idx.h"
@@ -15,6 +16,9 @@ namespace {
 
 constexpr size_t kFeatureChunk = 4096;    // bytes of one record read per pread
 constexpr size_t kLabelChunk = 4096;      // labels validated per pread
+// Labels are kept in memory (one byte a record, read once at open) up to this many records:
+// half of the reader's syscalls otherwise. Beyond it they are read by pread like the features.
+constexpr uint64_t kLabelsInMemory = uint64_t{1} << 26;
 
 class IdxDataset final : public Dataset {
  public:
@@ -61,6 +65,7 @@ class IdxDataset final : public Dataset {
   }
 
   int32_t read_label(size_t record) const {
+    if (!label_values_.empty()) return label_values_[record];  // checked at open
     uint8_t label = 0;
     labels_.read_data(record, 1, &label);
     check_label(label, record);
@@ -75,18 +80,23 @@ class IdxDataset final : public Dataset {
     }
   }
 
-  // Streams the labels once so that a bad value is reported at open, not mid-training.
-  void check_labels() const {
+  // Streams the labels once so that a bad value is reported at open, not mid-training, and keeps
+  // them when there are at most kLabelsInMemory.
+  void check_labels() {
+    const bool keep = labels_.count() <= kLabelsInMemory;
+    if (keep) label_values_.resize(labels_.count());
     uint8_t buf[kLabelChunk];
     for (uint64_t first = 0; first < labels_.count(); first += kLabelChunk) {
       const size_t len = std::min<uint64_t>(kLabelChunk, labels_.count() - first);
       labels_.read_data(first, len, buf);
       for (size_t i = 0; i < len; ++i) check_label(buf[i], first + i);
+      if (keep) std::copy(buf, buf + len, label_values_.begin() + static_cast<long>(first));
     }
   }
 
   IdxFile images_;
   IdxFile labels_;
+  std::vector<uint8_t> label_values_;  // all labels, when kept in memory (else empty)
   int num_classes_;
   std::array<float, 256> scale_;
 };
