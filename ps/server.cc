@@ -13,10 +13,22 @@
 
 namespace pstrain {
 
+// One push's gradient kept until its step is applied (plain sync, see deferred_sums_): in the
+// worker's segment, or the push's own payload frame.
+struct ParameterServer::Source {
+  int worker = 0;
+  const float* shm = nullptr;  // in the worker's segment (else `frame`)
+  zmq::message_t frame;
+  const float* data() const { return shm != nullptr ? shm : frame.data<float>(); }
+};
+
 struct ParameterServer::Pending {  // one step of a chunk that pushes are adding up for
   // Gradient sum: the first push's own message, the others added into it (a received message is
   // ours to write), so no push is ever copied.
   zmq::message_t accum;
+  // Instead of accum in plain sync: the pushes in arrival order, summed in that order by apply()
+  // block by block, fused with the update and the copies into same-host workers' segments.
+  std::vector<Source> sources;
   int pushes = 0;
   std::vector<bool> pushed;  // by worker
   Clock::time_point waiting_since;
@@ -38,6 +50,7 @@ struct ParameterServer::Chunk {
   // the step its predecessor had pushed this chunk for (see next_step_of).
   std::shared_ptr<std::vector<float>> previous;
   Header previous_last;
+  std::vector<uint64_t> in_segment;  // by worker: the version its segment's parameter area holds
 };
 
 struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its version
@@ -52,6 +65,8 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
 namespace {
 
 constexpr double kCloseSeconds = 5;
+constexpr size_t kApplyBlock = 4096;         // floats summed and updated at a time (16 KiB: in L1)
+constexpr uint64_t kNoVersion = UINT64_MAX;  // Chunk::in_segment: nothing valid there
 
 uint64_t physical_memory_mib() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -125,7 +140,9 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       rejoined_(static_cast<size_t>(options.num_workers), false),
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
-      checkpointer_(options_, "ps" + std::to_string(options.index)) {}
+      checkpointer_(options_, "ps" + std::to_string(options.index)),
+      deferred_sums_(policy_.mode() == ModeCode::kSync && policy_.quorum() == options.num_workers &&
+                     !options.allow_rejoin) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -240,6 +257,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
       c.local = local;
       c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
       c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
+      c.in_segment.assign(static_cast<size_t>(options_.num_workers), kNoVersion);
       chunks_.push_back(std::move(c));
     }
     optimizer_ = make_optimizer(options_.optimizer, slice_.length);
@@ -265,6 +283,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   owner = msg.route;
   worker_of_route_[msg.route] = static_cast<int>(h.sender);
   SharedMemory& segment = segment_of_worker_[h.sender];
+  if (segment.mapped()) release_segment(static_cast<int>(h.sender));
   segment = SharedMemory();
   if (h.shm != 0 && options_.shared_memory == "auto") {
     std::string why;
@@ -391,7 +410,16 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
     p.metrics.stale_max = std::max(p.metrics.stale_max, stale);
   }
   if (policy_.mode() == ModeCode::kSsp && c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(worker, h.step));
-  if (p.pushes++ == 0) {
+  if (deferred_sums_) {
+    Source& source = p.sources.emplace_back();
+    source.worker = worker;
+    if (payload_in_shared_memory(h)) {
+      source.shm = grad;  // the worker writes its next gradient there only after this step's PARAMS
+    } else {
+      source.frame.move(msg.frames[1]);
+    }
+    ++p.pushes;
+  } else if (p.pushes++ == 0) {
     if (payload_in_shared_memory(h)) {
       p.accum.rebuild(grad, n * sizeof(float));  // the worker writes its next gradient there
     } else {
@@ -444,8 +472,12 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
   const float scale = policy_.mode() == ModeCode::kAsync
                           ? static_cast<float>(options_.num_workers) / static_cast<float>(global_batch_)
                           : 1.0f / static_cast<float>(p.metrics.samples);
-  optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(), scale,
-                    scheduled_lr(options_.optimizer, c.version, schedule_steps), c.version);
+  const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
+  if (p.sources.empty()) {
+    optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(), scale, lr, c.version);
+  } else {
+    apply_sources(c, p, scale, lr);
+  }
   ++c.version;
   c.last = p.metrics;
   c.last.dropped = c.dropped;
@@ -457,6 +489,43 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
     stale_sum_ += p.metrics.stale_sum;
     stale_count_ += p.metrics.stale_count;
     stale_max_ = std::max(stale_max_, p.metrics.stale_max);
+  }
+}
+
+// Plain sync's update: per block of kApplyBlock floats, the pushes summed in arrival order (the
+// same sums as accum's), the optimizer's update (element by element, so blocks change nothing),
+// and the new values copied into every same-host worker's parameter area, all while the block is
+// in cache. Every worker pushed this step, so none is still reading its area; their PULLs then
+// find the version there (Chunk::in_segment) and cost a header.
+void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, double lr) {
+  std::vector<std::pair<size_t, float*>> areas;  // worker, its parameter area of the chunk
+  for (size_t w = 0; w < segment_of_worker_.size(); ++w) {
+    if (segment_of_worker_[w].mapped()) areas.emplace_back(w, shm_params(segment_of_worker_[w]) + c.local);
+  }
+  float* values = c.values->data();
+  alignas(64) float sum[kApplyBlock];
+  for (size_t b = 0; b < c.range.length; b += kApplyBlock) {
+    const size_t len = std::min(kApplyBlock, c.range.length - b);
+    std::memcpy(sum, p.sources[0].data() + b, len * sizeof(float));
+    for (size_t k = 1; k < p.sources.size(); ++k) add_into(sum, p.sources[k].data() + b, len);
+    optimizer_->apply(c.local + b, len, values + b, sum, scale, lr, c.version);
+    for (const auto& area : areas) std::memcpy(area.second + b, values + b, len * sizeof(float));
+  }
+  for (const auto& area : areas) c.in_segment[area.first] = c.version + 1;
+}
+
+// Before `worker`'s segment is unmapped (it registered again): its pushes still waiting in a
+// barrier are copied out of it, and nothing counts as already written there.
+void ParameterServer::release_segment(int worker) {
+  for (Chunk& c : chunks_) {
+    c.in_segment[static_cast<size_t>(worker)] = kNoVersion;
+    for (Pending& p : c.pending) {
+      for (Source& source : p.sources) {
+        if (source.worker != worker || source.shm == nullptr) continue;
+        source.frame.rebuild(source.shm, c.range.length * sizeof(float));
+        source.shm = nullptr;
+      }
+    }
   }
 }
 
@@ -540,9 +609,11 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
     // the PS write there again.
     const auto it = worker_of_route_.find(route);
     if (it == worker_of_route_.end()) return;  // replaced meanwhile: that peer is gone
-    const SharedMemory& segment = segment_of_worker_[static_cast<size_t>(it->second)];
-    const auto& values = previous ? *c.previous : *c.values;
-    std::copy(values.begin(), values.end(), shm_params(segment) + c.local);
+    const size_t worker = static_cast<size_t>(it->second);
+    if (previous || c.in_segment[worker] != c.version) {  // else apply_sources wrote them there
+      const auto& values = previous ? *c.previous : *c.values;
+      std::copy(values.begin(), values.end(), shm_params(segment_of_worker_[worker]) + c.local);
+    }
     h.shm = 1;
     return reply(route, h, nullptr);
   }

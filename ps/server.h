@@ -36,6 +36,7 @@ class ParameterServer {
   uint64_t rejected() const { return rejected_; }  // messages answered with an error or dropped
 
  private:
+  struct Source;
   struct Pending;
   struct Chunk;
   struct Parked;
@@ -51,6 +52,8 @@ class ParameterServer {
   std::string shard_too_big(uint64_t total) const;
   Chunk* find_chunk(const Header& h, std::string* error);
   void apply(Chunk& chunk, Pending& step);
+  void apply_sources(Chunk& chunk, const Pending& step, float scale, double lr);
+  void release_segment(int worker);
   static bool has_pushed(const Chunk& chunk, int worker);  // the chunk's oldest pending step
   uint64_t lead(int worker, uint64_t step);
   std::string mode_text() const;
@@ -96,6 +99,9 @@ class ParameterServer {
   uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
   uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
   uint64_t written_ = 0, write_us_ = 0;  // the last checkpointed version and its write time
+  // Plain sync (every worker in every step, no replacements): pushes are kept, not summed on
+  // arrival, and apply_sources sums them (see Pending::sources).
+  const bool deferred_sums_;
 };
 
 }  // namespace pstrain
