@@ -613,6 +613,49 @@ TEST(SharedMemoryCollective, RepeatedCallsOfVaryingSizesStayCorrect) {
   }
 }
 
+// input_buffer: nothing before the first call or for more floats than the segment holds; after
+// it, the rank's slot, which a caller fills and passes as `data`: the sum (rank order, identical
+// bits) is then done in place, round after round, mixed with calls from the caller's own memory.
+TEST(SharedMemoryCollective, InputBufferSumsInPlaceWithoutCopies) {
+  constexpr int kWorld = 3, kRounds = 20;
+  constexpr size_t kN = 30011;  // segments of ~10000 floats: several blocks of the fused sum each
+  std::vector<std::vector<std::string>> problems(kWorld);
+  const auto outcomes = run_ranks(kWorld, fast_options(20), [&](int r, Collective& c) {
+    auto& mine = problems[static_cast<size_t>(r)];
+    if (c.input_buffer(kN) != nullptr) mine.push_back("a buffer before the first call");
+    std::vector<float> first(kN, 1.0f);
+    c.allreduce_sum(first.data(), kN, nullptr, 0);
+    if (c.input_buffer(kN + 1) != nullptr) mine.push_back("a buffer larger than the segment");
+    float* slot = c.input_buffer(kN);
+    if (slot == nullptr) {
+      mine.push_back("no buffer after the first call");
+      return;
+    }
+    for (int round = 0; round < kRounds; ++round) {
+      const size_t n = kN - static_cast<size_t>(round) * 401;
+      std::vector<std::vector<float>> inputs;
+      for (int j = 0; j < kWorld; ++j) inputs.push_back(random_floats(n, static_cast<uint32_t>(100 * round + j)));
+      const auto want = rank_order_sum(inputs);
+      double scalar = r;
+      std::vector<float> own;
+      if (round % 3 == 2) {  // now and then from the caller's memory: copied in and out
+        own = inputs[static_cast<size_t>(r)];
+        c.allreduce_sum(own.data(), n, &scalar, 1);
+      } else {
+        if (c.input_buffer(n) != slot) mine.push_back("another buffer in round " + std::to_string(round));
+        std::copy(inputs[static_cast<size_t>(r)].begin(), inputs[static_cast<size_t>(r)].end(), slot);
+        c.allreduce_sum(slot, n, &scalar, 1);
+        own.assign(slot, slot + n);
+      }
+      if (!same_bits(own, want) || scalar != 3.0) mine.push_back("wrong sum in round " + std::to_string(round));
+    }
+  }, {}, "", shared_memory(20));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].error, "") << "rank " << r;
+    EXPECT_TRUE(problems[static_cast<size_t>(r)].empty()) << "rank " << r << ": " << problems[static_cast<size_t>(r)].front();
+  }
+}
+
 TEST(SharedMemoryCollective, MismatchedLengthsFailEveryRankAtOnce) {
   const auto outcomes = run_ranks(3, fast_options(20), [](int r, Collective& c) {
     std::vector<float> data(100);

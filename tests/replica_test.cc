@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "shared/error.h"
 
 namespace pstrain {
@@ -18,6 +20,22 @@ TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
   const float x[4] = {1, 2, 3, 4};
   EXPECT_EQ(replica.input(x, 4), x);
   EXPECT_EQ(backend->bytes_allocated(), 2 * 10 * sizeof(float));
+}
+
+// place_host_grad moves where backward writes the gradient (a shared-memory slot, say); the
+// parameters stay where they were.
+TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
+  JobOptions o;
+  o.device = "cpu";
+  auto backend = make_backend(o);
+  Replica replica(*backend, 10, 4);
+  const float* params = replica.params();
+  std::vector<float> elsewhere(10);
+  replica.place_host_grad(elsewhere.data());
+  EXPECT_EQ(replica.grad(), elsewhere.data());
+  EXPECT_EQ(replica.host_grad(), elsewhere.data());
+  EXPECT_EQ(replica.params(), params);
+  EXPECT_EQ(replica.host_params(), params);
 }
 
 TEST(ReplicaTest, GpuRequestWithoutGpuIsAClearError) {

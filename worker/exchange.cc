@@ -17,11 +17,16 @@ uint64_t micros(Clock::duration d) {
 
 class PsExchange final : public Exchange {
  public:
-  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers)
-      : o_(o), client_(o, total, servers), early_pull_(o.mode == "sync") {}
+  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers, Replica& replica)
+      : o_(o), client_(o, total, servers), replica_(replica), early_pull_(o.mode == "sync") {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     const uint64_t first = client_.hello(total_steps);
+    // One PS on this host: backward computes the gradient in the segment the PS reads it from.
+    // (On a GPU the pinned staging buffer stays: copies into pageable memory are slower.)
+    if (!replica_.on_device()) {
+      if (float* area = client_.gradient_area()) replica_.place_host_grad(area);
+    }
     // The chief's initial values are a function of the seed: a replaced chief sends them again
     // and the PS drops them as a replacement's repeat if it has them already.
     if (o_.index == 0 && first == 0) client_.init(host_params);
@@ -62,6 +67,7 @@ class PsExchange final : public Exchange {
  private:
   const JobOptions o_;
   PsClient client_;
+  Replica& replica_;
   const bool early_pull_;
 };
 
@@ -114,6 +120,11 @@ class AllreduceExchange final : public Exchange {
       collective_->allreduce_sum(host_grad, total_, sums, std::size(sums));
     }
     const auto t1 = Clock::now();
+    if (!placed_ && !collective_->on_device() && !replica_.on_device()) {
+      // The shared-memory all-reduce sums where the gradient lies when it is computed there.
+      if (float* slot = collective_->input_buffer(total_)) replica_.place_host_grad(slot);
+      placed_ = true;
+    }
     optimizer_->apply(0, total_, host_params, host_grad, static_cast<float>(1.0 / sums[0]),
                       scheduled_lr(o_.optimizer, step, total_steps_), step);
     times->push_us = micros(t1 - t0);
@@ -156,14 +167,16 @@ class AllreduceExchange final : public Exchange {
   uint64_t total_steps_ = 0;
   std::unique_ptr<Collective> collective_;
   Replica& replica_;
+  bool placed_ = false;  // asked the collective where to compute the gradient
   std::unique_ptr<Optimizer> optimizer_;
   CheckpointStore store_;
 };
 
 }  // namespace
 
-std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers) {
-  return std::make_unique<PsExchange>(options, total, servers);
+std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers,
+                                           Replica& replica) {
+  return std::make_unique<PsExchange>(options, total, servers, replica);
 }
 
 std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,

@@ -42,7 +42,8 @@ class Exchange {
 // Makes the exchange once the model's size (floats) and the worker's replica are known.
 using ExchangeFactory = std::function<std::unique_ptr<Exchange>(uint64_t total, Replica& replica)>;
 
-std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers);
+std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers,
+                                           Replica& replica);
 // In allreduce mode: push_us is the all-reduce, pull_us the local optimizer update, wait_us 0.
 // A collective that is on_device() (NCCL) sums replica.grad() where the backend keeps it; the
 // ring sums the host copy.

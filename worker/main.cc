@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
         return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security);
-      return pstrain::make_ps_exchange(o, total, *servers);
+      return pstrain::make_ps_exchange(o, total, *servers, replica);
     }, &g_stop_requested);
     return 0;
   } catch (const pstrain::UsageError& e) {

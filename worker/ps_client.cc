@@ -173,6 +173,11 @@ uint64_t PsClient::hello(uint64_t total_steps) {
   return version;
 }
 
+float* PsClient::gradient_area() const {
+  if (segments_.size() != 1 || !segments_[0].mapped()) return nullptr;
+  return static_cast<float*>(segments_[0].data());  // the slice is [0, total): offset 0
+}
+
 void PsClient::init(const float* params) {
   for (const ChunkRef& c : chunks_) {
     Header h = request(Op::kInit, 0, c.shard);
@@ -216,7 +221,8 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
     if (segment.mapped()) {
       // The PS has read it before it sends the PARAMS that let this worker compute the next one.
       const uint64_t local = c.range.offset - slices_[static_cast<size_t>(c.shard)].offset;
-      std::memcpy(static_cast<float*>(segment.data()) + local, grad + c.range.offset, c.range.length * sizeof(float));
+      float* area = static_cast<float*>(segment.data()) + local;
+      if (area != grad + c.range.offset) std::memcpy(area, grad + c.range.offset, c.range.length * sizeof(float));
       h.shm = 1;
       send(c.shard, h, nullptr);
       continue;

@@ -71,6 +71,9 @@ class PsClient {
   StepMetrics pull(uint64_t version, float* params);
   void done();
 
+  // With one shard, on this host (after hello): its segment's gradient area, the whole gradient;
+  // a gradient computed there is pushed without a copy. Else nullptr.
+  float* gradient_area() const;
   const std::vector<Slice>& slices() const { return slices_; }
   size_t num_chunks() const { return chunks_.size(); }
 

@@ -35,6 +35,13 @@ Replica::Replica(Backend& backend, size_t total, size_t input_floats)
     host_params_ = host_params_buffer_.get();
     host_grad_ = host_grad_buffer_.get();
   }
+  grad_at_ = grad_.get();
+}
+
+void Replica::place_host_grad(float* at) {
+  PSTRAIN_CHECK(at != nullptr);
+  host_grad_ = at;
+  if (backend_.host_accessible()) grad_at_ = at;
 }
 
 void Replica::params_to_device() {

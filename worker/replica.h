@@ -26,7 +26,11 @@ class Replica {
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
   const float* params() const { return params_.get(); }
-  float* grad() { return grad_.get(); }
+  float* grad() { return grad_at_; }
+  // From the next step on, the gradient lives at `at` (host memory of the replica's size, e.g. a
+  // shared-memory all-reduce's slot or a same-host PS's segment): backward writes it there on the
+  // CPU, and a GPU replica stages it there. The caller keeps `at` valid while the replica is used.
+  void place_host_grad(float* at);
 
   void params_to_device();                    // after the parameters were pulled
   void synchronize() { backend_.synchronize(); }  // the device's queued work is done
@@ -40,6 +44,7 @@ class Replica {
   BufferPtr host_params_buffer_, host_grad_buffer_;  // GPU only
   float* host_params_;
   float* host_grad_;
+  float* grad_at_;  // grad_ or, on the CPU, where place_host_grad put it
 };
 
 }  // namespace pstrain

@@ -29,6 +29,14 @@ class Collective {
   // bits. Throws pstrain::Error naming the peer when a peer does not answer before the deadline.
   // Returns (or throws) only once ZeroMQ holds no reference to `data` any more.
   virtual void allreduce_sum(float* data, size_t n, double* scalars, size_t k) = 0;
+  // Host memory of n floats this rank may fill with its next allreduce_sum's data and pass as
+  // `data`: the sum is then done where it lies, with no copy in or out (the shared-memory
+  // collective's own slot; it holds the sum after the call). nullptr where there is none: the
+  // ring, NCCL, a shared-memory collective before its first call or for a larger n.
+  virtual float* input_buffer(size_t n) {
+    (void)n;
+    return nullptr;
+  }
   // Broadcast of a small blob (at most kMaxBroadcastBytes) from rank 0, e.g. an NCCL unique id;
   // returns rank 0's bytes on every rank. The argument is ignored on the other ranks.
   virtual std::string broadcast(const std::string& blob_from_rank0) = 0;

@@ -3,12 +3,14 @@
 //   line 1        wake (futex word) and sleepers
 //   line 2..9     abort: the first failing rank + 1 and its reason
 //   line 10 + r   rank r's arrival count and the (n, k) it is reducing
-//   then          world input slots of `floats` floats, the result, world scalar slots
-// Call number c (from 1): every rank copies its buffer into its slot and arrives at barrier
-// 2c-1; rank r sums segment r of every slot, in rank order, into the result, and arrives at 2c;
-// every rank copies the result out. Slots are read only between the two barriers, and a rank
-// writes the result of call c+1 only after every rank arrived at 2c+1, so one segment serves
-// every call. Every rank gets identical bits.
+//   then          world slots of `floats` floats, world scalar slots
+// Call number c (from 1): every rank copies its buffer into its slot (unless it computed it there:
+// input_buffer) and arrives at barrier 2c-1; rank r sums segment r of every slot, in rank order,
+// block by block, writes each block's sum into segment r of every slot, and arrives at 2c; every
+// rank then holds the whole sum in its own slot (and copies it out unless that is its buffer).
+// Segment r of the slots is touched only by rank r between the two barriers and by no one else
+// until every rank arrived at 2c+1, so one segment serves every call. Every rank gets identical
+// bits.
 #include "worker/collective/shm_allreduce.h"
 
 #include <linux/futex.h>
@@ -31,7 +33,8 @@ namespace pstrain {
 namespace {
 
 constexpr uint64_t kMagic = 0x50535452534d4152ull;  // "PSTRSMAR"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr size_t kSumBlock = 4096;  // floats summed at a time before they are scattered (16 KiB)
 constexpr size_t kLine = 64;
 constexpr size_t kAbortLines = 8;
 constexpr size_t kReasonBytes = kAbortLines * kLine - 2 * sizeof(uint32_t) - 1;
@@ -96,6 +99,10 @@ class ShmCollective final : public Collective {
   std::string broadcast(const std::string& blob) override {
     check_not_failed();
     return ring_->broadcast(blob);
+  }
+
+  float* input_buffer(size_t n) override {
+    return decided_ && segment_.mapped() && n <= floats_ && failed_.empty() ? slot(rank_) : nullptr;
   }
 
   void allreduce_sum(float* data, size_t n, double* scalars, size_t k) override {
@@ -176,7 +183,8 @@ class ShmCollective final : public Collective {
     Arrival* me = arrival(rank_);
     me->n.store(n);
     me->k.store(k);
-    if (n > 0) std::memcpy(slot(rank_), data, n * sizeof(float));  // data may be null when n is 0
+    const bool in_place = data == slot(rank_);
+    if (n > 0 && !in_place) std::memcpy(slot(rank_), data, n * sizeof(float));  // data may be null when n is 0
     if (k > 0) std::memcpy(scalar_slot(rank_), scalars, k * sizeof(double));
     arrive_and_wait(2 * calls_ - 1);
     bool same = true;
@@ -194,11 +202,15 @@ class ShmCollective final : public Collective {
     const size_t base = n / static_cast<size_t>(world_), extra = n % static_cast<size_t>(world_);
     const auto r = static_cast<size_t>(rank_);
     const size_t begin = r * base + std::min(r, extra), length = base + (r < extra ? 1 : 0);
-    float* out = result() + begin;
-    std::memcpy(out, slot(0) + begin, length * sizeof(float));
-    for (int j = 1; j < world_; ++j) {
-      const float* in = slot(j) + begin;
-      for (size_t i = 0; i < length; ++i) out[i] += in[i];
+    alignas(kLine) float sum[kSumBlock];
+    for (size_t b = begin; b < begin + length; b += kSumBlock) {
+      const size_t len = std::min(kSumBlock, begin + length - b);
+      std::memcpy(sum, slot(0) + b, len * sizeof(float));
+      for (int j = 1; j < world_; ++j) {
+        const float* in = slot(j) + b;
+        for (size_t i = 0; i < len; ++i) sum[i] += in[i];
+      }
+      for (int j = 0; j < world_; ++j) std::memcpy(slot(j) + b, sum, len * sizeof(float));
     }
     // The scalar slots too are read before the second barrier: after it a rank may begin the
     // next call and overwrite its slot.
@@ -208,7 +220,7 @@ class ShmCollective final : public Collective {
       for (int j = 1; j < world_; ++j) sums[i] += scalar_slot(j)[i];
     }
     arrive_and_wait(2 * calls_);
-    if (n > 0) std::memcpy(data, result(), n * sizeof(float));
+    if (n > 0 && !in_place) std::memcpy(data, slot(rank_), n * sizeof(float));
     std::copy(sums, sums + k, scalars);
   }
 
@@ -302,7 +314,7 @@ class ShmCollective final : public Collective {
   size_t slot_floats() const { return round_up(floats_, kLine / sizeof(float)); }
   size_t slots_offset() const { return (kFirstRankLine + static_cast<size_t>(world_)) * kLine; }
   size_t bytes() const {
-    return slots_offset() + (static_cast<size_t>(world_) + 1) * slot_floats() * sizeof(float) +
+    return slots_offset() + static_cast<size_t>(world_) * slot_floats() * sizeof(float) +
            static_cast<size_t>(world_) * kMaxScalars * sizeof(double);
   }
   char* base() const { return static_cast<char*>(segment_.data()); }
@@ -314,9 +326,8 @@ class ShmCollective final : public Collective {
   float* slot(int r) const {
     return reinterpret_cast<float*>(base() + slots_offset()) + static_cast<size_t>(r) * slot_floats();
   }
-  float* result() const { return slot(world_); }
   double* scalar_slot(int r) const {
-    return reinterpret_cast<double*>(slot(world_ + 1)) + static_cast<size_t>(r) * kMaxScalars;
+    return reinterpret_cast<double*>(slot(world_)) + static_cast<size_t>(r) * kMaxScalars;
   }
 
   std::unique_ptr<Collective> ring_;
