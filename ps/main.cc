@@ -19,7 +19,8 @@ int main(int argc, char** argv) {
     zmq::context_t context(1);
     const pstrain::Security security = pstrain::resolve_security(*options, {options->bind + ":0"});
     const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
-    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security);
+    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
+                                             options->shared_memory == "auto");
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
     pstrain::ParameterServer server(*options, *endpoint);
     server.serve();

@@ -3,6 +3,7 @@
 // message gets an ERROR reply naming the problem and a "rejected" line in the PS log, and the
 // trained parameters equal those of the same job without the hostile traffic.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -20,6 +21,7 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "shared/local_channel.h"
 #include "shared/npy.h"
 #include "shared/protocol.h"
 #include "test_util/idx_writer.h"
@@ -750,6 +752,64 @@ TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   peer.send(message(done));
   const ExitStatus ps_status = children.wait(ps, 10);
   EXPECT_TRUE(ps_status.ok()) << read_file(dir.path + "/ps0.log");
+}
+
+// The same-host local channel (shared/local_channel.h) reaches the same checks as ZeroMQ: a peer
+// that connects to it and names itself gets an ERROR over it for garbage and for requests before
+// HELLO, may register like any peer, and the PS logs each rejection.
+TEST_F(HostileTest, LocalChannelTrafficMeetsTheSameChecks) {
+  const TempDir dir("hostile-local");
+  Job j = job(dir.path, 1);
+  j.ipc = true;
+  Children children;
+  std::vector<pid_t> ps_pids;
+  const std::string address = start_servers(j, &ps_pids).at(0);
+  const pid_t ps = children.add(ps_pids[0]);
+  ASSERT_EQ(address.rfind("ipc://@", 0), 0u) << address;
+
+  LocalSocket peer;
+  std::string why;
+  ASSERT_TRUE(connect_local(address.substr(7) + ".local", &peer, &why)) << why;
+  const std::string route = "\x81local-intruder";
+  ASSERT_TRUE(send_packet(peer, route.data(), route.size(), &why)) << why;
+  const auto exchange = [&](const std::string& packet, const std::string& what) {
+    EXPECT_TRUE(send_packet(peer, packet.data(), packet.size(), &why)) << what << ": " << why;
+    pollfd p{peer.fd(), POLLIN, 0};
+    EXPECT_EQ(::poll(&p, 1, static_cast<int>(kReplySeconds * 1000)), 1) << what << ": no reply";
+    std::string reply;
+    EXPECT_EQ(receive_packet(peer, &reply), PacketResult::kPacket) << what;
+    Header h;
+    EXPECT_TRUE(decode_header(reply.data(), reply.size(), &h, &why)) << what << ": " << why;
+    return h;
+  };
+  int rejected = 0;
+  for (const Frames& bad : {Frames{"not msgpack at all"}, message(hello_header(0, 5, 1, 0, 0)),
+                            Frames{encode_header(hello_header(0, 6, 1, kModelFloats, kSteps)).substr(0, 20)}}) {
+    Header sent;
+    const bool decodes = decode_header(bad[0].data(), bad[0].size(), &sent, &why);
+    const Header reply = exchange(bad[0], "bad packet " + std::to_string(rejected));
+    EXPECT_EQ(reply.op, Op::kError);
+    EXPECT_EQ(reply.request_id, decodes ? sent.request_id : 0);
+    EXPECT_FALSE(reply.message.empty());
+    ++rejected;
+  }
+  Header push = hello_header(0, 7, 1, 0, 0);
+  push.op = Op::kPush;
+  push.shm = 1;
+  const Header refused = exchange(encode_header(push), "PUSH before HELLO");
+  EXPECT_EQ(refused.op, Op::kError);
+  EXPECT_EQ(refused.message, "PUSH from a peer that never said HELLO");
+  ++rejected;
+
+  const Header welcome = exchange(encode_header(hello_header(0, 8, 1, kModelFloats, kSteps)), "HELLO");
+  EXPECT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  Header done = hello_header(0, 9, 1, 0, 0);
+  done.op = Op::kDone;
+  EXPECT_EQ(exchange(encode_header(done), "DONE").op, Op::kDone);
+  const ExitStatus ps_status = children.wait(ps, 10);
+  const std::string log = read_file(dir.path + "/ps0.log");
+  EXPECT_TRUE(ps_status.ok()) << log;
+  EXPECT_EQ(count_of(log, kRejectedLine), static_cast<size_t>(rejected)) << log;
 }
 
 }  // namespace

@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
                                                            o.shared_memory == "auto");
         return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
       }
-      servers = pstrain::make_zmq_client(context, o.ps_hosts, security);
+      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory == "auto");
       return pstrain::make_ps_exchange(o, total, *servers, replica);
     }, &g_stop_requested);
     return 0;

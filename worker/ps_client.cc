@@ -158,11 +158,18 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     newest = std::max(newest, h.step);
   }
   versions_.assign(chunks_.size(), version);
-  std::string local;
+  std::string local, headers;
   for (int s = 0; s < shards; ++s) {
-    if (segments_[static_cast<size_t>(s)].mapped()) local += (local.empty() ? "ps" : " and ps") + std::to_string(s);
+    if (!segments_[static_cast<size_t>(s)].mapped()) continue;
+    local += (local.empty() ? "ps" : " and ps") + std::to_string(s);
+    // Its headers too can skip ZeroMQ's I/O threads now that every one of them is small.
+    std::string why;
+    if (!endpoint_.use_local_channel(s, &why)) headers += "; ps" + std::to_string(s) + "'s headers through ZeroMQ (" + why + ")";
   }
-  if (!local.empty()) PSLOG(INFO) << "w" << options_.index << ": " << local << " on this host: payloads through shared memory";
+  if (!local.empty()) {
+    PSLOG(INFO) << "w" << options_.index << ": " << local << " on this host: payloads through shared memory"
+                << (headers.empty() ? ", headers over the local channel" : headers);
+  }
   // Each shard answers with the step this worker does next there. They differ by one only for a
   // replacement whose predecessor died between its pushes to different shards: it redoes the
   // earlier step, and the shard that has its push already drops the repeat.

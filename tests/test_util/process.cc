@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -141,6 +142,16 @@ bool JobResult::ok() const {
   return true;
 }
 
+namespace {
+
+// An abstract ipc name unique to this test process and job directory.
+std::string ipc_name(const Job& job, int shard) {
+  return "@pstrain-test-" + std::to_string(::getpid()) + "-" + std::to_string(std::hash<std::string>{}(job.dir) % 1000000007) +
+         "-ps" + std::to_string(shard);
+}
+
+}  // namespace
+
 std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids) {
   std::vector<std::string> addresses;
   for (int s = 0; s < job.num_ps; ++s) {
@@ -149,11 +160,13 @@ std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids)
     std::vector<std::string> argv = {PSTRAIN_PS_BIN, "--index", std::to_string(s), "--num-ps",
                                      std::to_string(job.num_ps), "--num-workers",
                                      std::to_string(job.num_workers), "--port-file", port_file};
+    if (job.ipc) argv.insert(argv.end(), {"--ipc", ipc_name(job, s)});
     argv.insert(argv.end(), job.args.begin(), job.args.end());
     pids->push_back(spawn(argv, job.dir + "/ps" + std::to_string(s) + ".log"));
   }
   for (int s = 0; s < job.num_ps; ++s) {
-    addresses.push_back(wait_for_file(job.dir + "/ps" + std::to_string(s) + ".addr", 30));
+    const std::string tcp = wait_for_file(job.dir + "/ps" + std::to_string(s) + ".addr", 30);  // bound: ready
+    addresses.push_back(job.ipc ? "ipc://" + ipc_name(job, s) : tcp);
   }
   return addresses;
 }

@@ -44,6 +44,9 @@ struct Job {
   std::string dir;          // logs and port files go here
   double timeout_s = 120;
   std::map<int, std::vector<std::string>> worker_args;  // more flags for one worker (by index)
+  // The PSes also listen at ipc://@NAME and the workers connect there (as launch.sh runs a job on
+  // one host: the same-host local channel), not to their TCP port.
+  bool ipc = false;
 };
 struct JobResult {
   std::vector<ExitStatus> ps, workers;
@@ -60,7 +63,8 @@ JobResult finish_job(const Job& job, const StartedJob& started);
 // The same without parameter servers: N workers in --mode allreduce --collective `collective`,
 // worker 0 the rendezvous coordinator on a free port (job.num_ps is ignored).
 JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
-// Starts the PS processes only; returns their addresses ("host:port") and pids.
+// Starts the PS processes only; returns their addresses ("host:port", or "ipc://@NAME" with
+// job.ipc) and pids.
 std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids);
 // Runs `body` in a forked child and returns the child's peak RSS in KiB (wait4); a failed
 // expectation if the child fails. The child first resets the high-water mark it inherits from
