@@ -229,7 +229,8 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       if (links.active()) links.enter(s);
       zmq::context_t context(1);
       const auto zap = make_zap_handler(context, security);
-      auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security);
+      auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security,
+                                      o.shared_memory == "auto");
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
       ParameterServer server(o, *endpoint);
       server.serve();
@@ -242,7 +243,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       JobOptions o = base;
       o.index = i;
       zmq::context_t context(1);
-      auto endpoint = make_zmq_client(context, hosts, security);
+      auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory == "auto");
       PsClient client(o, total, *endpoint);
       client.hello(static_cast<uint64_t>(rounds + 1));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
@@ -364,8 +365,8 @@ int main(int argc, char** argv) {
       std::printf("usage: comm [--sizes MiB,...] [--transport tcp,ipc,shm] [--workers N,...] [--shards S,...] [--rounds R] [--chunk-kib K] [--link-gbit G] [--json]\n"
                   "  defaults: --sizes 1,16,64,256 --transport tcp --workers 1,2,4 --shards 1,2,4 --rounds 5 --chunk-kib %d\n"
                   "  --transport: tcp (loopback), ipc (Unix-domain sockets; the raw baseline uses the same transport),\n"
-                  "    shm (headers over ipc, payloads through shared memory as same-host jobs run by default; baseline:\n"
-                  "    raw ipc; tcp and ipc rows run with --shared-memory off) and/or\n"
+                  "    shm (payloads through shared memory, headers over the local channel, as same-host jobs run by\n"
+                  "    default; baseline: raw ipc; tcp and ipc rows run with --shared-memory off) and/or\n"
                   "    curve (tcp with CURVE encryption; baseline: raw plain tcp; with tcp listed first, each curve row\n"
                   "    also prints curve_vs_tcp = pstrain time over CURVE / over plain tcp, both from this run)\n"
                   "  --link-gbit G: instead, every PS shard in its own network namespace behind an emulated G Gbit/s\n"
