@@ -171,7 +171,7 @@ void ParameterServer::serve() {
     report_stall();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
-              << " workers done at version " << version() << counters_text() << "; peak_rss_kib=" << peak_rss_kib()
+              << " workers done at version " << version() << counters_text() << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
@@ -294,7 +294,9 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
     }
   }
   Header welcome;
-  welcome.shm = segment.mapped() ? 1 : 0;
+  // 2: and this PS writes the segment's parameter area only in the apply that the worker's
+  // push completes (plain sync), so the worker may compute from it (docs/wire_protocol.md).
+  welcome.shm = !segment.mapped() ? 0 : deferred_sums_ ? 2 : 1;
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
   welcome.step = next_step_of(static_cast<int>(h.sender));

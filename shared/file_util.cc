@@ -1,6 +1,7 @@
 #include "shared/file_util.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -77,6 +78,17 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* err
   if (in.bad()) return (*error = "cannot read", false);
   *out = buffer.str();
   return true;
+}
+
+std::string cpu_usage_text() {
+  struct rusage u {};
+  if (getrusage(RUSAGE_SELF, &u) != 0) return "cpu_s=?";
+  const auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  char text[160];
+  std::snprintf(text, sizeof text, "cpu_s=%.3f (user %.3f + sys %.3f) switches=%ld+%ld",
+                seconds(u.ru_utime) + seconds(u.ru_stime), seconds(u.ru_utime), seconds(u.ru_stime), u.ru_nvcsw,
+                u.ru_nivcsw);
+  return text;
 }
 
 long peak_rss_kib() {

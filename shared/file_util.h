@@ -22,4 +22,9 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* err
 // unavailable. Every process prints it on its last line.
 long peak_rss_kib();
 
+// This process's CPU time and context switches so far, all threads (getrusage), as the last
+// line's text: "cpu_s=1.234 (user 1.100 + sys 0.134) switches=900+12" (voluntary, the waits,
+// + involuntary, the preemptions). A sync job's cost beyond its compute shows here.
+std::string cpu_usage_text();
+
 }  // namespace pstrain

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 5 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 6 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values. Every field is validated on receipt.
 #pragma once
@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 5;
+constexpr uint32_t kProtocolVersion = 6;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 

@@ -513,7 +513,7 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
   shm.shm = 1;
   f.reject(1, message(shm), "push from shared memory, but this worker's segment is not mapped here", "shm push");
   f.reject(1, message(shm, &g), "PUSH needs 1 frame(s), got 2", "shm push with a payload");
-  f.reject(1, patched(message(shm), "\xa3shm", 0, 2), "shm is not 0 or 1", "shm 2");
+  f.reject(1, patched(message(shm), "\xa3shm", 0, 2), "shm is not 0 or 1 (or 2 in WELCOME)", "shm 2");
   shm = f.request(Op::kPull, 1, step + 1);
   shm.shm = 1;
   f.reject(1, message(shm), "pull into shared memory, but this worker's segment is not mapped here", "shm pull");

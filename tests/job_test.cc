@@ -139,6 +139,23 @@ TEST_F(JobTest, StepBreakdownAddsUpToTheMeasuredStepTime) {
   std::printf("%d progress lines, %d with an evaluation\n", lines, with_eval);
   EXPECT_EQ(lines, 4);     // one per epoch end
   EXPECT_EQ(with_eval, 3);  // the lines after the first three epochs' evaluations
+  // Every process's last line says what CPU it used and how often it waited or was preempted.
+  for (const char* process : {"ps0: all 2 workers done", "w0: done;", "w1: done;"}) {
+    const size_t line = result.logs.find(process);
+    ASSERT_NE(line, std::string::npos) << process << "\n" << result.logs;
+    const size_t at = result.logs.find(" cpu_s=", line);
+    ASSERT_NE(at, std::string::npos) << process << "\n" << result.logs;
+    double cpu = 0, user = 0, sys = 0;
+    long waits = -1, preempted = -1;
+    ASSERT_EQ(std::sscanf(result.logs.c_str() + at, " cpu_s=%lf (user %lf + sys %lf) switches=%ld+%ld", &cpu, &user,
+                          &sys, &waits, &preempted),
+              5)
+        << result.logs.substr(at, 80);
+    EXPECT_NEAR(cpu, user + sys, 0.0015) << process;
+    EXPECT_GT(cpu, 0.05) << process;  // 624 steps
+    EXPECT_GT(waits, 624) << process;   // at least one wait for the other side per step
+    EXPECT_GE(preempted, 0) << process;
+  }
 }
 
 }  // namespace

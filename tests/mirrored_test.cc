@@ -137,6 +137,18 @@ TEST_F(MirroredCheck, SharedMemoryTrainsWhatTheSocketsTrain) {
   }
   EXPECT_EQ(socket_logs.find("shared memory"), std::string::npos) << socket_logs;
 
+  // One shard: backward writes into the segment's gradient area and forward reads the PS's
+  // parameter area in place (WELCOME shm 2), with no copy either way.
+  const SavedParams one_shm = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "auto"}, "momentum",
+                                         "shm-ps1", "ring", &shm_logs, true);
+  const SavedParams one_sockets = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
+                                             "sockets-ps1", "ring", &socket_logs);
+  EXPECT_EQ(relative_difference(one_shm, one_sockets), 0.0);
+  for (const char* line : {"w0: computing from ps0's parameter area", "w1: computing from ps0's parameter area"}) {
+    EXPECT_NE(shm_logs.find(line), std::string::npos) << line << "\n" << shm_logs;
+  }
+  EXPECT_EQ(socket_logs.find("parameter area"), std::string::npos) << socket_logs;
+
   const SavedParams ring_shm = train_with(0, 3, {"--batch-size", "8"}, "momentum", "shm-ring", "ring", &shm_logs);
   const SavedParams ring = train_with(0, 3, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
                                       "sockets-ring", "ring", &socket_logs);

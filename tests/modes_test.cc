@@ -80,6 +80,9 @@ TEST_F(ModesTest, AsyncAppliesEveryPushAndReportsItsStaleness) {
   const std::string chief = read_file(dir_ + "/w0.log");
   EXPECT_NE(chief.find("summary: mode=async"), std::string::npos) << chief;
   EXPECT_NE(chief.find("; staleness mean "), std::string::npos) << chief;
+  // The PS writes a worker's parameter area whenever it answers a PULL: no computing from it.
+  EXPECT_NE(chief.find("w0: ps0 on this host: payloads through shared memory"), std::string::npos) << chief;
+  EXPECT_EQ(chief.find("parameter area"), std::string::npos) << chief;
 }
 
 // async counts updates, not steps: a worker that registers after the others have pushed (here

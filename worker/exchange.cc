@@ -18,15 +18,22 @@ uint64_t micros(Clock::duration d) {
 class PsExchange final : public Exchange {
  public:
   PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers, Replica& replica)
-      : o_(o), client_(o, total, servers), replica_(replica), early_pull_(o.mode == "sync") {}
+      : o_(o), client_(o, total, servers), replica_(replica) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     const uint64_t first = client_.hello(total_steps);
     // One PS on this host: backward computes the gradient in the segment the PS reads it from.
     // (On a GPU the pinned staging buffer stays: copies into pageable memory are slower.)
+    // In plain sync the PS writes the parameter area only while this worker waits for PARAMS,
+    // so forward and backward read the parameters there, and a PULL copies nothing.
     if (!replica_.on_device()) {
       if (float* area = client_.gradient_area()) replica_.place_host_grad(area);
+      if (float* area = client_.params_area()) {
+        replica_.place_host_params(area);
+        PSLOG(INFO) << "w" << o_.index << ": computing from ps0's parameter area (plain sync: no copy per step)";
+      }
     }
+    host_params = replica_.host_params();
     // The chief's initial values are a function of the seed: a replaced chief sends them again
     // and the PS drops them as a replacement's repeat if it has them already.
     if (o_.index == 0 && first == 0) client_.init(host_params);
@@ -37,12 +44,6 @@ class PsExchange final : public Exchange {
     return first;
   }
 
-  // Sync asks for version step + 1 before computing: the PS sends each chunk the moment it is
-  // applied. ssp and async ask after their pushes, for the newest parameters that include them.
-  void begin_step(uint64_t step) override {
-    if (early_pull_) client_.request_params(step + 1);
-  }
-
   void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
     client_.push_ready(step, host_grad, from, info);
   }
@@ -51,7 +52,12 @@ class PsExchange final : public Exchange {
                           StepTimes* times) override {
     const auto start = Clock::now();
     client_.push_ready(step, host_grad, 0, info);  // whatever backward did not push yet
-    if (!early_pull_) client_.request_params(o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness) : 0);
+    // Pushes first, then the PULL: sync asks for version step + 1, ssp for the version that keeps
+    // it within --staleness, async for the newest. Right behind the last push, the PULL costs the
+    // PS no wake-up of its own (asked at the step's start it woke the PS while both workers computed).
+    client_.request_params(o_.mode == "sync"  ? step + 1
+                           : o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness)
+                                              : 0);
     times->push_us = micros(Clock::now() - start);
     StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
     times->ckpt_us = std::min(m.write_us, times->wait_us);  // the shards' checkpoint write, out of the wait
@@ -68,7 +74,6 @@ class PsExchange final : public Exchange {
   const JobOptions o_;
   PsClient client_;
   Replica& replica_;
-  const bool early_pull_;
 };
 
 class AllreduceExchange final : public Exchange {
@@ -100,7 +105,6 @@ class AllreduceExchange final : public Exchange {
     return first;
   }
 
-  void begin_step(uint64_t) override {}
   void gradient_ready(uint64_t, float*, size_t, const PushInfo&) override {}
 
   StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,

@@ -23,8 +23,6 @@ class Exchange {
   // worker that replaces one that died (the step that one did not finish). total_steps is the
   // job's length (learning-rate schedule).
   virtual uint64_t start(float* host_params, uint64_t total_steps) = 0;
-  // Step `step` begins (its gradient is not computed yet).
-  virtual void begin_step(uint64_t step) = 0;
   // host_grad[from, total) of step `step` is final (called during backward, `from` decreasing).
   virtual void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) = 0;
   // The whole gradient is final: leaves version step+1 in host_params. Sets times->push_us,

@@ -151,6 +151,7 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     SharedMemory& segment = segments_[static_cast<size_t>(s)];
     segment.unlink();
     if (h.shm == 0) segment = SharedMemory();
+    if (s == 0) params_stable_ = h.shm == 2;
     for (uint64_t local = 0; local < slice.length; local += h.chunk) {
       chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
     }
@@ -183,6 +184,11 @@ uint64_t PsClient::hello(uint64_t total_steps) {
 float* PsClient::gradient_area() const {
   if (segments_.size() != 1 || !segments_[0].mapped()) return nullptr;
   return static_cast<float*>(segments_[0].data());  // the slice is [0, total): offset 0
+}
+
+float* PsClient::params_area() const {
+  if (!params_stable_ || gradient_area() == nullptr) return nullptr;
+  return static_cast<float*>(segments_[0].data()) + shm_area_floats(total_);
 }
 
 void PsClient::init(const float* params) {
@@ -287,7 +293,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
                                     shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) +
                                     (h.offset - slices_[static_cast<size_t>(msg.shard)].offset)
                               : msg.frames[1].data<float>();
-    std::memcpy(params + h.offset, values, h.length * sizeof(float));
+    if (params + h.offset != values) std::memcpy(params + h.offset, values, h.length * sizeof(float));
     received[index] = true;
     versions_[index] = h.step;
     version = std::min(version, h.step);

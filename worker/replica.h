@@ -25,12 +25,15 @@ class Replica {
   int cuda_device() const { return backend_.cuda_device(); }       // -1 on the CPU
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
-  const float* params() const { return params_.get(); }
+  const float* params() const { return params_at_; }
   float* grad() { return grad_at_; }
   // From the next step on, the gradient lives at `at` (host memory of the replica's size, e.g. a
   // shared-memory all-reduce's slot or a same-host PS's segment): backward writes it there on the
   // CPU, and a GPU replica stages it there. The caller keeps `at` valid while the replica is used.
   void place_host_grad(float* at);
+  // The same for the parameters (a same-host PS's parameter area in plain sync): the current
+  // values are copied there, and on the CPU forward and backward read them there from now on.
+  void place_host_params(float* at);
 
   void params_to_device();                    // after the parameters were pulled
   void synchronize() { backend_.synchronize(); }  // the device's queued work is done
@@ -45,6 +48,7 @@ class Replica {
   float* host_params_;
   float* host_grad_;
   float* grad_at_;  // grad_ or, on the CPU, where place_host_grad put it
+  const float* params_at_;  // params_ or, on the CPU, where place_host_params put them
 };
 
 }  // namespace pstrain

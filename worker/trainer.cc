@@ -266,7 +266,6 @@ class Trainer {
   StepMetrics run_step(uint64_t step) {
     const auto t0 = Clock::now();
     Clock::duration data{}, pushing{};
-    exchange_->begin_step(step);
     PushInfo info{0, 0, 0, previous_};
     checkpoints_->plan(step, &info.checkpoint, &info.stop);
     BatchStats done;  // of the micro-batches before the current one
@@ -371,7 +370,7 @@ class Trainer {
       save_params(o_.save_params, model_->layout(), replica_->host_params());
     }
     exchange_->done();
-    PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib()
+    PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
                 << (skipped_ > 0 ? " skipped_steps=" + std::to_string(skipped_) : "")
                 << (backend_->host_accessible()
                         ? std::string()
