@@ -2,7 +2,7 @@
 
 #include <cmath>
 #include <msgpack.hpp>
-#include <set>
+#include <string_view>
 
 #include "shared/error.h"
 
@@ -75,46 +75,90 @@ bool get_uint(const msgpack::object& v, uint64_t* out) {
   return true;
 }
 
+// Every key a header may hold, in one table: a key's index is its bit in Decoder::seen.
+constexpr std::string_view kAllKeys[] = {
+    kKeyMagic,   kKeyVersion,     kKeyOp,         kKeyRequest,  kKeyRole,      kKeySender,     kKeyStep,
+    kKeyOffset,  kKeyLength,      kKeyTotal,      kKeyWorkers,  kKeySamples,   kKeyCorrect,    kKeyDtype,
+    kKeyChunk,   kKeyData,        kKeyCompute,    kKeyPush,     kKeyWait,      kKeyPull,       kKeyEval,
+    kKeySlowest, kKeySlowestTime, kKeyCheckpoint, kKeyStop,     kKeyCheckpointTime, kKeyWriteTime, kKeyMode,
+    kKeyBasedOn, kKeyStaleSum,    kKeyStaleCount, kKeyStaleMax, kKeyLead,      kKeyDropped,    kKeyShm,
+    kKeyLoss,    kKeyMessage};
+constexpr int kNumAllKeys = static_cast<int>(sizeof kAllKeys / sizeof kAllKeys[0]);
+static_assert(kNumAllKeys == static_cast<int>(kNumKeys) && kNumAllKeys <= 64, "every key, one bit each");
+constexpr int kLossIndex = kNumAllKeys - 2, kMessageIndex = kNumAllKeys - 1;
+
+// The index of `key` in kAllKeys, or -1; `expected` is tried first (encode_header writes the keys
+// in the table's order). Every message's header is decoded: no allocation, few comparisons.
+int key_index(std::string_view key, int expected) {
+  if (expected < kNumAllKeys && key == kAllKeys[expected]) return expected;
+  for (int i = 0; i < kNumAllKeys; ++i) {
+    if (key == kAllKeys[i]) return i;
+  }
+  return -1;
+}
+
 struct Decoder {
-  Decoder(Header* header, std::string* error_out) : h(header), error(error_out) {}
+  Decoder(Header* header, std::string* error_out)
+      : h(header),
+        error(error_out),
+        targets{&magic,
+                &version,
+                &op,
+                &h->request_id,
+                &role,
+                &sender,
+                &h->step,
+                &h->offset,
+                &h->length,
+                &h->total,
+                &workers,
+                &h->samples,
+                &h->correct,
+                &dtype,
+                &h->chunk,
+                &h->times.data_us,
+                &h->times.compute_us,
+                &h->times.push_us,
+                &h->times.wait_us,
+                &h->times.pull_us,
+                &h->times.eval_us,
+                &slowest,
+                &h->slowest_us,
+                &h->checkpoint,
+                &h->stop,
+                &h->times.ckpt_us,
+                &h->write_us,
+                &h->mode,
+                &h->based_on,
+                &h->stale_sum,
+                &h->stale_count,
+                &h->stale_max,
+                &h->lead_max,
+                &h->dropped,
+                &h->shm} {}
   Header* h;
   std::string* error;
   uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0, slowest = 0;
-  std::set<std::string> seen;
+  uint64_t* targets[kLossIndex];  // the unsigned fields, by key index
+  uint64_t seen = 0;              // bit i: kAllKeys[i] was read
+  int next = 0;                   // the index the encoder writes next
 
   bool fail(const std::string& what) {
     *error = what;
     return false;
   }
 
-  uint64_t* uint_target(const std::string& key) {
-    const std::pair<const char*, uint64_t*> fields[] = {
-        {kKeyMagic, &magic},          {kKeyVersion, &version},         {kKeyOp, &op},
-        {kKeyRequest, &h->request_id}, {kKeyRole, &role},              {kKeySender, &sender},
-        {kKeyStep, &h->step},         {kKeyOffset, &h->offset},        {kKeyLength, &h->length},
-        {kKeyTotal, &h->total},       {kKeyWorkers, &workers},         {kKeySamples, &h->samples},
-        {kKeyCorrect, &h->correct},   {kKeyDtype, &dtype},             {kKeyChunk, &h->chunk},
-        {kKeyData, &h->times.data_us}, {kKeyCompute, &h->times.compute_us},
-        {kKeyPush, &h->times.push_us}, {kKeyWait, &h->times.wait_us}, {kKeyPull, &h->times.pull_us},
-        {kKeyEval, &h->times.eval_us},
-        {kKeySlowest, &slowest},      {kKeySlowestTime, &h->slowest_us},
-        {kKeyCheckpoint, &h->checkpoint}, {kKeyStop, &h->stop},
-        {kKeyCheckpointTime, &h->times.ckpt_us}, {kKeyWriteTime, &h->write_us},
-        {kKeyMode, &h->mode},         {kKeyBasedOn, &h->based_on},     {kKeyStaleSum, &h->stale_sum},
-        {kKeyStaleCount, &h->stale_count}, {kKeyStaleMax, &h->stale_max}, {kKeyLead, &h->lead_max},
-        {kKeyDropped, &h->dropped}, {kKeyShm, &h->shm}};
-    for (const auto& [name, target] : fields) {
-      if (key == name) return target;
+  bool field(std::string_view key, const msgpack::object& v) {
+    const int index = key_index(key, next);
+    next = index + 1;
+    if (index < 0) return fail("unknown header field '" + sanitize(std::string(key)) + "'");
+    const uint64_t bit = uint64_t{1} << index;
+    if (seen & bit) return fail("duplicate header field '" + std::string(key) + "'");
+    seen |= bit;
+    if (index < kLossIndex) {
+      return get_uint(v, targets[index]) || fail("header field '" + std::string(key) + "' is not an unsigned integer");
     }
-    return nullptr;
-  }
-
-  bool field(const std::string& key, const msgpack::object& v) {
-    if (!seen.insert(key).second) return fail("duplicate header field '" + sanitize(key) + "'");
-    if (uint64_t* target = uint_target(key)) {
-      return get_uint(v, target) || fail("header field '" + key + "' is not an unsigned integer");
-    }
-    if (key == kKeyLoss) {
+    if (index == kLossIndex) {
       // msgpack-cxx writes a double with an integral value as an integer.
       if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) {
         h->loss_sum = v.via.f64;
@@ -127,17 +171,14 @@ struct Decoder {
       }
       return std::isfinite(h->loss_sum) || fail("header field 'loss' is not finite");
     }
-    if (key == kKeyMessage) {
-      if (v.type != msgpack::type::STR) return fail("header field 'msg' is not a string");
-      h->message.assign(v.via.str.ptr, v.via.str.size);
-      return true;
-    }
-    return fail("unknown header field '" + sanitize(key) + "'");
+    if (v.type != msgpack::type::STR) return fail("header field 'msg' is not a string");
+    h->message.assign(v.via.str.ptr, v.via.str.size);
+    return true;
   }
 
   bool finish() {
-    for (const char* key : {kKeyMagic, kKeyVersion, kKeyOp, kKeyRequest, kKeyRole, kKeySender}) {
-      if (!seen.count(key)) return fail(std::string("header field '") + key + "' is missing");
+    for (int i = 0; i <= 5; ++i) {  // magic, ver, op, rid, role, from
+      if (!(seen & (uint64_t{1} << i))) return fail("header field '" + std::string(kAllKeys[i]) + "' is missing");
     }
     if (magic != kMagic) return fail("bad magic (not a pstrain message)");
     if (version != kProtocolVersion) {
@@ -271,7 +312,7 @@ bool decode_header(const void* data, size_t size, Header* out, std::string* erro
   for (uint32_t i = 0; i < root.via.map.size; ++i) {
     const msgpack::object_kv& kv = root.via.map.ptr[i];
     if (kv.key.type != msgpack::type::STR) return (*error = "header key is not a string", false);
-    if (!d.field(std::string(kv.key.via.str.ptr, kv.key.via.str.size), kv.val)) return false;
+    if (!d.field(std::string_view(kv.key.via.str.ptr, kv.key.via.str.size), kv.val)) return false;
   }
   return d.finish();
 }
