@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <numeric>
 #include <fstream>
 #include <functional>
 #include <set>
@@ -105,6 +106,24 @@ TEST(IdxDataset, ReadsPlainFiles) {
   EXPECT_EQ(data->num_classes(), 10);
   expect_coded_records(*data, {299, 0, 257, 3, 3});
   EXPECT_FALSE(fs::exists(dir.path + "/cache"));  // plain files are used in place
+}
+
+// Consecutive records are read as runs, in 64 KiB reads whose ends fall inside records: every
+// value lands where it belongs, runs and single records mixed, in and out of order.
+TEST(IdxDataset, ReadsRunsOfConsecutiveRecords) {
+  TempDir dir("data");
+  const uint32_t n = 12000;  // 72,000 bytes of features: a run of all of them spans two reads
+  const CodedFiles f = write_coded(dir.path, n, false);
+  const auto data = Dataset::open_idx(f.images, f.labels, dir.path + "/cache");
+  std::vector<size_t> all(n);
+  std::iota(all.begin(), all.end(), size_t{0});
+  expect_coded_records(*data, all);
+  expect_coded_records(*data, {5, 6, 7, 100, 101, 3, 4, 11997, 11998, 11999, 0, 0, 1});
+  std::vector<size_t> past_end = {11998, 11999, 12000};
+  std::vector<float> x(past_end.size() * kDim);
+  std::vector<int32_t> y(past_end.size());
+  EXPECT_EQ(error_of([&] { data->read(past_end.data(), past_end.size(), x.data(), y.data()); }),
+            f.images + ": record 12000 out of range (12000 records)");
 }
 
 TEST(IdxDataset, ReadsGzipFilesThroughTheCache) {
@@ -664,8 +683,9 @@ TEST(Prefetcher, FileTruncatedAfterOpenSurfacesFromNext) {
   Prefetcher prefetcher(*data, sampler, 0, 1, 0, 1);
   Batch b;
   ASSERT_TRUE(prefetcher.next(b));
+  // Unshuffled, the second batch's 10 records are one run: one read of 10 records, past the end.
   EXPECT_EQ(error_of([&] { prefetcher.next(b); }),
-            f.images + ": short read of 6 bytes at offset 76 (file truncated after it was "
+            f.images + ": short read of 60 bytes at offset 76 (file truncated after it was "
                        "opened?)");
 }
 

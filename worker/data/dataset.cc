@@ -14,7 +14,7 @@
 namespace pstrain {
 namespace {
 
-constexpr size_t kFeatureChunk = 4096;    // bytes of one record read per pread
+constexpr size_t kFeatureChunk = 65536;   // bytes of a run of consecutive records read per pread
 constexpr size_t kLabelChunk = 4096;      // labels validated per pread
 // Labels are kept in memory (one byte a record, read once at open) up to this many records:
 // half of the reader's syscalls otherwise. Beyond it they are read by pread like the features.
@@ -42,24 +42,32 @@ class IdxDataset final : public Dataset {
   }
   int num_classes() const override { return num_classes_; }
 
+  // Consecutive records (the test set in order, an unshuffled epoch) are read as one run: one
+  // pread per 64 KiB instead of one per record (the evaluation's 10k records: 120 preads, not 10k).
   void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {
-    for (size_t i = 0; i < count; ++i) {
-      if (records[i] >= size()) {
-        throw Error(images_.name() + ": record " + std::to_string(records[i]) +
-                    " out of range (" + std::to_string(size()) + " records)");
-      }
-      read_features(records[i], features + i * feature_dim());
-      labels[i] = read_label(records[i]);
+    for (size_t i = 0; i < count;) {
+      size_t run = 0;
+      do {
+        if (records[i + run] >= size()) {
+          throw Error(images_.name() + ": record " + std::to_string(records[i + run]) + " out of range (" +
+                      std::to_string(size()) + " records)");
+        }
+        labels[i + run] = read_label(records[i + run]);
+        ++run;
+      } while (i + run < count && records[i + run] == records[i] + run);
+      read_features(records[i], run, features + i * feature_dim());
+      i += run;
     }
   }
 
  private:
-  void read_features(size_t record, float* out) const {
+  // Records [first, first + n) into out, n * feature_dim() floats.
+  void read_features(size_t first, size_t n, float* out) const {
     uint8_t buf[kFeatureChunk];
-    const size_t dim = feature_dim();
-    for (size_t done = 0; done < dim; done += kFeatureChunk) {
-      const size_t len = std::min(kFeatureChunk, dim - done);
-      images_.read_data(record * dim + done, len, buf);
+    const uint64_t bytes = static_cast<uint64_t>(n) * feature_dim();
+    for (uint64_t done = 0; done < bytes; done += kFeatureChunk) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(kFeatureChunk, bytes - done));
+      images_.read_data(first * feature_dim() + done, len, buf);
       for (size_t j = 0; j < len; ++j) out[done + j] = scale_[buf[j]];
     }
   }
