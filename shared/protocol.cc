@@ -85,7 +85,7 @@ constexpr std::string_view kAllKeys[] = {
     kKeyLoss,    kKeyMessage};
 constexpr int kNumAllKeys = static_cast<int>(sizeof kAllKeys / sizeof kAllKeys[0]);
 static_assert(kNumAllKeys == static_cast<int>(kNumKeys) && kNumAllKeys <= 64, "every key, one bit each");
-constexpr int kLossIndex = kNumAllKeys - 2, kMessageIndex = kNumAllKeys - 1;
+constexpr int kLossIndex = kNumAllKeys - 2;  // then kKeyMessage, the last
 
 // The index of `key` in kAllKeys, or -1; `expected` is tried first (encode_header writes the keys
 // in the table's order). Every message's header is decoded: no allocation, few comparisons.
