@@ -79,6 +79,8 @@ TEST_F(LaunchTest, KilledWorkerStopsTheJobNamingIt) {
   const pid_t launcher = spawn(launch("kill", {"--num-workers", "3"}, {"--epochs", "1000", "--batch-size", "4"}),
                                dir_ + "/launch.log");
   ASSERT_TRUE(wait_for_text(run + "/w0.log", "training", 60)) << read_file(dir_ + "/launch.log");
+  // w0 trains once the PS answers; the launcher may not have started (and recorded) w2 yet.
+  ASSERT_TRUE(wait_for_text(run + "/cmd.txt", "\nw2\t", 60)) << read_file(dir_ + "/launch.log");
   const pid_t w1 = pid_of(run, "w1");
   ASSERT_GT(w1, 0) << read_file(run + "/cmd.txt");
   const std::vector<pid_t> pids = launched_pids(run);
