@@ -12,9 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <numeric>
 #include <fstream>
 #include <functional>
+#include <numeric>
 #include <set>
 #include <stdexcept>
 #include <thread>

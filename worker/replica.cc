@@ -35,21 +35,17 @@ Replica::Replica(Backend& backend, size_t total, size_t input_floats)
     host_params_ = host_params_buffer_.get();
     host_grad_ = host_grad_buffer_.get();
   }
-  grad_at_ = grad_.get();
-  params_at_ = params_.get();
 }
 
 void Replica::place_host_grad(float* at) {
   PSTRAIN_CHECK(at != nullptr);
   host_grad_ = at;
-  if (backend_.host_accessible()) grad_at_ = at;
 }
 
 void Replica::place_host_params(float* at) {
   PSTRAIN_CHECK(at != nullptr);
   if (at != host_params_) std::copy(host_params_, host_params_ + total_, at);
   host_params_ = at;
-  if (backend_.host_accessible()) params_at_ = at;
 }
 
 void Replica::params_to_device() {

@@ -25,8 +25,10 @@ class Replica {
   int cuda_device() const { return backend_.cuda_device(); }       // -1 on the CPU
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
-  const float* params() const { return params_at_; }
-  float* grad() { return grad_at_; }
+  // Where forward and backward read and write: the host buffers on the CPU (wherever
+  // place_host_params / place_host_grad put them), the device buffers on a GPU.
+  const float* params() const { return backend_.host_accessible() ? host_params_ : params_.get(); }
+  float* grad() { return backend_.host_accessible() ? host_grad_ : grad_.get(); }
   // From the next step on, the gradient lives at `at` (host memory of the replica's size, e.g. a
   // shared-memory all-reduce's slot or a same-host PS's segment): backward writes it there on the
   // CPU, and a GPU replica stages it there. The caller keeps `at` valid while the replica is used.
@@ -47,8 +49,6 @@ class Replica {
   BufferPtr host_params_buffer_, host_grad_buffer_;  // GPU only
   float* host_params_;
   float* host_grad_;
-  float* grad_at_;  // grad_ or, on the CPU, where place_host_grad put it
-  const float* params_at_;  // params_ or, on the CPU, where place_host_params put them
 };
 
 }  // namespace pstrain
