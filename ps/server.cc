@@ -39,7 +39,11 @@ struct ParameterServer::Chunk {
   Slice range;       // in the flat vector
   size_t local = 0;  // offset within the slice (and the optimizer's state)
   // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
+  // Null once the values moved into the shard's parameter area (in_area).
   std::shared_ptr<std::vector<float>> values;
+  float* in_area = nullptr;  // the chunk's values in ParameterServer::area_ (plain sync, same host)
+  float* data() { return in_area != nullptr ? in_area : values->data(); }
+  const float* data() const { return in_area != nullptr ? in_area : values->data(); }
   bool initialized = false;
   uint64_t version = 0;
   // The steps version, version + 1, ... that pushes arrived for (more than one only in ssp).
@@ -50,7 +54,6 @@ struct ParameterServer::Chunk {
   // the step its predecessor had pushed this chunk for (see next_step_of).
   std::shared_ptr<std::vector<float>> previous;
   Header previous_last;
-  std::vector<uint64_t> in_segment;  // by worker: the version its segment's parameter area holds
 };
 
 struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its version
@@ -59,14 +62,13 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
   uint64_t want;
   std::vector<bool> sent;
   size_t left;
-  bool shm;  // the parameters go into the worker's shared-memory segment
+  uint64_t shm;  // 1: the parameters go into the worker's segment; 2: it reads the area (PULL's shm)
 };
 
 namespace {
 
 constexpr double kCloseSeconds = 5;
-constexpr size_t kApplyBlock = 4096;         // floats summed and updated at a time (16 KiB: in L1)
-constexpr uint64_t kNoVersion = UINT64_MAX;  // Chunk::in_segment: nothing valid there
+constexpr size_t kApplyBlock = 4096;  // floats summed and updated at a time (16 KiB: in L1)
 
 uint64_t physical_memory_mib() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -154,7 +156,7 @@ uint64_t ParameterServer::version() const {
 
 std::vector<float> ParameterServer::params() const {
   std::vector<float> out;
-  for (const Chunk& c : chunks_) out.insert(out.end(), c.values->begin(), c.values->end());
+  for (const Chunk& c : chunks_) out.insert(out.end(), c.data(), c.data() + c.range.length);
   return out;
 }
 
@@ -257,7 +259,6 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
       c.local = local;
       c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
       c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
-      c.in_segment.assign(static_cast<size_t>(options_.num_workers), kNoVersion);
       chunks_.push_back(std::move(c));
     }
     optimizer_ = make_optimizer(options_.optimizer, slice_.length);
@@ -289,14 +290,16 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
     std::string why;
     if (SharedMemory::open(h.message, shm_segment_bytes(slice_.length), &segment, &why)) {
       PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << "'s payloads go through shared memory";
+      if (deferred_sums_ && !area_.mapped()) create_area();
     } else {
       PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << " through sockets: " << why;
     }
   }
   Header welcome;
-  // 2: and this PS writes the segment's parameter area only in the apply that the worker's
-  // push completes (plain sync), so the worker may compute from it (docs/wire_protocol.md).
-  welcome.shm = !segment.mapped() ? 0 : deferred_sums_ ? 2 : 1;
+  // 2: and the values live in the area named in `message`, which this PS writes only in the
+  // apply that the worker's push completes (plain sync): the worker may compute from it.
+  welcome.shm = !segment.mapped() ? 0 : area_.mapped() ? 2 : 1;
+  if (welcome.shm == 2) welcome.message = area_.name();
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
   welcome.step = next_step_of(static_cast<int>(h.sender));
@@ -363,7 +366,7 @@ bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* 
   if (c->initialized) return (*error = "parameters are already initialised", false);
   const float* values = msg.frames[1].data<float>();
   if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
-  std::memcpy(c->values->data(), values, c->range.length * sizeof(float));
+  std::memcpy(c->data(), values, c->range.length * sizeof(float));
   c->initialized = true;
   chunk_advanced(static_cast<size_t>(c - chunks_.data()));
   return true;
@@ -461,9 +464,11 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
     c.previous = std::move(c.values);
     c.values = std::move(next);
     c.previous_last = c.last;
-  } else if (c.values.use_count() > 1) {
+  } else if (c.in_area == nullptr && c.values.use_count() > 1) {
     c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
   }
+  // Every worker pushed, so every one of this host's has opened the area (or given up on it).
+  area_.unlink();
   // async applies N updates where sync applies one: its schedule runs over N times the steps.
   const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
                                       ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
@@ -476,7 +481,7 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
                           : 1.0f / static_cast<float>(p.metrics.samples);
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
   if (p.sources.empty()) {
-    optimizer_->apply(c.local, c.range.length, c.values->data(), p.accum.data<float>(), scale, lr, c.version);
+    optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data<float>(), scale, lr, c.version);
   } else {
     apply_sources(c, p, scale, lr);
   }
@@ -495,32 +500,45 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
 }
 
 // Plain sync's update: per block of kApplyBlock floats, the pushes summed in arrival order (the
-// same sums as accum's), the optimizer's update (element by element, so blocks change nothing),
-// and the new values copied into every same-host worker's parameter area, all while the block is
-// in cache. Every worker pushed this step, so none is still reading its area; their PULLs then
-// find the version there (Chunk::in_segment) and cost a header.
+// same sums as accum's) and the optimizer's update (element by element, so blocks change
+// nothing), while the block is in cache. The values may be in the shared area: every worker
+// pushed this step, so none is reading them now.
 void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, double lr) {
-  std::vector<std::pair<size_t, float*>> areas;  // worker, its parameter area of the chunk
-  for (size_t w = 0; w < segment_of_worker_.size(); ++w) {
-    if (segment_of_worker_[w].mapped()) areas.emplace_back(w, shm_params(segment_of_worker_[w]) + c.local);
-  }
-  float* values = c.values->data();
+  float* values = c.data();
   alignas(64) float sum[kApplyBlock];
   for (size_t b = 0; b < c.range.length; b += kApplyBlock) {
     const size_t len = std::min(kApplyBlock, c.range.length - b);
     std::memcpy(sum, p.sources[0].data() + b, len * sizeof(float));
     for (size_t k = 1; k < p.sources.size(); ++k) add_into(sum, p.sources[k].data() + b, len);
     optimizer_->apply(c.local + b, len, values + b, sum, scale, lr, c.version);
-    for (const auto& area : areas) std::memcpy(area.second + b, values + b, len * sizeof(float));
   }
-  for (const auto& area : areas) c.in_segment[area.first] = c.version + 1;
+}
+
+// At the first same-host worker's HELLO in plain sync: the shard's values move into a segment
+// that same-host workers map read-only (WELCOME shm 2). Not fatal when it cannot be made: the
+// workers then get the values copied into their own segments (shm 1).
+void ParameterServer::create_area() {
+  std::string why;
+  if (!SharedMemory::create("pstrain-ps" + std::to_string(options_.index) + "-params", slice_.length * sizeof(float),
+                            &area_, &why)) {
+    PSLOG(INFO) << "ps" << options_.index << ": no shared parameter area (" << why
+                << "): each same-host worker gets its own copy of the values";
+    return;
+  }
+  float* area = static_cast<float*>(area_.data());
+  for (Chunk& c : chunks_) {
+    std::memcpy(area + c.local, c.data(), c.range.length * sizeof(float));
+    c.in_area = area + c.local;
+    c.values.reset();  // PARAMS still in flight hold their own reference
+  }
+  PSLOG(INFO) << "ps" << options_.index << ": values in shared memory (" << area_.name()
+              << "): same-host workers compute from them, no copy per step";
 }
 
 // Before `worker`'s segment is unmapped (it registered again): its pushes still waiting in a
 // barrier are copied out of it, and nothing counts as already written there.
 void ParameterServer::release_segment(int worker) {
   for (Chunk& c : chunks_) {
-    c.in_segment[static_cast<size_t>(worker)] = kNoVersion;
     for (Pending& p : c.pending) {
       for (Source& source : p.sources) {
         if (source.worker != worker || source.shm == nullptr) continue;
@@ -542,7 +560,8 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   if (h.shm != 0 && !segment_of_worker_[h.sender].mapped()) {
     return (*error = "pull into shared memory, but this worker's segment is not mapped here", false);
   }
-  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size(), h.shm != 0};
+  if (h.shm == 2 && !area_.mapped()) return (*error = "pull from the parameter area, but this PS has none", false);
+  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size(), h.shm};
   for (size_t i = 0; i < chunks_.size(); ++i) {
     const Chunk& c = chunks_[i];
     if (c.initialized && policy_.check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
@@ -586,7 +605,7 @@ void ParameterServer::on_done(const Message& msg, const Header& h) {
 }
 
 void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c, uint64_t want,
-                                 bool shm) {
+                                 uint64_t shm) {
   // A replacement redoing a step may want the version before the chunk's (kept with --allow-rejoin).
   const bool previous = want + 1 == c.version && c.previous != nullptr;
   Header h = previous ? c.previous_last : c.last;
@@ -606,18 +625,23 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   h.write_us = written_ != 0 && h.step == written_ ? write_us_ : 0;  // the workers' wait includes it
   h.offset = c.range.offset;
   h.length = c.range.length;
-  if (shm) {
+  if (shm == 2) {  // the worker reads them in the area (plain sync: nothing older is ever asked)
+    h.shm = 1;
+    return reply(route, h, nullptr);
+  }
+  if (shm == 1) {
     // Into the worker's segment; it reads them before its next PULL, the only thing that makes
     // the PS write there again.
     const auto it = worker_of_route_.find(route);
     if (it == worker_of_route_.end()) return;  // replaced meanwhile: that peer is gone
-    const size_t worker = static_cast<size_t>(it->second);
-    if (previous || c.in_segment[worker] != c.version) {  // else apply_sources wrote them there
-      const auto& values = previous ? *c.previous : *c.values;
-      std::copy(values.begin(), values.end(), shm_params(segment_of_worker_[worker]) + c.local);
-    }
+    const float* values = previous ? c.previous->data() : c.data();
+    std::copy(values, values + c.range.length, shm_params(segment_of_worker_[static_cast<size_t>(it->second)]) + c.local);
     h.shm = 1;
     return reply(route, h, nullptr);
+  }
+  if (c.in_area != nullptr) {  // the area changes at the next apply: a copy of it travels
+    zmq::message_t payload(c.in_area, c.range.length * sizeof(float));
+    return reply(route, h, &payload);
   }
   // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
   auto* hold = new std::shared_ptr<std::vector<float>>(previous ? c.previous : c.values);
@@ -693,7 +717,7 @@ bool ParameterServer::resume(std::string* error) {
   for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
   for (Chunk& chunk : chunks_) {
     std::copy(c.values.begin() + static_cast<long>(chunk.local),
-              c.values.begin() + static_cast<long>(chunk.local + chunk.range.length), chunk.values->begin());
+              c.values.begin() + static_cast<long>(chunk.local + chunk.range.length), chunk.data());
     chunk.version = c.version;
     chunk.initialized = true;
   }

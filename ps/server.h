@@ -59,9 +59,10 @@ class ParameterServer {
   std::string mode_text() const;
   std::string counters_text() const;
   void chunk_advanced(size_t index);
-  void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk, uint64_t want, bool shm);
+  void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk, uint64_t want, uint64_t shm);
   const float* shm_gradient(int worker, const Chunk& chunk) const;  // nullptr: no segment
   float* shm_params(const SharedMemory& segment) const;
+  void create_area();
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
   void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
@@ -83,6 +84,9 @@ class ParameterServer {
   std::map<std::string, int> worker_of_route_;
   std::vector<std::string> route_of_worker_;
   std::vector<SharedMemory> segment_of_worker_;  // same-host workers' segments (unmapped: sockets)
+  // Plain sync with a worker on this host: the shard's values live in this segment, which
+  // same-host workers map read-only and compute from (WELCOME shm 2, docs/wire_protocol.md).
+  SharedMemory area_;
   std::vector<bool> done_;
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;

@@ -194,7 +194,8 @@ struct Decoder {
     if (slowest > UINT32_MAX) return fail("slow out of range");
     if (dtype != kDtypeFloat32) return fail("dtype " + std::to_string(dtype) + " is not float32");
     if (h->stop > 1) return fail("stop is not 0 or 1");
-    if (h->shm > (op == static_cast<uint64_t>(Op::kWelcome) ? 2u : 1u)) return fail("shm is not 0 or 1 (or 2 in WELCOME)");
+    const bool shm2 = op == static_cast<uint64_t>(Op::kWelcome) || op == static_cast<uint64_t>(Op::kPull);
+    if (h->shm > (shm2 ? 2u : 1u)) return fail("shm is not 0 or 1 (or 2 in WELCOME and PULL)");
     if (h->mode > static_cast<uint64_t>(ModeCode::kSsp)) return fail("unknown mode " + std::to_string(h->mode));
     if (h->length > (uint64_t{1} << 40) || h->offset > (uint64_t{1} << 40) ||
         h->total > (uint64_t{1} << 40)) {

@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 6;
+constexpr uint32_t kProtocolVersion = 7;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 

@@ -24,8 +24,8 @@ std::string random_suffix() {
   return s;
 }
 
-bool map(int fd, size_t bytes, void** data, std::string* error) {
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+bool map(int fd, size_t bytes, bool read_only, void** data, std::string* error) {
+  void* p = mmap(nullptr, bytes, read_only ? PROT_READ : PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {
     *error = std::string("mmap: ") + std::strerror(errno);
     return false;
@@ -74,7 +74,7 @@ bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory*
   int rc = ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
   if (rc == 0) rc = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   void* data = nullptr;
-  const bool ok = rc == 0 && map(fd, bytes, &data, error);
+  const bool ok = rc == 0 && map(fd, bytes, false, &data, error);
   if (rc != 0) *error = "allocating " + std::to_string(bytes) + " bytes in " + name + ": " + std::strerror(rc);
   close(fd);
   if (!ok) {
@@ -90,8 +90,9 @@ bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory*
   return true;
 }
 
-bool SharedMemory::open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error) {
-  const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
+bool SharedMemory::open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error,
+                        bool read_only) {
+  const int fd = shm_open(name.c_str(), (read_only ? O_RDONLY : O_RDWR) | O_CLOEXEC, 0);
   if (fd < 0) {
     *error = "shm_open(" + name + "): " + std::strerror(errno);
     return false;
@@ -105,7 +106,7 @@ bool SharedMemory::open(const std::string& name, size_t bytes, SharedMemory* out
     *error = name + " holds " + std::to_string(st.st_size) + " bytes, expected " + std::to_string(bytes);
     ok = false;
   } else {
-    ok = map(fd, bytes, &data, error);
+    ok = map(fd, bytes, read_only, &data, error);
   }
   close(fd);
   if (!ok) return false;

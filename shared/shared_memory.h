@@ -24,8 +24,10 @@ class SharedMemory {
   // `prefix` (e.g. "pstrain-ar"). False, with the reason in *error, when it cannot.
   static bool create(const std::string& prefix, size_t bytes, SharedMemory* out, std::string* error);
   // Maps the existing segment `name` created by a peer; false (with the reason) when there is no
-  // such segment on this host or it is not `bytes` long.
-  static bool open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error);
+  // such segment on this host or it is not `bytes` long. `read_only`: mapped without write
+  // permission (a write through data() is then a fault, never a change to the creator's data).
+  static bool open(const std::string& name, size_t bytes, SharedMemory* out, std::string* error,
+                   bool read_only = false);
 
   // Removes the name (the mapping stays valid). Idempotent; the creator calls it once every peer
   // has opened the segment, and the destructor does if it was not called.

@@ -269,8 +269,10 @@ void send_unregistered_traffic(RawPeer& peer, Hostile& hostile) {
     hostile.expect_rejected(peer, flipped, unregistered_reason(flipped), "bit " + std::to_string(bit) + " flipped");
   }
 
-  hostile.expect_rejected(peer, patched(push, "\xa3ver", 0, '\x07'),
-                          "protocol version 7 is not supported (expected " + std::to_string(kProtocolVersion) + ")",
+  const uint32_t wrong = kProtocolVersion + 2;  // a positive fixint, one byte like the right one
+  hostile.expect_rejected(peer, patched(push, "\xa3ver", 0, static_cast<char>(wrong)),
+                          "protocol version " + std::to_string(wrong) + " is not supported (expected " +
+                              std::to_string(kProtocolVersion) + ")",
                           "wrong version");
   hostile.expect_rejected(peer, patched(push, "\xa5magic", 4, '\x00'), "bad magic (not a pstrain message)",
                           "wrong magic");
@@ -513,10 +515,12 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
   shm.shm = 1;
   f.reject(1, message(shm), "push from shared memory, but this worker's segment is not mapped here", "shm push");
   f.reject(1, message(shm, &g), "PUSH needs 1 frame(s), got 2", "shm push with a payload");
-  f.reject(1, patched(message(shm), "\xa3shm", 0, 2), "shm is not 0 or 1 (or 2 in WELCOME)", "shm 2");
+  f.reject(1, patched(message(shm), "\xa3shm", 0, 2), "shm is not 0 or 1 (or 2 in WELCOME and PULL)", "shm 2");
   shm = f.request(Op::kPull, 1, step + 1);
   shm.shm = 1;
   f.reject(1, message(shm), "pull into shared memory, but this worker's segment is not mapped here", "shm pull");
+  shm.shm = 2;  // "I read your parameter area": decodes in a PULL, refused without a segment
+  f.reject(1, message(shm), "pull into shared memory, but this worker's segment is not mapped here", "area pull");
   Header h = f.push(1, step, 2);
   h.offset = 0;
   f.reject(1, message(h, &g), "slice [0, +5) is not a chunk of this shard's [5, +5) (chunks of 262144)", "shard 0's slice");

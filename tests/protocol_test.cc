@@ -384,11 +384,15 @@ TEST(ProtocolCorruptionTest, FieldOutOfRange) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("dtype", 1).bytes()), "dtype 1 is not float32");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("mode", 3).bytes()), "unknown mode 3");
   EXPECT_EQ(decoded(MapBuilder().set_uint("mode", 2).bytes()).mode, 2u);
-  // shm 2 is WELCOME's "compute from the parameter area"; anywhere else it is out of range.
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("shm", 2).bytes()), "shm is not 0 or 1 (or 2 in WELCOME)");
+  // shm 2 is WELCOME's "the values live in the PS's parameter area" and PULL's "I read them
+  // there"; anywhere else it is out of range.
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("shm", 2).bytes()), "shm is not 0 or 1 (or 2 in WELCOME and PULL)");
   EXPECT_EQ(decoded(MapBuilder().set_uint("shm", 1).bytes()).shm, 1u);
   EXPECT_EQ(decoded(MapBuilder().set_uint("op", 2).set_uint("shm", 2).bytes()).shm, 2u);
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 2).set_uint("shm", 3).bytes()), "shm is not 0 or 1 (or 2 in WELCOME)");
+  EXPECT_EQ(decoded(MapBuilder().set_uint("op", 5).set_uint("shm", 2).bytes()).shm, 2u);
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 6).set_uint("shm", 2).bytes()),
+            "shm is not 0 or 1 (or 2 in WELCOME and PULL)");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 2).set_uint("shm", 3).bytes()), "shm is not 0 or 1 (or 2 in WELCOME and PULL)");
   for (const char* key : {"off", "len", "total"}) {
     EXPECT_EQ(decode_error(MapBuilder().set_uint(key, kSliceLimit + 1).bytes()), "slice fields out of range") << key;
     EXPECT_EQ(decoded(MapBuilder().set_uint(key, kSliceLimit).bytes()).op, Op::kPush) << key;

@@ -38,20 +38,19 @@ TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
   EXPECT_EQ(replica.host_params(), params);
 }
 
-// place_host_params moves the parameters, values and all (a same-host PS's parameter area in
-// plain sync): forward and backward read them there.
-TEST(ReplicaTest, CpuReplicaComputesFromTheParametersWhereTheyArePlaced) {
+// compute_from points the parameters at a same-host PS's parameter area (plain sync), which holds
+// the current values already: forward and backward read them there, the gradient stays.
+TEST(ReplicaTest, CpuReplicaComputesFromTheAreaItIsGiven) {
   JobOptions o;
   o.device = "cpu";
   auto backend = make_backend(o);
   Replica replica(*backend, 10, 4);
   float* grad = replica.grad();
-  for (int i = 0; i < 10; ++i) replica.host_params()[i] = static_cast<float>(i) + 0.5f;
-  std::vector<float> area(10, -1.0f);
-  replica.place_host_params(area.data());
+  std::vector<float> area(10);
+  for (int i = 0; i < 10; ++i) area[static_cast<size_t>(i)] = replica.host_params()[i] = static_cast<float>(i) + 0.5f;
+  replica.compute_from(area.data());
   EXPECT_EQ(replica.params(), area.data());
   EXPECT_EQ(replica.host_params(), area.data());
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(area[static_cast<size_t>(i)], static_cast<float>(i) + 0.5f) << i;
   EXPECT_EQ(replica.grad(), grad);
 }
 

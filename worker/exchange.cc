@@ -24,20 +24,20 @@ class PsExchange final : public Exchange {
     const uint64_t first = client_.hello(total_steps);
     // One PS on this host: backward computes the gradient in the segment the PS reads it from.
     // (On a GPU the pinned staging buffer stays: copies into pageable memory are slower.)
-    // In plain sync the PS writes the parameter area only while this worker waits for PARAMS,
-    // so forward and backward read the parameters there, and a PULL copies nothing.
     if (!replica_.on_device()) {
       if (float* area = client_.gradient_area()) replica_.place_host_grad(area);
-      if (float* area = client_.params_area()) {
-        replica_.place_host_params(area);
-        PSLOG(INFO) << "w" << o_.index << ": computing from ps0's parameter area (plain sync: no copy per step)";
-      }
     }
-    host_params = replica_.host_params();
     // The chief's initial values are a function of the seed: a replaced chief sends them again
     // and the PS drops them as a replacement's repeat if it has them already.
     if (o_.index == 0 && first == 0) client_.init(host_params);
     client_.pull(first, host_params);
+    // In plain sync the PS keeps its values in an area it writes only while every worker waits
+    // for PARAMS: forward and backward read the parameters there, and a PULL copies nothing.
+    const float* area = client_.params_area();
+    if (area != nullptr && !replica_.on_device()) {
+      replica_.compute_from(area);
+      PSLOG(INFO) << "w" << o_.index << ": computing from ps0's parameter area (plain sync: no copy per step)";
+    }
     PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.num_ps << " PS shard(s) in "
                 << client_.num_chunks() << " chunk(s)"
                 << (first > 0 ? "; the first step is " + std::to_string(first) + " (resumed, or replacing a worker)" : "");

@@ -116,6 +116,8 @@ uint64_t PsClient::hello(uint64_t total_steps) {
   const uint64_t rid = next_request_++;
   segments_.clear();
   segments_.resize(static_cast<size_t>(shards));
+  areas_.clear();
+  areas_.resize(static_cast<size_t>(shards));
   for (int s = 0; s < shards; ++s) {
     Header h = request(Op::kHello, total_steps, s);
     h.request_id = rid;
@@ -151,7 +153,16 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     SharedMemory& segment = segments_[static_cast<size_t>(s)];
     segment.unlink();
     if (h.shm == 0) segment = SharedMemory();
-    if (s == 0) params_stable_ = h.shm == 2;
+    if (h.shm == 2) {
+      // The shard's values live in its parameter area: mapped read-only, read after each PARAMS.
+      if (h.message.empty()) throw Error("ps" + std::to_string(s) + " offered its parameter area without naming it");
+      std::string why;
+      if (!SharedMemory::open(h.message, slice.length * sizeof(float), &areas_[static_cast<size_t>(s)], &why,
+                              /*read_only=*/true)) {
+        PSLOG(INFO) << "w" << options_.index << ": cannot map ps" << s << "'s parameter area (" << why
+                    << "): its values are copied into this worker's segment instead";
+      }
+    }
     for (uint64_t local = 0; local < slice.length; local += h.chunk) {
       chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
     }
@@ -186,9 +197,9 @@ float* PsClient::gradient_area() const {
   return static_cast<float*>(segments_[0].data());  // the slice is [0, total): offset 0
 }
 
-float* PsClient::params_area() const {
-  if (!params_stable_ || gradient_area() == nullptr) return nullptr;
-  return static_cast<float*>(segments_[0].data()) + shm_area_floats(total_);
+const float* PsClient::params_area() const {
+  if (areas_.size() != 1 || !areas_[0].mapped()) return nullptr;
+  return static_cast<const float*>(areas_[0].data());  // the slice is [0, total): offset 0
 }
 
 void PsClient::init(const float* params) {
@@ -208,7 +219,7 @@ void PsClient::request_params(uint64_t version) {
   for (int s = 0; s < options_.num_ps; ++s) {
     Header h = request(Op::kPull, version, s);
     h.request_id = pull_request_;
-    h.shm = segments_[static_cast<size_t>(s)].mapped() ? 1 : 0;
+    h.shm = areas_[static_cast<size_t>(s)].mapped() ? 2 : segments_[static_cast<size_t>(s)].mapped() ? 1 : 0;
     send(s, h, nullptr);
   }
 }
@@ -288,10 +299,12 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
       throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
                   " shared memory, against what this worker asked for");
     }
-    const float* values = segment.mapped()
+    const uint64_t local = h.offset - slices_[static_cast<size_t>(msg.shard)].offset;
+    const SharedMemory& area = areas_[static_cast<size_t>(msg.shard)];
+    const float* values = area.mapped() ? static_cast<const float*>(area.data()) + local
+                          : segment.mapped()
                               ? static_cast<const float*>(segment.data()) +
-                                    shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) +
-                                    (h.offset - slices_[static_cast<size_t>(msg.shard)].offset)
+                                    shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
                               : msg.frames[1].data<float>();
     if (params + h.offset != values) std::memcpy(params + h.offset, values, h.length * sizeof(float));
     received[index] = true;

@@ -74,9 +74,10 @@ class PsClient {
   // With one shard, on this host (after hello): its segment's gradient area, the whole gradient;
   // a gradient computed there is pushed without a copy. Else nullptr.
   float* gradient_area() const;
-  // The same shard's parameter area, where the worker may compute from, when the PS said it
-  // writes there only while the worker waits for PARAMS (WELCOME shm 2: plain sync). Else nullptr.
-  float* params_area() const;
+  // With one shard that keeps its values in a shared parameter area (WELCOME shm 2: plain sync,
+  // on this host), after hello: that area, mapped read-only. The PS writes it only while every
+  // worker waits for PARAMS, so forward and backward may read the parameters there. Else nullptr.
+  const float* params_area() const;
   const std::vector<Slice>& slices() const { return slices_; }
   size_t num_chunks() const { return chunks_.size(); }
 
@@ -106,7 +107,9 @@ class PsClient {
   // Per shard: the segment its payloads go through when the shard is on this host (HELLO
   // offers it, WELCOME says whether the PS mapped it); unmapped: the sockets.
   std::vector<SharedMemory> segments_;
-  bool params_stable_ = false;     // WELCOME shm 2 from the one shard (see params_area)
+  // Per shard: its parameter area, when WELCOME shm 2 named one and it could be mapped (read-only);
+  // PARAMS are then read there (PULL shm 2).
+  std::vector<SharedMemory> areas_;
   uint64_t next_request_ = 1;
 };
 

@@ -42,10 +42,10 @@ void Replica::place_host_grad(float* at) {
   host_grad_ = at;
 }
 
-void Replica::place_host_params(float* at) {
-  PSTRAIN_CHECK(at != nullptr);
-  if (at != host_params_) std::copy(host_params_, host_params_ + total_, at);
-  host_params_ = at;
+void Replica::compute_from(const float* at) {
+  PSTRAIN_CHECK(at != nullptr && backend_.host_accessible());
+  PSTRAIN_CHECK(std::equal(host_params_, host_params_ + total_, at));
+  host_params_ = const_cast<float*>(at);  // see the header: never written through from here on
 }
 
 void Replica::params_to_device() {

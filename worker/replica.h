@@ -26,16 +26,18 @@ class Replica {
   float* host_params() { return host_params_; }
   float* host_grad() { return host_grad_; }  // all-reduce sums in place
   // Where forward and backward read and write: the host buffers on the CPU (wherever
-  // place_host_params / place_host_grad put them), the device buffers on a GPU.
+  // compute_from / place_host_grad put them), the device buffers on a GPU.
   const float* params() const { return backend_.host_accessible() ? host_params_ : params_.get(); }
   float* grad() { return backend_.host_accessible() ? host_grad_ : grad_.get(); }
   // From the next step on, the gradient lives at `at` (host memory of the replica's size, e.g. a
   // shared-memory all-reduce's slot or a same-host PS's segment): backward writes it there on the
   // CPU, and a GPU replica stages it there. The caller keeps `at` valid while the replica is used.
   void place_host_grad(float* at);
-  // The same for the parameters (a same-host PS's parameter area in plain sync): the current
-  // values are copied there, and on the CPU forward and backward read them there from now on.
-  void place_host_params(float* at);
+  // On the CPU: forward and backward read the parameters at `at` from now on (a same-host PS's
+  // parameter area in plain sync), which must hold the current values already. It is mapped
+  // read-only: nothing may write host_params() afterwards but PsClient::receive_params, which
+  // skips a copy onto itself. The caller keeps `at` valid while the replica is used.
+  void compute_from(const float* at);
 
   void params_to_device();                    // after the parameters were pulled
   void synchronize() { backend_.synchronize(); }  // the device's queued work is done
