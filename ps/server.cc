@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iomanip>
 #include <sstream>
 
 #include "shared/error.h"
@@ -480,11 +481,14 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
                           ? static_cast<float>(options_.num_workers) / static_cast<float>(global_batch_)
                           : 1.0f / static_cast<float>(p.metrics.samples);
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
+  const auto start = Clock::now();
   if (p.sources.empty()) {
     optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data<float>(), scale, lr, c.version);
   } else {
     apply_sources(c, p, scale, lr);
   }
+  apply_s_ += std::chrono::duration<double>(Clock::now() - start).count();
+  ++applies_;
   ++c.version;
   c.last = p.metrics;
   c.last.dropped = c.dropped;
@@ -785,6 +789,10 @@ std::string ParameterServer::counters_text() const {
        << stale_max_ << " over " << stale_count_ << " updates";
   }
   if (options_.backup_workers > 0) os << "; late pushes dropped: " << dropped_;
+  if (applies_ > 0) {
+    os << "; " << applies_ << " chunk update(s), " << std::fixed << std::setprecision(1)
+       << 1e6 * apply_s_ / static_cast<double>(applies_) << " us each";
+  }
   return os.str();
 }
 

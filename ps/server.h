@@ -97,6 +97,8 @@ class ParameterServer {
   uint64_t dropped_ = 0;            // backup workers: late pushes dropped (first chunk)
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
+  double apply_s_ = 0;     // time spent applying updates (the workers wait for it in sync)
+  uint64_t applies_ = 0;   // chunk updates applied
   Clock::time_point last_stall_report_;
 
   CheckpointStore checkpointer_;

@@ -102,6 +102,7 @@ TEST_F(ModesTest, AsyncWorkerRegisteringLateRunsAllItsSteps) {
   ASSERT_TRUE(w1.ok() && ps.ok()) << w1_log << ps_log;
   EXPECT_NE(w1_log.find("training 30 steps\n"), std::string::npos) << w1_log;
   EXPECT_NE(ps_log.find("all 2 workers done at version 60;"), std::string::npos) << ps_log;
+  EXPECT_NE(ps_log.find("; 60 chunk update(s), "), std::string::npos) << ps_log;  // and what they cost
 }
 
 size_t progress_lines(const std::string& log) {
