@@ -7,6 +7,7 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
+#include "shared/shared_memory.h"
 #include "shared/zmq_util.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (!options || !pstrain::dispatch_role(pstrain::Role::kPs, *options, argv)) return 0;
     pstrain::keep_message_memory();
+    pstrain::remove_segments_on_termination();  // the parameter area, if the launcher stops this PS
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
                 << options->bind << ":" << options->port;
     zmq::context_t context(1);

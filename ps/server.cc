@@ -28,7 +28,7 @@ struct ParameterServer::Pending {  // one step of a chunk that pushes are adding
   // ours to write), so no push is ever copied.
   zmq::message_t accum;
   // Instead of accum in plain sync: the pushes in arrival order, summed in that order by apply()
-  // block by block, fused with the update and the copies into same-host workers' segments.
+  // block by block, fused with the update.
   std::vector<Source> sources;
   int pushes = 0;
   std::vector<bool> pushed;  // by worker
@@ -139,6 +139,7 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       policy_(options),
       route_of_worker_(static_cast<size_t>(options.num_workers)),
       segment_of_worker_(static_cast<size_t>(options.num_workers)),
+      area_unmapped_(static_cast<size_t>(options.num_workers), false),
       done_(static_cast<size_t>(options.num_workers), false),
       rejoined_(static_cast<size_t>(options.num_workers), false),
       unreported_(static_cast<size_t>(options.num_workers)),
@@ -199,6 +200,10 @@ void ParameterServer::handle(Message& msg) {
   if (it->second != static_cast<int>(h.sender)) {
     return reject(msg.route, h.request_id, "sender " + std::to_string(h.sender) +
                                                " does not match registered worker " + std::to_string(it->second));
+  }
+  if (area_unmapped_[h.sender]) {  // it has read its WELCOME: mapped the area or given up
+    area_unmapped_[h.sender] = false;
+    release_area_name();
   }
   bool ok = true;
   switch (h.op) {
@@ -301,6 +306,8 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   // apply that the worker's push completes (plain sync): the worker may compute from it.
   welcome.shm = !segment.mapped() ? 0 : area_.mapped() ? 2 : 1;
   if (welcome.shm == 2) welcome.message = area_.name();
+  area_unmapped_[h.sender] = welcome.shm == 2;
+  release_area_name();
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
   welcome.step = next_step_of(static_cast<int>(h.sender));
@@ -468,8 +475,6 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
   } else if (c.in_area == nullptr && c.values.use_count() > 1) {
     c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
   }
-  // Every worker pushed, so every one of this host's has opened the area (or given up on it).
-  area_.unlink();
   // async applies N updates where sync applies one: its schedule runs over N times the steps.
   const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
                                       ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
@@ -518,6 +523,19 @@ void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, dou
   }
 }
 
+// The area's name goes once every worker has registered and each that was offered the area has
+// sent a message since (so it has mapped it, or given up on it): nothing is left in /dev/shm, and
+// a PS stopped before then removes it too (remove_segments_on_termination, ps/main.cc).
+void ParameterServer::release_area_name() {
+  if (!area_.owns_name()) return;
+  for (size_t w = 0; w < route_of_worker_.size(); ++w) {
+    if (route_of_worker_[w].empty() || area_unmapped_[w]) return;
+  }
+  area_.unlink();
+  PSLOG(INFO) << "ps" << options_.index << ": every worker has mapped the parameter area (or uses its own copy); "
+              << "its name is removed";
+}
+
 // At the first same-host worker's HELLO in plain sync: the shard's values move into a segment
 // that same-host workers map read-only (WELCOME shm 2). Not fatal when it cannot be made: the
 // workers then get the values copied into their own segments (shm 1).
@@ -540,7 +558,7 @@ void ParameterServer::create_area() {
 }
 
 // Before `worker`'s segment is unmapped (it registered again): its pushes still waiting in a
-// barrier are copied out of it, and nothing counts as already written there.
+// barrier are copied out of it.
 void ParameterServer::release_segment(int worker) {
   for (Chunk& c : chunks_) {
     for (Pending& p : c.pending) {

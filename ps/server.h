@@ -63,6 +63,7 @@ class ParameterServer {
   const float* shm_gradient(int worker, const Chunk& chunk) const;  // nullptr: no segment
   float* shm_params(const SharedMemory& segment) const;
   void create_area();
+  void release_area_name();
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
   void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
@@ -87,6 +88,7 @@ class ParameterServer {
   // Plain sync with a worker on this host: the shard's values live in this segment, which
   // same-host workers map read-only and compute from (WELCOME shm 2, docs/wire_protocol.md).
   SharedMemory area_;
+  std::vector<bool> area_unmapped_;  // by worker: offered the area, no message from it since
   std::vector<bool> done_;
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;

@@ -5,13 +5,52 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <random>
 #include <utility>
 
 namespace pstrain {
 namespace {
+
+// Names of segments created here and not yet removed, as /dev/shm paths for the signal handler
+// (unlink is async-signal-safe; shm_unlink is not on that list). `used` hands slots out; the
+// handler skips a slot whose first byte is 0 (being written, or forgotten).
+constexpr size_t kSlots = 8, kPathBytes = 256;
+char g_paths[kSlots][kPathBytes];
+std::atomic<bool> g_used[kSlots];
+
+int remember(const std::string& name) {
+  const std::string path = "/dev/shm" + name;
+  if (path.size() >= kPathBytes) return -1;
+  for (size_t i = 0; i < kSlots; ++i) {
+    bool expected = false;
+    if (!g_used[i].compare_exchange_strong(expected, true)) continue;
+    // The first byte last: the handler never sees a half-written path.
+    std::memcpy(g_paths[i] + 1, path.c_str() + 1, path.size());
+    std::atomic_signal_fence(std::memory_order_release);
+    g_paths[i][0] = path[0];
+    return static_cast<int>(i);
+  }
+  return -1;
+}
+
+void forget(int slot) {
+  if (slot < 0) return;
+  g_paths[slot][0] = '\0';
+  std::atomic_signal_fence(std::memory_order_release);
+  g_used[slot].store(false);
+}
+
+void remove_and_die(int signal) {
+  for (size_t i = 0; i < kSlots; ++i) {
+    if (g_used[i].load() && g_paths[i][0] != '\0') ::unlink(g_paths[i]);
+  }
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
 
 std::string random_suffix() {
   std::random_device device;
@@ -36,6 +75,13 @@ bool map(int fd, size_t bytes, bool read_only, void** data, std::string* error) 
 
 }  // namespace
 
+void remove_segments_on_termination() {
+  struct sigaction action {};
+  action.sa_handler = remove_and_die;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) sigaction(signal, &action, nullptr);
+}
+
 SharedMemory::~SharedMemory() { release(); }
 
 SharedMemory::SharedMemory(SharedMemory&& other) noexcept { *this = std::move(other); }
@@ -47,6 +93,7 @@ SharedMemory& SharedMemory::operator=(SharedMemory&& other) noexcept {
     size_ = std::exchange(other.size_, 0);
     name_ = std::move(other.name_);
     owner_ = std::exchange(other.owner_, false);
+    slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
 }
@@ -61,6 +108,8 @@ void SharedMemory::release() {
 void SharedMemory::unlink() {
   if (owner_) shm_unlink(name_.c_str());
   owner_ = false;
+  forget(slot_);
+  slot_ = -1;
 }
 
 bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory* out, std::string* error) {
@@ -86,6 +135,7 @@ bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory*
   m.size_ = bytes;
   m.name_ = name;
   m.owner_ = true;
+  m.slot_ = remember(name);
   *out = std::move(m);
   return true;
 }

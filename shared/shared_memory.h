@@ -11,6 +11,13 @@
 
 namespace pstrain {
 
+// From now on SIGTERM, SIGINT and SIGHUP first remove the names of the segments this process
+// created and has not removed yet, then end the process as they would have: a PS stopped by the
+// launcher (a worker failed to start) before its workers mapped its parameter area leaves nothing
+// in /dev/shm. For a process without handlers of its own for these signals (the PS); the names
+// are kept in a fixed table, at most 8 at a time (more are removed only at exit or unlink()).
+void remove_segments_on_termination();
+
 class SharedMemory {
  public:
   SharedMemory() = default;
@@ -37,6 +44,7 @@ class SharedMemory {
   size_t size() const { return size_; }
   const std::string& name() const { return name_; }
   bool mapped() const { return data_ != nullptr; }
+  bool owns_name() const { return owner_; }  // created here, name not removed yet
 
  private:
   void release();
@@ -44,6 +52,7 @@ class SharedMemory {
   size_t size_ = 0;
   std::string name_;
   bool owner_ = false;  // created here and not unlinked yet
+  int slot_ = -1;       // its place in the table of remove_segments_on_termination (-1: none)
 };
 
 }  // namespace pstrain

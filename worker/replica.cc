@@ -1,6 +1,7 @@
 #include "worker/replica.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "shared/error.h"
 #include "shared/log.h"
@@ -44,7 +45,7 @@ void Replica::place_host_grad(float* at) {
 
 void Replica::compute_from(const float* at) {
   PSTRAIN_CHECK(at != nullptr && backend_.host_accessible());
-  PSTRAIN_CHECK(std::equal(host_params_, host_params_ + total_, at));
+  PSTRAIN_CHECK(std::memcmp(host_params_, at, total_ * sizeof(float)) == 0);  // bitwise: NaN too
   host_params_ = const_cast<float*>(at);  // see the header: never written through from here on
 }
 
