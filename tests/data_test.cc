@@ -566,6 +566,36 @@ TEST(Prefetcher, YieldsEveryBatchInOrderWithTheRightContents) {
 }
 
 // With accumulation every step yields its micro-batches in order, each with its records.
+// take() leaves the reader asleep until wake_reader() (the trainer's idle moment), except when
+// the queue has run empty: a consumer that never wakes it, or takes more batches between wakes
+// than the queue holds (micro-batches), still gets every batch, in order.
+TEST(Prefetcher, TakeGetsEveryBatchWithOrWithoutWakingTheReader) {
+  CodedSet set(50);
+  const ShardSampler sampler(50, 1, std::vector<int>{4, 10}, 4, 5, true);  // 3 steps; 4 + 4 + 2
+  for (const bool wake : {false, true}) {
+    for (const int depth : {1, 2, 8}) {
+      Prefetcher prefetcher(*set.data, sampler, 0, 2, 0, depth);
+      Batch b;
+      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+        for (uint64_t step = 0; step < 3; ++step) {
+          for (int micro = 0; micro < 3; ++micro) {
+            ASSERT_TRUE(prefetcher.take(b)) << wake << " " << depth;
+            ASSERT_EQ(b.epoch, epoch);
+            ASSERT_EQ(b.step, step);
+            ASSERT_EQ(b.micro, micro);
+            ASSERT_EQ(b.size, micro < 2 ? 4 : 2);
+            std::vector<size_t> expected(static_cast<size_t>(b.size));
+            sampler.micro_records(epoch, step, micro, expected.data());
+            for (int j = 0; j < b.size; ++j) EXPECT_EQ(decode_record(&b.x[j * kDim]), expected[static_cast<size_t>(j)]);
+          }
+          if (wake) prefetcher.wake_reader();
+        }
+      }
+      EXPECT_FALSE(prefetcher.take(b));
+    }
+  }
+}
+
 TEST(Prefetcher, YieldsTheMicroBatchesOfEachStep) {
   CodedSet set(50);
   const ShardSampler sampler(50, 1, std::vector<int>{4, 10}, 4, 5, true);  // 3 steps; 4 + 4 + 2

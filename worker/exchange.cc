@@ -59,6 +59,7 @@ class PsExchange final : public Exchange {
                            : o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness)
                                               : 0);
     times->push_us = micros(Clock::now() - start);
+    idle();
     StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
     times->ckpt_us = std::min(m.write_us, times->wait_us);  // the shards' checkpoint write, out of the wait
     times->wait_us -= times->ckpt_us;
@@ -116,6 +117,7 @@ class AllreduceExchange final : public Exchange {
                        static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
                        static_cast<double>(info.times.eval_us),    static_cast<double>(info.checkpoint),
                        info.stop ? 1.0 : 0.0};
+    idle();  // the ring waits for the slowest worker first
     const auto t0 = Clock::now();
     if (collective_->on_device()) {
       collective_->allreduce_sum(replica_.grad(), total_, sums, std::size(sums));

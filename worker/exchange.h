@@ -35,6 +35,18 @@ class Exchange {
   // is final). False when the exchange reduces the device's own gradient buffer (NCCL): it then
   // brings the reduced gradient to host_grad itself, in finish_step.
   virtual bool stages_gradient() const { return true; }
+  // Called by finish_step once this worker has sent what it had to send and only waits (for its
+  // parameters, or its peers): the trainer wakes its data reader there, into a core that would
+  // otherwise idle, instead of letting it preempt the step's compute.
+  void set_idle_hook(std::function<void()> hook) { idle_ = std::move(hook); }
+
+ protected:
+  void idle() const {
+    if (idle_) idle_();
+  }
+
+ private:
+  std::function<void()> idle_;
 };
 
 // Makes the exchange once the model's size (floats) and the worker's replica are known.

@@ -217,6 +217,9 @@ class Trainer {
   // The exchange (PS or all-reduce), the first parameters, and the step to start from.
   void connect(const ExchangeFactory& make_exchange) {
     exchange_ = make_exchange(total_, *replica_);
+    exchange_->set_idle_hook([this] {
+      if (prefetch_) prefetch_->wake_reader();
+    });
     stage_gradient_ = exchange_->stages_gradient();
     model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
     if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
@@ -271,7 +274,8 @@ class Trainer {
     BatchStats done;  // of the micro-batches before the current one
     for (int j = 0; j < batch_.micro_batches; ++j) {
       const auto d0 = Clock::now();
-      if (!prefetch_->next(batch_data_)) throw Error("data ended before step " + std::to_string(step));
+      // The reader refills the queue when the exchange goes idle (Exchange::set_idle_hook).
+      if (!prefetch_->take(batch_data_)) throw Error("data ended before step " + std::to_string(step));
       data += Clock::now() - d0;
       PSTRAIN_CHECK(batch_data_.step == step % steps_per_epoch_ && batch_data_.micro == j);
       info.samples += static_cast<uint64_t>(batch_data_.size);

@@ -38,8 +38,13 @@ class Prefetcher::Impl {
     thread_.join();
   }
 
-  bool next(Batch& out) {
+  bool next(Batch& out, bool wake) {
     std::unique_lock<std::mutex> lock(mu_);
+    if (count_ == 0 && !done_ && !wake) {  // the reader may be waiting for a wake_reader()
+      lock.unlock();
+      space_.notify_one();
+      lock.lock();
+    }
     ready_.wait(lock, [this] { return count_ > 0 || done_; });
     if (count_ == 0) {
       if (failed_) throw Error(error_);
@@ -51,9 +56,11 @@ class Prefetcher::Impl {
     head_ = (head_ + 1) % ring_.size();
     --count_;
     lock.unlock();
-    space_.notify_one();
+    if (wake) space_.notify_one();
     return true;
   }
+
+  void wake_reader() { space_.notify_one(); }
 
  private:
   void run() {
@@ -160,6 +167,8 @@ Prefetcher::Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_
 
 Prefetcher::~Prefetcher() = default;
 
-bool Prefetcher::next(Batch& out) { return impl_->next(out); }
+bool Prefetcher::next(Batch& out) { return impl_->next(out, true); }
+bool Prefetcher::take(Batch& out) { return impl_->next(out, false); }
+void Prefetcher::wake_reader() { impl_->wake_reader(); }
 
 }  // namespace pstrain

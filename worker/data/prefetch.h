@@ -38,6 +38,11 @@ class Prefetcher {
   // that keeps passing the same Batch causes no allocation in steady state. Returns false at the
   // end. A reader-thread failure is thrown here as pstrain::Error (after the batches before it).
   bool next(Batch& out);
+  // The same, but the reader is not woken for the slot this frees (unless the queue ran empty):
+  // the caller wakes it with wake_reader() when it is about to wait anyway (a worker waiting for
+  // its parameters), so the reads use a core that would idle instead of preempting the step.
+  bool take(Batch& out);
+  void wake_reader();
 
  private:
   class Impl;
