@@ -565,7 +565,27 @@ TEST(Prefetcher, YieldsEveryBatchInOrderWithTheRightContents) {
   EXPECT_FALSE(prefetcher.next(b));
 }
 
-// With accumulation every step yields its micro-batches in order, each with its records.
+// Every micro-batch of epochs 0 and 1 of `sampler` (3 steps of 4 + 4 + 2 records) from `get`, in
+// order and with its records, then the end; `after_step` runs after each step's micro-batches.
+void expect_micro_batches_of_two_epochs(const ShardSampler& sampler, const std::function<bool(Batch&)>& get,
+                                        const std::function<void()>& after_step) {
+  Batch b;
+  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
+    for (uint64_t step = 0; step < 3; ++step) {
+      for (int j = 0; j < 3; ++j) {
+        ASSERT_TRUE(get(b));
+        ASSERT_EQ(std::make_tuple(b.epoch, b.step, b.micro, b.micro_batches), std::make_tuple(epoch, step, j, 3));
+        ASSERT_EQ(b.size, j < 2 ? 4 : 2);
+        std::vector<size_t> expected(static_cast<size_t>(b.size));
+        sampler.micro_records(epoch, step, j, expected.data());
+        for (int i = 0; i < b.size; ++i) EXPECT_EQ(decode_record(&b.x[i * kDim]), expected[i]);
+      }
+      after_step();
+    }
+  }
+  EXPECT_FALSE(get(b));
+}
+
 // take() leaves the reader asleep until wake_reader() (the trainer's idle moment), except when
 // the queue has run empty: a consumer that never wakes it, or takes more batches between wakes
 // than the queue holds (micro-batches), still gets every batch, in order.
@@ -574,46 +594,23 @@ TEST(Prefetcher, TakeGetsEveryBatchWithOrWithoutWakingTheReader) {
   const ShardSampler sampler(50, 1, std::vector<int>{4, 10}, 4, 5, true);  // 3 steps; 4 + 4 + 2
   for (const bool wake : {false, true}) {
     for (const int depth : {1, 2, 8}) {
+      SCOPED_TRACE("wake " + std::to_string(wake) + " depth " + std::to_string(depth));
       Prefetcher prefetcher(*set.data, sampler, 0, 2, 0, depth);
-      Batch b;
-      for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-        for (uint64_t step = 0; step < 3; ++step) {
-          for (int micro = 0; micro < 3; ++micro) {
-            ASSERT_TRUE(prefetcher.take(b)) << wake << " " << depth;
-            ASSERT_EQ(b.epoch, epoch);
-            ASSERT_EQ(b.step, step);
-            ASSERT_EQ(b.micro, micro);
-            ASSERT_EQ(b.size, micro < 2 ? 4 : 2);
-            std::vector<size_t> expected(static_cast<size_t>(b.size));
-            sampler.micro_records(epoch, step, micro, expected.data());
-            for (int j = 0; j < b.size; ++j) EXPECT_EQ(decode_record(&b.x[j * kDim]), expected[static_cast<size_t>(j)]);
-          }
-          if (wake) prefetcher.wake_reader();
-        }
-      }
-      EXPECT_FALSE(prefetcher.take(b));
+      expect_micro_batches_of_two_epochs(
+          sampler, [&](Batch& b) { return prefetcher.take(b); },
+          [&] {
+            if (wake) prefetcher.wake_reader();
+          });
     }
   }
 }
 
+// With accumulation every step yields its micro-batches in order, each with its records.
 TEST(Prefetcher, YieldsTheMicroBatchesOfEachStep) {
   CodedSet set(50);
   const ShardSampler sampler(50, 1, std::vector<int>{4, 10}, 4, 5, true);  // 3 steps; 4 + 4 + 2
   Prefetcher prefetcher(*set.data, sampler, 0, 2, 0, 2);
-  Batch b;
-  for (uint64_t epoch = 0; epoch < 2; ++epoch) {
-    for (uint64_t step = 0; step < 3; ++step) {
-      for (int j = 0; j < 3; ++j) {
-        ASSERT_TRUE(prefetcher.next(b));
-        ASSERT_EQ(std::make_tuple(b.epoch, b.step, b.micro, b.micro_batches), std::make_tuple(epoch, step, j, 3));
-        ASSERT_EQ(b.size, j < 2 ? 4 : 2);
-        std::vector<size_t> expected(static_cast<size_t>(b.size));
-        sampler.micro_records(epoch, step, j, expected.data());
-        for (int i = 0; i < b.size; ++i) EXPECT_EQ(decode_record(&b.x[i * kDim]), expected[i]);
-      }
-    }
-  }
-  EXPECT_FALSE(prefetcher.next(b));
+  expect_micro_batches_of_two_epochs(sampler, [&](Batch& b) { return prefetcher.next(b); }, [] {});
 }
 
 TEST(Prefetcher, StopsAfterMaxBatches) {
