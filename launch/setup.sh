@@ -99,7 +99,9 @@ pstrain_build() {
   if [[ -z ${CUDACXX:-} ]] && ! command -v nvcc >/dev/null && [[ -x /usr/local/cuda/bin/nvcc ]]; then
     export CUDACXX=/usr/local/cuda/bin/nvcc
   fi
-  if [[ ! -f $build_dir/CMakeCache.txt ]]; then
+  # Also after a configure that failed half way (a cache but no build system), e.g. before a
+  # missing package was installed.
+  if [[ ! -f $build_dir/CMakeCache.txt || (! -f $build_dir/Makefile && ! -f $build_dir/build.ninja) ]]; then
     echo "setup: configuring $build_dir (cmake, Release)"
     cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release </dev/null ||
       { echo "setup: error: cmake configure failed" >&2; return 1; }

@@ -58,9 +58,12 @@ class PsExchange final : public Exchange {
     client_.request_params(o_.mode == "sync"  ? step + 1
                            : o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness)
                                               : 0);
-    times->push_us = micros(Clock::now() - start);
-    idle();
+    const auto pushed = Clock::now();
+    times->push_us = micros(pushed - start);
+    idle();  // counted as waiting: waking the reader may hand it the core right here
+    const uint64_t idle_us = micros(Clock::now() - pushed);
     StepMetrics m = client_.receive_params(host_params, &times->wait_us, &times->pull_us);
+    times->wait_us += idle_us;
     times->ckpt_us = std::min(m.write_us, times->wait_us);  // the shards' checkpoint write, out of the wait
     times->wait_us -= times->ckpt_us;
     // Backup workers: a late worker's step was applied without it; it goes on from the version
@@ -117,8 +120,8 @@ class AllreduceExchange final : public Exchange {
                        static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
                        static_cast<double>(info.times.eval_us),    static_cast<double>(info.checkpoint),
                        info.stop ? 1.0 : 0.0};
-    idle();  // the ring waits for the slowest worker first
     const auto t0 = Clock::now();
+    idle();  // the ring waits for the slowest worker first (counted in push, like that wait)
     if (collective_->on_device()) {
       collective_->allreduce_sum(replica_.grad(), total_, sums, std::size(sums));
       replica_.grad_to_host(0, total_);
