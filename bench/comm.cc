@@ -4,6 +4,8 @@
 // echo) is measured, then for every (N workers, S shards) a real PS job in separate processes:
 // each worker pushes a B-byte gradient and pulls B bytes of parameters back, per round. Each row
 // prints both medians and efficiency = raw_time / pstrain_time (1.0 = as fast as the transport).
+// For N > 1 workers it also measures N raw clients against one echo server at once (raw_n): the
+// bytes that N workers move through one PS, with nothing done to them, and efficiency_n against it.
 #include <dirent.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -140,9 +142,12 @@ class ShardLinks {
   static inline const pid_t owner_ = getpid();
 };
 
-// Raw transport: median seconds of a B-byte round trip (zero-copy send, echo by the server).
-double raw_round_trip(const std::string& transport, size_t bytes, int rounds, const ShardLinks& links) {
-  Pipe address_pipe, result_pipe;
+// Raw transport: median seconds of a B-byte round trip (zero-copy send, echo by the server), with
+// `clients` processes doing it at once against the one server (each round: the slowest client).
+// With N clients this is the floor of an N-worker push+pull: the same bytes through one process,
+// with no work done on them.
+double raw_round_trip(const std::string& transport, size_t bytes, int rounds, const ShardLinks& links, int clients = 1) {
+  Pipe address_pipe;
   const pid_t server = fork_child([&] {
     if (links.active()) links.enter(0);
     zmq::context_t context(1);
@@ -152,7 +157,7 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
                 : transport == "ipc" || transport == "shm" ? "ipc://" + ipc_name("raw")  // curve: plain tcp is the baseline
                                      : "tcp://127.0.0.1:*");
     address_pipe.write_string(socket.get(zmq::sockopt::last_endpoint));
-    for (int r = 0; r < rounds + 1; ++r) {
+    for (int r = 0; r < (rounds + 1) * clients; ++r) {
       zmq::message_t id, payload;
       (void)socket.recv(id);
       (void)socket.recv(payload);
@@ -161,27 +166,35 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
     }
   });
   const std::string endpoint = address_pipe.read_string();
-  const pid_t client = fork_child([&] {
-    zmq::context_t context(1);
-    zmq::socket_t socket(context, zmq::socket_type::dealer);
-    socket.set(zmq::sockopt::linger, 0);
-    socket.connect(endpoint);
-    std::vector<char> buffer(bytes, 1);
-    std::vector<double> times;
-    for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up the connection
-      const double start = now_seconds();
-      zmq::message_t out(buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
-      socket.send(out, zmq::send_flags::none);
-      zmq::message_t in;
-      (void)socket.recv(in);
-      if (r > 0) times.push_back(now_seconds() - start);
-    }
-    result_pipe.write_doubles(times);
-  });
-  const std::vector<double> times = result_pipe.read_doubles();
-  wait_child(client);
+  std::vector<Pipe> results(static_cast<size_t>(clients));
+  std::vector<pid_t> children;
+  for (int k = 0; k < clients; ++k) {
+    children.push_back(fork_child([&] {
+      zmq::context_t context(1);
+      zmq::socket_t socket(context, zmq::socket_type::dealer);
+      socket.set(zmq::sockopt::linger, 0);
+      socket.connect(endpoint);
+      std::vector<char> buffer(bytes, 1);
+      std::vector<double> times;
+      for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up the connection
+        const double start = now_seconds();
+        zmq::message_t out(buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
+        socket.send(out, zmq::send_flags::none);
+        zmq::message_t in;
+        (void)socket.recv(in);
+        if (r > 0) times.push_back(now_seconds() - start);
+      }
+      results[static_cast<size_t>(k)].write_doubles(times);
+    }));
+  }
+  std::vector<double> slowest(static_cast<size_t>(rounds), 0.0);
+  for (auto& pipe : results) {
+    const std::vector<double> t = pipe.read_doubles();
+    for (size_t r = 0; r < t.size() && r < slowest.size(); ++r) slowest[r] = std::max(slowest[r], t[r]);
+  }
+  for (pid_t pid : children) wait_child(pid);
   wait_child(server);
-  return median(times);
+  return median(slowest);
 }
 
 // CPU time (user + system, all threads) of the children waited for so far.
@@ -276,7 +289,10 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
 int run(const Config& c) {
   const ShardLinks links(c.link_gbit > 0 ? *std::max_element(c.shards.begin(), c.shards.end()) : 0, c.link_gbit);
   const std::vector<std::string> transports = links.active() ? std::vector<std::string>{"link"} : c.transports;
-  std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n", c.rounds);
+  std::printf(c.json ? "[\n" : "# bench/comm: push+pull of B bytes per worker vs a raw ZeroMQ round trip of B bytes (medians of %d rounds)\n"
+                               "# raw_n_ms: N raw clients doing that round trip at once against one echo server (the\n"
+                               "# slowest of each round): the same bytes as N workers move, with no work on them;\n"
+                               "# efficiency = raw_ms / pstrain_ms, efficiency_n = raw_n_ms / pstrain_ms\n", c.rounds);
   if (!c.json) {
     std::printf("# cpu_cores: CPU time of the job's processes over its wall time (setup included); this machine has %ld\n"
                 "# cores online. A job near that is CPU-bound (on loopback mostly the kernel's copies): more shards help\n"
@@ -294,6 +310,8 @@ int run(const Config& c) {
     const size_t bytes = mib << 20;
     const double raw = raw_round_trip(transport, bytes, c.rounds, links);
     for (int n : c.workers) {
+      // The same bytes moved as N workers move them, through one raw echo server.
+      const double raw_n = n == 1 ? raw : raw_round_trip(transport, bytes, c.rounds, links, n);
       for (int s : c.shards) {
         const PstrainResult result = pstrain_round(transport, bytes, n, s, c.rounds, c.chunk_kib, links);
         const double t = result.seconds;
@@ -306,13 +324,15 @@ int run(const Config& c) {
         const double aggregate_gbps = 2.0 * n * bytes / t / 1e9;
         if (c.json) {
           std::printf("%s  {\"bytes\": %zu, \"transport\": \"%s\", \"workers\": %d, \"shards\": %d, \"raw_ms\": %.3f, "
-                      "\"pstrain_ms\": %.3f, \"efficiency\": %.3f, \"aggregate_GBps\": %.3f, \"cpu_cores\": %.2f}",
-                      first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps,
-                      result.cpu_cores);
+                      "\"raw_n_ms\": %.3f, \"pstrain_ms\": %.3f, \"efficiency\": %.3f, \"efficiency_n\": %.3f, "
+                      "\"aggregate_GBps\": %.3f, \"cpu_cores\": %.2f}",
+                      first ? "" : ",\n", bytes, transport.c_str(), n, s, raw * 1e3, raw_n * 1e3, t * 1e3, efficiency,
+                      raw_n / t, aggregate_gbps, result.cpu_cores);
         } else {
-          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f pstrain_ms=%.3f efficiency=%.3f aggregate_GBps=%.3f cpu_cores=%.2f%s\n",
-                      mib, transport.c_str(), n, s, raw * 1e3, t * 1e3, efficiency, aggregate_gbps, result.cpu_cores,
-                      vs_tcp.c_str());
+          std::printf("size=%zuMiB transport=%s workers=%d shards=%d raw_ms=%.3f raw_n_ms=%.3f pstrain_ms=%.3f "
+                      "efficiency=%.3f efficiency_n=%.3f aggregate_GBps=%.3f cpu_cores=%.2f%s\n",
+                      mib, transport.c_str(), n, s, raw * 1e3, raw_n * 1e3, t * 1e3, efficiency, raw_n / t,
+                      aggregate_gbps, result.cpu_cores, vs_tcp.c_str());
         }
         std::fflush(stdout);
         first = false;

@@ -51,11 +51,12 @@ std::string build_dir() {
 TEST(BenchSmokeTest, CommPrintsOneRowPerConfiguration) {
   const std::string out =
       run(std::string(PSTRAIN_BENCH_DIR) + "/comm --sizes 1 --transport tcp,ipc --workers 1,2 --shards 1 --rounds 2");
-  const std::regex row("size=1MiB transport=(tcp|ipc) workers=[12] shards=1 raw_ms=" + kNum + " pstrain_ms=" + kNum +
-                       " efficiency=" + kNum + " aggregate_GBps=" + kNum + " cpu_cores=" + kNum);
+  const std::regex row("size=1MiB transport=(tcp|ipc) workers=[12] shards=1 raw_ms=" + kNum + " raw_n_ms=" + kNum +
+                       " pstrain_ms=" + kNum + " efficiency=" + kNum + " efficiency_n=" + kNum + " aggregate_GBps=" + kNum + " cpu_cores=" + kNum);
   EXPECT_EQ(matching_lines(out, row), 4) << out;
   const std::string json = run(std::string(PSTRAIN_BENCH_DIR) + "/comm --sizes 1 --workers 1 --shards 2 --rounds 1 --json");
   EXPECT_NE(json.find("\"efficiency\": "), std::string::npos) << json;
+  EXPECT_NE(json.find("\"raw_n_ms\": "), std::string::npos) << json;
   EXPECT_NE(json.find("\"cpu_cores\": "), std::string::npos) << json;
   EXPECT_EQ(json.front(), '[');
 }
