@@ -24,6 +24,7 @@
 #include "shared/local_channel.h"
 #include "shared/npy.h"
 #include "shared/protocol.h"
+#include "shared/shared_memory.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -756,6 +757,61 @@ TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   peer.send(message(done));
   const ExitStatus ps_status = children.wait(ps, 10);
   EXPECT_TRUE(ps_status.ok()) << read_file(dir.path + "/ps0.log");
+}
+
+// A PULL that says "I read your parameter area" (shm 2) where the PS keeps no area (not plain
+// sync: here async) is refused, though the peer's segment is mapped; a PULL into that segment is
+// answered, and the PS ends normally.
+TEST_F(HostileTest, AreaPullToAPsWithoutAnAreaIsRefused) {
+  const TempDir dir("hostile-area");
+  Job j = job(dir.path, 1);
+  j.args.insert(j.args.end(), {"--mode", "async"});
+  Children children;
+  std::vector<pid_t> ps_pids;
+  const std::string address = start_servers(j, &ps_pids).at(0);
+  const pid_t ps = children.add(ps_pids[0]);
+
+  SharedMemory segment;
+  std::string why;
+  ASSERT_TRUE(SharedMemory::create("pstrain-hostile", shm_segment_bytes(kModelFloats), &segment, &why)) << why;
+  zmq::context_t context(1);
+  RawPeer peer(context, address);
+  Header hello = hello_header(0, 1, 1, kModelFloats, kSteps, 8, ModeCode::kAsync);
+  hello.shm = 1;
+  hello.message = segment.name();
+  peer.send(message(hello));
+  const Header welcome = peer.receive_header(0, "WELCOME");
+  ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  EXPECT_EQ(welcome.shm, 1u);  // the segment is mapped there, and there is no area to offer
+
+  Header pull = push_header(0, 2);
+  pull.op = Op::kPull;
+  pull.length = 0;
+  pull.shm = 2;
+  Hostile hostile(0);
+  hostile.expect_rejected(peer, message(pull), "pull from the parameter area, but this PS has none", "area pull");
+  const std::vector<float> init(kModelFloats, 0.25f);
+  Header h = push_header(0, 3);
+  h.op = Op::kInit;
+  h.samples = h.correct = 0;
+  h.loss_sum = 0;
+  peer.send(message(h, &init));
+  pull.request_id = 4;
+  pull.shm = 1;
+  peer.send(message(pull));
+  const Header params = peer.receive_header(0, "PARAMS into the segment");  // INIT has no answer
+  ASSERT_EQ(params.op, Op::kParams) << params.message;
+  EXPECT_EQ(params.shm, 1u);
+  const float* values = static_cast<const float*>(segment.data()) + shm_area_floats(kModelFloats);
+  EXPECT_EQ(std::vector<float>(values, values + kModelFloats), init);
+
+  Header done = hello_header(0, 5, 1, 0, 0);
+  done.op = Op::kDone;
+  peer.send(message(done));
+  const ExitStatus ps_status = children.wait(ps, 10);
+  const std::string ps_log = read_file(dir.path + "/ps0.log");
+  EXPECT_TRUE(ps_status.ok()) << ps_log;
+  EXPECT_EQ(count_of(ps_log, kRejectedLine), 1u) << ps_log;
 }
 
 // The same-host local channel (shared/local_channel.h) reaches the same checks as ZeroMQ: a peer

@@ -1,16 +1,19 @@
 // shared/shared_memory.h: what same-host peers rely on. A segment a peer opens shows the creator's
 // writes; a read-only mapping (the PS's parameter area in a worker) cannot change them; a wrong
 // size or a removed name is a clear error. And as whole jobs: the PS's parameter area leaves no
-// name in /dev/shm, whether every worker maps it or the PS is stopped before they all came.
+// name in /dev/shm, whether every worker maps it or the PS is stopped before they all came; a
+// worker that cannot map it gets the values copied into its own segment, with the same result.
 #include "shared/shared_memory.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <filesystem>
 #include <string>
 
 #include "test_util/idx_writer.h"
+#include "test_util/params.h"
 #include "test_util/process.h"
 
 namespace pstrain {
@@ -121,6 +124,42 @@ TEST_F(ParameterAreaTest, PsStoppedBeforeEveryWorkerRegisteredRemovesTheName) {
   EXPECT_EQ(ps.signal, SIGTERM);
   EXPECT_FALSE(exists(name)) << name;
   kill_all({w0});
+}
+
+// A worker that cannot map the area (here its name was removed from /dev/shm before it came, as a
+// cleaner of /dev/shm would) says so and pulls the values into its own segment instead (PULL shm
+// 1), while the other worker computes from the area: the job ends with the same parameters, to
+// the bit, as one where both workers map it.
+TEST_F(ParameterAreaTest, WorkerThatCannotMapItGetsItsOwnCopyAndTheSameParameters) {
+  const auto run = [&](const std::string& tag, bool remove_name) {
+    test::Job j = job();
+    j.dir = dir_.path + "/" + tag;
+    std::filesystem::create_directories(j.dir);
+    j.args.insert(j.args.end(), {"--steps", "40", "--save-params", j.dir + "/params"});
+    std::vector<pid_t> servers;
+    const std::vector<std::string> hosts = test::start_servers(j, &servers);
+    const pid_t w0 = test::spawn(test::worker_argv(j, 0, {"--ps-hosts", hosts.at(0)}), j.dir + "/w0.log");
+    EXPECT_TRUE(wait_for_text(j.dir + "/w0.log", "computing from ps0's parameter area", 60)) << read_file(j.dir + "/w0.log");
+    if (remove_name) {
+      const std::string marker = "ps0: values in shared memory (";
+      const std::string log = read_file(j.dir + "/ps0.log");
+      const size_t from = log.find(marker);
+      EXPECT_NE(from, std::string::npos) << log;
+      if (from != std::string::npos) {
+        const std::string name = log.substr(from + marker.size(), log.find(')', from) - from - marker.size());
+        EXPECT_EQ(::unlink(("/dev/shm" + name).c_str()), 0) << name;
+      }
+    }
+    const pid_t w1 = test::spawn(test::worker_argv(j, 1, {"--ps-hosts", hosts.at(0)}), j.dir + "/w1.log");
+    for (pid_t pid : {w0, w1, servers.at(0)}) EXPECT_TRUE(test::wait_for(pid, 60).ok()) << tag;
+    const std::string w1_log = read_file(j.dir + "/w1.log");
+    EXPECT_EQ(w1_log.find("cannot map ps0's parameter area") != std::string::npos, remove_name) << w1_log;
+    EXPECT_EQ(w1_log.find("computing from ps0's parameter area") != std::string::npos, !remove_name) << w1_log;
+    return test::load_saved_params(j.dir + "/params");
+  };
+  const test::SavedParams both = run("both-map", false);
+  const test::SavedParams one = run("one-copies", true);
+  EXPECT_EQ(test::relative_difference(both, one), 0.0);
 }
 
 }  // namespace
