@@ -95,7 +95,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
-      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per worker (--device cpu): its products, convolutions and element-wise layers split over them; results equal one thread's within rounding, and the same on every run");
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per worker (--device cpu): its products, convolutions and element-wise layers split over them; results equal one thread's within rounding, and the same on every run")
+      ("bind-cpu", po::value(&o.bind_cpu)->default_value(o.bind_cpu), "run this worker's training thread and its data reader on this CPU only (ZeroMQ's threads and --threads' helpers stay free); -1: no binding. launch.sh sets it when every worker has a CPU of its own (launch.sh --cpu-bind; docs/operations.md)");
   po::options_description train("Training");
   train.add_options()
       ("batch-size", po::value(&t.batch_size)->default_value("64"), "samples a worker computes at once (its micro-batch); a step is --accum-steps of them, so the global batch is N * accum-steps * batch-size. auto (with --global-batch or --worker-batch): the largest micro-batch whose memory plan fits --gpu-memory-limit (or the GPU's free memory), with as many micro-batches as keep the global batch")
@@ -170,6 +171,7 @@ void validate(const JobOptions& o, Role role) {
           "--base-port: base-port + s must be a port in [1, 65535] for every PS s");
   require(o.start_timeout_s >= 0, "--start-timeout must not be negative");
   require(o.local_rank >= 0, "--local-rank must not be negative");
+  require(o.bind_cpu >= -1, "--bind-cpu must be a CPU number, or -1 for no binding");
   require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
   require(!(o.curve && o.insecure), "--curve and --insecure contradict each other");
   require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");

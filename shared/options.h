@@ -98,6 +98,7 @@ struct JobOptions {
                                     // --batch-size auto: the micro-batch's plan fits it (also on the CPU)
   int prefetch = 4;             // batches queued ahead of the trainer
   int threads = 1;              // BLAS threads per worker
+  int bind_cpu = -1;            // worker: its training thread runs on this CPU only (-1: anywhere)
 
   // Training.
   int batch_size = 64;          // micro-batch: samples a worker computes at once (see worker_shares)

@@ -19,6 +19,7 @@
 #include "shared/npy.h"
 #include "worker/backend.h"
 #include "worker/checkpoints.h"
+#include "worker/cpu_binding.h"
 #include "worker/data/dataset.h"
 #include "worker/data/open.h"
 #include "worker/data/prefetch.h"
@@ -136,6 +137,8 @@ class Trainer {
       : o_(o), chief_(o.index == 0), tag_("w" + std::to_string(o.index) + ": "), stop_requested_(stop_requested) {}
 
   TrainSummary run(const ExchangeFactory& make_exchange) {
+    std::string why;
+    if (o_.bind_cpu >= 0 && !may_run_on(o_.bind_cpu, &why)) throw UsageError(why);  // before any work
     open_data();
     plan_device();
     connect(make_exchange);
@@ -237,6 +240,15 @@ class Trainer {
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
   }
 
+  // --bind-cpu: this thread and the data reader it starts next, now that the threads that stay
+  // free (ZeroMQ's, --threads' helpers) have started (worker/cpu_binding.h).
+  void bind_cpu() const {
+    if (o_.bind_cpu < 0) return;
+    std::string why;
+    if (!bind_this_thread(o_.bind_cpu, &why)) throw Error(why);
+    PSLOG(INFO) << tag_ << "training thread bound to CPU " << o_.bind_cpu << " (--bind-cpu)";
+  }
+
   // Reads the batches of steps [step, total_steps_) from now on.
   void start_prefetch(uint64_t step) {
     prefetch_.reset();
@@ -246,6 +258,7 @@ class Trainer {
   }
 
   void loop() {
+    bind_cpu();
     start_prefetch(first_step_);
     start_ = interval_start_ = Clock::now();
     uint64_t step = first_step_;

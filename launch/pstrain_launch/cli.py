@@ -45,6 +45,14 @@ job:
                     passed to every process, PS and workers. Per host: batch= in a hostfile
   --config FILE     job config, passed to every process as --config FILE
                     (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
+  --cpu-bind MODE   auto (default) | none. auto: when the job runs on this host alone with
+                    2 or more workers and each can have a CPU of its own (of those this
+                    launcher may use), worker i's training thread and data reader run on the
+                    i-th of them (--bind-cpu); ZeroMQ's threads and the PS stay free, and two
+                    workers never share a core while one is idle (bench/README.md, "CPU
+                    binding"). none: the kernel places everything, e.g. when other jobs share
+                    the CPUs. Across hosts nothing is bound (srun --cpu-bind and mpirun
+                    --bind-to do that for their steps)
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
   --dry-run         print the placement and every process's exact command, start nothing
   --resume          start from the newest usable checkpoint in the job's --checkpoint-dir
@@ -130,7 +138,7 @@ class Stop(Exception):
 
 VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
                "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option", "--devices",
-               "--worker-batch"}
+               "--worker-batch", "--cpu-bind"}
 SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe", "--resume"}
 
 
@@ -276,6 +284,11 @@ class Settings:
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
         self.worker_batch = self._worker_batch(flags)
+        try:
+            self.worker_cpus = [] if job_flag(self.extra, "bind-cpu") is not None else placement.worker_cpus(
+                flags.get("--cpu-bind", "auto"), self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
+        except placement.PlacementError as e:
+            raise UsageError(str(e)) from e
 
     def _devices(self, flags):
         """--devices: every host runs one worker per entry, so the number of workers follows."""
@@ -445,6 +458,8 @@ class Run:
             cmd += ["--local-rank", str(proc.local_rank)]
         if proc.device:
             cmd += ["--device", proc.device]
+        if s.worker_cpus:
+            cmd += ["--bind-cpu", str(s.worker_cpus[proc.index])]
         return cmd + s.extra
 
     def remote_argv(self, proc, command):

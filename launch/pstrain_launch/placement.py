@@ -205,6 +205,20 @@ def worker_batches(procs, default):
     return [default if p.batch is None else p.batch for p in workers]
 
 
+def worker_cpus(mode, local, num_workers, cpus):
+    """--cpu-bind: the CPU of each worker's training thread, in worker order (--bind-cpu), or []
+    for none. auto binds on the local launcher when there are workers to keep apart (two or
+    more) and every one gets a CPU of its own, worker i on the i-th of `cpus` (the CPUs the
+    launcher may use); the PS stays free. Across hosts the launcher does not know the other
+    hosts' CPUs: none there (srun's --cpu-bind and mpirun's --bind-to do it for their steps)."""
+    if mode not in ("auto", "none"):
+        raise PlacementError(f"--cpu-bind: '{mode}' is not auto or none")
+    cpus = sorted(cpus)
+    if mode == "none" or not local or num_workers < 2 or num_workers > len(cpus):
+        return []
+    return cpus[:num_workers]
+
+
 def describe(procs):
     """The placement as printed before anything starts: one line per process."""
     width = max(len(p.name) for p in procs)

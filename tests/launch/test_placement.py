@@ -289,6 +289,32 @@ class WorkerBatchCommandLineTest(unittest.TestCase):
         self.assertIn("--local-rank 1 --device cpu --worker-batch 64,32,16,16'", w1[0])
 
 
+class CpuBindTest(unittest.TestCase):
+    def test_auto_gives_each_local_worker_a_cpu_of_its_own(self):
+        self.assertEqual(placement.worker_cpus("auto", True, 2, {3, 1, 2}), [1, 2])
+        self.assertEqual(placement.worker_cpus("auto", True, 3, {0, 1}), [])   # more workers than CPUs
+        self.assertEqual(placement.worker_cpus("auto", True, 1, {0, 1}), [])   # nobody to keep apart
+        self.assertEqual(placement.worker_cpus("auto", False, 2, {0, 1}), [])  # other hosts' CPUs are unknown
+        self.assertEqual(placement.worker_cpus("none", True, 2, {0, 1}), [])
+        with self.assertRaisesRegex(PlacementError, "^--cpu-bind: 'all' is not auto or none$"):
+            placement.worker_cpus("all", True, 2, {0, 1})
+
+    def test_workers_get_bind_cpu_unless_told_otherwise(self):
+        with mock.patch.object(os, "sched_getaffinity", return_value={4, 5, 6}):
+            cmds = commands(settings("--num-workers", "2", "--", "--lr", "0.1"))
+            for name, cpu in (("w0", "4"), ("w1", "5")):
+                self.assertEqual(cmds[name][cmds[name].index("--bind-cpu") + 1], cpu)
+                self.assertEqual(cmds[name][-2:], ["--lr", "0.1"])
+            self.assertNotIn("--bind-cpu", cmds["ps0"])
+            for argv in (("--num-workers", "2", "--cpu-bind", "none"), ("--num-workers", "4"),
+                         ("--num-workers", "2", "--", "--bind-cpu", "5")):  # the user's own binding is kept
+                cmds = commands(settings(*argv))
+                self.assertEqual([" ".join(cmd).count("--bind-cpu") for name, cmd in cmds.items() if name[0] == "w"],
+                                 [1 if "5" in argv else 0] * (4 if "4" in argv else 2), argv)
+            with self.assertRaisesRegex(cli.UsageError, "^--cpu-bind: 'yes' is not auto or none$"):
+                settings("--num-workers", "2", "--cpu-bind", "yes")
+
+
 class CommandLineTest(unittest.TestCase):
     def test_flags_values_and_job_flags(self):
         flags, extra = cli.parse_args(["--num-ps", "2", "--hostfile=h", "-H", "a,b", "--dry-run",
