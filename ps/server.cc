@@ -103,6 +103,9 @@ void merge_metrics(Header* sum, const Header& m) {
   sum->samples += m.samples;
   sum->loss_sum += m.loss_sum;
   sum->correct += m.correct;
+  sum->eval_samples += m.eval_samples;
+  sum->eval_loss += m.eval_loss;
+  sum->eval_correct += m.eval_correct;
   sum->times += m.times;
   if (m.slowest_us > sum->slowest_us) {
     sum->slowest = m.slowest;
@@ -128,6 +131,9 @@ void add_metrics(Header* sum, const Header& h, int pushes) {
   sum->samples += h.samples;
   sum->loss_sum += h.loss_sum;
   sum->correct += h.correct;
+  sum->eval_samples += h.eval_samples;
+  sum->eval_loss += h.eval_loss;
+  sum->eval_correct += h.eval_correct;
   sum->times += h.times;
 }
 

@@ -47,8 +47,11 @@ constexpr const char* kKeyStaleMax = "stale_max";
 constexpr const char* kKeyLead = "lead";
 constexpr const char* kKeyDropped = "dropped";
 constexpr const char* kKeyShm = "shm";
+constexpr const char* kKeyEvalSamples = "e_n";
+constexpr const char* kKeyEvalCorrect = "e_correct";
+constexpr const char* kKeyEvalLoss = "e_loss";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 37;  // every key encode_header writes
+constexpr size_t kNumKeys = 40;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -82,10 +85,10 @@ constexpr std::string_view kAllKeys[] = {
     kKeyChunk,   kKeyData,        kKeyCompute,    kKeyPush,     kKeyWait,      kKeyPull,       kKeyEval,
     kKeySlowest, kKeySlowestTime, kKeyCheckpoint, kKeyStop,     kKeyCheckpointTime, kKeyWriteTime, kKeyMode,
     kKeyBasedOn, kKeyStaleSum,    kKeyStaleCount, kKeyStaleMax, kKeyLead,      kKeyDropped,    kKeyShm,
-    kKeyLoss,    kKeyMessage};
+    kKeyEvalSamples, kKeyEvalCorrect, kKeyLoss,   kKeyEvalLoss, kKeyMessage};
 constexpr int kNumAllKeys = static_cast<int>(sizeof kAllKeys / sizeof kAllKeys[0]);
 static_assert(kNumAllKeys == static_cast<int>(kNumKeys) && kNumAllKeys <= 64, "every key, one bit each");
-constexpr int kLossIndex = kNumAllKeys - 2;  // then kKeyMessage, the last
+constexpr int kLossIndex = kNumAllKeys - 3;  // the two numbers, then kKeyMessage, the last
 
 // The index of `key` in kAllKeys, or -1; `expected` is tried first (encode_header writes the keys
 // in the table's order). Every message's header is decoded: no allocation, few comparisons.
@@ -135,7 +138,9 @@ struct Decoder {
                 &h->stale_max,
                 &h->lead_max,
                 &h->dropped,
-                &h->shm} {}
+                &h->shm,
+                &h->eval_samples,
+                &h->eval_correct} {}
   Header* h;
   std::string* error;
   uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0, slowest = 0;
@@ -158,18 +163,19 @@ struct Decoder {
     if (index < kLossIndex) {
       return get_uint(v, targets[index]) || fail("header field '" + std::string(key) + "' is not an unsigned integer");
     }
-    if (index == kLossIndex) {
+    if (index == kLossIndex || index == kLossIndex + 1) {
+      double& number = index == kLossIndex ? h->loss_sum : h->eval_loss;
       // msgpack-cxx writes a double with an integral value as an integer.
       if (v.type == msgpack::type::FLOAT64 || v.type == msgpack::type::FLOAT32) {
-        h->loss_sum = v.via.f64;
+        number = v.via.f64;
       } else if (v.type == msgpack::type::POSITIVE_INTEGER) {
-        h->loss_sum = static_cast<double>(v.via.u64);
+        number = static_cast<double>(v.via.u64);
       } else if (v.type == msgpack::type::NEGATIVE_INTEGER) {
-        h->loss_sum = static_cast<double>(v.via.i64);
+        number = static_cast<double>(v.via.i64);
       } else {
-        return fail("header field 'loss' is not a number");
+        return fail("header field '" + std::string(key) + "' is not a number");
       }
-      return std::isfinite(h->loss_sum) || fail("header field 'loss' is not finite");
+      return std::isfinite(number) || fail("header field '" + std::string(key) + "' is not finite");
     }
     if (v.type != msgpack::type::STR) return fail("header field 'msg' is not a string");
     h->message.assign(v.via.str.ptr, v.via.str.size);
@@ -280,8 +286,12 @@ std::string encode_header(const Header& h) {
   put(kKeyLead, h.lead_max);
   put(kKeyDropped, h.dropped);
   put(kKeyShm, h.shm);
+  put(kKeyEvalSamples, h.eval_samples);
+  put(kKeyEvalCorrect, h.eval_correct);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
+  pk.pack(kKeyEvalLoss);
+  pk.pack_double(h.eval_loss);
   pk.pack(kKeyMessage);
   pk.pack(h.message.size() > kMaxMessageChars ? h.message.substr(0, kMaxMessageChars) : h.message);
   return std::string(buffer.data(), buffer.size());

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 6 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 8 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values. Every field is validated on receipt.
 #pragma once
@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 7;
+constexpr uint32_t kProtocolVersion = 8;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -85,6 +85,11 @@ struct Header {
   // worker's segment for this shard; WELCOME: 1 = the PS mapped it. PUSH: 1 = the gradient is in
   // the segment, no payload frame; PULL: 1 = put the parameters there; PARAMS: 1 = they are there.
   uint64_t shm = 0;
+  // PUSH: this worker's share of the test set, evaluated after its previous step (an epoch's end,
+  // when the workers share the evaluation): records, summed loss, correct; PARAMS: summed over
+  // the workers (docs/operations.md, "Reading the progress lines").
+  uint64_t eval_samples = 0, eval_correct = 0;
+  double eval_loss = 0;
 };
 
 // HELLO's `mode` field.

@@ -1,5 +1,6 @@
 // Using a trained model (issue 17, item 5): --init-params starts a job from saved .npy files, and
-// pstrain-worker --evaluate prints the loss and accuracy of saved parameters with no PS.
+// pstrain-worker --evaluate prints the loss and accuracy of saved parameters with no PS. And the
+// evaluations at the epochs' ends, which the workers share where they hold the same parameters.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -98,6 +99,42 @@ TEST_F(EvaluateTest, AModelThatDoesNotFitTheSavedParametersIsAClearError) {
   EXPECT_EQ(status.code, 2) << log;
   EXPECT_NE(log.find("--evaluate needs --init-params DIR"), std::string::npos) << log;
   EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
+}
+
+// Sync and allreduce: the workers evaluate their shares of the test set at an epoch's end (101
+// records over 3 workers: records [n i / N, n (i + 1) / N), 33, 34 and 34 of them) and the chief
+// reports the sums a step later; the figures are those of the chief alone evaluating the same
+// parameters (the epoch's evaluation of a 1-epoch job, the last, which the chief does alone), to
+// the printed digit.
+TEST_F(EvaluateTest, EpochEvaluationsSharedByTheWorkersEqualTheChiefsAlone) {
+  const std::string data = dir_ + "/shared-data";
+  std::filesystem::create_directories(data);
+  write_synthetic_mnist(data, "train", 480, 8, 8, 3, false);
+  write_synthetic_mnist(data, "t10k", 101, 8, 8, 3, false);
+  const std::regex done("epoch 1 done: (train loss [0-9.]+ acc [0-9.]+; test loss [0-9.]+ acc [0-9.]+) \\(([^)]*)\\)");
+  for (const std::string mode : {"sync", "allreduce"}) {
+    std::string figures[2], how[2];
+    for (int epochs : {1, 2}) {
+      Job job;
+      job.num_workers = 3;
+      job.dir = dir_ + "/" + mode + std::to_string(epochs);
+      std::filesystem::create_directories(job.dir);
+      job.args = {"--data-dir", data, "--cache-dir", job.dir, "--hidden", "16,8", "--batch-size", "8", "--epochs",
+                  std::to_string(epochs), "--optimizer", "momentum", "--lr", "0.05", "--lr-schedule", "constant",
+                  "--timeout", "30"};
+      const JobResult result = mode == "sync" ? run_job(job) : run_allreduce_job(job);
+      ASSERT_TRUE(result.ok()) << result.logs;
+      const std::string chief = read_file(job.dir + "/w0.log");
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(chief, m, done)) << chief;
+      figures[epochs - 1] = m[1].str();
+      how[epochs - 1] = m[2].str();
+      EXPECT_EQ(chief.find("not reported"), std::string::npos) << chief;
+    }
+    EXPECT_EQ(figures[1], figures[0]) << mode;
+    EXPECT_EQ(how[0].rfind("evaluated in ", 0), 0u) << mode << ": " << how[0];  // the last: the chief alone
+    EXPECT_EQ(how[1].rfind("evaluated by 3 workers, ", 0), 0u) << mode << ": " << how[1];
+  }
 }
 
 }  // namespace

@@ -53,7 +53,8 @@ bool same(const Header& a, const Header& b) {
          a.times.ckpt_us == b.times.ckpt_us && a.write_us == b.write_us && a.mode == b.mode &&
          a.based_on == b.based_on && a.stale_sum == b.stale_sum && a.stale_count == b.stale_count &&
          a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped &&
-         a.shm == b.shm;
+         a.shm == b.shm && a.eval_samples == b.eval_samples && a.eval_correct == b.eval_correct &&
+         std::memcmp(&a.eval_loss, &b.eval_loss, sizeof(double)) == 0;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -88,6 +89,9 @@ Header full_header(Op op) {
   h.lead_max = 4;
   h.dropped = 250;
   h.shm = 1;
+  h.eval_samples = 5000;
+  h.eval_correct = 4321;
+  h.eval_loss = 2345.0625;
   return h;
 }
 
@@ -138,8 +142,10 @@ class MapBuilder {
     set_uint("slow", 0).set_uint("slow_us", 0).set_uint("ckpt", 0).set_uint("stop", 0);
     set_uint("t_ckpt", 0).set_uint("ckpt_us", 0);
     set_uint("mode", 0).set_uint("based", 0).set_uint("stale", 0).set_uint("stale_n", 0);
-    set_uint("stale_max", 0).set_uint("lead", 0).set_uint("dropped", 0);
-    set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); })).set_raw("msg", packed_str(""));
+    set_uint("stale_max", 0).set_uint("lead", 0).set_uint("dropped", 0).set_uint("shm", 0);
+    set_uint("e_n", 0).set_uint("e_correct", 0);
+    set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); }));
+    set_raw("e_loss", packed([](auto& pk) { pk.pack_double(0.0); })).set_raw("msg", packed_str(""));
   }
   // Replaces the value of `key` (appends it if absent).
   MapBuilder& set_raw(const std::string& key, const std::string& value) {
@@ -189,7 +195,8 @@ TEST(ProtocolTest, EveryFieldRoundTripsForEveryOp) {
     widest.request_id = widest.step = widest.samples = widest.correct = UINT64_MAX;
     widest.sender = widest.num_workers = UINT32_MAX;
     widest.offset = widest.length = widest.total = kSliceLimit;
-    widest.loss_sum = std::numeric_limits<double>::max();
+    widest.loss_sum = widest.eval_loss = std::numeric_limits<double>::max();
+    widest.eval_samples = widest.eval_correct = UINT64_MAX;
     for (const Header& h : {zero, full_header(op), widest}) {
       const std::string bytes = encode_header(h);
       EXPECT_LE(bytes.size(), kMaxHeaderBytes);
@@ -239,7 +246,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "e_n", "e_correct", "loss", "e_loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -417,7 +424,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x4b", 3), head + "map size overflow)"},  // 75 > 2 * 37 entries
+      {std::string("\xde\x00\x51", 3), head + "map size overflow)"},  // 81 > 2 * 40 entries
       {std::string("\xde\x00\x27", 3), kTruncated},                   // 39 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32
@@ -508,6 +515,13 @@ TEST(ProtocolCorruptionTest, NonFiniteLoss) {
   }
   const std::string nan32 = packed([](auto& pk) { pk.pack_float(std::numeric_limits<float>::quiet_NaN()); });
   EXPECT_EQ(decode_error(MapBuilder().set_raw("loss", nan32).bytes()), "header field 'loss' is not finite");
+  // The test set's summed loss of a worker's evaluation, the same checks.
+  Header h = full_header(Op::kPush);
+  h.eval_loss = std::numeric_limits<double>::infinity();
+  EXPECT_EQ(decode_error(encode_header(h)), "header field 'e_loss' is not finite");
+  EXPECT_EQ(decode_error(MapBuilder().set_raw("e_loss", nan32).bytes()), "header field 'e_loss' is not finite");
+  EXPECT_EQ(decode_error(MapBuilder().set_raw("e_loss", packed_str("1")).bytes()), "header field 'e_loss' is not a number");
+  EXPECT_EQ(decoded(MapBuilder().set_raw("e_loss", packed([](auto& pk) { pk.pack_int64(-3); })).bytes()).eval_loss, -3.0);
 }
 
 // Arbitrary bytes, and valid headers with several bytes overwritten, never crash the decoder.

@@ -114,12 +114,13 @@ class AllreduceExchange final : public Exchange {
   StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                           StepTimes* times) override {
     // The chief's checkpoint and stop decisions ride along (only it sets them: their sums are its).
-    double sums[11] = {static_cast<double>(info.samples),      info.loss_sum,
+    double sums[14] = {static_cast<double>(info.samples),      info.loss_sum,
                        static_cast<double>(info.correct),      static_cast<double>(info.times.data_us),
                        static_cast<double>(info.times.compute_us), static_cast<double>(info.times.push_us),
                        static_cast<double>(info.times.wait_us),    static_cast<double>(info.times.pull_us),
                        static_cast<double>(info.times.eval_us),    static_cast<double>(info.checkpoint),
-                       info.stop ? 1.0 : 0.0};
+                       info.stop ? 1.0 : 0.0,                  static_cast<double>(info.eval.samples),
+                       info.eval.loss_sum,                     static_cast<double>(info.eval.correct)};
     const auto t0 = Clock::now();
     idle();  // the ring waits for the slowest worker first (counted in push, like that wait)
     if (collective_->on_device()) {
@@ -150,6 +151,7 @@ class AllreduceExchange final : public Exchange {
     m.samples = static_cast<uint64_t>(sums[0]);
     m.loss_sum = sums[1];
     m.correct = static_cast<uint64_t>(sums[2]);
+    m.eval = EvalSums{static_cast<uint64_t>(sums[11]), sums[12], static_cast<uint64_t>(sums[13])};
     m.times = StepTimes{static_cast<uint64_t>(sums[3]), static_cast<uint64_t>(sums[4]), static_cast<uint64_t>(sums[5]),
                         static_cast<uint64_t>(sums[6]), static_cast<uint64_t>(sums[7]), static_cast<uint64_t>(sums[8])};
     return m;

@@ -238,6 +238,9 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
     h.loss_sum = info.loss_sum;
     h.correct = info.correct;
     h.times = info.times;
+    h.eval_samples = info.eval.samples;
+    h.eval_loss = info.eval.loss_sum;
+    h.eval_correct = info.eval.correct;
     h.checkpoint = info.checkpoint;
     h.stop = info.stop ? 1 : 0;
     h.based_on = versions_[unpushed_];
@@ -318,6 +321,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
       metrics.stale_max = h.stale_max;
       metrics.lead_max = h.lead_max;
       metrics.dropped = h.dropped;
+      metrics.eval = EvalSums{h.eval_samples, h.eval_loss, h.eval_correct};
     }
     stop = stop || h.stop != 0;
     write_us = std::max(write_us, h.write_us);

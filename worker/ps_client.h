@@ -17,6 +17,13 @@
 
 namespace pstrain {
 
+// Sums over a share of the test set: records evaluated, their loss and correct predictions.
+struct EvalSums {
+  uint64_t samples = 0;
+  double loss_sum = 0;
+  uint64_t correct = 0;
+};
+
 struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint64_t samples = 0;
   double loss_sum = 0;
@@ -35,6 +42,7 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   // own; ssp: its step minus the version it was computed on), summed and the largest, and in ssp
   // the largest lead of a pushing worker over the slowest. Backup workers: late pushes dropped.
   uint64_t stale_sum = 0, stale_count = 0, stale_max = 0, lead_max = 0, dropped = 0;
+  EvalSums eval{};  // the workers' shares of the test set, evaluated after the step before (summed)
 };
 
 struct PushInfo {  // what rides along with this worker's gradient chunks
@@ -42,6 +50,7 @@ struct PushInfo {  // what rides along with this worker's gradient chunks
   double loss_sum = 0;
   uint64_t correct = 0;
   StepTimes times;  // of this worker's previous step
+  EvalSums eval{};  // its share of the test set, evaluated after that step (samples 0: none)
   uint64_t checkpoint = 0;  // chief: the PS shards checkpoint version step+1 (0 = no)
   bool stop = false;        // chief: ...and the job stops after it
 };

@@ -53,13 +53,13 @@ std::string mib_text(double mib) {
   return os.str();
 }
 
-BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch) {
+BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch, size_t from, size_t to) {
   std::vector<size_t> records(static_cast<size_t>(eval_batch));
   std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
   std::vector<int32_t> y(static_cast<size_t>(eval_batch));
   BatchStats total;
-  for (size_t start = 0; start < data.size(); start += static_cast<size_t>(eval_batch)) {
-    const size_t count = std::min<size_t>(static_cast<size_t>(eval_batch), data.size() - start);
+  for (size_t start = from; start < to; start += static_cast<size_t>(eval_batch)) {
+    const size_t count = std::min<size_t>(static_cast<size_t>(eval_batch), to - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
     data.read(records.data(), count, x.data(), y.data());
     const float* input = replica.input(x.data(), count * data.feature_dim());
@@ -150,7 +150,8 @@ class Trainer {
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
     train_data_ = open_training_data(o_);
-    if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());
+    shared_eval_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0));
+    if (chief_ || shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
     shares_ = worker_shares(o_);
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
@@ -267,6 +268,7 @@ class Trainer {
       if (!chief_ && m.stop) break;
       if (chief_) report(step, m);
       if (m.stop) break;
+      if (!chief_ && shared_eval_ && evaluates_share_after(step)) evaluate_share();
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
         // Backup workers: the job moved on without this worker's late steps; so does its data.
         skipped_ += m.next_step - step - 1;
@@ -282,7 +284,10 @@ class Trainer {
   StepMetrics run_step(uint64_t step) {
     const auto t0 = Clock::now();
     Clock::duration data{}, pushing{};
-    PushInfo info{0, 0, 0, previous_};
+    PushInfo info;
+    info.times = previous_;
+    info.eval = pending_eval_;
+    pending_eval_ = EvalSums{};
     checkpoints_->plan(step, &info.checkpoint, &info.stop);
     BatchStats done;  // of the micro-batches before the current one
     for (int j = 0; j < batch_.micro_batches; ++j) {
@@ -360,20 +365,68 @@ class Trainer {
       interval_.reset();
       interval_start_ = Clock::now();
     }
-    if (epoch_end || last) {
+    if (awaited_epoch_ != 0) report_shared_evaluation(m);
+    if (epoch_end && !last && shared_eval_) {
+      // Every worker evaluates its share now; the sums come back with the next step's results.
+      evaluate_share();
+      awaited_epoch_ = batch_data_.epoch + 1;
+      awaited_train_ = {epoch_.mean_loss(), epoch_.accuracy()};
+      epoch_.reset();
+    } else if (epoch_end || last) {
       const auto e0 = Clock::now();
-      const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch);
+      const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch, 0, test_data_->size());
       previous_.eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
-      summary_.test_loss = t.loss_sum / test_data_->size();
-      summary_.test_accuracy = static_cast<double>(t.correct) / test_data_->size();
       summary_.train_loss = epoch_.mean_loss();
       summary_.train_accuracy = epoch_.accuracy();
-      PSLOG(INFO) << "epoch " << batch_data_.epoch + 1 << " done: train loss " << fixed(summary_.train_loss, 4)
-                  << " acc " << fixed(summary_.train_accuracy, 4) << "; test loss " << fixed(summary_.test_loss, 4)
-                  << " acc " << fixed(summary_.test_accuracy, 4) << " (evaluated in "
-                  << fixed(previous_.eval_us / 1e3, 1) << " ms)";
+      report_epoch(batch_data_.epoch + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
+                   "(evaluated in " + fixed(previous_.eval_us / 1e3, 1) + " ms)");
       epoch_.reset();
     }
+  }
+
+  // Whether the workers share the evaluation after `step`: an epoch's last step, not the job's
+  // (the last evaluation has no next step to bring the sums: the chief does it alone).
+  bool evaluates_share_after(uint64_t step) const {
+    return (step + 1) % steps_per_epoch_ == 0 && step + 1 < total_steps_;
+  }
+
+  // This worker's share of the test set: records [n i / N, n (i+1) / N), in batches as large as
+  // its plan allows (the chief's evaluation batch, the others' micro-batch); the sums ride with
+  // the next step's pushes (PushInfo::eval), the time with its step times.
+  void evaluate_share() {
+    const auto e0 = Clock::now();
+    const size_t n = test_data_->size(), i = static_cast<size_t>(o_.index), workers = static_cast<size_t>(o_.num_workers);
+    const size_t from = n * i / workers, to = n * (i + 1) / workers;
+    const BatchStats t = evaluate(*model_, *replica_, *test_data_, chief_ ? batch_.eval_batch : batch_.micro, from, to);
+    pending_eval_ = EvalSums{to - from, t.loss_sum, static_cast<uint64_t>(t.correct)};
+    previous_.eval_us = micros(Clock::now() - e0);
+  }
+
+  // The chief, one step after an epoch's end: the workers' shares summed. All of the test set, or
+  // (a worker replaced meanwhile, whose share was lost) a warning instead of a partial result.
+  void report_shared_evaluation(const StepMetrics& m) {
+    const uint64_t epoch = awaited_epoch_;
+    awaited_epoch_ = 0;
+    if (m.eval.samples != test_data_->size()) {
+      PSLOG(WARN) << "epoch " << epoch << ": the workers' evaluations came back for " << m.eval.samples << " of "
+                  << test_data_->size() << " test records (a worker replaced meanwhile loses its share); "
+                  << "not reported";
+      return;
+    }
+    summary_.train_loss = awaited_train_.first;
+    summary_.train_accuracy = awaited_train_.second;
+    report_epoch(epoch, m.eval,
+                 "(evaluated by " + std::to_string(o_.num_workers) + " workers, " +
+                     fixed(m.times.eval_us / 1e3 / static_cast<double>(o_.num_workers), 1) + " ms each on average)");
+  }
+
+  // "epoch N done: train loss .. acc ..; test loss .. acc .. (how)", and the summary's test values.
+  void report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how) {
+    summary_.test_loss = test.loss_sum / static_cast<double>(test.samples);
+    summary_.test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
+    PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_.train_loss, 4) << " acc "
+                << fixed(summary_.train_accuracy, 4) << "; test loss " << fixed(summary_.test_loss, 4) << " acc "
+                << fixed(summary_.test_accuracy, 4) << " " << how;
   }
 
   TrainSummary finish() {
@@ -431,6 +484,14 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;
   Batch batch_data_;
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
+  // The epochs' evaluations but the last are shared by the workers where they all hold the same
+  // parameters after a step (sync without backup workers, allreduce; 2 or more workers): each
+  // evaluates its share of the test set and sends the sums with its next push, and the chief
+  // reports them when that step's results come back. Elsewhere the chief evaluates alone.
+  bool shared_eval_ = false;
+  EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
+  uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
+  std::pair<double, double> awaited_train_;  // its training loss and accuracy
   Clock::time_point start_, interval_start_;
   StepStats interval_{o_.num_workers}, epoch_{o_.num_workers}, run_{o_.num_workers};
   TrainSummary summary_;
@@ -450,7 +511,7 @@ BatchStats evaluate_saved_model(const JobOptions& o) {
   PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
               << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
   const auto t0 = Clock::now();
-  const BatchStats stats = evaluate(model, replica, *data, batch);
+  const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
   const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
   PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)
               << " test_accuracy=" << fixed(static_cast<double>(stats.correct) / n, 4) << " records=" << data->size()
