@@ -166,7 +166,8 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
     }
   });
   const std::string endpoint = address_pipe.read_string();
-  std::vector<Pipe> results(static_cast<size_t>(clients));
+  std::vector<Pipe> results(static_cast<size_t>(clients)), ready(static_cast<size_t>(clients)),
+      go(static_cast<size_t>(clients));
   std::vector<pid_t> children;
   for (int k = 0; k < clients; ++k) {
     children.push_back(fork_child([&] {
@@ -177,6 +178,10 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
       std::vector<char> buffer(bytes, 1);
       std::vector<double> times;
       for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms up the connection
+        if (r == 1) {  // the timed rounds start together in every client
+          ready[static_cast<size_t>(k)].write_string("ready");
+          (void)go[static_cast<size_t>(k)].read_string();
+        }
         const double start = now_seconds();
         zmq::message_t out(buffer.data(), buffer.size(), [](void*, void*) {}, nullptr);
         socket.send(out, zmq::send_flags::none);
@@ -187,6 +192,8 @@ double raw_round_trip(const std::string& transport, size_t bytes, int rounds, co
       results[static_cast<size_t>(k)].write_doubles(times);
     }));
   }
+  for (auto& pipe : ready) (void)pipe.read_string();
+  for (auto& pipe : go) pipe.write_string("go");
   std::vector<double> slowest(static_cast<size_t>(rounds), 0.0);
   for (auto& pipe : results) {
     const std::vector<double> t = pipe.read_doubles();

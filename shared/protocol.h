@@ -37,7 +37,7 @@ struct StepTimes {
   uint64_t push_us = 0;     // sending gradient chunks
   uint64_t wait_us = 0;     // from the last push until the first parameter chunk arrived
   uint64_t pull_us = 0;     // receiving and storing the rest of the parameter chunks
-  uint64_t eval_us = 0;     // evaluating the test set after the step (the chief, at an epoch's end)
+  uint64_t eval_us = 0;     // evaluating the test set (or its share) after the step, at an epoch's end
   uint64_t ckpt_us = 0;     // checkpoints: the PS shards' write (out of wait) and the chief's manifest
   uint64_t busy_us() const { return data_us + compute_us + push_us; }
   uint64_t total_us() const { return busy_us() + wait_us + pull_us + eval_us + ckpt_us; }

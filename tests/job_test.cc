@@ -106,8 +106,9 @@ TEST_F(JobTest, WorkerPeakMemoryDoesNotGrowWithDatasetSize) {
 }
 
 // Every progress line's breakdown (means over the workers) adds up to the chief's measured time
-// per step, within 10%, also in the lines after an epoch's end, where the chief evaluated the
-// test set while the other worker waited for it at the barrier.
+// per step, within 10%, also in the lines after an epoch's end, where the workers evaluated their
+// shares of the test set (the last epoch's: the chief alone) and waited for each other at the
+// barrier.
 TEST_F(JobTest, StepBreakdownAddsUpToTheMeasuredStepTime) {
   write_synthetic_mnist(dir_, "train", 20000, 28, 28, 5, false);  // 156 steps of 64 per epoch
   write_synthetic_mnist(dir_, "t10k", 10000, 28, 28, 6, false);  // evaluated in ~1/4 of an epoch

@@ -339,7 +339,7 @@ TEST(ProtocolCorruptionTest, UnknownKey) {
 TEST(ProtocolCorruptionTest, DuplicateKey) {
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
                           "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
-                          "slow_us", "loss", "msg"}) {
+                          "slow_us", "shm", "e_n", "e_correct", "loss", "e_loss", "msg"}) {
     const std::string bytes = MapBuilder().add_raw_key(packed_str(key), packed_uint(0)).bytes();
     EXPECT_EQ(decode_error(bytes), std::string("duplicate header field '") + key + "'");
   }
@@ -358,7 +358,7 @@ TEST(ProtocolCorruptionTest, WrongFieldType) {
   };
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
                           "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
-                          "slow_us"}) {
+                          "slow_us", "shm", "e_n", "e_correct"}) {
     for (const std::string& value : not_uint) {
       EXPECT_EQ(decode_error(MapBuilder().set_raw(key, value).bytes()),
                 std::string("header field '") + key + "' is not an unsigned integer");
@@ -367,6 +367,7 @@ TEST(ProtocolCorruptionTest, WrongFieldType) {
   for (const std::string& value : {packed_str("2.5"), packed([](auto& pk) { pk.pack_nil(); }),
                                    packed([](auto& pk) { pk.pack_false(); })}) {
     EXPECT_EQ(decode_error(MapBuilder().set_raw("loss", value).bytes()), "header field 'loss' is not a number");
+    EXPECT_EQ(decode_error(MapBuilder().set_raw("e_loss", value).bytes()), "header field 'e_loss' is not a number");
   }
   for (const std::string& value : {packed_uint(1), packed([](auto& pk) { pk.pack_nil(); })}) {
     EXPECT_EQ(decode_error(MapBuilder().set_raw("msg", value).bytes()), "header field 'msg' is not a string");

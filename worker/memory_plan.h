@@ -19,13 +19,13 @@ struct MemoryPlan {  // MiB
 struct BatchChoice {
   int micro = 0;          // samples computed at once
   int micro_batches = 0;  // ceil(share / micro): the step accumulates this many
-  int eval_batch = 0;     // the chief's test-set batch (also bounded by the plan)
+  int eval_batch = 0;     // the test-set batch of a worker that evaluates (also bounded by the plan)
 };
 
 // --batch-size auto: the largest micro-batch up to `share` (and evaluation batch up to
 // `eval_batch`) whose plan, `plan_for(rows)` for activations of `rows` samples, fits in
-// `limit_mib` (0 = no limit: the whole share). `chief` evaluates, so its plan must fit the
-// larger of the two. Throws pstrain::Error when not even one sample fits, naming the plan.
+// `limit_mib` (0 = no limit: the whole share). A worker that evaluates (`chief`: the chief, or
+// any worker where the evaluations are shared) must fit the larger of the two. Throws pstrain::Error when not even one sample fits, naming the plan.
 BatchChoice choose_batch(int share, int eval_batch, bool chief, double limit_mib,
                          const std::function<MemoryPlan(int rows)>& plan_for);
 

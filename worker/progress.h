@@ -22,8 +22,8 @@ class StepStats {  // sums over a run of global steps
   double accuracy() const { return samples_ ? static_cast<double>(correct_) / samples_ : 0; }
   // "step 2.10 ms = data 0.01 + compute 1.20 + push 0.05 + wait 0.70 + pull 0.14": per-step means
   // over all workers (the parts are measured back to back, so they add up to the step time), with
-  // " + eval E" when the chief evaluated the test set within the interval (the others wait for it
-  // at the next barrier, in `wait`).
+  // " + eval E" when the test set was evaluated within the interval (by the chief alone, or by
+  // every worker on its share; whoever finished first waits at the next barrier, in `wait`).
   std::string breakdown() const;
   // "w1 is the slowest in 95% of steps (busy 2.3 ms vs 1.9 ms mean)" when one worker is the slowest
   // in at least 3/4 of the steps and at least 10% busier than the mean; "" otherwise.

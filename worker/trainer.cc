@@ -150,8 +150,6 @@ class Trainer {
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
     train_data_ = open_training_data(o_);
-    shared_eval_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0));
-    if (chief_ || shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
     shares_ = worker_shares(o_);
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
@@ -159,6 +157,11 @@ class Trainer {
     steps_per_epoch_ = ShardSampler(train_data_->size(), o_.index, shares_, share_, o_.seed, o_.shuffle).steps_per_epoch();
     total_steps_ = steps_per_epoch_ * static_cast<uint64_t>(o_.epochs);
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
+    // Shared evaluations need every worker to hold the same parameters after a step, and an
+    // epoch's end before the job's last step (that one's evaluation is the chief's alone).
+    shared_eval_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0)) &&
+                   total_steps_ > steps_per_epoch_;
+    if (chief_ || shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
@@ -183,11 +186,11 @@ class Trainer {
     if (o_.batch_auto) {
       double limit = o_.gpu_memory_limit_mib;
       if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
-      batch_ = choose_batch(share_, kEvalBatch, chief_, limit, plan_for);
+      batch_ = choose_batch(share_, kEvalBatch, evaluates(), limit, plan_for);
       PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
                   << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
                   << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
-                  << (chief_ ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
+                  << (evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
     } else {
       batch_.micro = std::min(micro_batch(o_, share_), share_);
       batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
@@ -198,7 +201,7 @@ class Trainer {
                   << batch_.micro << " = " << share_ << " samples a step";
     }
     sampler_ = std::make_unique<ShardSampler>(train_data_->size(), o_.index, shares_, batch_.micro, o_.seed, o_.shuffle);
-    const int max_batch = std::max(batch_.micro, chief_ ? batch_.eval_batch : 1);
+    const int max_batch = std::max(batch_.micro, evaluates() ? batch_.eval_batch : 1);
     const MemoryPlan plan = plan_for(max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
@@ -390,14 +393,18 @@ class Trainer {
     return (step + 1) % steps_per_epoch_ == 0 && step + 1 < total_steps_;
   }
 
-  // This worker's share of the test set: records [n i / N, n (i+1) / N), in batches as large as
-  // its plan allows (the chief's evaluation batch, the others' micro-batch); the sums ride with
-  // the next step's pushes (PushInfo::eval), the time with its step times.
+  // Whether this worker evaluates the test set: the chief, and every worker that shares the
+  // evaluations (its memory plan makes room for the evaluation batch, as the chief's does).
+  bool evaluates() const { return chief_ || shared_eval_; }
+
+  // This worker's share of the test set: records [n i / N, n (i+1) / N), in batches of the
+  // evaluation batch; the sums ride with the next step's pushes (PushInfo::eval), the time with
+  // its step times.
   void evaluate_share() {
     const auto e0 = Clock::now();
     const size_t n = test_data_->size(), i = static_cast<size_t>(o_.index), workers = static_cast<size_t>(o_.num_workers);
     const size_t from = n * i / workers, to = n * (i + 1) / workers;
-    const BatchStats t = evaluate(*model_, *replica_, *test_data_, chief_ ? batch_.eval_batch : batch_.micro, from, to);
+    const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch, from, to);
     pending_eval_ = EvalSums{to - from, t.loss_sum, static_cast<uint64_t>(t.correct)};
     previous_.eval_us = micros(Clock::now() - e0);
   }

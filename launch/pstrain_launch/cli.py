@@ -285,7 +285,8 @@ class Settings:
             raise UsageError(str(e)) from e
         self.worker_batch = self._worker_batch(flags)
         try:
-            self.worker_cpus = [] if job_flag(self.extra, "bind-cpu") is not None else placement.worker_cpus(
+            own = job_flag(self.extra, "bind-cpu") is not None or config_value("bind-cpu", self.config) is not None
+            self.worker_cpus = [] if own else placement.worker_cpus(
                 flags.get("--cpu-bind", "auto"), self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e

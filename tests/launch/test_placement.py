@@ -311,6 +311,11 @@ class CpuBindTest(unittest.TestCase):
                 cmds = commands(settings(*argv))
                 self.assertEqual([" ".join(cmd).count("--bind-cpu") for name, cmd in cmds.items() if name[0] == "w"],
                                  [1 if "5" in argv else 0] * (4 if "4" in argv else 2), argv)
+            with tempfile.NamedTemporaryFile("w", suffix=".cfg", delete=False) as f:
+                f.write("hidden = 16\nbind-cpu = 5  # the user's own, in the config\n")
+            self.addCleanup(os.remove, f.name)
+            cmds = commands(settings("--num-workers", "2", "--config", f.name))
+            self.assertNotIn("--bind-cpu", cmds["w0"] + cmds["w1"])
             with self.assertRaisesRegex(cli.UsageError, "^--cpu-bind: 'yes' is not auto or none$"):
                 settings("--num-workers", "2", "--cpu-bind", "yes")
 
