@@ -157,7 +157,7 @@ case_usage() {
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
   for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help \
-    --devices --worker-batch batch=; do
+    --devices --worker-batch batch= --cpu-bind; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
