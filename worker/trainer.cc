@@ -150,6 +150,7 @@ class Trainer {
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
     train_data_ = open_training_data(o_);
+    if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());  // its errors first
     shares_ = worker_shares(o_);
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
@@ -161,7 +162,7 @@ class Trainer {
     // epoch's end before the job's last step (that one's evaluation is the chief's alone).
     shared_eval_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0)) &&
                    total_steps_ > steps_per_epoch_;
-    if (chief_ || shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
+    if (!chief_ && shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
