@@ -55,6 +55,13 @@ class Children {
     pids_.push_back(pid);
     return pid;
   }
+  // Starts job `j`'s one PS, which this then owns: its address, and its pid in *pid.
+  std::string start_ps(const Job& j, pid_t* pid) {
+    std::vector<pid_t> pids;
+    const std::string address = start_servers(j, &pids).at(0);
+    *pid = add(pids.at(0));
+    return address;
+  }
   ExitStatus wait(pid_t pid, double timeout_s) {
     pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
     return wait_for(pid, timeout_s);
@@ -377,9 +384,8 @@ TEST_F(HostileTest, HostileTrafficDuringTrainingIsRejectedAndChangesNothing) {
   const Job j = job(dir.path, 2);
   const std::string ps_log = dir.path + "/ps0.log";
   Children children;
-  std::vector<pid_t> ps_pids;
-  const std::string address = start_servers(j, &ps_pids).at(0);
-  const pid_t ps = children.add(ps_pids[0]);
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
   const pid_t w0 = children.add(spawn(worker_argv(j, 0, address), dir.path + "/w0.log"));
   // Worker 1 is not started yet, so the barrier of step 0 cannot complete. Once the PS reports
   // it stalled, worker 0 has registered, initialised the parameters and pushed step 0: training
@@ -702,9 +708,8 @@ TEST_F(HostileTest, SquatterTakesAFreeSlotAndTheRealWorkerFailsLoudly) {
   const TempDir dir("hostile-squat");
   const Job j = job(dir.path, 1);
   Children children;
-  std::vector<pid_t> ps_pids;
-  const std::string address = start_servers(j, &ps_pids).at(0);
-  const pid_t ps = children.add(ps_pids[0]);
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
 
   zmq::context_t context(1);
   RawPeer squatter(context, address);
@@ -737,9 +742,8 @@ TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   Job j = job(dir.path, 1);
   j.args.insert(j.args.end(), {"--max-shard-mib", "1"});
   Children children;
-  std::vector<pid_t> ps_pids;
-  const std::string address = start_servers(j, &ps_pids).at(0);
-  const pid_t ps = children.add(ps_pids[0]);
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
 
   zmq::context_t context(1);
   RawPeer peer(context, address);
@@ -767,9 +771,8 @@ TEST_F(HostileTest, AreaPullToAPsWithoutAnAreaIsRefused) {
   Job j = job(dir.path, 1);
   j.args.insert(j.args.end(), {"--mode", "async"});
   Children children;
-  std::vector<pid_t> ps_pids;
-  const std::string address = start_servers(j, &ps_pids).at(0);
-  const pid_t ps = children.add(ps_pids[0]);
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
 
   SharedMemory segment;
   std::string why;
@@ -822,9 +825,8 @@ TEST_F(HostileTest, LocalChannelTrafficMeetsTheSameChecks) {
   Job j = job(dir.path, 1);
   j.ipc = true;
   Children children;
-  std::vector<pid_t> ps_pids;
-  const std::string address = start_servers(j, &ps_pids).at(0);
-  const pid_t ps = children.add(ps_pids[0]);
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
   ASSERT_EQ(address.rfind("ipc://@", 0), 0u) << address;
 
   LocalSocket peer;
