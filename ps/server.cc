@@ -98,15 +98,21 @@ std::string slice_text(uint64_t offset, uint64_t length) {
   return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
 }
 
+// The sums a PARAMS reports: the training step's samples, loss and correct predictions, the test
+// set's evaluated shares, the step times.
+void add_sums(Header* sum, const Header& h) {
+  sum->samples += h.samples;
+  sum->loss_sum += h.loss_sum;
+  sum->correct += h.correct;
+  sum->eval_samples += h.eval_samples;
+  sum->eval_loss += h.eval_loss;
+  sum->eval_correct += h.eval_correct;
+  sum->times += h.times;
+}
+
 // Adds the metrics of applied updates to what a worker has not been sent yet (async, ssp).
 void merge_metrics(Header* sum, const Header& m) {
-  sum->samples += m.samples;
-  sum->loss_sum += m.loss_sum;
-  sum->correct += m.correct;
-  sum->eval_samples += m.eval_samples;
-  sum->eval_loss += m.eval_loss;
-  sum->eval_correct += m.eval_correct;
-  sum->times += m.times;
+  add_sums(sum, m);
   if (m.slowest_us > sum->slowest_us) {
     sum->slowest = m.slowest;
     sum->slowest_us = m.slowest_us;
@@ -128,13 +134,7 @@ void add_metrics(Header* sum, const Header& h, int pushes) {
     sum->slowest = h.sender;
     sum->slowest_us = h.times.busy_us();
   }
-  sum->samples += h.samples;
-  sum->loss_sum += h.loss_sum;
-  sum->correct += h.correct;
-  sum->eval_samples += h.eval_samples;
-  sum->eval_loss += h.eval_loss;
-  sum->eval_correct += h.eval_correct;
-  sum->times += h.times;
+  add_sums(sum, h);
 }
 
 }  // namespace
