@@ -817,6 +817,62 @@ TEST_F(HostileTest, AreaPullToAPsWithoutAnAreaIsRefused) {
   EXPECT_EQ(count_of(ps_log, kRejectedLine), 1u) << ps_log;
 }
 
+// The chief reports a shared evaluation only when it covers the whole test set. Here worker 1 is
+// a raw peer that trains along (zero gradients) and, with its first push after epoch 1's end,
+// claims 49 of its 50 test records (a replacement that lost its share would claim none): the
+// chief warns and prints no figures for epoch 1, and still evaluates the job's last step alone.
+TEST_F(HostileTest, ASharedEvaluationShortOfTheTestSetIsAWarningNotFigures) {
+  const TempDir dir("hostile-eval");
+  const Job j = job(dir.path, 2);
+  Children children;
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
+  const pid_t w0 = children.add(spawn(worker_argv(j, 0, address), dir.path + "/w0.log"));
+  zmq::context_t context(1);
+  RawPeer w1(context, address);
+  w1.send(message(hello_header(1, 1, 2, kModelFloats, kSteps)));
+  const Header welcome = w1.receive_header(0, "WELCOME");
+  ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  ASSERT_EQ(welcome.step, 0u);
+  const std::vector<float> zero(kModelFloats, 0.0f);
+  constexpr uint64_t kStepsPerEpoch = 18;  // 300 records, 2 x 8 a step
+  uint64_t rid = 2;
+  Header pull0 = push_header(1, rid++);  // as a worker starts: the chief's initial values
+  pull0.op = Op::kPull;
+  pull0.length = 0;
+  w1.send(message(pull0));
+  const Header initial = w1.receive_header(0, "PARAMS of version 0");
+  ASSERT_EQ(initial.op, Op::kParams) << initial.message;
+  for (uint64_t step = 0; step < kSteps; ++step) {
+    Header push = push_header(1, rid++);
+    push.step = push.based_on = step;
+    if (step == kStepsPerEpoch) {
+      push.eval_samples = 49;
+      push.eval_correct = 10;
+      push.eval_loss = 20.0;
+    }
+    w1.send(message(push, &zero));
+    Header pull = push_header(1, rid++);
+    pull.op = Op::kPull;
+    pull.step = step + 1;
+    pull.length = 0;
+    w1.send(message(pull));
+    const Header params = w1.receive_header(0, "PARAMS of version " + std::to_string(step + 1));
+    ASSERT_EQ(params.op, Op::kParams) << params.message;
+  }
+  Header done = hello_header(1, rid, 2, 0, 0);
+  done.op = Op::kDone;
+  w1.send(message(done));
+  const ExitStatus chief = children.wait(w0, 60);
+  const std::string log = read_file(dir.path + "/w0.log");
+  EXPECT_TRUE(chief.ok()) << log;
+  EXPECT_TRUE(children.wait(ps, 30).ok()) << read_file(dir.path + "/ps0.log");
+  EXPECT_NE(log.find("epoch 1: the workers' evaluations came back for 99 of 100 test records"), std::string::npos)
+      << log;
+  EXPECT_EQ(log.find("epoch 1 done:"), std::string::npos) << log;
+  EXPECT_NE(log.find("epoch 2 done:"), std::string::npos) << log;  // the last step's: the chief's own
+}
+
 // The same-host local channel (shared/local_channel.h) reaches the same checks as ZeroMQ: a peer
 // that connects to it and names itself gets an ERROR over it for garbage and for requests before
 // HELLO, may register like any peer, and the PS logs each rejection.
