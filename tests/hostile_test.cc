@@ -246,6 +246,16 @@ Header push_header(uint32_t sender, uint64_t rid) {
   return h;
 }
 
+// A PULL of parameter version `version` by worker `sender`.
+Header pull_header(uint32_t sender, uint64_t rid, uint64_t version) {
+  Header h;
+  h.op = Op::kPull;
+  h.request_id = rid;
+  h.sender = sender;
+  h.step = version;
+  return h;
+}
+
 // The real job's global batch is 2 x 8.
 Header hello_header(uint32_t sender, uint64_t rid, uint32_t num_workers, uint64_t total, uint64_t steps,
                     uint64_t global_batch = 16, ModeCode mode = ModeCode::kSync) {
@@ -787,9 +797,7 @@ TEST_F(HostileTest, AreaPullToAPsWithoutAnAreaIsRefused) {
   ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
   EXPECT_EQ(welcome.shm, 1u);  // the segment is mapped there, and there is no area to offer
 
-  Header pull = push_header(0, 2);
-  pull.op = Op::kPull;
-  pull.length = 0;
+  Header pull = pull_header(0, 2, 0);
   pull.shm = 2;
   Hostile hostile(0);
   hostile.expect_rejected(peer, message(pull), "pull from the parameter area, but this PS has none", "area pull");
@@ -837,10 +845,7 @@ TEST_F(HostileTest, ASharedEvaluationShortOfTheTestSetIsAWarningNotFigures) {
   const std::vector<float> zero(kModelFloats, 0.0f);
   constexpr uint64_t kStepsPerEpoch = 18;  // 300 records, 2 x 8 a step
   uint64_t rid = 2;
-  Header pull0 = push_header(1, rid++);  // as a worker starts: the chief's initial values
-  pull0.op = Op::kPull;
-  pull0.length = 0;
-  w1.send(message(pull0));
+  w1.send(message(pull_header(1, rid++, 0)));  // as a worker starts: the chief's initial values
   const Header initial = w1.receive_header(0, "PARAMS of version 0");
   ASSERT_EQ(initial.op, Op::kParams) << initial.message;
   for (uint64_t step = 0; step < kSteps; ++step) {
@@ -852,11 +857,7 @@ TEST_F(HostileTest, ASharedEvaluationShortOfTheTestSetIsAWarningNotFigures) {
       push.eval_loss = 20.0;
     }
     w1.send(message(push, &zero));
-    Header pull = push_header(1, rid++);
-    pull.op = Op::kPull;
-    pull.step = step + 1;
-    pull.length = 0;
-    w1.send(message(pull));
+    w1.send(message(pull_header(1, rid++, step + 1)));
     const Header params = w1.receive_header(0, "PARAMS of version " + std::to_string(step + 1));
     ASSERT_EQ(params.op, Op::kParams) << params.message;
   }
