@@ -14,12 +14,13 @@
 
 namespace pstrain {
 
-// One push's gradient kept until its step is applied (plain sync, see deferred_sums_): in the
+// One push's gradient kept until its step is applied (ordered sums, see ordered_sums_): in the
 // worker's segment, or the push's own payload frame.
 struct ParameterServer::Source {
   int worker = 0;
   const float* shm = nullptr;  // in the worker's segment (else `frame`)
   zmq::message_t frame;
+  double loss_sum = 0, eval_loss = 0;  // the push's sums that rounding makes order-dependent
   const float* data() const { return shm != nullptr ? shm : frame.data<float>(); }
 };
 
@@ -27,8 +28,9 @@ struct ParameterServer::Pending {  // one step of a chunk that pushes are adding
   // Gradient sum: the first push's own message, the others added into it (a received message is
   // ours to write), so no push is ever copied.
   zmq::message_t accum;
-  // Instead of accum in plain sync: the pushes in arrival order, summed in that order by apply()
-  // block by block, fused with the update.
+  // Instead of accum where every worker pushes every step (ordered_sums_): the pushes in worker
+  // order, whatever order they arrived in, summed in that order by apply() block by block, fused
+  // with the update. So the same job always gives the same bits (docs/operations.md).
   std::vector<Source> sources;
   int pushes = 0;
   std::vector<bool> pushed;  // by worker
@@ -151,8 +153,9 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
       checkpointer_(options_, "ps" + std::to_string(options.index)),
-      deferred_sums_(policy_.mode() == ModeCode::kSync && policy_.quorum() == options.num_workers &&
-                     !options.allow_rejoin) {}
+      ordered_sums_(policy_.quorum() == options.num_workers &&
+                    (policy_.mode() == ModeCode::kSync || (policy_.mode() == ModeCode::kSsp && policy_.window() == 0))),
+      shared_area_(ordered_sums_ && policy_.mode() == ModeCode::kSync && !options.allow_rejoin) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -302,7 +305,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
     std::string why;
     if (SharedMemory::open(h.message, shm_segment_bytes(slice_.length), &segment, &why)) {
       PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << "'s payloads go through shared memory";
-      if (deferred_sums_ && !area_.mapped()) create_area();
+      if (shared_area_ && !area_.mapped()) create_area();
     } else {
       PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << " through sockets: " << why;
     }
@@ -429,9 +432,12 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
     p.metrics.stale_max = std::max(p.metrics.stale_max, stale);
   }
   if (policy_.mode() == ModeCode::kSsp && c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(worker, h.step));
-  if (deferred_sums_) {
-    Source& source = p.sources.emplace_back();
+  if (ordered_sums_) {
+    const auto at = std::find_if(p.sources.begin(), p.sources.end(), [&](const Source& s) { return s.worker > worker; });
+    Source& source = *p.sources.emplace(at);
     source.worker = worker;
+    source.loss_sum = h.loss_sum;
+    source.eval_loss = h.eval_loss;
     if (payload_in_shared_memory(h)) {
       source.shm = grad;  // the worker writes its next gradient there only after this step's PARAMS
     } else {
@@ -497,6 +503,11 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
     optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data<float>(), scale, lr, c.version);
   } else {
     apply_sources(c, p, scale, lr);
+    p.metrics.loss_sum = p.metrics.eval_loss = 0;  // summed again in worker order, as the gradients
+    for (const Source& source : p.sources) {
+      p.metrics.loss_sum += source.loss_sum;
+      p.metrics.eval_loss += source.eval_loss;
+    }
   }
   apply_s_ += std::chrono::duration<double>(Clock::now() - start).count();
   ++applies_;
@@ -514,8 +525,8 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
   }
 }
 
-// Plain sync's update: per block of kApplyBlock floats, the pushes summed in arrival order (the
-// same sums as accum's) and the optimizer's update (element by element, so blocks change
+// The update of a step every worker pushed: per block of kApplyBlock floats, the pushes summed in
+// worker order and the optimizer's update (element by element, so blocks change
 // nothing), while the block is in cache. The values may be in the shared area: every worker
 // pushed this step, so none is reading them now.
 void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, double lr) {

@@ -107,9 +107,12 @@ class ParameterServer {
   uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
   uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
   uint64_t written_ = 0, write_us_ = 0;  // the last checkpointed version and its write time
-  // Plain sync (every worker in every step, no replacements): pushes are kept, not summed on
-  // arrival, and apply_sources sums them (see Pending::sources).
-  const bool deferred_sums_;
+  // Sync and ssp with staleness 0 without backup workers (every worker in every step): pushes
+  // are kept, not summed on arrival, and apply_sources sums them in worker order (see
+  // Pending::sources), so the result does not depend on which worker was faster.
+  const bool ordered_sums_;
+  // Plain sync without replacements: the values live in area_ (create_area).
+  const bool shared_area_;
 };
 
 }  // namespace pstrain

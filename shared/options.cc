@@ -104,6 +104,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("worker-batch", po::value(&t.worker_batch), "samples per step of each worker, comma-separated, e.g. 64,32,96 for GPUs of different sizes: the PS weights each push by its samples, so sync mode still equals one process on their sum (the same list on every process; micro-batches of ceil(b / accum-steps))")
       ("global-batch", po::value(&o.global_batch)->default_value(o.global_batch), "samples per global step, split evenly over the workers (0: N * accum-steps * batch-size)")
       ("slowdown", po::value(&o.slowdown)->default_value(o.slowdown), "debugging: make this worker's compute take this many times as long (>= 1), to study stragglers (bench/stragglers)")
+      ("push-jitter-ms", po::value(&o.push_jitter_ms)->default_value(o.push_jitter_ms), "debugging: sleep a random time of up to this many milliseconds before each gradient push, so the PS receives the workers' pushes in varying order (sync results do not change: the tests check they stay bit-identical)")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training set")
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
@@ -201,6 +202,8 @@ void validate(const JobOptions& o, Role role) {
           "with --worker-batch or --global-batch, --batch-size takes only 'auto' (the micro-batch follows from "
           "--accum-steps)");
   require(std::isfinite(o.slowdown) && o.slowdown >= 1, "--slowdown must be a number >= 1");
+  require(std::isfinite(o.push_jitter_ms) && o.push_jitter_ms >= 0 && o.push_jitter_ms <= 60000,
+          "--push-jitter-ms must be a number from 0 to 60000");
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");
   require(o.prefetch >= 1, "--prefetch must be at least 1");

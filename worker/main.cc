@@ -13,6 +13,7 @@
 #include "shared/zmq_util.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
+#include "worker/push_jitter.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
     const pstrain::Security security = pstrain::resolve_security(o, addresses);
     const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
-    pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
+    const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
       if (o.mode == "allreduce" && o.collective == "nccl") {
         if (!replica.on_device()) {
           throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
@@ -93,6 +94,10 @@ int main(int argc, char** argv) {
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory == "auto");
       return pstrain::make_ps_exchange(o, total, *servers, replica);
+    };
+    pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) {
+      auto exchange = make_exchange(total, replica);
+      return o.push_jitter_ms > 0 ? pstrain::with_push_jitter(std::move(exchange), o.push_jitter_ms) : std::move(exchange);
     }, &g_stop_requested);
     return 0;
   } catch (const pstrain::UsageError& e) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "shared/npy.h"
@@ -35,6 +36,17 @@ double relative_difference(const SavedParams& a, const SavedParams& b) {
     }
   }
   return scale > 0 ? diff / scale : diff;
+}
+
+bool bit_identical(const SavedParams& a, const SavedParams& b) {
+  if (a.names != b.names || a.values.size() != b.values.size()) return false;
+  for (size_t v = 0; v < a.values.size(); ++v) {
+    if (a.values[v].size() != b.values[v].size() ||
+        std::memcmp(a.values[v].data(), b.values[v].data(), a.values[v].size() * sizeof(float)) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace pstrain::test

@@ -16,5 +16,7 @@ SavedParams load_saved_params(const std::string& dir);
 
 // max |a - b| / max |a| over all variables; a failed expectation if their shapes differ.
 double relative_difference(const SavedParams& a, const SavedParams& b);
+// The same variables with the same bits (NaNs and signed zeros included).
+bool bit_identical(const SavedParams& a, const SavedParams& b);
 
 }  // namespace pstrain::test
