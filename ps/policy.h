@@ -1,4 +1,4 @@
-// The consistency-policy seam of the PS (DESIGN.md, "Modes"): which pushes a chunk accepts, how
+// The consistency-policy seam of the PS (docs/design.md, "Modes"): which pushes a chunk accepts, how
 // many complete a step, how far ahead of the chunk's version steps may be pending, and when a
 // pull can be answered. The chunk's own bookkeeping (the pending sums, who pushed) is the
 // server's; a policy is rules only.

@@ -24,7 +24,7 @@ enum class Op : uint32_t {
   kPull = 5,     // worker -> PS: send every chunk of the slice once it reaches version `step`
   kParams = 6,   // PS -> worker: one chunk at version `step` (payload) + metrics of step-1
   kDone = 7,     // worker -> PS: this worker has finished training; PS -> worker: acknowledged
-  kError = 8,    // either way: request `request_id` failed; `message` says why
+  kError = 8,    // PS -> worker: request `request_id` failed; `message` says why
 };
 const char* op_name(Op op);
 
@@ -58,7 +58,7 @@ struct Header {
   uint64_t request_id = 0;
   SenderRole role = SenderRole::kWorker;
   uint32_t sender = 0;        // index of the sender within its role
-  uint64_t step = 0;          // step (PUSH) or parameter version (PULL, PARAMS, WELCOME)
+  uint64_t step = 0;          // PUSH: step; PULL, PARAMS, WELCOME: parameter version; HELLO: the job's steps
   uint64_t offset = 0;        // slice, in float32 elements of the flat vector
   uint64_t length = 0;
   uint64_t total = 0;         // HELLO: elements of the whole flat vector
@@ -70,7 +70,7 @@ struct Header {
   StepTimes times;            // PUSH: this worker's previous step; PARAMS: summed over workers
   uint32_t slowest = 0;       // PARAMS: the worker with the largest busy time in that step
   uint64_t slowest_us = 0;    // PARAMS: its busy time
-  std::string message;        // ERROR: why
+  std::string message;        // ERROR: why; HELLO, WELCOME: a shared-memory segment's name (shm)
   uint64_t checkpoint = 0;    // PUSH from the chief: checkpoint version step+1 (0 = no)
   uint64_t write_us = 0;      // PARAMS: this shard's checkpoint write of this version took this long
   uint64_t stop = 0;          // PUSH from the chief: the job stops at version step+1 (final
@@ -82,8 +82,10 @@ struct Header {
   uint64_t lead_max = 0;      // ssp: the largest lead of a pushing worker over the slowest
   uint64_t dropped = 0;       // backup workers: late pushes dropped since the last step
   // Same-host shared memory (docs/wire_protocol.md, "Shared memory"). HELLO: `message` names the
-  // worker's segment for this shard; WELCOME: 1 = the PS mapped it. PUSH: 1 = the gradient is in
-  // the segment, no payload frame; PULL: 1 = put the parameters there; PARAMS: 1 = they are there.
+  // worker's segment for this shard; WELCOME: 1 = the PS mapped it, 2 = and the shard's values
+  // live in the parameter area `message` names. PUSH: 1 = the gradient is in the segment, no
+  // payload frame; PULL: 1 = put the parameters there, 2 = the worker reads them in the parameter
+  // area; PARAMS: 1 = they are there.
   uint64_t shm = 0;
   // PUSH: this worker's share of the test set, evaluated after its previous step (an epoch's end,
   // when the workers share the evaluation): records, summed loss, correct; PARAMS: summed over

@@ -1,8 +1,8 @@
-// A POSIX shared-memory segment mapped into this process (docs/shared_memory.md): how same-host
-// peers exchange large buffers without copying them through sockets. Segments are created
-// mode 0600 (the same user only), fully allocated up front (so a full /dev/shm is an error at
-// creation, never a SIGBUS later), and unlinked as soon as every peer has mapped them, so a
-// crash leaves nothing behind in /dev/shm.
+// A POSIX shared-memory segment mapped into this process (docs/wire_protocol.md, "Shared memory";
+// docs/collective.md, "Same host"): how same-host peers exchange large buffers without copying
+// them through sockets. Segments are created mode 0600 (the same user only), fully allocated up
+// front (so a full /dev/shm is an error at creation, never a SIGBUS later), and unlinked as soon
+// as every peer has mapped them, so a crash leaves nothing behind in /dev/shm.
 #pragma once
 
 #include <cstddef>

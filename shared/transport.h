@@ -1,4 +1,4 @@
-// Message transport behind a small interface (STYLE.md item 2). A Message is a list of frames
+// Message transport behind a small interface (docs/architecture.md). A Message is a list of frames
 // plus its peer: the routing id on the server side, the shard index on the client side.
 // ZeroMQ is the real implementation (ROUTER on the server, one DEALER per shard on a client).
 // An Endpoint is not thread-safe: exactly one thread owns it (docs/threading.md).

@@ -746,7 +746,7 @@ TEST_F(HostileTest, SquatterTakesAFreeSlotAndTheRealWorkerFailsLoudly) {
 
 // One HELLO decides how much the shard allocates: a model larger than --max-shard-mib (default:
 // physical memory) is refused before anything is allocated, and the PS goes on serving. Found by
-// tests/fuzz/ps_fuzz (a HELLO of 2^40 floats made the PS run out of memory).
+// tests/fuzz/ps_fuzz.cc (a HELLO of 2^40 floats made the PS run out of memory).
 TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   const TempDir dir("hostile-huge");
   Job j = job(dir.path, 1);

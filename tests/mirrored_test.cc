@@ -1,5 +1,6 @@
-// The mirrored contract of sync mode (DESIGN.md): N workers of batch b, on any number of PS
-// shards, end with the same parameters as ONE worker of batch N*b, to float rounding.
+// The mirrored contract (docs/design.md, "The mirrored contract"): N workers of batch b, in sync
+// mode on any number of PS shards or in allreduce mode, end with the same parameters as ONE worker
+// of batch N*b, to float rounding.
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
-// Wire protocol v1 (shared/protocol.h): every field round-trips for every op, and malformed
-// frames fail with the exact error the PS puts in its ERROR reply (leveldb's log_test.cc habit:
-// truncate, flip and extend the bytes, then assert the message).
+// The PS wire protocol (shared/protocol.h, docs/wire_protocol.md): every field round-trips for
+// every op, and malformed frames fail with the exact error the PS puts in its ERROR reply
+// (leveldb's log_test.cc habit: truncate, flip and extend the bytes, then assert the message).
 #include "shared/protocol.h"
 
 #include <gtest/gtest.h>

@@ -1,6 +1,6 @@
 // How a worker turns its gradient into the next parameters: through the parameter servers
-// (sync mode) or by all-reducing with the other workers and applying the optimizer locally
-// (allreduce mode). The trainer's loop is the same for both.
+// (--mode sync, async, ssp) or by all-reducing with the other workers and applying the optimizer
+// locally (--mode allreduce). The trainer's loop is the same for all of them.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // What a worker allocates on its device, computed before it allocates it (docs/operations.md,
-// "Memory"), and the micro-batch --batch-size auto picks from it.
+// "GPU workers: placement and memory"), and the micro-batch --batch-size auto picks from it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,11 @@
-// The worker's training loop in sync mode: pull version t, compute the gradient of its batch,
-// push each shard its slice, pull version t+1. The chief (worker 0) also initialises the
-// parameters, prints progress, evaluates the test set and saves the parameters.
+// The worker's training loop, the same in every mode (sync, async, ssp through the PS; allreduce
+// with the other workers): per step, take this worker's share of the global batch from the
+// prefetch queue (in micro-batches with --accum-steps), compute its gradient, hand it to the
+// Exchange (worker/exchange.h) chunk by chunk as the last micro-batch's backward produces it, and
+// take the parameters the Exchange returns for the next step. The chief (worker 0) also
+// initialises the parameter servers (INIT), prints progress, evaluates the test set (shared with
+// the other workers at the epochs' ends where they hold the same parameters), decides
+// checkpoints and saves the parameters.
 #pragma once
 
 #include <atomic>

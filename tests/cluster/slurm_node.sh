@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # A real single-node Slurm for the tests: munged, slurmctld and slurmd from Debian, configured
 # in a temporary directory (nothing under /etc is touched), on free ports of 127.0.0.1.
-# Sourced by tests/cluster/check_slurm.sh; needs root and the slurmctld, slurmd,
+# Sourced by tests/cluster/check_slurm_mpi.sh; needs root and the slurmctld, slurmd,
 # slurm-client and munge packages.
 #
 #   source tests/cluster/slurm_node.sh

@@ -1,4 +1,4 @@
-// Collectives among the N workers of `--mode allreduce` (DESIGN.md): no PS on the data path.
+// Collectives among the N workers of `--mode allreduce` (docs/design.md, "Modes"): no PS on the data path.
 // `make_ring_collective` is the ZeroMQ ring on host buffers (docs/collective.md); an NCCL
 // implementation of the same interface works on GPU buffers.
 #pragma once

@@ -59,7 +59,7 @@ class LocalCollective final : public Collective {
 
 class RingCollective;
 
-// One all-reduce of n floats and k scalars (docs/collective.md, "Schedule"). Step t of
+// One all-reduce of n floats and k scalars (docs/collective.md, "All-reduce"). Step t of
 // T = 2(N-1): rank r sends segment send_segment(t) to the right and receives recv_segment(t)
 // from the left; steps 0..N-2 reduce (add), steps N-1..T-1 gather (overwrite). Chunk c of step t
 // is sent once chunk c of step t-1 arrived, so a large buffer flows through the ring as a

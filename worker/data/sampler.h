@@ -1,4 +1,4 @@
-// Sharded sampling (DESIGN.md "Data"): per epoch one permutation of the record indices from a seed
+// Sharded sampling (docs/design.md, "Data sharding"): per epoch one permutation of the record indices from a seed
 // shared by all workers; each global step takes the next B positions of it, split among the
 // workers by their shares. N workers therefore see exactly the global batches one worker of batch
 // B sees.
@@ -30,8 +30,8 @@ class Permutation {
   uint64_t keys_[kRounds] = {};
 };
 
-// Worker i contributes shares[i] samples to every global step (DESIGN.md's per-worker batch
-// sizes): global step k of an epoch consumes positions [k*B, (k+1)*B) of the epoch's permutation,
+// Worker i contributes shares[i] samples to every global step (docs/operations.md, "Batch
+// sizes"): global step k of an epoch consumes positions [k*B, (k+1)*B) of the epoch's permutation,
 // B = sum of the shares, and worker i takes the contiguous run of its share that starts after
 // the shares of workers 0..i-1. So N workers with shares b_i see exactly the global batches one
 // worker of batch B sees, whatever the b_i. A worker computes its share in micro-batches of up
