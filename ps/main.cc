@@ -4,6 +4,7 @@
 #include "ps/server.h"
 #include "shared/cluster_env.h"
 #include "shared/curve.h"
+#include "shared/dir_lock.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (!options || !pstrain::dispatch_role(pstrain::Role::kPs, *options, argv)) return 0;
+    // Where this shard will write its checkpoints, found unwritable now rather than at the first one.
+    if (!options->checkpoint_dir.empty()) pstrain::check_writable_dir(options->checkpoint_dir, "--checkpoint-dir");
     pstrain::keep_message_memory();
     pstrain::remove_segments_on_termination();  // the parameter area, if the launcher stops this PS
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "

@@ -2,11 +2,13 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <exception>
 #include <vector>
 
 #include "shared/cluster_env.h"
 #include "shared/curve.h"
+#include "shared/dir_lock.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
@@ -59,6 +61,13 @@ std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const ps
   return pstrain::make_ring_collective(context, ring);
 }
 
+pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
+  const char* run_dir = std::getenv("PSTRAIN_RUN_DIR");  // set by launch.sh
+  return pstrain::DirLock(o.checkpoint_dir, ".pstrain-checkpoint.lock",
+                          "w0, the chief of a job checkpointing there" +
+                              (run_dir != nullptr ? std::string(" (run directory ") + run_dir + ")" : std::string()));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -70,6 +79,11 @@ int main(int argc, char** argv) {
       pstrain::evaluate_saved_model(o);
       return 0;
     }
+    // Before any work, the chief claims the checkpoint directory (a second job there is refused
+    // at once) and checks that --save-params can be written.
+    pstrain::DirLock checkpoint_lock;
+    if (o.index == 0 && !o.checkpoint_dir.empty()) checkpoint_lock = claim_checkpoint_dir(o);
+    if (o.index == 0 && !o.save_params.empty()) pstrain::check_writable_dir(o.save_params, "--save-params");
     pstrain::keep_message_memory();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);

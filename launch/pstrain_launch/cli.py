@@ -4,10 +4,12 @@ launch.sh installs and builds (launch/setup.sh) and then runs this module; see u
 docs/operations.md (one host), docs/cluster.md (several hosts).
 """
 
+import fcntl
 import os
 import re
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -53,7 +55,8 @@ job:
                     binding"). none: the kernel places everything, e.g. when other jobs share
                     the CPUs. Across hosts nothing is bound (srun --cpu-bind and mpirun
                     --bind-to do that for their steps)
-  --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>)
+  --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>); one job
+                    at a time: a run directory in use by another launcher is refused (exit 2)
   --dry-run         print the placement and every process's exact command, start nothing
   --resume          start from the newest usable checkpoint in the job's --checkpoint-dir
                     (passes --resume to every process; docs/checkpoints.md)
@@ -826,12 +829,42 @@ class Run:
                 raise SystemExit(EXIT_SETUP)
 
 
+# The run directory's lock, held for the launcher's whole life (see lock_run_dir).
+_RUN_DIR_LOCK = None
+
+
+def lock_run_dir(path):
+    """One job per run directory: an exclusive flock(2) on RUNDIR/.pstrain-run.lock, which the
+    kernel drops when the launcher exits however it dies (shared/dir_lock.h does the same for the
+    checkpoint directory). A second launcher on the same directory is refused at once, naming the
+    holder, before it touches a file there."""
+    global _RUN_DIR_LOCK
+    lock_path = os.path.join(path, ".pstrain-run.lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        raise UsageError(f"cannot create {lock_path}: {e.strerror}") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "a process that has not said who it is yet"
+        os.close(fd)
+        raise UsageError(f"run directory {path} is in use by another job: {holder} "
+                         f"({lock_path} is locked; give this job a --run-dir of its own)") from e
+    since = time.strftime("%Y-%m-%d %H:%M:%S")
+    text = f"pid {os.getpid()} on host {socket.gethostname()}: launch.sh, since {since}\n".encode()
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text, 0)
+    _RUN_DIR_LOCK = fd
+
+
 def make_run_dir(path):
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as e:
         raise UsageError(f"cannot create run directory {path}: {e.strerror}") from e
     path = os.path.realpath(path)
+    lock_run_dir(path)
     for name in os.listdir(path):
         if re.fullmatch(r"(ps[0-9]+\.addr|w0\.addr|(ps|w)[0-9]+\.log|cmd\.txt|launch\.log)", name):
             os.remove(os.path.join(path, name))

@@ -2,7 +2,7 @@
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
 # fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices and batch= in a hostfile
-# (in dry-run form too), and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
+# (in dry-run form too), a run directory in use, and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -151,6 +151,23 @@ case_ps_lingers() {
   check "names the PS" out_has '^launch: ps0 still running 1s after the workers finished'
 }
 
+# A second launcher on a run directory in use is refused at once, naming the first one, and
+# leaves the first job's files alone.
+case_run_dir_in_use() {
+  start run_dir_in_use FAKE_HANG=1 --
+  wait_for '^\[w0\] fake w0: hanging' || flunk "w0 never started hanging"
+  local first_pid=$lpid second_out=$work/run_dir_in_use.second.out
+  bash "$launch" --no-setup --run-dir "$run" -- --fake-marker "$marker" >"$second_out" 2>&1
+  local second_rc=$?
+  check "the second launcher exits 2" test "$second_rc" -eq 2
+  check "it names the holder's pid and host" \
+    file_has "$second_out" "^launch: run directory .* is in use by another job: pid $first_pid on host $(hostname): launch.sh, since "
+  check "the first job's logs are still there" test -s "$run/w0.log"
+  kill -TERM "$lpid"
+  finish 15
+  expect_exit 143 10
+}
+
 case_usage() {
   case=usage
   local flag
@@ -219,6 +236,7 @@ main() {
   case_ps_fails_at_start
   case_start_timeout
   case_ps_lingers
+  case_run_dir_in_use
   case_devices
   case_hostfile_batches_dry_run
   report_and_exit check_launch
