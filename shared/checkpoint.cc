@@ -154,6 +154,11 @@ std::string encode_manifest(const CheckpointManifest& m) {
      << "total_steps " << m.total_steps << "\n"
      << "shards " << m.shards.size() << "\n";
   for (const auto& f : m.shards) os << "shard " << f.name << " " << f.bytes << " " << f.crc << "\n";
+  for (const auto& [key, value] : m.job) {
+    std::string one_line = value;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    os << "job " << key << " " << one_line << "\n";
+  }
   std::istringstream layout(m.layout);
   std::string line;
   while (std::getline(layout, line)) {
@@ -191,6 +196,12 @@ bool decode_manifest(const std::string& text, CheckpointManifest* out, std::stri
     if (line == "end") {
       ended = true;
       break;
+    }
+    if (line.rfind("job ", 0) == 0) {
+      const size_t space = line.find(' ', 4);
+      if (space == std::string::npos || space == 4) return fail("bad job line '" + line.substr(0, 40) + "'");
+      m.job.emplace_back(line.substr(4, space - 4), line.substr(space + 1));
+      continue;
     }
     if (line.rfind("var ", 0) != 0) return fail("unexpected line '" + line.substr(0, 40) + "'");
     m.layout += line.substr(4) + "\n";

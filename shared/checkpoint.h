@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pstrain {
@@ -42,6 +43,9 @@ struct CheckpointManifest {
   };
   std::vector<File> shards;  // in shard order
   std::string layout;        // "name offset dim0xdim1\n" per variable
+  // The job's fingerprint (shared/job_fingerprint.h): key, value; empty in manifests written
+  // before it was recorded. Values are one line each.
+  std::vector<std::pair<std::string, std::string>> job;
 };
 
 std::string encode_manifest(const CheckpointManifest& m);

@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 
 #include "shared/error.h"
 #include "shared/file_util.h"
+#include "shared/job_fingerprint.h"
 #include "shared/log.h"
 
 namespace pstrain {
@@ -53,6 +55,17 @@ bool CheckpointStore::load(uint64_t total, uint64_t total_steps, const Slice& sl
   return false;
 }
 
+CheckpointStore::CheckpointStore(const JobOptions& options, std::string who) : o_(options), who_(std::move(who)) {
+  const auto& keys = fingerprint_keys();
+  for (const std::string& key : o_.resume_allow) {
+    if (key != "all" && std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      std::string known;
+      for (const std::string& k : keys) known += k + ", ";
+      throw UsageError("--resume-allow: '" + key + "' is not a key of a job's fingerprint (" + known + "or all)");
+    }
+  }
+}
+
 std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice,
                                            size_t num_slots, ShardCheckpoint* out) const {
   const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
@@ -66,6 +79,14 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   }
   if (m.total_steps != total_steps) {
     return "of another job: " + std::to_string(m.total_steps) + " steps, this job has " + std::to_string(total_steps);
+  }
+  std::string accepted;
+  if (m.job.empty()) {
+    PSLOG(WARN) << who_ << ": --resume: " << dir << " records no job fingerprint (written before pstrain recorded "
+                << "one): only its model size and steps are checked";
+  } else {
+    const std::string differs = fingerprint_differences(m.job, job_fingerprint(o_), o_.resume_allow, &accepted);
+    if (!differs.empty()) return "of another job: " + differs + " (--resume-allow KEY,... accepts a difference)";
   }
   // The saved shards are read in order; each contributes the part of `slice` it holds.
   ShardCheckpoint result;
@@ -101,6 +122,7 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   result.offset = slice.offset;
   result.optimizer = o_.optimizer.kind;
   *out = std::move(result);
+  if (!accepted.empty()) PSLOG(WARN) << who_ << ": --resume: accepted (--resume-allow): " << accepted;
   PSLOG(INFO) << who_ << ": --resume: from checkpoint " << dir << " (version " << v << ", " << m.shards.size()
               << " shard(s) saved)";
   return "";

@@ -15,8 +15,9 @@ namespace pstrain {
 
 class CheckpointStore {
  public:
-  // `who` names this process in log lines and errors ("ps1", "w0").
-  CheckpointStore(const JobOptions& options, std::string who) : o_(options), who_(std::move(who)) {}
+  // `who` names this process in log lines and errors ("ps1", "w0"). Throws pstrain::UsageError
+  // for a --resume-allow key that no fingerprint has.
+  CheckpointStore(const JobOptions& options, std::string who);
 
   // Writes DIR/v<version>/shard<s>of<S>.ckpt durably. Throws pstrain::Error when the write fails
   // and --checkpoint-errors is stop (the file is then absent and earlier checkpoints intact);
@@ -24,7 +25,8 @@ class CheckpointStore {
   void write(const ShardCheckpoint& c) const;
 
   // Fills *out with this shard's `slice` (values and `num_slots` optimizer slots) from the newest
-  // usable checkpoint of a job of `total` floats and `total_steps` steps. Every checkpoint passed
+  // usable checkpoint of a job of `total` floats and `total_steps` steps, whose manifest records
+  // this job's fingerprint (or one that differs only in --resume-allow keys). Every checkpoint passed
   // over is logged with its reason. False, with every reason in *error, when none is usable.
   bool load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots, ShardCheckpoint* out,
             std::string* error) const;

@@ -11,6 +11,7 @@
 #include <functional>
 
 #include "shared/checkpoint_store.h"
+#include "shared/job_fingerprint.h"
 #include "shared/checkpoint.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
@@ -110,6 +111,7 @@ class ResumeTest : public ::testing::Test {
     m.version = version;
     m.total = total;
     m.total_steps = 100;
+    if (record_fingerprint_) m.job = job_fingerprint(o_);
     for (uint32_t s = 0; s < 2; ++s) {
       o.index = static_cast<int>(s);
       const ShardCheckpoint c = sample(s, 2, version, total);
@@ -122,9 +124,10 @@ class ResumeTest : public ::testing::Test {
   std::string file(uint64_t version, const std::string& name) const {
     return checkpoint_version_dir(dir_, version) + "/" + name;
   }
-  // --resume as shard `index` of `num_ps`; the version loaded, or the error.
-  std::string load(int index, int num_ps, ShardCheckpoint* out = nullptr) {
-    JobOptions o = o_;
+  // --resume as shard `index` of `num_ps` of the job `job` (default: the one that saved); the
+  // version loaded, or the error.
+  std::string load(int index, int num_ps, ShardCheckpoint* out = nullptr, const JobOptions* job = nullptr) {
+    JobOptions o = job != nullptr ? *job : o_;
     o.index = index;
     o.num_ps = num_ps;
     ShardCheckpoint c;
@@ -137,6 +140,7 @@ class ResumeTest : public ::testing::Test {
 
   std::string dir_;
   JobOptions o_;
+  bool record_fingerprint_ = true;  // false: a manifest as pstrain wrote them before fingerprints
 };
 
 TEST_F(ResumeTest, NewestCompleteCheckpointIsUsedAndReslicedForAnotherShardCount) {
@@ -184,6 +188,76 @@ TEST_F(ResumeTest, NoUsableCheckpointIsAClearError) {
   EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ +
                             "'; v20: of another model: 12 parameters, this job has 10; v10: incomplete: MANIFEST "
                             "cannot open: No such file or directory");
+}
+
+// A checkpoint records its job's fingerprint; --resume refuses another job's, naming every
+// difference, unless --resume-allow accepts them. Steps and shard counts are not in it.
+TEST_F(ResumeTest, AnotherJobsCheckpointIsRefusedNamingWhatDiffers) {
+  save(10);
+  JobOptions other = o_;
+  other.optimizer.lr = 0.01;
+  other.seed = 7;
+  EXPECT_EQ(load(0, 2, nullptr, &other),
+            "--resume: no usable checkpoint in '" + dir_ + "'; v10: of another job: lr 0.001 (this job: 0.01); "
+            "seed 42 (this job: 7) (--resume-allow KEY,... accepts a difference)");
+  other.resume_allow = {"lr"};
+  EXPECT_EQ(load(0, 2, nullptr, &other),
+            "--resume: no usable checkpoint in '" + dir_ + "'; v10: of another job: seed 42 (this job: 7) "
+            "(--resume-allow KEY,... accepts a difference)");
+  other.resume_allow = {"lr", "seed"};
+  EXPECT_EQ(load(0, 2, nullptr, &other), "v10");
+  other.resume_allow = {"all"};
+  EXPECT_EQ(load(1, 3, nullptr, &other), "v10");
+  other.resume_allow = {"learning-rate"};
+  EXPECT_THROW(load(0, 2, nullptr, &other), UsageError);
+  JobOptions same = o_;
+  same.num_ps = 3;
+  same.steps = 500;
+  EXPECT_EQ(load(2, 3, nullptr, &same), "v10");
+}
+
+TEST_F(ResumeTest, AManifestWithoutAFingerprintIsStillUsable) {
+  record_fingerprint_ = false;
+  save(10);
+  JobOptions other = o_;
+  other.seed = 7;  // not checked: nothing recorded to check it against
+  EXPECT_EQ(load(0, 2, nullptr, &other), "v10");
+}
+
+TEST(JobFingerprintTest, RecordsWhatMakesTheJobAndRoundTripsThroughTheManifest) {
+  JobOptions o;
+  o.model = "conv 4 3 pad=1, relu, flatten, dense 10";
+  o.num_workers = 3;
+  o.worker_batch = {10, 20, 30};
+  const Fingerprint f = job_fingerprint(o);
+  const auto value = [&](const std::string& key) {
+    for (const auto& [k, v] : f) {
+      if (k == key) return v;
+    }
+    return std::string("(absent)");
+  };
+  EXPECT_EQ(value("model"), o.model);
+  EXPECT_EQ(value("worker-batches"), "10,20,30");
+  EXPECT_EQ(value("optimizer"), "adam");
+  EXPECT_EQ(value("beta2"), "0.999");
+  EXPECT_EQ(value("momentum"), "(absent)");  // not adam's
+  for (const auto& [key, v] : f) {
+    EXPECT_NE(std::find(fingerprint_keys().begin(), fingerprint_keys().end(), key), fingerprint_keys().end()) << key;
+  }
+  CheckpointManifest m;
+  m.version = 1;
+  m.total = 4;
+  m.total_steps = 9;
+  m.shards = {{"shard0of1.ckpt", 1, 2}};
+  m.job = f;
+  CheckpointManifest d;
+  std::string error;
+  ASSERT_TRUE(decode_manifest(encode_manifest(m), &d, &error)) << error;
+  EXPECT_EQ(d.job, f);
+  std::string text = encode_manifest(m);
+  text.replace(text.find("job model "), 10, "job  model ");
+  EXPECT_FALSE(decode_manifest(text, &d, &error));
+  EXPECT_EQ(error.rfind("manifest: bad job line", 0), 0u) << error;
 }
 
 // A checkpoint that cannot be written (here: the directory's place is taken by a file, which

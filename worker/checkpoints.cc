@@ -6,6 +6,7 @@
 #include "shared/checkpoint.h"
 #include "shared/error.h"
 #include "shared/file_util.h"
+#include "shared/job_fingerprint.h"
 #include "shared/log.h"
 
 namespace pstrain {
@@ -54,6 +55,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
   m.total = layout_.total();
   m.total_steps = total_steps_;
   m.layout = layout_text();
+  m.job = job_fingerprint(o_);
   const int shards = o_.mode == "allreduce" ? 1 : o_.num_ps;  // allreduce: the chief's one file
   try {
     for (int s = 0; s < shards; ++s) {
