@@ -2,7 +2,8 @@
 # Runs one pstrain process on a remote host for launch.sh's ssh starter, and stops it when the
 # launcher's connection ends. ssh relays the launcher's pipe to our standard input; it ends when
 # the launcher closes it (the job is stopping), when the launcher dies (even by SIGKILL), or when
-# the connection drops. Then the process group gets SIGTERM, and SIGKILL after GRACE seconds.
+# the connection drops. Then the process group gets SIGTERM (a second one 0.3 s later), and
+# SIGKILL after GRACE seconds.
 #
 #   remote.sh GRACE COMMAND...      exit status: COMMAND's (128+N when killed by signal N)
 set -u
@@ -23,6 +24,13 @@ stop() {
   [[ -n $pid ]] || return 0
   kill -TERM -- "-$pid" 2>/dev/null || return 0
   local waited=0
+  # A second SIGTERM a moment later: a checkpointing chief takes the first as a request for a
+  # final checkpoint, the second as "stop now" (worker/main.cc).
+  while kill -0 -- "-$pid" 2>/dev/null && ((waited < 3)); do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  kill -TERM -- "-$pid" 2>/dev/null || return 0
   while kill -0 -- "-$pid" 2>/dev/null && ((waited < grace * 10)); do
     sleep 0.1
     waited=$((waited + 1))

@@ -44,10 +44,14 @@ void forget(int slot) {
   g_used[slot].store(false);
 }
 
-void remove_and_die(int signal) {
+void unlink_all() {
   for (size_t i = 0; i < kSlots; ++i) {
     if (g_used[i].load() && g_paths[i][0] != '\0') ::unlink(g_paths[i]);
   }
+}
+
+void remove_and_die(int signal) {
+  unlink_all();
   ::signal(signal, SIG_DFL);
   ::raise(signal);
 }
@@ -74,6 +78,8 @@ bool map(int fd, size_t bytes, bool read_only, void** data, std::string* error) 
 }
 
 }  // namespace
+
+void remove_segment_names() { unlink_all(); }
 
 void remove_segments_on_termination() {
   struct sigaction action {};

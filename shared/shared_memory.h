@@ -17,6 +17,8 @@ namespace pstrain {
 // in /dev/shm. For a process without handlers of its own for these signals (the PS); the names
 // are kept in a fixed table, at most 8 at a time (more are removed only at exit or unlink()).
 void remove_segments_on_termination();
+// Removes those names now; async-signal-safe (for a process that handles the signals itself).
+void remove_segment_names();
 
 class SharedMemory {
  public:

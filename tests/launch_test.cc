@@ -360,6 +360,9 @@ TEST_F(LaunchTest, KilledServerRestartsTheJobFromItsCheckpointAndNothingIsLost) 
                      "checkpoint " + ckpt + "/v"),
             std::string::npos) << log;
   EXPECT_NE(log.find("--resume: from checkpoint"), std::string::npos) << log;
+  // The chief, blocked on the dead shard, takes the launcher's second SIGTERM as "stop now": no
+  // process waits out the grace period to be SIGKILLed.
+  EXPECT_EQ(log.find("sending SIGKILL"), std::string::npos) << log;
   const double rel = relative_difference(want, got);
   EXPECT_TRUE(bit_identical(want, got)) << rel;
   std::printf("ps%d killed after step %d, the job restarted from its checkpoint: max |difference| / max |parameter| = %.3g\n",

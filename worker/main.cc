@@ -1,9 +1,11 @@
 // pstrain-worker: one worker of a training job.
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "shared/cluster_env.h"
@@ -12,6 +14,7 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
+#include "shared/shared_memory.h"
 #include "shared/zmq_util.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
@@ -20,14 +23,34 @@
 
 namespace {
 
-// --checkpoint-dir: SIGTERM (the launcher's Ctrl-C, Slurm's preemption) asks for a final
-// checkpoint at the next step; the job then stops everywhere (docs/checkpoints.md).
-// The handler only sets a flag. SIGTERM is blocked in this thread before it starts any other
-// (ZeroMQ's, the prefetcher), so no ZeroMQ wait is cut short with EINTR; threads that existed
-// before main (OpenBLAS's pool) run the handler if the kernel picks one of them.
+// Signals. Every worker removes the names of its shared-memory segments before SIGTERM, SIGINT
+// or SIGHUP ends it, whenever they come (a worker stopped before its PS mapped them leaves
+// nothing in /dev/shm).
+//
+// The chief of a job with --checkpoint-dir takes the first SIGTERM (the launcher's Ctrl-C,
+// Slurm's preemption) as a request for a final checkpoint at the next step, after which the job
+// stops everywhere (docs/checkpoints.md); a second SIGTERM ends it at once (the launcher sends
+// one when it stops the job without a final checkpoint, so a chief blocked on a dead PS does not
+// wait out the grace period). The handler only sets the flag, or removes the names and dies.
+// SIGTERM is blocked in this thread before it starts any other (ZeroMQ's, the prefetcher), so no
+// ZeroMQ wait is cut short with EINTR; a thread of its own, started first, keeps it unblocked,
+// so some thread takes it however many threads the process has (OpenBLAS may have none).
 std::atomic<bool> g_stop_requested{false};
 
-void on_sigterm(int) { g_stop_requested.store(true); }
+void say(const char* line, size_t length) {  // async-signal-safe; the process ends anyway if it fails
+  [[maybe_unused]] const ssize_t written = ::write(STDERR_FILENO, line, length);
+}
+
+void on_sigterm(int) {
+  static const char kFirst[] =
+      "W w0: SIGTERM: a final checkpoint at the next step, then the job stops (a second SIGTERM stops it now)\n";
+  static const char kSecond[] = "W w0: a second SIGTERM: stopping now, without the final checkpoint\n";
+  if (!g_stop_requested.exchange(true)) return say(kFirst, sizeof(kFirst) - 1);
+  say(kSecond, sizeof(kSecond) - 1);
+  pstrain::remove_segment_names();
+  ::signal(SIGTERM, SIG_DFL);
+  ::raise(SIGTERM);  // delivered, with the default action, when this handler returns
+}
 
 void take_sigterm_as_stop_request() {
   struct sigaction action {};
@@ -35,6 +58,13 @@ void take_sigterm_as_stop_request() {
   action.sa_flags = SA_RESTART;
   sigemptyset(&action.sa_mask);
   sigaction(SIGTERM, &action, nullptr);
+  std::thread([] {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+    for (;;) pause();
+  }).detach();
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGTERM);
@@ -85,6 +115,7 @@ int main(int argc, char** argv) {
     if (o.index == 0 && !o.checkpoint_dir.empty()) checkpoint_lock = claim_checkpoint_dir(o);
     if (o.index == 0 && !o.save_params.empty()) pstrain::check_writable_dir(o.save_params, "--save-params");
     pstrain::keep_message_memory();
+    pstrain::remove_segments_on_termination();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);
     std::vector<std::string> addresses = o.ps_hosts;

@@ -184,7 +184,7 @@ class Supervisor:
         return self.running_groups()
 
     def stop_all(self):
-        """Closes remote processes' stdin, SIGTERM to every group, SIGKILL after the grace."""
+        """Closes remote processes' stdin, SIGTERM to every group (twice), SIGKILL after the grace."""
         if not self.children:
             return
         for child in self.children.values():
@@ -194,6 +194,10 @@ class Supervisor:
                 except OSError:
                     pass
         self._signal_groups(signal.SIGTERM, local_only=True)
+        # A second SIGTERM to what still runs a moment later: a checkpointing chief takes the
+        # first as a request for a final checkpoint (worker/main.cc), the second as "stop now".
+        if self._wait_groups(0.3):
+            self._signal_groups(signal.SIGTERM, local_only=True)
         # A remote process gets launch/remote.sh's own grace (the same) and its SIGKILL before
         # its ssh client is given up on: the client ends when the remote process has.
         remote = any(c.popen.stdin is not None for c in self.children.values())
