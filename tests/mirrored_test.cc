@@ -123,14 +123,15 @@ TEST_F(MirroredCheck, DifferentGlobalBatchIsDetected) {
 // Same-host peers move payloads through shared memory (--shared-memory auto, the default): with
 // a PS the arithmetic is the sockets' exactly, so the parameters are bit-identical; the ring's
 // shared-memory sum adds in rank order, not ring order, so it agrees to rounding. The logs show
-// which path each job took.
+// which path each job took. On the CPU (--device cpu), also where a GPU is visible: a GPU replica
+// keeps its parameters and gradients on the device, so it never computes in the segments.
 TEST_F(MirroredCheck, SharedMemoryTrainsWhatTheSocketsTrain) {
   std::string shm_logs, socket_logs;
   // As launch.sh runs it: PSes reached at ipc://@, so the headers take the local channel too.
-  const SavedParams shm = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "auto"}, "momentum", "shm-ps",
-                                     "ring", &shm_logs, true);
-  const SavedParams sockets = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
-                                         "sockets-ps", "ring", &socket_logs);
+  const SavedParams shm = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "auto", "--device", "cpu"},
+                                     "momentum", "shm-ps", "ring", &shm_logs, true);
+  const SavedParams sockets = train_with(2, 2, {"--batch-size", "8", "--shared-memory", "off", "--device", "cpu"},
+                                         "momentum", "sockets-ps", "ring", &socket_logs);
   EXPECT_EQ(relative_difference(shm, sockets), 0.0);
   for (const char* line : {"w0: ps0 and ps1 on this host: payloads through shared memory, headers over the local channel",
                            "w1: ps0 and ps1 on this host: payloads through shared memory, headers over the local channel"}) {
@@ -140,19 +141,20 @@ TEST_F(MirroredCheck, SharedMemoryTrainsWhatTheSocketsTrain) {
 
   // One shard: backward writes into the segment's gradient area and forward reads the PS's
   // parameter area in place (WELCOME shm 2), with no copy either way.
-  const SavedParams one_shm = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "auto"}, "momentum",
-                                         "shm-ps1", "ring", &shm_logs, true);
-  const SavedParams one_sockets = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
-                                             "sockets-ps1", "ring", &socket_logs);
+  const SavedParams one_shm = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "auto", "--device", "cpu"},
+                                         "momentum", "shm-ps1", "ring", &shm_logs, true);
+  const SavedParams one_sockets = train_with(1, 2, {"--batch-size", "8", "--shared-memory", "off", "--device", "cpu"},
+                                             "momentum", "sockets-ps1", "ring", &socket_logs);
   EXPECT_EQ(relative_difference(one_shm, one_sockets), 0.0);
   for (const char* line : {"w0: computing from ps0's parameter area", "w1: computing from ps0's parameter area"}) {
     EXPECT_NE(shm_logs.find(line), std::string::npos) << line << "\n" << shm_logs;
   }
   EXPECT_EQ(socket_logs.find("parameter area"), std::string::npos) << socket_logs;
 
-  const SavedParams ring_shm = train_with(0, 3, {"--batch-size", "8"}, "momentum", "shm-ring", "ring", &shm_logs);
-  const SavedParams ring = train_with(0, 3, {"--batch-size", "8", "--shared-memory", "off"}, "momentum",
-                                      "sockets-ring", "ring", &socket_logs);
+  const SavedParams ring_shm =
+      train_with(0, 3, {"--batch-size", "8", "--device", "cpu"}, "momentum", "shm-ring", "ring", &shm_logs);
+  const SavedParams ring = train_with(0, 3, {"--batch-size", "8", "--shared-memory", "off", "--device", "cpu"},
+                                      "momentum", "sockets-ring", "ring", &socket_logs);
   EXPECT_LE(relative_difference(ring_shm, ring), 1e-5);
   EXPECT_NE(shm_logs.find("ring rank 2: all-reduce through shared memory (3 ranks on this host"), std::string::npos)
       << shm_logs;
@@ -198,10 +200,15 @@ TEST_P(MirroredBatchTest, SspWithStalenessZeroEqualsSync) {
 
 // --batch-size auto on the CPU: a memory limit too small for a worker's share makes it split the
 // share into micro-batches, and the result is still one worker's on the whole global batch.
+// --device cpu, also where a GPU is visible: there the cuBLAS workspace alone (4 or 32 MiB) would
+// break the 0.015 MiB limit, which is the point of the plan's figures below.
 TEST_P(MirroredBatchTest, AutoBatchKeepsTheGlobalBatch) {
-  const SavedParams reference = train(1, 1, 96, GetParam(), GetParam() + "-ref96");
+  const SavedParams reference =
+      train_with(1, 1, {"--batch-size", "96", "--device", "cpu"}, GetParam(), GetParam() + "-ref96");
   std::string logs;
-  const SavedParams p = train_with(1, 2, {"--batch-size", "auto", "--global-batch", "96", "--gpu-memory-limit", "0.015"},
+  const SavedParams p = train_with(1, 2,
+                                   {"--batch-size", "auto", "--global-batch", "96", "--gpu-memory-limit", "0.015",
+                                    "--device", "cpu"},
                                    GetParam(), GetParam() + "-auto", "ring", &logs);
   EXPECT_LE(relative_difference(reference, p), 1e-5);
   // The plan of 8x8 inputs and 16,8 hidden units: params and grads 10128 bytes, 232 bytes a row

@@ -66,12 +66,14 @@ class ParameterAreaTest : public ::testing::Test {
     write_synthetic_mnist(dir_.path, "train", 600, 8, 8, 1, false);
     write_synthetic_mnist(dir_.path, "t10k", 100, 8, 8, 2, false);
   }
+  // On the CPU, also where a GPU is visible: a GPU replica copies the parameters to the device
+  // and never computes from the area (it never logs "computing from ps0's parameter area").
   test::Job job() const {
     test::Job j;
     j.num_workers = 2;
     j.dir = dir_.path;
     j.args = {"--data-dir", dir_.path, "--cache-dir", dir_.path, "--hidden", "16,8", "--batch-size", "8",
-              "--optimizer", "momentum", "--timeout", "60", "--epochs", "1000"};
+              "--optimizer", "momentum", "--timeout", "60", "--epochs", "1000", "--device", "cpu"};
     return j;
   }
   // The area's name from the PS's log, once the PS has made it.

@@ -418,9 +418,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, size_t memory_limit_bytes
     throw Error("CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(count) +
                 " visible)");
   }
-  // A worker computes on one GPU: make it this thread's current device for good. Otherwise every
-  // ScopedDevice would restore device 0, and since CUDA 12 setting a device creates its context,
-  // so each worker on cuda:K would also hold a context (hundreds of MiB) on GPU 0.
+  // A worker computes on one GPU: make it this thread's current device for good, so that its
+  // ScopedDevice guards find it current and switch nothing (a switch back to another device would
+  // create, since CUDA 12, that device's context too: hundreds of MiB on a GPU not its own).
   PSTRAIN_CUDA_CHECK(cudaSetDevice(device));
   return std::make_unique<CudaBackend>(device, memory_limit_bytes);
 }

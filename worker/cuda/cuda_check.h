@@ -43,8 +43,9 @@
 namespace pstrain {
 
 // Makes `device` current for the calling thread for the guard's lifetime, then restores the
-// previous device. The throwing form is for ordinary code; the std::nothrow form is for
-// destructors (a failure is logged, and the caller goes on).
+// previous device where the thread had one (a context current); a thread that had none keeps
+// `device`, rather than gain a context on GPU 0. The throwing form is for ordinary code; the
+// std::nothrow form is for destructors (a failure is logged, and the caller goes on).
 class ScopedDevice {
  public:
   explicit ScopedDevice(int device);
