@@ -3,8 +3,8 @@
 # own address and its own sshd (tests/cluster/netns_hosts.sh), the real binaries started over
 # ssh. Checks: a job spread over 3 hosts equals the same job run locally; kill -9 of a remote
 # worker stops everything everywhere, naming it; SIGKILL of the launcher leaves no process on
-# any host; an unreachable host and a port taken on a host are clear errors naming the host;
-# 32 workers and 4 PS shards on 4 hosts complete.
+# any host; an unreachable host and a port taken on a host are clear errors naming the host; an
+# allreduce job across hosts equals the local one; 32 workers and 4 PS shards on 4 hosts complete.
 #
 #   tests/cluster/check_ssh_cluster.sh     one line per check; exit 1 if any failed,
 #                                          77 (skipped, with the reason) without root/netns
@@ -168,6 +168,25 @@ s=socket.socket(); s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(); print("r
     out_has "^\[ps0@$B\] .*cannot bind the parameter server on tcp://0\.0\.0\.0:$base_port: Address already in use"
 }
 
+# allreduce across hosts: worker 0 hosts the ring's rendezvous on all interfaces. The hosts share
+# this machine's host name, which resolves to no address the others can reach: rank 0's ring
+# address must be the one the others reached its coordinator at (as before the fix, a name that
+# does not resolve there made the ring's link check time out). The result is the local run's.
+case_allreduce_across_hosts() {
+  start ring_local -- --num-workers 3 -- "${job[@]}" --mode allreduce --timeout 30 --steps 20 --batch-size 8 \
+    --save-params "$work/ring-local-params"
+  finish 120
+  check "local allreduce reference exits 0 (got $rc)" test "$rc" -eq 0
+  printf '%s\n%s\n%s\n' "$A" "$B" "$C" >"$work/hosts_ring"
+  start ring_hosts -- --hostfile "$work/hosts_ring" --base-port "$base_port" --num-workers 3 \
+    -- "${job[@]}" --mode allreduce --timeout 30 --steps 20 --batch-size 8 --save-params "$work/ring-hosts-params"
+  finish 120
+  expect_remote_exit 0 120
+  check "the chief reports test_accuracy" out_has "^\[w0@$A\] .*summary: .*test_accuracy="
+  check "parameters equal the local ring's" python3 "$here/compare_params.py" "$work/ring-local-params" \
+    "$work/ring-hosts-params"
+}
+
 case_scale() {
   printf '%s slots=8\n%s slots=8\n%s slots=8\n%s slots=8\n' "$A" "$B" "$C" "$D" >"$work/hosts4"
   start scale -- --hostfile "$work/hosts4" --base-port "$base_port" --num-ps 4 --num-workers 32 \
@@ -187,6 +206,7 @@ main() {
   case_launcher_killed
   case_unreachable_host
   case_port_taken
+  case_allreduce_across_hosts
   case_scale
   report_and_exit check_ssh_cluster
 }

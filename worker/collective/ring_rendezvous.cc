@@ -136,15 +136,15 @@ class Coordinator {
     return ranks;
   }
 
+  // Rank 0's own ring address as the others are told it. Bound on all interfaces, it is the
+  // coordinator's host; where that is a wildcard too, it stays one ("0.0.0.0:port"), and each
+  // rank puts in the host it reached the coordinator at (Joiner::handle): this host's name may
+  // not resolve to an address the others can reach, but the address they reached it at does.
   std::string advertised(const std::string& address) const {
     const size_t colon = address.rfind(':');
     if (!is_wildcard(address.substr(0, colon))) return address;
-    std::string host = o_.coordinator.substr(0, o_.coordinator.rfind(':'));
-    if (is_wildcard(host)) {
-      char name[256] = {};
-      host = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
-    }
-    return host + address.substr(colon);
+    const std::string host = o_.coordinator.substr(0, o_.coordinator.rfind(':'));
+    return (is_wildcard(host) ? "0.0.0.0" : host) + address.substr(colon);
   }
 
   // Checks a HELLO [routing id, header, ring address]. A malformed one is ignored (with a log
@@ -365,6 +365,10 @@ class Member {
           if (!text_of(frames[r], &text) || !valid_address(text))
             malformed("bad address of rank " + std::to_string(r - 1));
           addresses_.push_back(text);
+        }
+        if (is_wildcard(addresses_[0].substr(0, addresses_[0].rfind(':')))) {  // see advertised()
+          addresses_[0] = o_.coordinator.substr(0, o_.coordinator.rfind(':')) +
+                          addresses_[0].substr(addresses_[0].rfind(':'));
         }
         if (!is_wildcard(ring_address.substr(0, ring_address.rfind(':'))) &&
             addresses_[static_cast<size_t>(o_.rank)] != ring_address) {
