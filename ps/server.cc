@@ -1,7 +1,5 @@
 #include "ps/server.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <iomanip>
@@ -73,12 +71,6 @@ namespace {
 constexpr double kCloseSeconds = 5;
 constexpr size_t kApplyBlock = 4096;  // floats summed and updated at a time (16 KiB: in L1)
 
-uint64_t physical_memory_mib() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return UINT64_MAX;
-  return static_cast<uint64_t>(pages) / (1024 * 1024 / static_cast<uint64_t>(page));
-}
-
 std::string printable(const std::string& route) {
   std::ostringstream os;
   os << "peer 0x";
@@ -145,11 +137,7 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
       policy_(options),
-      route_of_worker_(static_cast<size_t>(options.num_workers)),
-      segment_of_worker_(static_cast<size_t>(options.num_workers)),
-      area_unmapped_(static_cast<size_t>(options.num_workers), false),
-      done_(static_cast<size_t>(options.num_workers), false),
-      rejoined_(static_cast<size_t>(options.num_workers), false),
+      members_(options_, policy_),
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
       checkpointer_(options_, "ps" + std::to_string(options.index)),
@@ -178,7 +166,7 @@ void ParameterServer::serve() {
               << options_.optimizer.kind << " lr " << options_.optimizer.lr;
   last_stall_report_ = Clock::now();
   Message msg;
-  while (num_done_ < options_.num_workers) {
+  while (!members_.all_done()) {
     const auto tick = deadline_after(std::min(1.0, options_.stall_report_s));
     if (endpoint_.recv(&msg, tick)) handle(msg);
     report_stall();
@@ -202,18 +190,15 @@ void ParameterServer::handle(Message& msg) {
   if (h.role != SenderRole::kWorker) return reject(msg.route, h.request_id, "only workers talk to a PS");
   if (h.op == Op::kHello) return on_hello(msg, h);
 
-  const auto it = worker_of_route_.find(msg.route);
-  if (it == worker_of_route_.end()) {
+  const int worker = members_.worker_of(msg.route);
+  if (worker < 0) {
     return reject(msg.route, h.request_id, std::string(op_name(h.op)) + " from a peer that never said HELLO");
   }
-  if (it->second != static_cast<int>(h.sender)) {
+  if (worker != static_cast<int>(h.sender)) {
     return reject(msg.route, h.request_id, "sender " + std::to_string(h.sender) +
-                                               " does not match registered worker " + std::to_string(it->second));
+                                               " does not match registered worker " + std::to_string(worker));
   }
-  if (area_unmapped_[h.sender]) {  // it has read its WELCOME: mapped the area or given up
-    area_unmapped_[h.sender] = false;
-    release_area_name();
-  }
+  if (members_.heard_from(worker)) release_area_name();
   bool ok = true;
   switch (h.op) {
     case Op::kInit: ok = on_init(msg, h, &error); break;
@@ -226,117 +211,57 @@ void ParameterServer::handle(Message& msg) {
 }
 
 void ParameterServer::on_hello(const Message& msg, const Header& h) {
-  const auto fail = [&](const std::string& why) { reject(msg.route, h.request_id, why); };
-  if (h.num_workers != static_cast<uint32_t>(options_.num_workers)) {
-    return fail("worker thinks there are " + std::to_string(h.num_workers) + " workers; this PS has " +
-                std::to_string(options_.num_workers));
+  std::string why = members_.check_hello(msg.route, h);
+  if (why.empty() && !members_.job_known()) start_job(h, &why);
+  if (!why.empty()) return reject(msg.route, h.request_id, why);
+  const int worker = static_cast<int>(h.sender);
+  if (members_.admit(msg.route, worker)) {
+    PSLOG(WARN) << "ps" << options_.index << ": worker " << worker << " registered again from a new peer: "
+                << "a replacement; it redoes step " << next_step_of(worker);
   }
-  if (h.sender >= static_cast<uint32_t>(options_.num_workers)) return fail("worker index out of range");
-
-  if (h.total == 0 || (total_ != 0 && h.total != total_)) {
-    return fail("model of " + std::to_string(h.total) + " parameters does not match " + std::to_string(total_));
-  }
-  if (total_ == 0) {
-    const std::string why = shard_too_big(h.total);
-    if (!why.empty()) return fail(why);
-  }
-  if (total_ != 0 && h.step != total_steps_) {
-    return fail("job of " + std::to_string(h.step) + " steps does not match the other workers' " +
-                std::to_string(total_steps_));
-  }
-  if (h.mode != static_cast<uint64_t>(policy_.mode())) {
-    const char* names[] = {"sync", "async", "ssp"};
-    return fail(std::string("worker runs --mode ") + names[h.mode] + "; this PS runs --mode " + policy_.name());
-  }
-  if (global_batch_ != 0 && h.samples != global_batch_) {
-    return fail("worker's global batch of " + std::to_string(h.samples) + " samples does not match the other workers' " +
-                std::to_string(global_batch_) + " (are --batch-size, --accum-steps, --worker-batch and --global-batch "
-                "the same everywhere?)");
-  }
-  const auto known = worker_of_route_.find(msg.route);
-  std::string& owner = route_of_worker_[h.sender];
-  if (known != worker_of_route_.end() && known->second != static_cast<int>(h.sender)) {
-    return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
-  }
-  const bool replacement = !owner.empty() && owner != msg.route;
-  if (replacement && !options_.allow_rejoin) {
-    return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
-  }
-  if (replacement && done_[h.sender]) return fail("worker " + std::to_string(h.sender) + " has finished the job");
-  if (total_ == 0) {
-    total_ = h.total;
-    total_steps_ = h.step;
-    global_batch_ = h.samples;
-    slice_ = balance_slices(total_, options_.num_ps)[static_cast<size_t>(options_.index)];
-    chunk_len_ = std::max<size_t>(1, static_cast<size_t>(options_.chunk_kib) * 1024 / sizeof(float));
-    for (size_t local = 0; local < slice_.length; local += chunk_len_) {
-      Chunk c;
-      c.local = local;
-      c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
-      c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
-      chunks_.push_back(std::move(c));
-    }
-    optimizer_ = make_optimizer(options_.optimizer, slice_.length);
-    std::string error;
-    if (options_.resume && !resume(&error)) {
-      total_ = 0;  // not set up: every HELLO gets the same answer
-      global_batch_ = 0;
-      chunks_.clear();
-      PSLOG(ERROR) << "ps" << options_.index << ": " << error;
-      return fail(error);
-    }
-    PSLOG(INFO) << "ps" << options_.index << ": model has " << total_ << " parameters; this shard holds "
-                << slice_text(slice_.offset, slice_.length) << " = " << slice_.length * sizeof(float) / 1024.0
-                << " KiB in " << chunks_.size() << " chunk(s)";
-  }
-  if (owner.empty()) PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " registered";
-  if (replacement) {
-    worker_of_route_.erase(owner);
-    rejoined_[h.sender] = true;
-    PSLOG(WARN) << "ps" << options_.index << ": worker " << h.sender << " registered again from a new peer: "
-                << "a replacement; it redoes step " << next_step_of(static_cast<int>(h.sender));
-  }
-  owner = msg.route;
-  worker_of_route_[msg.route] = static_cast<int>(h.sender);
-  SharedMemory& segment = segment_of_worker_[h.sender];
-  if (segment.mapped()) release_segment(static_cast<int>(h.sender));
-  segment = SharedMemory();
-  if (h.shm != 0 && options_.shared_memory == "auto") {
-    std::string why;
-    if (SharedMemory::open(h.message, shm_segment_bytes(slice_.length), &segment, &why)) {
-      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << "'s payloads go through shared memory";
-      if (shared_area_ && !area_.mapped()) create_area();
-    } else {
-      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << " through sockets: " << why;
-    }
-  }
+  if (members_.has_segment(worker)) release_segment(worker);
+  if (members_.map_segment(worker, h, slice_.length) && shared_area_ && !area_.mapped()) create_area();
   Header welcome;
   // 2: and the values live in the area named in `message`, which this PS writes only in the
   // apply that the worker's push completes (plain sync): the worker may compute from it.
-  welcome.shm = !segment.mapped() ? 0 : area_.mapped() ? 2 : 1;
+  welcome.shm = !members_.has_segment(worker) ? 0 : area_.mapped() ? 2 : 1;
   if (welcome.shm == 2) welcome.message = area_.name();
-  area_unmapped_[h.sender] = welcome.shm == 2;
+  members_.offered_area(worker, welcome.shm == 2);
   release_area_name();
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
-  welcome.step = next_step_of(static_cast<int>(h.sender));
+  welcome.step = next_step_of(worker);
   welcome.offset = slice_.offset;
   welcome.length = slice_.length;
-  welcome.total = total_;
+  welcome.total = members_.job().total;
   welcome.chunk = chunk_len_;
   reply(msg.route, welcome, nullptr);
 }
 
-// A HELLO's model size decides what this shard allocates: one peer must not be able to make it
-// allocate without bound. Needed: values, gradient sum and up to two optimizer slots per float.
-std::string ParameterServer::shard_too_big(uint64_t total) const {
-  const uint64_t length = balance_slices(total, options_.num_ps)[static_cast<size_t>(options_.index)].length;
-  const uint64_t limit_mib = options_.max_shard_mib > 0 ? static_cast<uint64_t>(options_.max_shard_mib)
-                                                        : physical_memory_mib();
-  const uint64_t need_mib = length / (1024 * 1024 / (4 * sizeof(float))) + 1;
-  if (need_mib <= limit_mib) return "";
-  return "model of " + std::to_string(total) + " parameters needs about " + std::to_string(need_mib) +
-         " MiB on this shard, more than its limit of " + std::to_string(limit_mib) + " MiB (--max-shard-mib)";
+// The first HELLO that passed its checks: the model's size is known, the slice is set up (and
+// with --resume loaded from the newest checkpoint). False, with the reason, when it cannot be.
+bool ParameterServer::start_job(const Header& h, std::string* error) {
+  members_.learn_job(h);
+  slice_ = balance_slices(members_.job().total, options_.num_ps)[static_cast<size_t>(options_.index)];
+  chunk_len_ = std::max<size_t>(1, static_cast<size_t>(options_.chunk_kib) * 1024 / sizeof(float));
+  for (size_t local = 0; local < slice_.length; local += chunk_len_) {
+    Chunk c;
+    c.local = local;
+    c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
+    c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
+    chunks_.push_back(std::move(c));
+  }
+  optimizer_ = make_optimizer(options_.optimizer, slice_.length);
+  if (options_.resume && !resume(error)) {
+    members_.forget_job();  // not set up: every HELLO gets the same answer
+    chunks_.clear();
+    PSLOG(ERROR) << "ps" << options_.index << ": " << *error;
+    return false;
+  }
+  PSLOG(INFO) << "ps" << options_.index << ": model has " << members_.job().total << " parameters; this shard holds "
+              << slice_text(slice_.offset, slice_.length) << " = " << slice_.length * sizeof(float) / 1024.0
+              << " KiB in " << chunks_.size() << " chunk(s)";
+  return true;
 }
 
 // The step `worker` runs next against this shard: the version of the least advanced chunk, or
@@ -347,7 +272,7 @@ uint64_t ParameterServer::next_step_of(int worker) const {
   // late it registers (async refuses --resume and --allow-rejoin: a HELLO is a worker's first).
   if (policy_.mode() == ModeCode::kAsync) return 0;
   const uint64_t t = version();
-  if (!rejoined_[static_cast<size_t>(worker)] || chunks_.empty()) return t;
+  if (!members_.rejoined(worker) || chunks_.empty()) return t;
   for (const Chunk& c : chunks_) {
     if (c.version == t && !has_pushed(c, worker)) return t;
   }
@@ -361,7 +286,7 @@ bool ParameterServer::has_pushed(const Chunk& c, int worker) {
 // A replacement redoes the step its predecessor may have pushed already: those pushes (and a
 // replaced chief's INIT) are repeats of what the PS holds, dropped without touching any state.
 bool ParameterServer::is_repeat(const Chunk& c, int worker, uint64_t step) const {
-  if (!rejoined_[static_cast<size_t>(worker)]) return false;
+  if (!members_.rejoined(worker)) return false;
   return step + 1 == c.version || (step == c.version && has_pushed(c, worker));
 }
 
@@ -379,7 +304,7 @@ bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* 
   if (h.sender != 0) return (*error = "only the chief (worker 0) initialises parameters", false);
   Chunk* c = find_chunk(h, error);
   if (c == nullptr) return false;
-  if (c->initialized && rejoined_[0]) return true;  // a replaced chief's INIT: already applied
+  if (c->initialized && members_.rejoined(0)) return true;  // a replaced chief's INIT: already applied
   if (c->initialized) return (*error = "parameters are already initialised", false);
   const float* values = msg.frames[1].data<float>();
   if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
@@ -409,7 +334,10 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
                      std::to_string(h.step), false);
   }
   if (h.samples == 0) return (*error = "push with zero samples", false);
-  const float* grad = payload_in_shared_memory(h) ? shm_gradient(worker, *c) : msg.frames[1].data<float>();
+  const float* segment = members_.gradient_in_segment(worker);
+  const float* grad = !payload_in_shared_memory(h) ? msg.frames[1].data<float>()
+                      : segment != nullptr         ? segment + c->local
+                                                   : nullptr;
   if (grad == nullptr) return (*error = "push from shared memory, but this worker's segment is not mapped here", false);
   const size_t n = c->range.length;
   if (!all_finite(grad, n)) return (*error = "gradient is not all finite", false);
@@ -489,13 +417,13 @@ void ParameterServer::apply(Chunk& c, Pending& p) {
   }
   // async applies N updates where sync applies one: its schedule runs over N times the steps.
   const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
-                                      ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
-                                      : total_steps_;
+                                      ? members_.job().total_steps * static_cast<uint64_t>(options_.num_workers)
+                                      : members_.job().total_steps;
   // The gradient sums are divided by the samples behind them (a mean gradient), except in async,
   // where each push is one update weighted by its samples: divided by the mean share G / N, so a
   // worker of half the mean share moves the parameters half as far (equal shares: its mean).
   const float scale = policy_.mode() == ModeCode::kAsync
-                          ? static_cast<float>(options_.num_workers) / static_cast<float>(global_batch_)
+                          ? static_cast<float>(options_.num_workers) / static_cast<float>(members_.job().global_batch)
                           : 1.0f / static_cast<float>(p.metrics.samples);
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
   const auto start = Clock::now();
@@ -544,10 +472,7 @@ void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, dou
 // sent a message since (so it has mapped it, or given up on it): nothing is left in /dev/shm, and
 // a PS stopped before then removes it too (remove_segments_on_termination, ps/main.cc).
 void ParameterServer::release_area_name() {
-  if (!area_.owns_name()) return;
-  for (size_t w = 0; w < route_of_worker_.size(); ++w) {
-    if (route_of_worker_[w].empty() || area_unmapped_[w]) return;
-  }
+  if (!area_.owns_name() || !members_.area_settled()) return;
   area_.unlink();
   PSLOG(INFO) << "ps" << options_.index << ": every worker has mapped the parameter area (or uses its own copy); "
               << "its name is removed";
@@ -589,14 +514,14 @@ void ParameterServer::release_segment(int worker) {
 }
 
 bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* error) {
-  if (total_ == 0) return (*error = "pull before HELLO", false);
+  if (!members_.job_known()) return (*error = "pull before HELLO", false);
   for (const Chunk& c : chunks_) {
     if (policy_.check_pull(h.step, c.version) == PullVerdict::kReject) {
       *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(c.version);
       return false;
     }
   }
-  if (h.shm != 0 && !segment_of_worker_[h.sender].mapped()) {
+  if (h.shm != 0 && !members_.has_segment(static_cast<int>(h.sender))) {
     return (*error = "pull into shared memory, but this worker's segment is not mapped here", false);
   }
   if (h.shm == 2 && !area_.mapped()) return (*error = "pull from the parameter area, but this PS has none", false);
@@ -631,12 +556,7 @@ void ParameterServer::chunk_advanced(size_t index) {
 }
 
 void ParameterServer::on_done(const Message& msg, const Header& h) {
-  if (!done_[h.sender]) {
-    done_[h.sender] = true;
-    ++num_done_;
-    PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " is done (" << num_done_ << "/"
-                << options_.num_workers << ")";
-  }
+  members_.done(static_cast<int>(h.sender));
   Header ack;
   ack.op = Op::kDone;
   ack.request_id = h.request_id;
@@ -650,9 +570,9 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   Header h = previous ? c.previous_last : c.last;
   if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
     // async and ssp: everything applied since this worker's last PARAMS (versions may be skipped).
-    const auto it = worker_of_route_.find(route);
-    if (it != worker_of_route_.end()) {
-      Header& u = unreported_[static_cast<size_t>(it->second)];
+    const int worker = members_.worker_of(route);
+    if (worker >= 0) {
+      Header& u = unreported_[static_cast<size_t>(worker)];
       h = u;
       u = Header{};
     }
@@ -671,10 +591,10 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   if (shm == 1) {
     // Into the worker's segment; it reads them before its next PULL, the only thing that makes
     // the PS write there again.
-    const auto it = worker_of_route_.find(route);
-    if (it == worker_of_route_.end()) return;  // replaced meanwhile: that peer is gone
+    const int worker = members_.worker_of(route);
+    if (worker < 0) return;  // replaced meanwhile: that peer is gone
     const float* values = previous ? c.previous->data() : c.data();
-    std::copy(values, values + c.range.length, shm_params(segment_of_worker_[static_cast<size_t>(it->second)]) + c.local);
+    std::copy(values, values + c.range.length, members_.params_in_segment(worker) + c.local);
     h.shm = 1;
     return reply(route, h, nullptr);
   }
@@ -688,18 +608,6 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
       (*hold)->data(), c.range.length * sizeof(float),
       [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);
   reply(route, h, &payload);
-}
-
-// The worker's segment: its gradient of the slice, then the PS's parameters of it (layout in
-// docs/wire_protocol.md, "Shared memory").
-const float* ParameterServer::shm_gradient(int worker, const Chunk& c) const {
-  const SharedMemory& segment = segment_of_worker_[static_cast<size_t>(worker)];
-  if (!segment.mapped()) return nullptr;
-  return static_cast<const float*>(segment.data()) + c.local;
-}
-
-float* ParameterServer::shm_params(const SharedMemory& segment) const {
-  return static_cast<float*>(segment.data()) + shm_area_floats(slice_.length);
 }
 
 void ParameterServer::reject(const std::string& route, uint64_t request_id, const std::string& why) {
@@ -734,8 +642,8 @@ void ParameterServer::write_checkpoint() {
   c.shard = static_cast<uint32_t>(options_.index);
   c.num_shards = static_cast<uint32_t>(options_.num_ps);
   c.version = checkpoint_at_;
-  c.total = total_;
-  c.total_steps = total_steps_;
+  c.total = members_.job().total;
+  c.total_steps = members_.job().total_steps;
   c.offset = slice_.offset;
   c.optimizer = options_.optimizer.kind;
   c.values = params();
@@ -752,7 +660,7 @@ void ParameterServer::write_checkpoint() {
 bool ParameterServer::resume(std::string* error) {
   const auto slots = optimizer_->state();
   ShardCheckpoint c;
-  if (!checkpointer_.load(total_, total_steps_, slice_, slots.size(), &c, error)) return false;
+  if (!checkpointer_.load(members_.job().total, members_.job().total_steps, slice_, slots.size(), &c, error)) return false;
   for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
   for (Chunk& chunk : chunks_) {
     std::copy(c.values.begin() + static_cast<long>(chunk.local),
@@ -787,9 +695,7 @@ void ParameterServer::report_stall() {
     os << "barrier of step " << stalled->version << " has waited "
        << std::chrono::duration<double>(now - p.waiting_since).count() << " s for worker(s)";
   } else {
-    for (int i = 0; i < options_.num_workers; ++i) {
-      if (route_of_worker_[static_cast<size_t>(i)].empty()) missing.push_back(i);
-    }
+    missing = members_.unregistered();
     if (missing.empty()) return;
     os << "still waiting for worker(s) to register:";
   }

@@ -7,13 +7,13 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "shared/checkpoint_store.h"
+#include "ps/membership.h"
 #include "ps/policy.h"
+#include "shared/checkpoint_store.h"
 #include "shared/layout.h"
 #include "shared/optimizer.h"
 #include "shared/options.h"
@@ -43,13 +43,13 @@ class ParameterServer {
 
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
+  bool start_job(const Header& h, std::string* error);
   bool on_init(const Message& msg, const Header& h, std::string* error);
   bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   void on_done(const Message& msg, const Header& h);
   uint64_t next_step_of(int worker) const;
   bool is_repeat(const Chunk& c, int worker, uint64_t step) const;
-  std::string shard_too_big(uint64_t total) const;
   Chunk* find_chunk(const Header& h, std::string* error);
   void apply(Chunk& chunk, Pending& step);
   void apply_sources(Chunk& chunk, const Pending& step, float scale, double lr);
@@ -60,8 +60,6 @@ class ParameterServer {
   std::string counters_text() const;
   void chunk_advanced(size_t index);
   void send_chunk(const std::string& route, uint64_t request_id, const Chunk& chunk, uint64_t want, uint64_t shm);
-  const float* shm_gradient(int worker, const Chunk& chunk) const;  // nullptr: no segment
-  float* shm_params(const SharedMemory& segment) const;
   void create_area();
   void release_area_name();
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
@@ -73,25 +71,16 @@ class ParameterServer {
   const JobOptions options_;
   Endpoint& endpoint_;
   ConsistencyPolicy policy_;
+  Membership members_;
   std::unique_ptr<Optimizer> optimizer_;
 
-  uint64_t total_ = 0;        // parameters of the model, learned from the first HELLO
-  uint64_t total_steps_ = 0;  // updates of the job (HELLO's step field), for the lr schedule
-  uint64_t global_batch_ = 0; // samples of a global step (HELLO's samples field): the same for all
   Slice slice_;
   size_t chunk_len_ = 0;      // elements per chunk (the last one may be shorter)
   std::vector<Chunk> chunks_;
 
-  std::map<std::string, int> worker_of_route_;
-  std::vector<std::string> route_of_worker_;
-  std::vector<SharedMemory> segment_of_worker_;  // same-host workers' segments (unmapped: sockets)
   // Plain sync with a worker on this host: the shard's values live in this segment, which
   // same-host workers map read-only and compute from (WELCOME shm 2, docs/wire_protocol.md).
   SharedMemory area_;
-  std::vector<bool> area_unmapped_;  // by worker: offered the area, no message from it since
-  std::vector<bool> done_;
-  std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
-  int num_done_ = 0;
   std::vector<Header> unreported_;  // async, ssp: metrics applied since each worker's last PARAMS
   std::vector<uint64_t> clock_of_;  // ssp: steps each worker pushed (to this shard's first chunk)
   uint64_t lead_max_ = 0;           // ssp: the largest lead over the slowest worker seen
