@@ -49,7 +49,7 @@ ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
       endpoint_(endpoint),
       policy_(options),
       members_(options_, policy_),
-      checkpointer_(options_, "ps" + std::to_string(options.index)) {}
+      checkpoints_(options_) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -144,7 +144,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
 bool ParameterServer::start_job(const Header& h, std::string* error) {
   members_.learn_job(h);
   store_ = std::make_unique<DenseStore>(options_, policy_, members_.job());
-  if (options_.resume && !store_->resume(checkpointer_, error)) {
+  if (options_.resume && !checkpoints_.resume(*store_, error)) {
     members_.forget_job();  // not set up: every HELLO gets the same answer
     store_.reset();
     PSLOG(ERROR) << "ps" << options_.index << ": " << *error;
@@ -168,10 +168,7 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   const Update update{h, worker, members_.rejoined(worker), payload, members_.gradient_in_segment(worker)};
   Outcome out;
   if (!store_->push(update, &out, error)) return false;
-  if (out.changed && worker == 0) {  // the chief decides (docs/checkpoints.md)
-    if (h.checkpoint != 0) checkpoint_at_ = h.checkpoint;
-    if (h.stop != 0) stop_at_ = h.step + 1;
-  }
+  if (out.changed && worker == 0) checkpoints_.mark(h);
   if (out.advanced) chunk_advanced(out.part);
   return true;
 }
@@ -207,7 +204,7 @@ void ParameterServer::chunk_advanced(size_t index) {
   // The last chunk reached the version to checkpoint: every chunk is at it now (no worker can
   // push the next step before it has all of this one), and none of it has been sent yet, so the
   // file is on disk before any worker sees the version, and the chief's manifest after it.
-  if (checkpoint_at_ != 0 && version() == checkpoint_at_) write_checkpoint();
+  checkpoints_.advanced(*store_);
   for (Parked& p : parked_) {
     if (!p.sent[index] && store_->ready(index, p.want)) {
       send_chunk(p.route, p.request_id, index, p.want, p.shm);
@@ -232,8 +229,7 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   const int worker = members_.worker_of(route);
   Header h = store_->params_header(part, want, worker);
   h.request_id = request_id;
-  h.stop = stop_at_ != 0 && h.step == stop_at_ ? 1 : 0;
-  h.write_us = written_ != 0 && h.step == written_ ? write_us_ : 0;  // the workers' wait includes it
+  checkpoints_.stamp(&h);
   if (shm == 2) {  // the worker reads them in the area (plain sync: nothing older is ever asked)
     h.shm = 1;
     return reply(route, h, nullptr);
@@ -274,21 +270,6 @@ void ParameterServer::reply(const std::string& route, Header h, zmq::message_t* 
   if (!endpoint_.send(std::move(out), Clock::now(), &error)) {
     PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << printable(route) << ": " << error;
   }
-}
-
-// This shard at version checkpoint_at_: its slice and optimizer state, in one durable file.
-void ParameterServer::write_checkpoint() {
-  ShardCheckpoint c;
-  c.shard = static_cast<uint32_t>(options_.index);
-  c.num_shards = static_cast<uint32_t>(options_.num_ps);
-  c.version = checkpoint_at_;
-  c.optimizer = options_.optimizer.kind;
-  store_->save(&c);
-  checkpoint_at_ = 0;
-  const auto start = Clock::now();
-  checkpointer_.write(c);
-  written_ = c.version;
-  write_us_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
 }
 
 void ParameterServer::report_stall() {

@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
+#include "ps/checkpoints.h"
 #include "ps/dense_store.h"
 #include "ps/membership.h"
 #include "ps/policy.h"
-#include "shared/checkpoint_store.h"
 #include "shared/options.h"
 #include "shared/protocol.h"
 #include "shared/transport.h"
@@ -49,7 +49,6 @@ class ParameterServer {
   void reply(const std::string& route, Header h, zmq::message_t* payload);
   void report_stall();
   std::string mode_text() const;
-  void write_checkpoint();
 
   const JobOptions options_;
   Endpoint& endpoint_;
@@ -59,11 +58,7 @@ class ParameterServer {
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
-
-  CheckpointStore checkpointer_;
-  uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
-  uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
-  uint64_t written_ = 0, write_us_ = 0;  // the last checkpointed version and its write time
+  ShardCheckpoints checkpoints_;
 };
 
 }  // namespace pstrain
