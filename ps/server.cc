@@ -1,14 +1,10 @@
 #include "ps/server.h"
 
 #include <algorithm>
-#include <cstring>
-#include <iomanip>
 #include <sstream>
 
-#include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
-#include "shared/numeric.h"
 
 namespace pstrain {
 
@@ -154,21 +150,24 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
   return true;
 }
 
-bool ParameterServer::on_init(Message& msg, const Header& h, std::string* error) {
+// An INIT or PUSH of a registered worker, for the store.
+Update ParameterServer::update_of(Message& msg, const Header& h) const {
   const int worker = static_cast<int>(h.sender);
+  return Update{h, worker, members_.rejoined(worker), msg.frames.size() > 1 ? &msg.frames[1] : nullptr,
+                members_.gradient_in_segment(worker)};
+}
+
+bool ParameterServer::on_init(Message& msg, const Header& h, std::string* error) {
   Outcome out;
-  if (!store_->init(Update{h, worker, members_.rejoined(worker), &msg.frames[1], nullptr}, &out, error)) return false;
+  if (!store_->init(update_of(msg, h), &out, error)) return false;
   if (out.advanced) chunk_advanced(out.part);
   return true;
 }
 
 bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error) {
-  const int worker = static_cast<int>(h.sender);
-  zmq::message_t* payload = msg.frames.size() > 1 ? &msg.frames[1] : nullptr;
-  const Update update{h, worker, members_.rejoined(worker), payload, members_.gradient_in_segment(worker)};
   Outcome out;
-  if (!store_->push(update, &out, error)) return false;
-  if (out.changed && worker == 0) checkpoints_.mark(h);
+  if (!store_->push(update_of(msg, h), &out, error)) return false;
+  if (out.changed && h.sender == 0) checkpoints_.mark(h);
   if (out.advanced) chunk_advanced(out.part);
   return true;
 }

@@ -38,6 +38,7 @@ class ParameterServer {
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
   bool start_job(const Header& h, std::string* error);
+  Update update_of(Message& msg, const Header& h) const;
   bool on_init(Message& msg, const Header& h, std::string* error);
   bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
