@@ -1,7 +1,7 @@
 // The consistency-policy seam of the PS (docs/design.md, "Modes"): which pushes a chunk accepts, how
 // many complete a step, how far ahead of the chunk's version steps may be pending, and when a
 // pull can be answered. The chunk's own bookkeeping (the pending sums, who pushed) is the
-// server's; a policy is rules only.
+// store's (ps/dense_store.h); a policy is rules only.
 //
 //   sync   one step pending; applied once every worker pushed it (the mirrored contract), or
 //          with --backup-workers b once N - b did; then later pushes for it are dropped

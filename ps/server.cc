@@ -1,63 +1,12 @@
 #include "ps/server.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
-#include <iomanip>
 #include <sstream>
 
-#include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
-#include "shared/numeric.h"
 
 namespace pstrain {
-
-// One push's gradient kept until its step is applied (ordered sums, see ordered_sums_): in the
-// worker's segment, or the push's own payload frame.
-struct ParameterServer::Source {
-  int worker = 0;
-  const float* shm = nullptr;  // in the worker's segment (else `frame`)
-  zmq::message_t frame;
-  double loss_sum = 0, eval_loss = 0;  // the push's sums that rounding makes order-dependent
-  const float* data() const { return shm != nullptr ? shm : frame.data<float>(); }
-};
-
-struct ParameterServer::Pending {  // one step of a chunk that pushes are adding up for
-  // Gradient sum: the first push's own message, the others added into it (a received message is
-  // ours to write), so no push is ever copied.
-  zmq::message_t accum;
-  // Instead of accum where every worker pushes every step (ordered_sums_): the pushes in worker
-  // order, whatever order they arrived in, summed in that order by apply() block by block, fused
-  // with the update. So the same job always gives the same bits (docs/operations.md).
-  std::vector<Source> sources;
-  int pushes = 0;
-  std::vector<bool> pushed;  // by worker
-  Clock::time_point waiting_since;
-  Header metrics;            // summed over its pushes (sent with PARAMS once applied)
-};
-
-struct ParameterServer::Chunk {
-  Slice range;       // in the flat vector
-  size_t local = 0;  // offset within the slice (and the optimizer's state)
-  // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
-  // Null once the values moved into the shard's parameter area (in_area).
-  std::shared_ptr<std::vector<float>> values;
-  float* in_area = nullptr;  // the chunk's values in ParameterServer::area_ (plain sync, same host)
-  float* data() { return in_area != nullptr ? in_area : values->data(); }
-  const float* data() const { return in_area != nullptr ? in_area : values->data(); }
-  bool initialized = false;
-  uint64_t version = 0;
-  // The steps version, version + 1, ... that pushes arrived for (more than one only in ssp).
-  std::vector<Pending> pending;  // a vector (a deque's move may throw, which vector<Chunk> refuses)
-  Header last;           // metrics of the last applied step (sent with PARAMS in sync)
-  uint64_t dropped = 0;  // late pushes dropped since the last step was applied (backup workers)
-  // --allow-rejoin: the values and metrics of version - 1, for a replacement worker that redoes
-  // the step its predecessor had pushed this chunk for (see next_step_of).
-  std::shared_ptr<std::vector<float>> previous;
-  Header previous_last;
-};
 
 struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its version
   std::string route;
@@ -71,13 +20,6 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
 namespace {
 
 constexpr double kCloseSeconds = 5;
-constexpr size_t kApplyBlock = 4096;  // floats summed and updated at a time (16 KiB: in L1)
-
-uint64_t physical_memory_mib() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return UINT64_MAX;
-  return static_cast<uint64_t>(pages) / (1024 * 1024 / static_cast<uint64_t>(page));
-}
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -96,79 +38,21 @@ void align_payload(zmq::message_t* frame) {
   frame->swap(aligned);
 }
 
-std::string slice_text(uint64_t offset, uint64_t length) {
-  return "[" + std::to_string(offset) + ", +" + std::to_string(length) + ")";
-}
-
-// The sums a PARAMS reports: the training step's samples, loss and correct predictions, the test
-// set's evaluated shares, the step times.
-void add_sums(Header* sum, const Header& h) {
-  sum->samples += h.samples;
-  sum->loss_sum += h.loss_sum;
-  sum->correct += h.correct;
-  sum->eval_samples += h.eval_samples;
-  sum->eval_loss += h.eval_loss;
-  sum->eval_correct += h.eval_correct;
-  sum->times += h.times;
-}
-
-// Adds the metrics of applied updates to what a worker has not been sent yet (async, ssp).
-void merge_metrics(Header* sum, const Header& m) {
-  add_sums(sum, m);
-  if (m.slowest_us > sum->slowest_us) {
-    sum->slowest = m.slowest;
-    sum->slowest_us = m.slowest_us;
-  }
-  sum->stale_sum += m.stale_sum;
-  sum->stale_count += m.stale_count;
-  sum->stale_max = std::max(sum->stale_max, m.stale_max);
-  sum->lead_max = std::max(sum->lead_max, m.lead_max);
-  sum->dropped += m.dropped;
-}
-
-// Adds a push's metrics and step times to the pending sums of its chunk.
-void add_metrics(Header* sum, const Header& h, int pushes) {
-  if (pushes == 0) {
-    *sum = Header{};
-    sum->slowest = h.sender;
-    sum->slowest_us = h.times.busy_us();
-  } else if (h.times.busy_us() > sum->slowest_us) {
-    sum->slowest = h.sender;
-    sum->slowest_us = h.times.busy_us();
-  }
-  add_sums(sum, h);
-}
-
 }  // namespace
 
 ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
       policy_(options),
-      route_of_worker_(static_cast<size_t>(options.num_workers)),
-      segment_of_worker_(static_cast<size_t>(options.num_workers)),
-      area_unmapped_(static_cast<size_t>(options.num_workers), false),
-      done_(static_cast<size_t>(options.num_workers), false),
-      rejoined_(static_cast<size_t>(options.num_workers), false),
-      unreported_(static_cast<size_t>(options.num_workers)),
-      clock_of_(static_cast<size_t>(options.num_workers), 0),
-      checkpointer_(options_, "ps" + std::to_string(options.index)),
-      ordered_sums_(policy_.quorum() == options.num_workers &&
-                    (policy_.mode() == ModeCode::kSync || (policy_.mode() == ModeCode::kSsp && policy_.window() == 0))),
-      shared_area_(ordered_sums_ && policy_.mode() == ModeCode::kSync && !options.allow_rejoin) {}
+      members_(options_, policy_),
+      checkpoints_(options_) {}
 
 ParameterServer::~ParameterServer() = default;
 
-uint64_t ParameterServer::version() const {
-  uint64_t v = UINT64_MAX;
-  for (const Chunk& c : chunks_) v = std::min(v, c.version);
-  return chunks_.empty() ? 0 : v;
-}
+uint64_t ParameterServer::version() const { return store_ != nullptr ? store_->version() : 0; }
 
 std::vector<float> ParameterServer::params() const {
-  std::vector<float> out;
-  for (const Chunk& c : chunks_) out.insert(out.end(), c.data(), c.data() + c.range.length);
-  return out;
+  return store_ != nullptr ? store_->values() : std::vector<float>();
 }
 
 void ParameterServer::serve() {
@@ -178,13 +62,14 @@ void ParameterServer::serve() {
               << options_.optimizer.kind << " lr " << options_.optimizer.lr;
   last_stall_report_ = Clock::now();
   Message msg;
-  while (num_done_ < options_.num_workers) {
+  while (!members_.all_done()) {
     const auto tick = deadline_after(std::min(1.0, options_.stall_report_s));
     if (endpoint_.recv(&msg, tick)) handle(msg);
     report_stall();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
-              << " workers done at version " << version() << counters_text() << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
+              << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
+              << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
@@ -202,18 +87,15 @@ void ParameterServer::handle(Message& msg) {
   if (h.role != SenderRole::kWorker) return reject(msg.route, h.request_id, "only workers talk to a PS");
   if (h.op == Op::kHello) return on_hello(msg, h);
 
-  const auto it = worker_of_route_.find(msg.route);
-  if (it == worker_of_route_.end()) {
+  const int worker = members_.worker_of(msg.route);
+  if (worker < 0) {
     return reject(msg.route, h.request_id, std::string(op_name(h.op)) + " from a peer that never said HELLO");
   }
-  if (it->second != static_cast<int>(h.sender)) {
+  if (worker != static_cast<int>(h.sender)) {
     return reject(msg.route, h.request_id, "sender " + std::to_string(h.sender) +
-                                               " does not match registered worker " + std::to_string(it->second));
+                                               " does not match registered worker " + std::to_string(worker));
   }
-  if (area_unmapped_[h.sender]) {  // it has read its WELCOME: mapped the area or given up
-    area_unmapped_[h.sender] = false;
-    release_area_name();
-  }
+  if (members_.heard_from(worker)) release_area_name();
   bool ok = true;
   switch (h.op) {
     case Op::kInit: ok = on_init(msg, h, &error); break;
@@ -226,385 +108,89 @@ void ParameterServer::handle(Message& msg) {
 }
 
 void ParameterServer::on_hello(const Message& msg, const Header& h) {
-  const auto fail = [&](const std::string& why) { reject(msg.route, h.request_id, why); };
-  if (h.num_workers != static_cast<uint32_t>(options_.num_workers)) {
-    return fail("worker thinks there are " + std::to_string(h.num_workers) + " workers; this PS has " +
-                std::to_string(options_.num_workers));
+  std::string why = members_.check_hello(msg.route, h);
+  if (why.empty() && !members_.job_known()) start_job(h, &why);
+  if (!why.empty()) return reject(msg.route, h.request_id, why);
+  const int worker = static_cast<int>(h.sender);
+  if (members_.admit(msg.route, worker)) {
+    PSLOG(WARN) << "ps" << options_.index << ": worker " << worker << " registered again from a new peer: "
+                << "a replacement; it redoes step " << store_->next_step_of(worker, members_.rejoined(worker));
   }
-  if (h.sender >= static_cast<uint32_t>(options_.num_workers)) return fail("worker index out of range");
-
-  if (h.total == 0 || (total_ != 0 && h.total != total_)) {
-    return fail("model of " + std::to_string(h.total) + " parameters does not match " + std::to_string(total_));
-  }
-  if (total_ == 0) {
-    const std::string why = shard_too_big(h.total);
-    if (!why.empty()) return fail(why);
-  }
-  if (total_ != 0 && h.step != total_steps_) {
-    return fail("job of " + std::to_string(h.step) + " steps does not match the other workers' " +
-                std::to_string(total_steps_));
-  }
-  if (h.mode != static_cast<uint64_t>(policy_.mode())) {
-    const char* names[] = {"sync", "async", "ssp"};
-    return fail(std::string("worker runs --mode ") + names[h.mode] + "; this PS runs --mode " + policy_.name());
-  }
-  if (global_batch_ != 0 && h.samples != global_batch_) {
-    return fail("worker's global batch of " + std::to_string(h.samples) + " samples does not match the other workers' " +
-                std::to_string(global_batch_) + " (are --batch-size, --accum-steps, --worker-batch and --global-batch "
-                "the same everywhere?)");
-  }
-  const auto known = worker_of_route_.find(msg.route);
-  std::string& owner = route_of_worker_[h.sender];
-  if (known != worker_of_route_.end() && known->second != static_cast<int>(h.sender)) {
-    return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
-  }
-  const bool replacement = !owner.empty() && owner != msg.route;
-  if (replacement && !options_.allow_rejoin) {
-    return fail("worker " + std::to_string(h.sender) + " is already registered from another peer");
-  }
-  if (replacement && done_[h.sender]) return fail("worker " + std::to_string(h.sender) + " has finished the job");
-  if (total_ == 0) {
-    total_ = h.total;
-    total_steps_ = h.step;
-    global_batch_ = h.samples;
-    slice_ = balance_slices(total_, options_.num_ps)[static_cast<size_t>(options_.index)];
-    chunk_len_ = std::max<size_t>(1, static_cast<size_t>(options_.chunk_kib) * 1024 / sizeof(float));
-    for (size_t local = 0; local < slice_.length; local += chunk_len_) {
-      Chunk c;
-      c.local = local;
-      c.range = Slice{slice_.offset + local, std::min(chunk_len_, slice_.length - local)};
-      c.values = std::make_shared<std::vector<float>>(c.range.length, 0.0f);
-      chunks_.push_back(std::move(c));
-    }
-    optimizer_ = make_optimizer(options_.optimizer, slice_.length);
-    std::string error;
-    if (options_.resume && !resume(&error)) {
-      total_ = 0;  // not set up: every HELLO gets the same answer
-      global_batch_ = 0;
-      chunks_.clear();
-      PSLOG(ERROR) << "ps" << options_.index << ": " << error;
-      return fail(error);
-    }
-    PSLOG(INFO) << "ps" << options_.index << ": model has " << total_ << " parameters; this shard holds "
-                << slice_text(slice_.offset, slice_.length) << " = " << slice_.length * sizeof(float) / 1024.0
-                << " KiB in " << chunks_.size() << " chunk(s)";
-  }
-  if (owner.empty()) PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " registered";
-  if (replacement) {
-    worker_of_route_.erase(owner);
-    rejoined_[h.sender] = true;
-    PSLOG(WARN) << "ps" << options_.index << ": worker " << h.sender << " registered again from a new peer: "
-                << "a replacement; it redoes step " << next_step_of(static_cast<int>(h.sender));
-  }
-  owner = msg.route;
-  worker_of_route_[msg.route] = static_cast<int>(h.sender);
-  SharedMemory& segment = segment_of_worker_[h.sender];
-  if (segment.mapped()) release_segment(static_cast<int>(h.sender));
-  segment = SharedMemory();
-  if (h.shm != 0 && options_.shared_memory == "auto") {
-    std::string why;
-    if (SharedMemory::open(h.message, shm_segment_bytes(slice_.length), &segment, &why)) {
-      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << "'s payloads go through shared memory";
-      if (shared_area_ && !area_.mapped()) create_area();
-    } else {
-      PSLOG(DEBUG) << "ps" << options_.index << ": worker " << h.sender << " through sockets: " << why;
-    }
-  }
+  if (members_.has_segment(worker)) store_->release_segment(worker);
+  if (members_.map_segment(worker, h, store_->slice().length)) store_->share_values();
   Header welcome;
   // 2: and the values live in the area named in `message`, which this PS writes only in the
   // apply that the worker's push completes (plain sync): the worker may compute from it.
-  welcome.shm = !segment.mapped() ? 0 : area_.mapped() ? 2 : 1;
-  if (welcome.shm == 2) welcome.message = area_.name();
-  area_unmapped_[h.sender] = welcome.shm == 2;
+  welcome.shm = !members_.has_segment(worker) ? 0 : store_->area().mapped() ? 2 : 1;
+  if (welcome.shm == 2) welcome.message = store_->area().name();
+  members_.offered_area(worker, welcome.shm == 2);
   release_area_name();
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
-  welcome.step = next_step_of(static_cast<int>(h.sender));
-  welcome.offset = slice_.offset;
-  welcome.length = slice_.length;
-  welcome.total = total_;
-  welcome.chunk = chunk_len_;
+  welcome.step = store_->next_step_of(worker, members_.rejoined(worker));
+  welcome.offset = store_->slice().offset;
+  welcome.length = store_->slice().length;
+  welcome.total = members_.job().total;
+  welcome.chunk = store_->chunk_length();
   reply(msg.route, welcome, nullptr);
 }
 
-// A HELLO's model size decides what this shard allocates: one peer must not be able to make it
-// allocate without bound. Needed: values, gradient sum and up to two optimizer slots per float.
-std::string ParameterServer::shard_too_big(uint64_t total) const {
-  const uint64_t length = balance_slices(total, options_.num_ps)[static_cast<size_t>(options_.index)].length;
-  const uint64_t limit_mib = options_.max_shard_mib > 0 ? static_cast<uint64_t>(options_.max_shard_mib)
-                                                        : physical_memory_mib();
-  const uint64_t need_mib = length / (1024 * 1024 / (4 * sizeof(float))) + 1;
-  if (need_mib <= limit_mib) return "";
-  return "model of " + std::to_string(total) + " parameters needs about " + std::to_string(need_mib) +
-         " MiB on this shard, more than its limit of " + std::to_string(limit_mib) + " MiB (--max-shard-mib)";
-}
-
-// The step `worker` runs next against this shard: the version of the least advanced chunk, or
-// one more when the worker's gradient for that step is already in every chunk (applied, or
-// waiting in the barrier): a replacement then does not redo a step its predecessor finished.
-uint64_t ParameterServer::next_step_of(int worker) const {
-  // async's versions count updates, not steps: each worker runs its own steps from 0, however
-  // late it registers (async refuses --resume and --allow-rejoin: a HELLO is a worker's first).
-  if (policy_.mode() == ModeCode::kAsync) return 0;
-  const uint64_t t = version();
-  if (!rejoined_[static_cast<size_t>(worker)] || chunks_.empty()) return t;
-  for (const Chunk& c : chunks_) {
-    if (c.version == t && !has_pushed(c, worker)) return t;
+// The first HELLO that passed its checks: the model's size is known, the slice is set up (and
+// with --resume loaded from the newest checkpoint). False, with the reason, when it cannot be.
+bool ParameterServer::start_job(const Header& h, std::string* error) {
+  members_.learn_job(h);
+  store_ = std::make_unique<DenseStore>(options_, policy_, members_.job());
+  if (options_.resume && !checkpoints_.resume(*store_, error)) {
+    members_.forget_job();  // not set up: every HELLO gets the same answer
+    store_.reset();
+    PSLOG(ERROR) << "ps" << options_.index << ": " << *error;
+    return false;
   }
-  return t + 1;
+  PSLOG(INFO) << "ps" << options_.index << ": " << store_->shape_text();
+  return true;
 }
 
-bool ParameterServer::has_pushed(const Chunk& c, int worker) {
-  return !c.pending.empty() && c.pending.front().pushed[static_cast<size_t>(worker)];
+// An INIT or PUSH of a registered worker, for the store.
+Update ParameterServer::update_of(Message& msg, const Header& h) const {
+  const int worker = static_cast<int>(h.sender);
+  return Update{h, worker, members_.rejoined(worker), msg.frames.size() > 1 ? &msg.frames[1] : nullptr,
+                members_.gradient_in_segment(worker)};
 }
 
-// A replacement redoes the step its predecessor may have pushed already: those pushes (and a
-// replaced chief's INIT) are repeats of what the PS holds, dropped without touching any state.
-bool ParameterServer::is_repeat(const Chunk& c, int worker, uint64_t step) const {
-  if (!rejoined_[static_cast<size_t>(worker)]) return false;
-  return step + 1 == c.version || (step == c.version && has_pushed(c, worker));
-}
-
-ParameterServer::Chunk* ParameterServer::find_chunk(const Header& h, std::string* error) {
-  if (h.offset >= slice_.offset && h.offset < slice_.end() && (h.offset - slice_.offset) % chunk_len_ == 0) {
-    Chunk& c = chunks_[(h.offset - slice_.offset) / chunk_len_];
-    if (c.range.length == h.length) return &c;
-  }
-  *error = "slice " + slice_text(h.offset, h.length) + " is not a chunk of this shard's " +
-           slice_text(slice_.offset, slice_.length) + " (chunks of " + std::to_string(chunk_len_) + ")";
-  return nullptr;
-}
-
-bool ParameterServer::on_init(const Message& msg, const Header& h, std::string* error) {
-  if (h.sender != 0) return (*error = "only the chief (worker 0) initialises parameters", false);
-  Chunk* c = find_chunk(h, error);
-  if (c == nullptr) return false;
-  if (c->initialized && rejoined_[0]) return true;  // a replaced chief's INIT: already applied
-  if (c->initialized) return (*error = "parameters are already initialised", false);
-  const float* values = msg.frames[1].data<float>();
-  if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
-  std::memcpy(c->data(), values, c->range.length * sizeof(float));
-  c->initialized = true;
-  chunk_advanced(static_cast<size_t>(c - chunks_.data()));
+bool ParameterServer::on_init(Message& msg, const Header& h, std::string* error) {
+  Outcome out;
+  if (!store_->init(update_of(msg, h), &out, error)) return false;
+  if (out.advanced) chunk_advanced(out.part);
   return true;
 }
 
 bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error) {
-  Chunk* c = find_chunk(h, error);
-  if (c == nullptr) return false;
-  if (!c->initialized) return (*error = "push before the parameters were initialised", false);
-  const int worker = static_cast<int>(h.sender);
-  if (is_repeat(*c, worker, h.step)) return true;
-  const uint64_t ahead = h.step >= c->version ? h.step - c->version : UINT64_MAX;
-  const bool already = ahead < c->pending.size() && c->pending[ahead].pushed[static_cast<size_t>(worker)];
-  const PushVerdict verdict = policy_.check_push(worker, h.step, h.based_on, c->version, already);
-  if (verdict.kind == PushVerdict::kReject) return (*error = verdict.reason, false);
-  if (verdict.kind == PushVerdict::kDrop) {  // backup workers: its step was applied without it
-    ++c->dropped;
-    if (c == &chunks_[0]) ++dropped_;
-    return true;
-  }
-  if (worker == 0 && h.checkpoint != 0 && h.checkpoint != h.step + 1) {
-    return (*error = "checkpoint of version " + std::to_string(h.checkpoint) + " asked in a push for step " +
-                     std::to_string(h.step), false);
-  }
-  if (h.samples == 0) return (*error = "push with zero samples", false);
-  const float* grad = payload_in_shared_memory(h) ? shm_gradient(worker, *c) : msg.frames[1].data<float>();
-  if (grad == nullptr) return (*error = "push from shared memory, but this worker's segment is not mapped here", false);
-  const size_t n = c->range.length;
-  if (!all_finite(grad, n)) return (*error = "gradient is not all finite", false);
-
-  // Every check passed: only now is state touched.
-  if (worker == 0 && h.checkpoint != 0) checkpoint_at_ = h.checkpoint;  // the chief decides (docs/checkpoints.md)
-  if (worker == 0 && h.stop != 0) stop_at_ = h.step + 1;
-  while (c->pending.size() <= verdict.slot) {
-    c->pending.emplace_back();
-    c->pending.back().pushed.assign(static_cast<size_t>(options_.num_workers), false);
-  }
-  Pending& p = c->pending[verdict.slot];
-  if (p.pushes == 0) p.waiting_since = Clock::now();
-  add_metrics(&p.metrics, h, p.pushes);
-  if (policy_.mode() != ModeCode::kSync) {
-    // The update lands on version + slot; the gradient was computed on based_on.
-    const uint64_t stale = ConsistencyPolicy::staleness(c->version + verdict.slot, h.based_on);
-    p.metrics.stale_sum += stale;
-    ++p.metrics.stale_count;
-    p.metrics.stale_max = std::max(p.metrics.stale_max, stale);
-  }
-  if (policy_.mode() == ModeCode::kSsp && c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(worker, h.step));
-  if (ordered_sums_) {
-    const auto at = std::find_if(p.sources.begin(), p.sources.end(), [&](const Source& s) { return s.worker > worker; });
-    Source& source = *p.sources.emplace(at);
-    source.worker = worker;
-    source.loss_sum = h.loss_sum;
-    source.eval_loss = h.eval_loss;
-    if (payload_in_shared_memory(h)) {
-      source.shm = grad;  // the worker writes its next gradient there only after this step's PARAMS
-    } else {
-      source.frame.move(msg.frames[1]);
-    }
-    ++p.pushes;
-  } else if (p.pushes++ == 0) {
-    if (payload_in_shared_memory(h)) {
-      p.accum.rebuild(grad, n * sizeof(float));  // the worker writes its next gradient there
-    } else {
-      p.accum.move(msg.frames[1]);
-    }
-  } else {
-    add_into(p.accum.data<float>(), grad, n);
-  }
-  p.pushed[static_cast<size_t>(worker)] = true;
-  // Steps are applied in order, each once its quorum pushed it.
-  bool advanced = false;
-  while (!c->pending.empty() && c->pending.front().pushes >= policy_.quorum()) {
-    apply(*c, c->pending.front());
-    c->pending.erase(c->pending.begin());
-    advanced = true;
-  }
-  if (advanced) chunk_advanced(static_cast<size_t>(c - chunks_.data()));
+  Outcome out;
+  if (!store_->push(update_of(msg, h), &out, error)) return false;
+  if (out.changed && h.sender == 0) checkpoints_.mark(h);
+  if (out.advanced) chunk_advanced(out.part);
   return true;
 }
 
-// ssp, at a push of `step` by `worker` to this shard's first chunk: how many steps the worker is
-// ahead of the slowest one (whose clock is the number of steps it pushed), as the PS sees it.
-uint64_t ParameterServer::lead(int worker, uint64_t step) {
-  const uint64_t slowest = *std::min_element(clock_of_.begin(), clock_of_.end());
-  clock_of_[static_cast<size_t>(worker)] = step + 1;
-  const uint64_t ahead = step > slowest ? step - slowest : 0;
-  lead_max_ = std::max(lead_max_, ahead);
-  return ahead;
-}
-
-void ParameterServer::apply(Chunk& c, Pending& p) {
-  if (options_.allow_rejoin) {
-    // Keep version v for a replacement worker; recycle the buffer of v - 1 when nothing holds it.
-    auto next = c.previous && c.previous.use_count() == 1 ? std::move(c.previous)
-                                                          : std::make_shared<std::vector<float>>(c.range.length);
-    std::copy(c.values->begin(), c.values->end(), next->begin());
-    c.previous = std::move(c.values);
-    c.values = std::move(next);
-    c.previous_last = c.last;
-  } else if (c.in_area == nullptr && c.values.use_count() > 1) {
-    c.values = std::make_shared<std::vector<float>>(*c.values);  // in flight
-  }
-  // async applies N updates where sync applies one: its schedule runs over N times the steps.
-  const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
-                                      ? total_steps_ * static_cast<uint64_t>(options_.num_workers)
-                                      : total_steps_;
-  // The gradient sums are divided by the samples behind them (a mean gradient), except in async,
-  // where each push is one update weighted by its samples: divided by the mean share G / N, so a
-  // worker of half the mean share moves the parameters half as far (equal shares: its mean).
-  const float scale = policy_.mode() == ModeCode::kAsync
-                          ? static_cast<float>(options_.num_workers) / static_cast<float>(global_batch_)
-                          : 1.0f / static_cast<float>(p.metrics.samples);
-  const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
-  const auto start = Clock::now();
-  if (p.sources.empty()) {
-    optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data<float>(), scale, lr, c.version);
-  } else {
-    apply_sources(c, p, scale, lr);
-    p.metrics.loss_sum = p.metrics.eval_loss = 0;  // summed again in worker order, as the gradients
-    for (const Source& source : p.sources) {
-      p.metrics.loss_sum += source.loss_sum;
-      p.metrics.eval_loss += source.eval_loss;
-    }
-  }
-  apply_s_ += std::chrono::duration<double>(Clock::now() - start).count();
-  ++applies_;
-  ++c.version;
-  c.last = p.metrics;
-  c.last.dropped = c.dropped;
-  c.dropped = 0;
-  if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
-    for (Header& u : unreported_) merge_metrics(&u, p.metrics);
-  }
-  if (policy_.mode() == ModeCode::kAsync && &c == &chunks_[0]) {
-    stale_sum_ += p.metrics.stale_sum;
-    stale_count_ += p.metrics.stale_count;
-    stale_max_ = std::max(stale_max_, p.metrics.stale_max);
-  }
-}
-
-// The update of a step every worker pushed: per block of kApplyBlock floats, the pushes summed in
-// worker order and the optimizer's update (element by element, so blocks change
-// nothing), while the block is in cache. The values may be in the shared area: every worker
-// pushed this step, so none is reading them now.
-void ParameterServer::apply_sources(Chunk& c, const Pending& p, float scale, double lr) {
-  float* values = c.data();
-  alignas(64) float sum[kApplyBlock];
-  for (size_t b = 0; b < c.range.length; b += kApplyBlock) {
-    const size_t len = std::min(kApplyBlock, c.range.length - b);
-    std::memcpy(sum, p.sources[0].data() + b, len * sizeof(float));
-    for (size_t k = 1; k < p.sources.size(); ++k) add_into(sum, p.sources[k].data() + b, len);
-    optimizer_->apply(c.local + b, len, values + b, sum, scale, lr, c.version);
-  }
-}
-
 // The area's name goes once every worker has registered and each that was offered the area has
-// sent a message since (so it has mapped it, or given up on it): nothing is left in /dev/shm, and
-// a PS stopped before then removes it too (remove_segments_on_termination, ps/main.cc).
+// sent a message since (so it has mapped it, or given up on it).
 void ParameterServer::release_area_name() {
-  if (!area_.owns_name()) return;
-  for (size_t w = 0; w < route_of_worker_.size(); ++w) {
-    if (route_of_worker_[w].empty() || area_unmapped_[w]) return;
-  }
-  area_.unlink();
-  PSLOG(INFO) << "ps" << options_.index << ": every worker has mapped the parameter area (or uses its own copy); "
-              << "its name is removed";
-}
-
-// At the first same-host worker's HELLO in plain sync: the shard's values move into a segment
-// that same-host workers map read-only (WELCOME shm 2). Not fatal when it cannot be made: the
-// workers then get the values copied into their own segments (shm 1).
-void ParameterServer::create_area() {
-  std::string why;
-  if (!SharedMemory::create("pstrain-ps" + std::to_string(options_.index) + "-params", slice_.length * sizeof(float),
-                            &area_, &why)) {
-    PSLOG(INFO) << "ps" << options_.index << ": no shared parameter area (" << why
-                << "): each same-host worker gets its own copy of the values";
-    return;
-  }
-  float* area = static_cast<float*>(area_.data());
-  for (Chunk& c : chunks_) {
-    std::memcpy(area + c.local, c.data(), c.range.length * sizeof(float));
-    c.in_area = area + c.local;
-    c.values.reset();  // PARAMS still in flight hold their own reference
-  }
-  PSLOG(INFO) << "ps" << options_.index << ": values in shared memory (" << area_.name()
-              << "): same-host workers compute from them, no copy per step";
-}
-
-// Before `worker`'s segment is unmapped (it registered again): its pushes still waiting in a
-// barrier are copied out of it.
-void ParameterServer::release_segment(int worker) {
-  for (Chunk& c : chunks_) {
-    for (Pending& p : c.pending) {
-      for (Source& source : p.sources) {
-        if (source.worker != worker || source.shm == nullptr) continue;
-        source.frame.rebuild(source.shm, c.range.length * sizeof(float));
-        source.shm = nullptr;
-      }
-    }
-  }
+  if (members_.area_settled()) store_->release_area_name();
 }
 
 bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* error) {
-  if (total_ == 0) return (*error = "pull before HELLO", false);
-  for (const Chunk& c : chunks_) {
-    if (policy_.check_pull(h.step, c.version) == PullVerdict::kReject) {
-      *error = "pull for version " + std::to_string(h.step) + " while at version " + std::to_string(c.version);
-      return false;
-    }
-  }
-  if (h.shm != 0 && !segment_of_worker_[h.sender].mapped()) {
+  if (store_ == nullptr) return (*error = "pull before HELLO", false);
+  *error = store_->check_pull(h.step);
+  if (!error->empty()) return false;
+  if (h.shm != 0 && !members_.has_segment(static_cast<int>(h.sender))) {
     return (*error = "pull into shared memory, but this worker's segment is not mapped here", false);
   }
-  if (h.shm == 2 && !area_.mapped()) return (*error = "pull from the parameter area, but this PS has none", false);
-  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(chunks_.size(), false), chunks_.size(), h.shm};
-  for (size_t i = 0; i < chunks_.size(); ++i) {
-    const Chunk& c = chunks_[i];
-    if (c.initialized && policy_.check_pull(h.step, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(msg.route, h.request_id, c, h.step, p.shm);
+  if (h.shm == 2 && !store_->area().mapped()) return (*error = "pull from the parameter area, but this PS has none", false);
+  const size_t parts = store_->parts();
+  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(parts, false), parts, h.shm};
+  for (size_t i = 0; i < parts; ++i) {
+    if (store_->ready(i, h.step)) {
+      send_chunk(msg.route, h.request_id, i, h.step, p.shm);
       p.sent[i] = true;
       --p.left;
     }
@@ -617,11 +203,10 @@ void ParameterServer::chunk_advanced(size_t index) {
   // The last chunk reached the version to checkpoint: every chunk is at it now (no worker can
   // push the next step before it has all of this one), and none of it has been sent yet, so the
   // file is on disk before any worker sees the version, and the chief's manifest after it.
-  if (checkpoint_at_ != 0 && version() == checkpoint_at_) write_checkpoint();
-  const Chunk& c = chunks_[index];
+  checkpoints_.advanced(*store_);
   for (Parked& p : parked_) {
-    if (!p.sent[index] && policy_.check_pull(p.want, c.version) == PullVerdict::kAnswerNow) {
-      send_chunk(p.route, p.request_id, c, p.want, p.shm);
+    if (!p.sent[index] && store_->ready(index, p.want)) {
+      send_chunk(p.route, p.request_id, index, p.want, p.shm);
       p.sent[index] = true;
       --p.left;
     }
@@ -631,39 +216,19 @@ void ParameterServer::chunk_advanced(size_t index) {
 }
 
 void ParameterServer::on_done(const Message& msg, const Header& h) {
-  if (!done_[h.sender]) {
-    done_[h.sender] = true;
-    ++num_done_;
-    PSLOG(INFO) << "ps" << options_.index << ": worker " << h.sender << " is done (" << num_done_ << "/"
-                << options_.num_workers << ")";
-  }
+  members_.done(static_cast<int>(h.sender));
   Header ack;
   ack.op = Op::kDone;
   ack.request_id = h.request_id;
   reply(msg.route, ack, nullptr);
 }
 
-void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, const Chunk& c, uint64_t want,
+void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, size_t part, uint64_t want,
                                  uint64_t shm) {
-  // A replacement redoing a step may want the version before the chunk's (kept with --allow-rejoin).
-  const bool previous = want + 1 == c.version && c.previous != nullptr;
-  Header h = previous ? c.previous_last : c.last;
-  if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
-    // async and ssp: everything applied since this worker's last PARAMS (versions may be skipped).
-    const auto it = worker_of_route_.find(route);
-    if (it != worker_of_route_.end()) {
-      Header& u = unreported_[static_cast<size_t>(it->second)];
-      h = u;
-      u = Header{};
-    }
-  }
-  h.op = Op::kParams;
+  const int worker = members_.worker_of(route);
+  Header h = store_->params_header(part, want, worker);
   h.request_id = request_id;
-  h.step = previous ? want : c.version;
-  h.stop = stop_at_ != 0 && h.step == stop_at_ ? 1 : 0;
-  h.write_us = written_ != 0 && h.step == written_ ? write_us_ : 0;  // the workers' wait includes it
-  h.offset = c.range.offset;
-  h.length = c.range.length;
+  checkpoints_.stamp(&h);
   if (shm == 2) {  // the worker reads them in the area (plain sync: nothing older is ever asked)
     h.shm = 1;
     return reply(route, h, nullptr);
@@ -671,35 +236,13 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   if (shm == 1) {
     // Into the worker's segment; it reads them before its next PULL, the only thing that makes
     // the PS write there again.
-    const auto it = worker_of_route_.find(route);
-    if (it == worker_of_route_.end()) return;  // replaced meanwhile: that peer is gone
-    const float* values = previous ? c.previous->data() : c.data();
-    std::copy(values, values + c.range.length, shm_params(segment_of_worker_[static_cast<size_t>(it->second)]) + c.local);
+    if (worker < 0) return;  // replaced meanwhile: that peer is gone
+    store_->copy_values(part, want, members_.params_in_segment(worker));
     h.shm = 1;
     return reply(route, h, nullptr);
   }
-  if (c.in_area != nullptr) {  // the area changes at the next apply: a copy of it travels
-    zmq::message_t payload(c.in_area, c.range.length * sizeof(float));
-    return reply(route, h, &payload);
-  }
-  // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
-  auto* hold = new std::shared_ptr<std::vector<float>>(previous ? c.previous : c.values);
-  zmq::message_t payload(
-      (*hold)->data(), c.range.length * sizeof(float),
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);
+  zmq::message_t payload = store_->payload(part, want);
   reply(route, h, &payload);
-}
-
-// The worker's segment: its gradient of the slice, then the PS's parameters of it (layout in
-// docs/wire_protocol.md, "Shared memory").
-const float* ParameterServer::shm_gradient(int worker, const Chunk& c) const {
-  const SharedMemory& segment = segment_of_worker_[static_cast<size_t>(worker)];
-  if (!segment.mapped()) return nullptr;
-  return static_cast<const float*>(segment.data()) + c.local;
-}
-
-float* ParameterServer::shm_params(const SharedMemory& segment) const {
-  return static_cast<float*>(segment.data()) + shm_area_floats(slice_.length);
 }
 
 void ParameterServer::reject(const std::string& route, uint64_t request_id, const std::string& why) {
@@ -728,68 +271,23 @@ void ParameterServer::reply(const std::string& route, Header h, zmq::message_t* 
   }
 }
 
-// This shard at version checkpoint_at_: its slice and optimizer state, in one durable file.
-void ParameterServer::write_checkpoint() {
-  ShardCheckpoint c;
-  c.shard = static_cast<uint32_t>(options_.index);
-  c.num_shards = static_cast<uint32_t>(options_.num_ps);
-  c.version = checkpoint_at_;
-  c.total = total_;
-  c.total_steps = total_steps_;
-  c.offset = slice_.offset;
-  c.optimizer = options_.optimizer.kind;
-  c.values = params();
-  for (const std::vector<float>* slot : optimizer_->state()) c.slots.push_back(*slot);
-  checkpoint_at_ = 0;
-  const auto start = Clock::now();
-  checkpointer_.write(c);
-  written_ = c.version;
-  write_us_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-}
-
-// --resume, at the first HELLO (when the model's size is known): every chunk at the version of
-// the newest usable checkpoint, with its values and optimizer state.
-bool ParameterServer::resume(std::string* error) {
-  const auto slots = optimizer_->state();
-  ShardCheckpoint c;
-  if (!checkpointer_.load(total_, total_steps_, slice_, slots.size(), &c, error)) return false;
-  for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
-  for (Chunk& chunk : chunks_) {
-    std::copy(c.values.begin() + static_cast<long>(chunk.local),
-              c.values.begin() + static_cast<long>(chunk.local + chunk.range.length), chunk.data());
-    chunk.version = c.version;
-    chunk.initialized = true;
-  }
-  return true;
-}
-
 void ParameterServer::report_stall() {
   const auto now = Clock::now();
   const auto threshold = std::chrono::duration<double>(options_.stall_report_s);
   if (now - last_stall_report_ < threshold) return;
-  // The chunk that has waited longest for its barrier, if any.
-  const Chunk* stalled = nullptr;
-  for (const Chunk& c : chunks_) {
-    if (!c.pending.empty() && c.pending.front().pushes > 0 &&
-        (stalled == nullptr || c.pending.front().waiting_since < stalled->pending.front().waiting_since)) {
-      stalled = &c;
-    }
-  }
+  Barrier b;
   std::vector<int> missing;
   std::ostringstream os;
   os << "ps" << options_.index << ": stall: ";
-  if (stalled != nullptr) {
-    const Pending& p = stalled->pending.front();
-    if (now - p.waiting_since < threshold) return;
+  if (store_ != nullptr && store_->oldest_barrier(&b)) {
+    if (now - b.since < threshold) return;
     for (int i = 0; i < options_.num_workers; ++i) {
-      if (!p.pushed[static_cast<size_t>(i)]) missing.push_back(i);
+      if (!b.pushed[static_cast<size_t>(i)]) missing.push_back(i);
     }
-    os << "barrier of step " << stalled->version << " has waited "
-       << std::chrono::duration<double>(now - p.waiting_since).count() << " s for worker(s)";
+    os << "barrier of step " << b.step << " has waited " << std::chrono::duration<double>(now - b.since).count()
+       << " s for worker(s)";
   } else {
-    for (int i = 0; i < options_.num_workers; ++i) {
-      if (route_of_worker_[static_cast<size_t>(i)].empty()) missing.push_back(i);
-    }
+    missing = members_.unregistered();
     if (missing.empty()) return;
     os << "still waiting for worker(s) to register:";
   }
@@ -809,26 +307,6 @@ std::string ParameterServer::mode_text() const {
     case ModeCode::kAsync: return "async";
   }
   return "?";
-}
-
-// What the mode's own counters say, for the last log line: ssp's largest lead (never more than
-// the staleness), async's staleness, backup workers' dropped pushes.
-std::string ParameterServer::counters_text() const {
-  std::ostringstream os;
-  if (policy_.mode() == ModeCode::kSsp) {
-    os << "; ssp: the largest lead of a worker over the slowest was " << lead_max_ << " step(s) (staleness "
-       << options_.staleness << ")";
-  }
-  if (policy_.mode() == ModeCode::kAsync && stale_count_ > 0) {
-    os << "; async: staleness mean " << static_cast<double>(stale_sum_) / static_cast<double>(stale_count_) << " max "
-       << stale_max_ << " over " << stale_count_ << " updates";
-  }
-  if (options_.backup_workers > 0) os << "; late pushes dropped: " << dropped_;
-  if (applies_ > 0) {
-    os << "; " << applies_ << " chunk update(s), " << std::fixed << std::setprecision(1)
-       << 1e6 * apply_s_ / static_cast<double>(applies_) << " us each";
-  }
-  return os.str();
 }
 
 }  // namespace pstrain

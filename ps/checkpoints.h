@@ -1,0 +1,42 @@
+// A PS shard's part of checkpoints (docs/checkpoints.md; the chief's is worker/checkpoints.h):
+// the chief marks in its pushes the version to checkpoint and the version the job stops after;
+// the shard writes its store's part once the store is at the marked version, and marks that
+// version's PARAMS with the write's time and the stop. With --resume the store starts from the
+// newest usable checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ps/store.h"
+#include "shared/checkpoint_store.h"
+#include "shared/options.h"
+#include "shared/protocol.h"
+
+namespace pstrain {
+
+class ShardCheckpoints {
+ public:
+  // `options` must outlive it.
+  explicit ShardCheckpoints(const JobOptions& options);
+
+  // An accepted push of the chief's: the versions it marks (checks: the store's push).
+  void mark(const Header& push);
+  // After a part of `store` advanced: writes the checkpoint if the store is at the marked version.
+  // Throws pstrain::Error when the write fails and --checkpoint-errors is stop.
+  void advanced(const Store& store);
+  // A PARAMS header of version h->step: whether the job stops after it, and the time its write took.
+  void stamp(Header* h) const;
+  bool resume(Store& store, std::string* error) const { return store.resume(files_, error); }
+
+ private:
+  void write(const Store& store);
+
+  const JobOptions& options_;
+  const CheckpointStore files_;
+  uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
+  uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)
+  uint64_t written_ = 0, write_us_ = 0;  // the last checkpointed version and its write time
+};
+
+}  // namespace pstrain

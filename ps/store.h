@@ -1,0 +1,63 @@
+// The seam between a PS shard's loop (ps/server.h) and a store of parameters: the requests the
+// loop routes to it and what it asks of it to answer pulls and take checkpoints. A store owns
+// its values, their optimizer state and the barriers of the steps pushed to them, and checks a
+// request completely before it changes anything (docs/errors.md). Its values come in parts,
+// each with its own version and barrier, and a pull is answered part by part as each reaches
+// the version it asks for. DenseStore (ps/dense_store.h) holds the shard's slice of the flat
+// vector in chunks; a store of sparse tables (embedding rows keyed by 64-bit IDs) would sit
+// beside it behind the same seam. Single-threaded: the loop's thread (docs/threading.md).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "shared/checkpoint.h"
+#include "shared/checkpoint_store.h"
+#include "shared/protocol.h"
+#include "shared/transport.h"
+
+namespace pstrain {
+
+// An INIT or PUSH from a registered worker (its header and frames already checked).
+struct Update {
+  const Header& header;
+  int worker = 0;
+  bool rejoined = false;                // a replacement registered for this worker (--allow-rejoin)
+  zmq::message_t* payload = nullptr;    // frame 1, if any: the store may keep it (moved from)
+  const float* segment = nullptr;       // the worker's gradient of the slice in its segment; null: none
+};
+
+// What an accepted update did.
+struct Outcome {
+  bool changed = false;   // it changed the store (not a repeat of what it holds, not dropped)
+  bool advanced = false;  // part `part` was initialised or reached a new version
+  size_t part = 0;
+};
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // False, with the reason in *error, for an update that is rejected; nothing is changed then.
+  virtual bool init(const Update& update, Outcome* out, std::string* error) = 0;
+  virtual bool push(const Update& update, Outcome* out, std::string* error) = 0;
+
+  virtual size_t parts() const = 0;
+  virtual uint64_t version() const = 0;  // of the least advanced part (0: none)
+  // A PULL for version `want`: "" when it can be answered (now or later), else why not.
+  virtual std::string check_pull(uint64_t want) const = 0;
+  // Whether `part` can be sent to a pull for version `want`.
+  virtual bool ready(size_t part, uint64_t want) const = 0;
+  // The PARAMS header of `part` for that pull, by `worker` (-1: none); the caller sets the
+  // request's fields, checkpoint and stop marks, and where the values go.
+  virtual Header params_header(size_t part, uint64_t want, int worker) = 0;
+
+  // Its part of a checkpoint (docs/checkpoints.md), at version(): fills the job's shape, the
+  // slice, the values and the optimizer's state.
+  virtual void save(ShardCheckpoint* out) const = 0;
+  // --resume, before any update: every part at the newest usable checkpoint of `files`.
+  virtual bool resume(const CheckpointStore& files, std::string* error) = 0;
+};
+
+}  // namespace pstrain
