@@ -14,7 +14,8 @@ PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Build and run-time dependencies: libraries, test framework and the default data set.
 declare -ga PSTRAIN_PACKAGES=(python3 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
-  libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev dataset-fashion-mnist)
+  libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev nlohmann-json3-dev
+  dataset-fashion-mnist)
 # Tools: only installed when the command is missing (a cmake from elsewhere is fine).
 declare -gA PSTRAIN_TOOLS=([cmake]=cmake [g++]=g++ [make]=make)
 

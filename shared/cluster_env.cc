@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <set>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "shared/error.h"
-#include "shared/json.h"
 #include "shared/log.h"
 
 extern char** environ;
@@ -100,23 +102,71 @@ std::vector<std::string> expand_one(const std::string& item, const std::string& 
 
 // ---------------------------------------------------------------- TF_CONFIG
 
-std::vector<std::string> address_list(const JsonValue& value, const std::string& job) {
-  if (value.type != JsonValue::Type::kArray) {
-    throw UsageError(std::string("TF_CONFIG: cluster.") + job + " must be an array of \"host:port\" strings, not " +
-                     json_type_name(value.type));
+using Json = nlohmann::ordered_json;  // members in document order, so the first problem is reported
+
+constexpr int kMaxJsonDepth = 64;
+
+// TF_CONFIG's document. Beyond RFC 8259, as strict as before nlohmann's parser took over: a key
+// that appears twice in one object (nlohmann would keep the last) and nesting deeper than
+// kMaxJsonDepth are refused.
+Json parse_json(const std::string& text) {
+  std::vector<std::set<std::string>> keys;  // of each object being read
+  const auto check = [&keys](int depth, Json::parse_event_t event, Json& parsed) {
+    if ((event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start) &&
+        depth >= kMaxJsonDepth) {
+      throw UsageError("TF_CONFIG is not valid JSON: nested deeper than " + std::to_string(kMaxJsonDepth) +
+                       " levels");
+    }
+    if (event == Json::parse_event_t::object_start) keys.emplace_back();
+    if (event == Json::parse_event_t::object_end) keys.pop_back();
+    if (event == Json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second) {
+      throw UsageError("TF_CONFIG: the key \"" + parsed.get<std::string>() +
+                       "\" appears twice in one object");
+    }
+    return true;
+  };
+  try {
+    return Json::parse(text, check);
+  } catch (const Json::exception& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 6: ...", less the id.
+    const std::string what = e.what();
+    const size_t id_end = what.find("] ");
+    throw UsageError("TF_CONFIG is not valid JSON: " +
+                     (id_end == std::string::npos ? what : what.substr(id_end + 2)));
+  }
+}
+
+const char* kind_of(const Json& value) {
+  if (value.is_object()) return "an object";
+  if (value.is_array()) return "an array";
+  if (value.is_string()) return "a string";
+  if (value.is_number()) return "a number";
+  if (value.is_boolean()) return "a boolean";
+  return "null";
+}
+
+// The member `key` of an object, or nullptr.
+const Json* member(const Json& object, const char* key) {
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+std::vector<std::string> address_list(const Json& value, const std::string& job) {
+  if (!value.is_array()) {
+    throw UsageError(std::string("TF_CONFIG: cluster.") + job +
+                     " must be an array of \"host:port\" strings, not " + kind_of(value));
   }
   std::vector<std::string> out;
-  for (const JsonValue& item : value.items) {
+  for (const Json& item : value) {
     const std::string where = "TF_CONFIG: cluster." + job + "[" + std::to_string(out.size()) + "]";
-    if (item.type != JsonValue::Type::kString) {
-      throw UsageError(where + " must be a \"host:port\" string, not " + json_type_name(item.type));
-    }
+    if (!item.is_string()) throw UsageError(where + " must be a \"host:port\" string, not " + kind_of(item));
+    const std::string& address = item.get_ref<const std::string&>();
     try {
-      parse_host_port(item.text);
+      parse_host_port(address);
     } catch (const UsageError& e) {
       throw UsageError(where + ": " + e.what());
     }
-    out.push_back(item.text);
+    out.push_back(address);
   }
   return out;
 }
@@ -482,16 +532,14 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& text) {
 }
 
 TfConfig parse_tf_config(const std::string& json) {
-  const JsonValue root = parse_json(json, "TF_CONFIG");
-  if (root.type != JsonValue::Type::kObject) {
-    throw UsageError(std::string("TF_CONFIG must be a JSON object, not ") + json_type_name(root.type));
+  const Json root = parse_json(json);
+  if (!root.is_object()) {
+    throw UsageError(std::string("TF_CONFIG must be a JSON object, not ") + kind_of(root));
   }
   TfConfig tf;
-  const JsonValue* cluster = root.find("cluster");
-  if (cluster == nullptr || cluster->type != JsonValue::Type::kObject) {
-    throw UsageError("TF_CONFIG has no \"cluster\" object");
-  }
-  for (const auto& [job, value] : cluster->members) {
+  const Json* cluster = member(root, "cluster");
+  if (cluster == nullptr || !cluster->is_object()) throw UsageError("TF_CONFIG has no \"cluster\" object");
+  for (const auto& [job, value] : cluster->items()) {
     if (job == "chief" || job == "master") {
       if (!tf.chief.empty()) throw UsageError("TF_CONFIG: cluster lists both \"chief\" and \"master\" (the same job)");
       tf.chief = address_list(value, job);
@@ -507,15 +555,18 @@ TfConfig parse_tf_config(const std::string& json) {
     }
   }
   if (tf.chief.empty() && tf.worker.empty()) throw UsageError("TF_CONFIG: cluster has no chief and no worker");
-  const JsonValue* task = root.find("task");
-  if (task == nullptr || task->type != JsonValue::Type::kObject) throw UsageError("TF_CONFIG has no \"task\" object");
-  const JsonValue* type = task->find("type");
-  if (type == nullptr || type->type != JsonValue::Type::kString) {
+  const Json* task = member(root, "task");
+  if (task == nullptr || !task->is_object()) throw UsageError("TF_CONFIG has no \"task\" object");
+  const Json* type = member(*task, "type");
+  if (type == nullptr || !type->is_string()) {
     throw UsageError("TF_CONFIG: task.type must be a string (chief, worker, ps or evaluator)");
   }
-  tf.task_type = type->text == "master" ? "chief" : type->text;
-  if (const JsonValue* index = task->find("index")) {
-    tf.task_index = index->type == JsonValue::Type::kNumber ? small_int(index->text) : -1;
+  const std::string& type_text = type->get_ref<const std::string&>();
+  tf.task_type = type_text == "master" ? "chief" : type_text;
+  if (const Json* index = member(*task, "index")) {
+    // As before: at most 9 digits, so the index is an int; 1.0 and -0 are not indices.
+    tf.task_index =
+        index->is_number_unsigned() && index->get<uint64_t>() <= 999999999 ? index->get<int>() : -1;
     if (tf.task_index < 0) throw UsageError("TF_CONFIG: task.index must be a non-negative integer");
   }
   const std::vector<std::string>* list = tf.task_type == "chief"    ? &tf.chief
@@ -523,7 +574,7 @@ TfConfig parse_tf_config(const std::string& json) {
                                          : tf.task_type == "ps"     ? &tf.ps
                                                                     : nullptr;
   if (list == nullptr && tf.task_type != "evaluator") {
-    throw UsageError("TF_CONFIG: task.type \"" + type->text + "\" is not one of chief, worker, ps, evaluator");
+    throw UsageError("TF_CONFIG: task.type \"" + type_text + "\" is not one of chief, worker, ps, evaluator");
   }
   if (list != nullptr && static_cast<size_t>(tf.task_index) >= list->size()) {
     throw UsageError("TF_CONFIG: task " + tf.task_type + " " + std::to_string(tf.task_index) + " is not in cluster." +

@@ -10,13 +10,14 @@
 #include <fstream>
 
 #include "shared/error.h"
-#include "shared/json.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {
 namespace {
 
 using Hosts = std::vector<std::string>;
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 std::string usage_error(const std::function<void()>& f) {
   try {
@@ -124,29 +125,6 @@ TEST(SlurmHostlistTest, TasksPerNode) {
 
 // ------------------------------------------------------------------ JSON and TF_CONFIG
 
-TEST(JsonTest, ParsesValuesAndReportsTheFirstErrorWithItsPosition) {
-  const JsonValue v = parse_json(R"( {"a": [1, -2.5e3, true, false, null], "s": "x\"\\\/\n\u00e9\ud83d\ude00"} )", "doc");
-  ASSERT_EQ(v.type, JsonValue::Type::kObject);
-  ASSERT_NE(v.find("a"), nullptr);
-  EXPECT_EQ(v.find("a")->items.size(), 5u);
-  EXPECT_EQ(v.find("a")->items[1].text, "-2.5e3");
-  EXPECT_EQ(v.find("s")->text, "x\"\\/\n\xc3\xa9\xf0\x9f\x98\x80");
-  EXPECT_EQ(v.find("missing"), nullptr);
-  EXPECT_EQ(usage_error([] { parse_json("[1, 2", "doc"); }),
-            "doc is not valid JSON: expected ',' or ']' at line 1, column 6 (offset 5)");
-  EXPECT_EQ(usage_error([] { parse_json("{\"a\": 1, \"a\": 2}", "doc"); }),
-            "doc is not valid JSON: duplicate member \"a\" at line 1, column 10 (offset 9)");
-  EXPECT_EQ(usage_error([] { parse_json("{} x", "doc"); }),
-            "doc is not valid JSON: unexpected text after the value at line 1, column 4 (offset 3)");
-  EXPECT_EQ(usage_error([] { parse_json("\"\\ud800\"", "doc"); }),
-            "doc is not valid JSON: unpaired surrogate at line 1, column 2 (offset 1)");
-  for (const char* bad : {"", "01", "1.", "-", "{'a': 1}", "[1,]", "\"a\tb\"", "\"\\x\"", "tru", "{\"a\" 1}", "\"abc"}) {
-    EXPECT_NE(usage_error([&] { parse_json(bad, "doc"); }).find("doc is not valid JSON: "), std::string::npos) << bad;
-  }
-  EXPECT_NE(usage_error([] { parse_json(std::string(100, '['), "doc"); }).find("nested deeper than 64"),
-            std::string::npos);
-}
-
 std::string tf_config(const std::string& cluster, const std::string& type, int index) {
   return "{\"cluster\": {" + cluster + "}, \"task\": {\"type\": \"" + type + "\", \"index\": " + std::to_string(index) +
          "}, \"environment\": \"cloud\"}";
@@ -155,6 +133,34 @@ std::string tf_config(const std::string& cluster, const std::string& type, int i
 const std::string kWithChief =
     R"("chief": ["chief-0:2222"], "worker": ["worker-0:2222", "worker-1:2222"], "ps": ["ps-0:2222", "ps-1:2223"])";
 const std::string kWithoutChief = R"("worker": ["127.0.0.1:7000", "127.0.0.1:7001"], "ps": ["127.0.0.1:7100"])";
+
+// nlohmann's parser reads the JSON; what it refuses, and what pstrain refuses beyond RFC 8259
+// (a key twice in one object, nesting deeper than 64), is a usage error naming TF_CONFIG.
+TEST(TfConfigTest, MalformedJsonIsAUsageErrorWithItsPosition) {
+  EXPECT_EQ(usage_error([] { parse_tf_config("[1, 2"); }),
+            "TF_CONFIG is not valid JSON: parse error at line 1, column 6: syntax error while parsing array - "
+            "unexpected end of input; expected ']'");
+  EXPECT_EQ(usage_error([] { parse_tf_config("{} x"); }),
+            "TF_CONFIG is not valid JSON: parse error at line 1, column 4: syntax error while parsing value - invalid "
+            "literal; last read: '{} x'; expected end of input");
+  EXPECT_EQ(usage_error([] { parse_tf_config(R"({"cluster": {"worker": ["w:1"]}, "cluster": {"ps": ["p:1"]}})"); }),
+            "TF_CONFIG: the key \"cluster\" appears twice in one object");
+  EXPECT_EQ(usage_error([] { parse_tf_config(R"({"cluster": {"worker": ["w:1"], "worker": ["w:2"]}})"); }),
+            "TF_CONFIG: the key \"worker\" appears twice in one object");
+  EXPECT_EQ(usage_error([] { parse_tf_config(std::string(100, '[')); }),
+            "TF_CONFIG is not valid JSON: nested deeper than 64 levels");
+  EXPECT_CONTAINS(usage_error([] { parse_tf_config("\"\\ud800\""); }),
+                  "TF_CONFIG is not valid JSON: parse error at line 1, column 8: syntax error while parsing value - "
+                  "invalid string: surrogate U+D800..U+DBFF must be followed by U+DC00..U+DFFF");
+  for (const char* bad : {"", "01", "1.", "-", "{'a': 1}", "[1,]", "\"a\tb\"", "\"\\x\"", "tru", "{\"a\" 1}", "\"abc",
+                          "\"\xff\"", "1e999", "{\"a\": 1} // comment"}) {
+    EXPECT_CONTAINS(usage_error([&] { parse_tf_config(bad); }), "TF_CONFIG is not valid JSON: ") << bad;
+  }
+  // 64 levels are read (and an unknown top-level member is ignored, as "environment" is).
+  const std::string deep = std::string(62, '[') + std::string(62, ']');
+  EXPECT_EQ(parse_tf_config(R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker"}, "x": )" + deep + "}").worker,
+            (Hosts{"w:1"}));
+}
 
 TEST(TfConfigTest, ParsesKubeflowsDocument) {
   const TfConfig tf = parse_tf_config(tf_config(kWithChief + R"(, "evaluator": ["eval-0:2222"])", "worker", 1));
@@ -168,13 +174,19 @@ TEST(TfConfigTest, ParsesKubeflowsDocument) {
   EXPECT_EQ(master.chief, (Hosts{"m:1"}));
   EXPECT_EQ(master.task_type, "chief");
   EXPECT_EQ(master.task_index, 0);
+  // Escapes are decoded; members may come in any order.
+  const TfConfig escaped = parse_tf_config(R"({"task": {"index": 0, "type": "w\u006frker"}, "cluster": {"worker": ["w\u002d0:1"]}})");
+  EXPECT_EQ(escaped.worker, (Hosts{"w-0:1"}));
+  EXPECT_EQ(escaped.task_type, "worker");
 }
 
 TEST(TfConfigTest, MalformedOrInconsistentIsAUsageError) {
   EXPECT_EQ(usage_error([] { parse_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker" "index": 0}})"); }),
-            "TF_CONFIG is not valid JSON: expected ',' or '}' at line 1, column 60 (offset 59)");
+            "TF_CONFIG is not valid JSON: parse error at line 1, column 66: syntax error while parsing object - "
+            "unexpected string literal; expected '}'");
   EXPECT_EQ(usage_error([] { parse_tf_config("{\"cluster\": {\"ps\": [\"p:1\"],\n  \"worker\": [\"w:1\",]}}"); }),
-            "TF_CONFIG is not valid JSON: expected a value, found ']' at line 2, column 20 (offset 47)");
+            "TF_CONFIG is not valid JSON: parse error at line 2, column 20: syntax error while parsing value - "
+            "unexpected ']'; expected '[', '{', or a literal");
   EXPECT_EQ(usage_error([] { parse_tf_config(tf_config(kWithoutChief, "worker", 2)); }),
             "TF_CONFIG: task worker 2 is not in cluster.worker, which has 2 task(s)");
   EXPECT_EQ(usage_error([] { parse_tf_config(tf_config(R"("worker": ["w:1"], "tpu": ["t:1"])", "worker", 0)); }),
@@ -189,8 +201,14 @@ TEST(TfConfigTest, MalformedOrInconsistentIsAUsageError) {
             "TF_CONFIG: cluster.chief has more than one task");
   EXPECT_EQ(usage_error([] { parse_tf_config(tf_config(R"("ps": ["p:1"])", "ps", 0)); }),
             "TF_CONFIG: cluster has no chief and no worker");
-  EXPECT_EQ(usage_error([] { parse_tf_config(R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": -1}})"); }),
-            "TF_CONFIG: task.index must be a non-negative integer");
+  for (const char* index : {"-1", "1.0", "1e0", "-0", "true", "\"1\"", "1000000000"}) {
+    EXPECT_EQ(usage_error([&] {
+                parse_tf_config(std::string(R"({"cluster": {"worker": ["w:1"]}, "task": {"type": "worker", "index": )") +
+                                index + "}}");
+              }),
+              "TF_CONFIG: task.index must be a non-negative integer")
+        << index;
+  }
   EXPECT_EQ(usage_error([] { parse_tf_config(R"({"cluster": {"worker": ["w:1"]}})"); }), "TF_CONFIG has no \"task\" object");
   EXPECT_EQ(usage_error([] { parse_tf_config("[]"); }), "TF_CONFIG must be a JSON object, not an array");
 }

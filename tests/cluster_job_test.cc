@@ -147,6 +147,28 @@ TEST_F(ClusterJobTest, TfConfigWithChiefMatchesFlags) {
       << read_file(log("wrong"));
 }
 
+// A malformed TF_CONFIG stops either binary at its start with a usage error that names it (exit
+// 2), never a crash: JSON the parser refuses, nesting deeper than 64 levels, a key given twice.
+TEST_F(ClusterJobTest, MalformedTfConfigIsAUsageError) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker" "index": 0}})",
+       "TF_CONFIG is not valid JSON: parse error at line 1, column 74: syntax error while parsing object"},
+      {std::string(100000, '['), "TF_CONFIG is not valid JSON: nested deeper than 64 levels"},
+      {R"({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker"}, "task": {}})",
+       "TF_CONFIG: the key \"task\" appears twice in one object"}};
+  int n = 0;
+  for (const char* binary : {PSTRAIN_WORKER_BIN, PSTRAIN_PS_BIN}) {
+    for (const auto& [doc, message] : cases) {
+      const std::string name = "bad" + std::to_string(n++);
+      const ExitStatus status = wait_for(start(name, binary, {{"TF_CONFIG", doc}}), 30);
+      const std::string text = read_file(log(name));
+      EXPECT_EQ(status.code, 2) << binary << "\n" << text;
+      EXPECT_NE(text.find(": " + message), std::string::npos) << binary << "\n" << text;
+      EXPECT_EQ(text.find("terminate called"), std::string::npos) << text;
+    }
+  }
+}
+
 // allreduce mode: no ps job; the chief binds its own entry's port for the rendezvous.
 TEST_F(ClusterJobTest, TfConfigAllreduceMatchesFlags) {
   const SavedParams reference = with_flags(0, 2);  // run_allreduce_job: --mode allreduce

@@ -8,6 +8,7 @@
 #include <regex>
 #include <string>
 
+#include "shared/npy.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -99,6 +100,52 @@ TEST_F(EvaluateTest, AModelThatDoesNotFitTheSavedParametersIsAClearError) {
   EXPECT_EQ(status.code, 2) << log;
   EXPECT_NE(log.find("--evaluate needs --init-params DIR"), std::string::npos) << log;
   EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
+}
+
+// A malformed parameter file is refused as the data sets' .npy files are (shared/npy.h): exit 1
+// with a message naming --init-params and the file, never a crash. --model ends in dense 10, so
+// layer0.weight.npy is the first file read; with --hidden the last bias is read first (for the
+// number of classes).
+TEST_F(EvaluateTest, AMalformedParameterFileIsAClearError) {
+  const std::string params = dir_ + "/bad-params", weight = params + "/layer0.weight.npy";
+  std::filesystem::create_directories(params);
+  const std::vector<float> values(36, 0.25f);
+  write_npy(weight, {4, 1, 3, 3}, values.data());
+  std::ifstream in(weight, std::ios::binary);
+  const std::string valid((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto with_bytes = [&](const std::string& path, const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  };
+  std::string f8 = valid;
+  f8.replace(f8.find("<f4"), 3, "<f8");
+  std::string fortran = valid;
+  fortran.replace(fortran.find("False"), 5, "True ");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {valid.substr(0, valid.size() - 4),
+       "file is 268 bytes, but its header describes 4 records of 36 bytes (shape (4, 1, 3, 3), float32) after "
+       "a 128-byte header (truncated?)"},
+      {valid + "tail",
+       "file is 276 bytes, but its header describes 4 records of 36 bytes (shape (4, 1, 3, 3), float32) after "
+       "a 128-byte header (extra bytes after the data)"},
+      {"", "not a .npy file (it does not start with \\x93NUMPY)"},
+      {f8, "unsupported dtype '<f8' (float64); parameters must be float32 ('<f4'), as --save-params writes them"},
+      {fortran, "fortran_order True (column-major) arrays are not supported"},
+      {valid.substr(0, 40), "file is 40 bytes, shorter than its 128-byte .npy header (truncated?)"}};
+  std::string log;
+  for (const auto& [bytes, why] : cases) {
+    with_bytes(weight, bytes);
+    const ExitStatus status = evaluate({"--model", kModel, "--init-params", params}, &log);
+    EXPECT_EQ(status.code, 1) << log;
+    EXPECT_NE(log.find("E pstrain-worker: --init-params: " + weight + ": " + why), std::string::npos) << log;
+    EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
+  }
+  const std::string bias = params + "/layer1.bias.npy";
+  with_bytes(bias, valid.substr(0, 100));
+  const ExitStatus status = evaluate({"--hidden", "12", "--init-params", params}, &log);
+  EXPECT_EQ(status.code, 1) << log;
+  EXPECT_NE(log.find("--init-params: " + bias + ": file is 100 bytes, shorter than its 128-byte .npy header"),
+            std::string::npos)
+      << log;
 }
 
 // Sync and allreduce: the workers evaluate their shares of the test set at an epoch's end (101

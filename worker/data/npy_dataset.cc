@@ -60,7 +60,7 @@ int64_t load_label(NpyType type, const uint8_t* p) {
 }
 
 // (N, C, H, W) -> {C, H, W}; (N, H, W) -> {1, H, W}; (N, D) -> {D}; (N,) -> {1}.
-std::vector<size_t> sample_shape_of(const std::vector<uint64_t>& s) {
+std::vector<size_t> sample_shape_of(const std::vector<size_t>& s) {
   if (s.size() == 3) return {1, s[1], s[2]};
   if (s.size() == 4) return {s[1], s[2], s[3]};
   return {s.size() == 2 ? s[1] : 1};
@@ -98,17 +98,17 @@ class NpyDataset final : public Dataset {
 
  private:
   void check_shapes() const {
-    const std::vector<uint64_t>& s = x_.shape();
+    const std::vector<size_t>& s = x_.shape();
     if (s.empty() || s.size() > 4) {
       throw Error(x_.name() +
                   ": features must have a shape (N, ...) of 1 to 4 dimensions, e.g. (N, D) or (N, C, H, W); "
                   "this one is " +
-                  npy_shape_text(s));
+                  shape_text(s));
     }
     if (x_.count() > 0 && x_.record_items() == 0)
-      throw Error(x_.name() + ": records of shape " + npy_shape_text(s) + " are empty");
+      throw Error(x_.name() + ": records of shape " + shape_text(s) + " are empty");
     if (y_.shape().size() != 1) {
-      throw Error(y_.name() + ": labels must have shape (N,), this one is " + npy_shape_text(y_.shape()) +
+      throw Error(y_.name() + ": labels must have shape (N,), this one is " + shape_text(y_.shape()) +
                   (y_.shape().size() == 2 && y_.shape()[1] == 1 ? " (y.reshape(-1) makes it (N,))" : ""));
     }
     if (y_.count() != x_.count()) {
