@@ -6,6 +6,7 @@
 #include "shared/curve.h"
 #include "shared/dir_lock.h"
 #include "shared/error.h"
+#include "shared/fault_endpoint.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
 #include "shared/shared_memory.h"
@@ -27,6 +28,9 @@ int main(int argc, char** argv) {
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
                                              options->shared_memory == "auto");
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
+    if (!options->inject_faults.empty()) {
+      endpoint = pstrain::with_faults(std::move(endpoint), pstrain::parse_fault_rules(options->inject_faults));
+    }
     pstrain::ParameterServer server(*options, *endpoint);
     server.serve();
     return 0;

@@ -105,6 +105,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("global-batch", po::value(&o.global_batch)->default_value(o.global_batch), "samples per global step, split evenly over the workers (0: N * accum-steps * batch-size)")
       ("slowdown", po::value(&o.slowdown)->default_value(o.slowdown), "debugging: make this worker's compute take this many times as long (>= 1), to study stragglers (bench/stragglers)")
       ("push-jitter-ms", po::value(&o.push_jitter_ms)->default_value(o.push_jitter_ms), "debugging: sleep a random time of up to this many milliseconds before each gradient push, so the PS receives the workers' pushes in varying order (sync results do not change: the tests check they stay bit-identical)")
+      ("inject-faults", po::value(&o.inject_faults), "testing: faults on the messages this process sends to its peers (PS or workers), KIND:OP[:N[:SECONDS]] comma-separated, KIND drop | delay | duplicate | reorder | truncate | corrupt, OP PUSH | PULL | PARAMS | ..., N the nth such message (docs/operations.md, \"Faults\")")
       ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training set")
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")

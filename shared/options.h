@@ -110,6 +110,7 @@ struct JobOptions {
   int accum_steps = 1;          // micro-batches per step (gradient accumulation)
   double slowdown = 1;          // debugging: this worker's compute takes this many times as long
   double push_jitter_ms = 0;    // debugging: a random sleep of up to this long before each push
+  std::string inject_faults;    // testing: faults on the messages this process sends (shared/fault_endpoint.h)
   int epochs = 10;              // passes over the training set
   int64_t steps = 0;            // stop after this many global steps (0 = no limit)
   uint64_t seed = 42;           // initialisation and shuffling seed (same on every process)

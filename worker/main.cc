@@ -12,6 +12,7 @@
 #include "shared/curve.h"
 #include "shared/dir_lock.h"
 #include "shared/error.h"
+#include "shared/fault_endpoint.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
 #include "shared/shared_memory.h"
@@ -138,6 +139,7 @@ int main(int argc, char** argv) {
         return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory == "auto");
+      if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), pstrain::parse_fault_rules(o.inject_faults));
       return pstrain::make_ps_exchange(o, total, *servers, replica);
     };
     pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) {

@@ -290,6 +290,14 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
       return c.shard == msg.shard && c.range.offset == h.offset && c.range.length == h.length;
     });
     const size_t index = static_cast<size_t>(it - chunks_.begin());
+    // A PARAMS that answers an earlier PULL, or a second copy of one received: a repeat (a
+    // duplicated message, docs/operations.md "Faults"); the values are those already taken.
+    if (h.op == Op::kParams && it != chunks_.end() &&
+        (h.request_id < pull_request_ || (h.request_id == pull_request_ && received[index]))) {
+      PSLOG(WARN) << "w" << options_.index << ": ignored a repeated PARAMS from ps" << msg.shard << " (version "
+                  << h.step << ", request " << h.request_id << ")";
+      continue;
+    }
     // Sync sends exactly the version asked for; the other modes the newest, which is at least it.
     const bool version_ok = exact_versions_ ? h.step == pull_version_ : h.step >= pull_version_;
     if (h.op != Op::kParams || h.request_id != pull_request_ || !version_ok || it == chunks_.end() || received[index]) {

@@ -1,0 +1,136 @@
+// Faults injected on the wire between workers and a PS (shared/fault_endpoint.h, the testing flag
+// --inject-faults): each fault on PUSH, PULL and PARAMS is either survived with the parameters of
+// a clean run, bit for bit, or ends the job within its deadline with a line naming the PS and
+// what went wrong; no push is ever applied twice, and nothing hangs (docs/operations.md, "Faults").
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "test_util/idx_writer.h"
+#include "test_util/params.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+constexpr double kTimeoutS = 3;  // the workers' --timeout
+
+class FaultTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new TempDir("faults-data");
+    write_synthetic_mnist(data_->path, "train", 240, 8, 8, 51, false);
+    write_synthetic_mnist(data_->path, "t10k", 40, 8, 8, 52, false);
+  }
+  static void TearDownTestSuite() {
+    delete data_;
+    data_ = nullptr;
+  }
+
+  struct Run {
+    bool ok = false;
+    double seconds = 0;  // until every worker had exited
+    std::string logs;
+    SavedParams params;
+  };
+
+  // 2 workers, 1 PS, 30 steps of Adam; every process gets `faults` (a worker sends PUSH and PULL,
+  // the PS PARAMS). The PS is stopped once the workers have ended.
+  static Run train(const std::string& faults, const std::string& shared_memory = "off") {
+    TempDir dir("faults");
+    Job job;
+    job.num_workers = 2;
+    job.dir = dir.path;
+    job.args = {"--data-dir", data_->path, "--cache-dir", dir.path, "--hidden", "16", "--steps", "30",
+                "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--timeout",
+                std::to_string(kTimeoutS), "--shared-memory", shared_memory, "--save-params", dir.path + "/params"};
+    if (!faults.empty()) job.args.insert(job.args.end(), {"--inject-faults", faults});
+    const auto start = std::chrono::steady_clock::now();
+    const StartedJob started = start_job(job);
+    Run run;
+    run.ok = true;
+    for (pid_t pid : started.workers) run.ok &= wait_for(pid, 60).ok();
+    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!run.ok) {
+      for (pid_t pid : started.ps) kill(pid, SIGTERM);
+    }
+    const JobResult result = finish_job(job, started);
+    run.logs = result.logs;
+    if (run.ok && std::filesystem::exists(dir.path + "/params")) run.params = load_saved_params(dir.path + "/params");
+    return run;
+  }
+
+  static const SavedParams& clean() {
+    static const SavedParams params = [] {
+      const Run run = train("");
+      EXPECT_TRUE(run.ok) << run.logs;
+      return run.params;
+    }();
+    return params;
+  }
+
+  static TempDir* data_;
+};
+TempDir* FaultTest::data_ = nullptr;
+
+TEST_F(FaultTest, DelaysReordersAndRepeatedRepliesAreSurvivedBitForBit) {
+  for (const char* fault : {"delay:PUSH:5:0.3", "reorder:PUSH:5", "reorder:PULL:5", "duplicate:PULL:5",
+                            "delay:PARAMS:9:0.3", "reorder:PARAMS:9", "duplicate:PARAMS:9"}) {
+    const Run run = train(fault);
+    ASSERT_TRUE(run.ok) << fault << "\n" << run.logs;
+    EXPECT_NE(run.logs.find("fault injected: "), std::string::npos) << fault << ": no fault was injected";
+    EXPECT_TRUE(bit_identical(clean(), run.params)) << fault << ": " << relative_difference(clean(), run.params);
+  }
+}
+
+// What ends the job, and the line that says why: within the deadline, naming the PS.
+TEST_F(FaultTest, LostTruncatedCorruptedAndRepeatedPushesEndTheJobNamingWhy) {
+  const std::string timed_out = "timed out after " + std::to_string(kTimeoutS) + " s waiting for parameters from ps0";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"drop:PUSH:5", timed_out},
+      {"drop:PULL:5", timed_out},
+      {"drop:PARAMS:9", timed_out},
+      {"delay:PARAMS:9:8", timed_out},  // past the deadline
+      {"duplicate:PUSH:5", "ps0 rejected parameters: "},  // "worker 0 already pushed step 4", or the step was applied
+      {"truncate:PUSH:5", "ps0 rejected parameters: PUSH payload is 2420 bytes, header says 1210 float32"},
+      {"truncate:PULL:5", "ps0 rejected parameters: header is not valid MessagePack"},
+      {"truncate:PARAMS:9", "malformed reply from ps0: PARAMS payload is 2420 bytes, header says 1210 float32"},
+      {"corrupt:PUSH:5", "ps0 rejected parameters: unknown header field 'mqgic'"},
+      {"corrupt:PULL:5", "ps0 rejected parameters: unknown header field 'mqgic'"},
+      {"corrupt:PARAMS:9", "malformed reply from ps0: unknown header field 'mqgic'"},
+  };
+  for (const auto& [fault, why] : cases) {
+    const Run run = train(fault);
+    EXPECT_FALSE(run.ok) << fault << "\n" << run.logs;
+    EXPECT_NE(run.logs.find("E pstrain-worker: " + why), std::string::npos) << fault << "\n" << run.logs;
+    EXPECT_LT(run.seconds, kTimeoutS + 10) << fault;
+  }
+}
+
+// A repeated push is refused, never applied twice: the PS names the worker and the step.
+TEST_F(FaultTest, ARepeatedPushIsNeverAppliedTwice) {
+  for (const char* shared_memory : {"off", "auto"}) {
+    const Run run = train("duplicate:PUSH:5", shared_memory);
+    EXPECT_FALSE(run.ok) << run.logs;
+    const bool refused = run.logs.find("already pushed step 4") != std::string::npos ||
+                         run.logs.find("push for step 4 but the barrier is at step 5") != std::string::npos;
+    EXPECT_TRUE(refused) << "--shared-memory " << shared_memory << "\n" << run.logs;
+  }
+}
+
+// Faults on the same-host path too (headers over the local channel, payloads in shared memory).
+TEST_F(FaultTest, TheSameHostPathSurvivesRepeatsAndEndsOnLosses) {
+  const Run repeated = train("duplicate:PULL:5", "auto");
+  ASSERT_TRUE(repeated.ok) << repeated.logs;
+  EXPECT_TRUE(bit_identical(clean(), repeated.params)) << relative_difference(clean(), repeated.params);
+  const Run lost = train("drop:PUSH:5", "auto");
+  EXPECT_FALSE(lost.ok) << lost.logs;
+  EXPECT_NE(lost.logs.find("waiting for parameters from ps0"), std::string::npos) << lost.logs;
+}
+
+}  // namespace
+}  // namespace pstrain::test
