@@ -27,7 +27,9 @@ class ShardCheckpoints {
   void advanced(const Store& store);
   // A PARAMS header of version h->step: whether the job stops after it, and the time its write took.
   void stamp(Header* h) const;
-  bool resume(Store& store, std::string* error) const { return store.resume(files_, error); }
+  // --resume (--resume=auto: where a complete checkpoint exists): loads `store`; true without
+  // loading anything when it starts fresh.
+  bool resume(Store& store, std::string* error) const { return !files_.resuming() || store.resume(files_, error); }
 
  private:
   void write(const Store& store);

@@ -39,6 +39,17 @@ void CheckpointStore::write(const ShardCheckpoint& c) const {
               << static_cast<int>(ms) << " ms";
 }
 
+bool CheckpointStore::resuming() const {
+  if (!o_.resume) return false;
+  if (!o_.resume_auto) return true;
+  for (uint64_t v : checkpoint_versions(o_.checkpoint_dir)) {
+    struct stat st {};
+    if (::stat((checkpoint_version_dir(o_.checkpoint_dir, v) + "/MANIFEST").c_str(), &st) == 0) return true;
+  }
+  PSLOG(INFO) << who_ << ": --resume=auto: no complete checkpoint in '" << o_.checkpoint_dir << "': starting fresh";
+  return false;
+}
+
 bool CheckpointStore::load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
                              ShardCheckpoint* out, std::string* error) const {
   const auto versions = checkpoint_versions(o_.checkpoint_dir);
@@ -77,8 +88,8 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   if (m.total != total) {
     return "of another model: " + std::to_string(m.total) + " parameters, this job has " + std::to_string(total);
   }
-  if (m.total_steps != total_steps) {
-    return "of another job: " + std::to_string(m.total_steps) + " steps, this job has " + std::to_string(total_steps);
+  if (v > total_steps) {
+    return "at step " + std::to_string(v) + ", past this job's " + std::to_string(total_steps) + " steps";
   }
   std::string accepted;
   if (m.job.empty()) {
@@ -123,6 +134,10 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   result.optimizer = o_.optimizer.kind;
   *out = std::move(result);
   if (!accepted.empty()) PSLOG(WARN) << who_ << ": --resume: accepted (--resume-allow): " << accepted;
+  if (m.total_steps != total_steps) {
+    PSLOG(WARN) << who_ << ": --resume: the job's length changes from " << m.total_steps << " to " << total_steps
+                << " steps; the learning-rate schedule is recomputed over " << total_steps;
+  }
   PSLOG(INFO) << who_ << ": --resume: from checkpoint " << dir << " (version " << v << ", " << m.shards.size()
               << " shard(s) saved)";
   return "";

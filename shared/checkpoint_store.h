@@ -24,9 +24,15 @@ class CheckpointStore {
   // with warn it logs the failure and returns.
   void write(const ShardCheckpoint& c) const;
 
+  // Whether to resume: --resume, or --resume=auto where DIR holds a complete checkpoint (one with
+  // a MANIFEST; usable or not: a damaged or foreign one is then an error, not a fresh start).
+  // Logs the fresh start of --resume=auto.
+  bool resuming() const;
+
   // Fills *out with this shard's `slice` (values and `num_slots` optimizer slots) from the newest
-  // usable checkpoint of a job of `total` floats and `total_steps` steps, whose manifest records
-  // this job's fingerprint (or one that differs only in --resume-allow keys). Every checkpoint passed
+  // usable checkpoint of a job of `total` floats, at a version not past `total_steps` (the job may
+  // be longer or shorter than the one that saved: that is logged), whose manifest records this
+  // job's fingerprint (or one that differs only in --resume-allow keys). Every checkpoint passed
   // over is logged with its reason. False, with every reason in *error, when none is usable.
   bool load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots, ShardCheckpoint* out,
             std::string* error) const;

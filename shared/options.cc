@@ -46,7 +46,7 @@ bool has_extension(const std::string& name, const std::string& ext) {
 }
 
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
-  std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow;
+  std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
 };
 
 po::options_description describe(JobOptions& o, TextOptions& t) {
@@ -126,7 +126,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "checkpoint every this many steps (0 = not by steps)")
       ("checkpoint-secs", po::value(&o.checkpoint_secs)->default_value(o.checkpoint_secs), "also checkpoint when this many seconds passed since the last one (0 = not by time)")
       ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
-      ("resume", po::bool_switch(&o.resume), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used)")
+      ("resume", po::value(&t.resume)->implicit_value("on"), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used). --resume=auto: the same where the directory holds a complete checkpoint, else start fresh (for Slurm --requeue and Kubernetes restarts: one command for the first start and every restart). A resumed job may run more (or fewer) steps than the one that saved: the learning-rate schedule is recomputed over the new length")
       ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
       ("checkpoint-errors", po::value(&o.checkpoint_errors)->default_value(o.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
   po::options_description all;
@@ -351,6 +351,13 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
   for (const auto& w : split(text.hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
   for (const auto& b : split(text.worker_batch, ',')) o.worker_batch.push_back(parse_int(b, "--worker-batch"));
   o.resume_allow = split(text.resume_allow, ',');
+  if (text.resume == "auto") {
+    o.resume = o.resume_auto = true;
+  } else if (text.resume == "on" || text.resume == "true" || text.resume == "yes" || text.resume == "1") {
+    o.resume = true;
+  } else if (text.resume != "off" && text.resume != "false" && text.resume != "no" && text.resume != "0") {
+    throw UsageError("--resume: '" + text.resume + "' is not on, auto or off");
+  }
   o.batch_auto = text.batch_size == "auto";
   o.batch_size = o.batch_auto ? 1 : parse_int(text.batch_size, "--batch-size");
   // A batch-size in the config file yields to --worker-batch / --global-batch on the command line (the

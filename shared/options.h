@@ -78,6 +78,7 @@ struct JobOptions {
   double checkpoint_secs = 0;   // chief: and when this many seconds passed since the last (0 = not by time)
   int keep_checkpoints = 3;     // chief: complete checkpoints kept (older ones are removed)
   bool resume = false;          // start from the newest usable checkpoint in checkpoint_dir
+  bool resume_auto = false;     // --resume auto: ... when the directory holds a complete one, else fresh
   std::vector<std::string> resume_allow;  // fingerprint keys (or "all") a resumed checkpoint may differ in
   std::string checkpoint_errors = "stop";  // PS: a failed write stops the job | warn and go on
 

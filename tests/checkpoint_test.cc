@@ -216,6 +216,38 @@ TEST_F(ResumeTest, AnotherJobsCheckpointIsRefusedNamingWhatDiffers) {
   EXPECT_EQ(load(2, 3, nullptr, &same), "v10");
 }
 
+// --resume=auto resumes where a complete checkpoint exists (usable or not: a damaged one is an
+// error then, not a silent fresh start) and starts fresh where none is.
+TEST_F(ResumeTest, ResumeAutoStartsFreshOnlyWithoutACompleteCheckpoint) {
+  JobOptions o = o_;
+  o.resume = o.resume_auto = true;
+  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());  // no directory at all
+  save(10);
+  std::filesystem::remove(file(10, "MANIFEST"));  // an incomplete checkpoint: the job died writing it
+  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());
+  save(20);
+  EXPECT_TRUE(CheckpointStore(o, "ps0").resuming());
+  o.resume = o.resume_auto = false;
+  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());
+  o.resume = true;
+  std::filesystem::remove_all(dir_);
+  EXPECT_TRUE(CheckpointStore(o, "ps0").resuming());  // plain --resume: none is load()'s error
+}
+
+// A resumed job may be longer or shorter than the one that saved, but not end before the
+// checkpoint's step.
+TEST_F(ResumeTest, AJobOfAnotherLengthResumesUnlessItEndsBeforeTheCheckpoint) {
+  save(10);
+  const Slice slice = balance_slices(10, 2)[0];
+  ShardCheckpoint c;
+  std::string error;
+  EXPECT_TRUE(CheckpointStore(o_, "ps0").load(10, 500, slice, 1, &c, &error)) << error;
+  EXPECT_EQ(c.version, 10u);
+  EXPECT_TRUE(CheckpointStore(o_, "ps0").load(10, 10, slice, 1, &c, &error)) << error;
+  EXPECT_FALSE(CheckpointStore(o_, "ps0").load(10, 5, slice, 1, &c, &error));
+  EXPECT_EQ(error, "--resume: no usable checkpoint in '" + dir_ + "'; v10: at step 10, past this job's 5 steps");
+}
+
 TEST_F(ResumeTest, AManifestWithoutAFingerprintIsStillUsable) {
   record_fingerprint_ = false;
   save(10);

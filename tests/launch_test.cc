@@ -291,6 +291,36 @@ TEST_F(LaunchTest, StoppedBySigtermAndResumedEqualsAnUninterruptedRun) {
   }
 }
 
+// --resume auto (Slurm --requeue, Kubernetes restarts): the first start finds no checkpoint and
+// starts fresh; the next resumes, here with more steps than the job that saved (the schedule is
+// recomputed: constant here), and ends with the parameters of one uninterrupted run that long.
+TEST_F(LaunchTest, ResumeAutoStartsFreshThenResumesALongerJob) {
+  const std::string ckpt = dir_ + "/ckpt-auto";
+  const auto run = [&](const std::string& name, const std::string& steps, bool checkpointing) {
+    std::vector<std::string> flags = {"--steps", steps, "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01",
+                                      "--lr-schedule", "constant", "--log-every", "50",
+                                      "--save-params", dir_ + "/" + name + "-params"};
+    std::vector<std::string> counts = {"--num-ps", "2", "--num-workers", "2"};
+    if (checkpointing) {
+      flags.insert(flags.end(), {"--checkpoint-dir", ckpt, "--checkpoint-every", "100"});
+      counts.insert(counts.end(), {"--resume", "auto"});
+    }
+    const ExitStatus status = wait_for(spawn(launch(name, counts, flags), dir_ + "/" + name + ".log"), 180);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + name + ".log");
+    return read_file(dir_ + "/" + name + ".log");
+  };
+  const std::string first = run("auto-first", "300", true);
+  EXPECT_NE(first.find("--resume=auto: no complete checkpoint in '" + ckpt + "': starting fresh"), std::string::npos)
+      << first;
+  const std::string longer = run("auto-longer", "600", true);
+  EXPECT_NE(longer.find("--resume: from checkpoint " + ckpt + "/v0000000300"), std::string::npos) << longer;
+  EXPECT_NE(longer.find("the job's length changes from 300 to 600 steps"), std::string::npos) << longer;
+  run("one-600", "600", false);
+  const SavedParams want = load_saved_params(dir_ + "/one-600-params");
+  const SavedParams got = load_saved_params(dir_ + "/auto-longer-params");
+  EXPECT_TRUE(bit_identical(want, got)) << relative_difference(want, got);
+}
+
 // allreduce mode: the chief checkpoints the whole vector and its optimizer state; stopped by
 // SIGTERM and resumed, every worker loads it and the job ends where an uninterrupted one does.
 TEST_F(LaunchTest, AllreduceStoppedAndResumedEqualsAnUninterruptedRun) {

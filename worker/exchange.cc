@@ -95,7 +95,7 @@ class AllreduceExchange final : public Exchange {
     // loads the same checkpoint (the chief's, of the whole vector): parameters and optimizer state.
     total_steps_ = total_steps;
     uint64_t first = 0;
-    if (o_.resume) {
+    if (store_.resuming()) {
       const auto slots = optimizer_->state();
       ShardCheckpoint c;
       std::string error;

@@ -239,7 +239,7 @@ class Trainer {
     }
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_, model_->layout(), total_steps_, stop_requested_);
     first_step_ = exchange_->start(replica_->host_params(), total_steps_);
-    if (checkpoints_->enabled() && o_.resume) checkpoints_->check_resumed(first_step_);
+    if (checkpoints_->enabled() && o_.resume && first_step_ > 0) checkpoints_->check_resumed(first_step_);
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");

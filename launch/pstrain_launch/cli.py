@@ -58,8 +58,10 @@ job:
   --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>); one job
                     at a time: a run directory in use by another launcher is refused (exit 2)
   --dry-run         print the placement and every process's exact command, start nothing
-  --resume          start from the newest usable checkpoint in the job's --checkpoint-dir
-                    (passes --resume to every process; docs/checkpoints.md)
+  --resume [auto]   start from the newest usable checkpoint in the job's --checkpoint-dir
+                    (passes --resume to every process; docs/checkpoints.md). --resume auto: the
+                    same where the directory holds a complete checkpoint, else start fresh: one
+                    command for the first start and every requeue (Slurm --requeue, Kubernetes)
   --max-restarts R  restart a worker that dies, with the same index, up to R times in all
                     (default 0: any death stops the job). The replacement gets the current
                     parameters and redoes the step its predecessor left, so nothing is lost or
@@ -161,6 +163,15 @@ def parse_args(argv):
         value = None
         if flag.startswith("--") and "=" in flag:
             flag, value = flag.split("=", 1)
+        if flag == "--resume" and value is None and i < len(argv) and argv[i] == "auto":
+            flags[flag] = "auto"  # --resume auto
+            i += 1
+            continue
+        if flag == "--resume" and value is not None:
+            if value not in ("auto", "on"):
+                raise UsageError(f"--resume={value}: the value is auto (or none)")
+            flags[flag] = value
+            continue
         if flag in SWITCHES and value is None:
             flags[flag] = True
             continue
@@ -255,8 +266,9 @@ class Settings:
         self.bind = flags.get("--bind") or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
         self.oversubscribe = bool(flags.get("--oversubscribe"))
         self.max_restarts = require_int("--max-restarts", flags.get("--max-restarts", "0"), 0)
-        if flags.get("--resume") and "--resume" not in self.extra:
-            self.extra = self.extra + ["--resume"]
+        resume = flags.get("--resume")
+        if resume and not any(a == "--resume" or a.startswith("--resume=") for a in self.extra):
+            self.extra = self.extra + ["--resume=auto" if resume == "auto" else "--resume"]
         self.checkpointing = bool(job_flag(self.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.config))
         if flags.get("--resume") and not self.checkpointing:
             raise UsageError("--resume needs the job's --checkpoint-dir (after --, or in the config file)")
@@ -804,8 +816,8 @@ class Run:
                     # other shards and every worker roll back to it: nothing is lost).
                     self.out.say(str(restart))
                     self.sup.stop_all()
-                    if "--resume" not in s.extra:
-                        s.extra = s.extra + ["--resume"]
+                    # From its checkpoint: --resume=auto becomes --resume (none is an error now).
+                    s.extra = [a for a in s.extra if a != "--resume" and not a.startswith("--resume=")] + ["--resume"]
             if self.final:
                 self.out.say(f"stopped after the final checkpoint ({self.final[0]}); resume with --resume; "
                              f"logs in {s.run_dir}")

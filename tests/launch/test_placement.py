@@ -175,6 +175,21 @@ def commands(s):
     return {p.name: cmd for p, cmd in cli.Run(s, cli.Output()).planned_commands()}
 
 
+class ResumeCommandLineTest(unittest.TestCase):
+    def test_resume_and_resume_auto_reach_every_process(self):
+        for argv, want in ((("--resume",), "--resume"), (("--resume", "auto"), "--resume=auto"),
+                           (("--resume=auto",), "--resume=auto")):
+            s = settings(*argv, "--", "--checkpoint-dir", "/tmp/ckpt")
+            for name, cmd in commands(s).items():
+                self.assertEqual([a for a in cmd if a.startswith("--resume")], [want], f"{argv} {name}")
+
+    def test_resume_errors(self):
+        with self.assertRaisesRegex(cli.UsageError, "^--resume needs the job's --checkpoint-dir"):
+            settings("--resume", "auto")
+        with self.assertRaisesRegex(cli.UsageError, r"^--resume=sometimes: the value is auto \(or none\)"):
+            settings("--resume=sometimes", "--", "--checkpoint-dir", "/tmp/ckpt")
+
+
 class DevicesCommandLineTest(unittest.TestCase):
     def test_one_worker_per_device_with_its_device(self):
         s = settings("--devices", "cuda:0,cuda:2,cpu")
