@@ -210,6 +210,22 @@ JobResult finish_job(const Job& job, const StartedJob& started) { return collect
 
 JobResult run_job(const Job& job) { return finish_job(job, start_job(job)); }
 
+JobResult run_job_stopping_servers(const Job& job) {
+  const StartedJob started = start_job(job);
+  std::vector<ExitStatus> workers;
+  bool failed = false;
+  for (pid_t pid : started.workers) {
+    workers.push_back(wait_for(pid, job.timeout_s));
+    failed |= !workers.back().ok();
+  }
+  if (failed) {
+    for (pid_t pid : started.ps) kill(pid, SIGTERM);
+  }
+  JobResult result = finish_job(job, started);  // the workers are reaped: their status is kept here
+  result.workers = workers;
+  return result;
+}
+
 JobResult run_allreduce_job(const Job& job, const std::string& collective) {
   const std::string port_file = job.dir + "/w0.addr";
   std::remove(port_file.c_str());

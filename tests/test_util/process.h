@@ -60,6 +60,9 @@ struct StartedJob {
 };
 StartedJob start_job(const Job& job);
 JobResult finish_job(const Job& job, const StartedJob& started);
+// run_job for a job that may fail: once every worker has exited, and one of them failed, the PSes
+// (which wait for every worker's DONE) get SIGTERM, so a failed job costs its workers' deadline.
+JobResult run_job_stopping_servers(const Job& job);
 // The same without parameter servers: N workers in --mode allreduce --collective `collective`,
 // worker 0 the rendezvous coordinator on a free port (job.num_ps is ignored).
 JobResult run_allreduce_job(const Job& job, const std::string& collective = "ring");
