@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <numeric>
@@ -16,7 +15,6 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
-#include "shared/npy.h"
 #include "worker/backend.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"
@@ -27,6 +25,7 @@
 #include "worker/exchange.h"
 #include "worker/memory_plan.h"
 #include "worker/model.h"
+#include "worker/param_files.h"
 #include "worker/progress.h"
 #include "worker/replica.h"
 
@@ -69,53 +68,6 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
   }
   return total;
 }
-
-void save_params(const std::string& dir, const Layout& layout, const float* params) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) throw Error("cannot create --save-params dir '" + dir + "': " + error.message());
-  for (const TensorSpec& t : layout.tensors()) write_npy(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
-  PSLOG(INFO) << "saved " << layout.tensors().size() << " variables to " << dir;
-}
-
-// Overwrites every variable of `layout` with DIR/<name>.npy (as save_params writes them). Throws
-// pstrain::Error naming the file for a missing file or a shape that is not the model's.
-void load_params(const std::string& dir, const Layout& layout, float* params) {
-  for (const TensorSpec& t : layout.tensors()) {
-    const std::string path = dir + "/" + t.name + ".npy";
-    std::vector<size_t> shape;
-    std::vector<float> values;
-    try {
-      values = read_npy(path, &shape);
-    } catch (const Error& e) {
-      throw Error(std::string("--init-params: ") + e.what());
-    }
-    if (shape != t.shape) {
-      throw Error("--init-params: " + path + " has shape " + shape_text(shape) + " but the model's " + t.name +
-                  " is " + shape_text(t.shape) + " (is --model/--hidden the one it was trained with?)");
-    }
-    std::copy(values.begin(), values.end(), params + t.offset);
-  }
-}
-
-// The number of classes a saved model was trained for: what a --model ending in dense K says,
-// else the length of the saved last layer's bias.
-int saved_classes(const JobOptions& o) {
-  const std::vector<LayerSpec> layers = parse_model(Network::spec_of(o.model, o.hidden, 2));
-  if (!o.model.empty() && layers.back().kind == "dense") return static_cast<int>(layers.back().args[0]);
-  const long with_params = std::count_if(layers.begin(), layers.end(),
-                                         [](const LayerSpec& l) { return l.kind == "dense" || l.kind == "conv"; });
-  const std::string path = o.init_params + "/layer" + std::to_string(with_params - 1) + ".bias.npy";
-  std::vector<size_t> shape;
-  try {
-    read_npy(path, &shape);
-  } catch (const Error& e) {
-    throw Error(std::string("--init-params: ") + e.what());
-  }
-  if (shape.size() != 1 || shape[0] < 2) throw Error("--init-params: " + path + " is not the bias of a last layer");
-  return static_cast<int>(shape[0]);
-}
-
 
 // What the worker will allocate on its device for batches of up to `rows` samples, computed
 // before allocating anything but the backend's own workspace (already held).
