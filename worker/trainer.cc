@@ -39,12 +39,6 @@ uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
-std::string fixed(double value, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << value;
-  return os.str();
-}
-
 // A MiB figure as given: 2 decimals, more for a limit below 1 MiB (0.015, not 0.01).
 std::string mib_text(double mib) {
   std::ostringstream os;
@@ -217,7 +211,7 @@ class Trainer {
   void loop() {
     bind_cpu();
     start_prefetch(first_step_);
-    start_ = interval_start_ = Clock::now();
+    progress_ = std::make_unique<Progress>(o_, steps_per_epoch_);  // the run's clock starts here
     uint64_t step = first_step_;
     while (step < total_steps_) {
       const StepMetrics m = run_step(step);
@@ -285,9 +279,8 @@ class Trainer {
     times.push_us += micros(pushing);
     replica_->params_to_device();
     previous_ = times;
-    interval_.add(m);
+    progress_->add(m);
     epoch_.add(m);
-    run_.add(m);
     if (info.checkpoint != 0) previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->completed(info.checkpoint));
     if (m.stop) {
       summary_.stopped = true;
@@ -308,19 +301,7 @@ class Trainer {
   void report(uint64_t step, const StepMetrics& m) {
     const bool last = step + 1 == total_steps_ || m.stop;
     const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
-    if ((step + 1) % static_cast<uint64_t>(o_.log_every) == 0 || epoch_end || last) {
-      const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
-      PSLOG(INFO) << "epoch " << batch_data_.epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
-                  << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)
-                  << " acc " << fixed(interval_.accuracy(), 4) << " samples/s "
-                  << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
-                  << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
-                  << interval_.breakdown() << interval_.consistency();
-      const std::string slow = interval_.straggler();
-      if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
-      interval_.reset();
-      interval_start_ = Clock::now();
-    }
+    progress_->report(step, batch_data_.epoch, last);
     if (awaited_epoch_ != 0) report_shared_evaluation(m);
     if (epoch_end && !last && shared_eval_) {
       // Every worker evaluates its share now; the sums come back with the next step's results.
@@ -390,10 +371,11 @@ class Trainer {
   }
 
   TrainSummary finish() {
-    summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    summary_.seconds = progress_->seconds();
     // All workers' samples: the global batches of sync and ssp; in async each worker's own steps.
-    const double samples = run_.samples() > 0 ? static_cast<double>(run_.samples())
-                                              : static_cast<double>(summary_.steps - first_step_) * global_batch_;
+    const StepStats& run = progress_->run();
+    const double samples = run.samples() > 0 ? static_cast<double>(run.samples())
+                                             : static_cast<double>(summary_.steps - first_step_) * global_batch_;
     summary_.samples_per_second = samples / std::max(summary_.seconds, 1e-9);
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
@@ -406,16 +388,7 @@ class Trainer {
                         ? std::string()
                         : " device_mib_counted=" + fixed(backend_->bytes_allocated() / kMiB, 2) +
                               " device_mib_measured=" + fixed(backend_->device_bytes_used() / kMiB, 2));
-    if (chief_) {
-      PSLOG(INFO) << "summary: mode=" << o_.mode << " workers=" << o_.num_workers
-                  << (o_.mode != "allreduce" ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << summary_.steps
-                  << " time_s=" << fixed(summary_.seconds, 1)
-                  << " samples_per_s=" << fixed(summary_.samples_per_second, 0)
-                  << " train_loss=" << fixed(summary_.train_loss, 4)
-                  << " train_accuracy=" << fixed(summary_.train_accuracy, 4)
-                  << " test_loss=" << fixed(summary_.test_loss, 4) << " test_accuracy=" << fixed(summary_.test_accuracy, 4)
-                  << " | " << run_.breakdown() << run_.consistency();
-    }
+    if (chief_) progress_->print_summary(summary_);
     return summary_;
   }
 
@@ -452,8 +425,8 @@ class Trainer {
   EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
   uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
-  Clock::time_point start_, interval_start_;
-  StepStats interval_{o_.num_workers}, epoch_{o_.num_workers}, run_{o_.num_workers};
+  std::unique_ptr<Progress> progress_;  // from the loop's start
+  StepStats epoch_{o_.num_workers};
   TrainSummary summary_;
 };
 

@@ -15,17 +15,9 @@
 #include "shared/options.h"
 #include "worker/backend.h"
 #include "worker/exchange.h"
+#include "worker/progress.h"  // TrainSummary
 
 namespace pstrain {
-
-struct TrainSummary {
-  uint64_t steps = 0;
-  double seconds = 0;
-  double samples_per_second = 0;  // global: all workers' samples
-  bool stopped = false;  // ended early after a final checkpoint (SIGTERM)
-  double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
-  double test_loss = 0, test_accuracy = 0;    // chief only
-};
 
 // Runs the whole job for this worker; throws pstrain::Error on failure. `stop_requested` (may be
 // null) is the chief's SIGTERM flag: with --checkpoint-dir it ends the job after a final
