@@ -3,17 +3,15 @@
 // prefetch queue (in micro-batches with --accum-steps), compute its gradient, hand it to the
 // Exchange (worker/exchange.h) chunk by chunk as the last micro-batch's backward produces it, and
 // take the parameters the Exchange returns for the next step. The chief (worker 0) also
-// initialises the parameter servers (INIT), prints progress, evaluates the test set (shared with
-// the other workers at the epochs' ends where they hold the same parameters), decides
-// checkpoints and saves the parameters.
+// initialises the parameter servers (INIT), prints progress (worker/progress.h), evaluates the
+// test set (shared with the other workers at the epochs' ends where they hold the same
+// parameters: worker/evaluation.h), decides checkpoints (worker/checkpoints.h) and saves the
+// parameters (worker/param_files.h).
 #pragma once
 
 #include <atomic>
 
-#include <cstdint>
-
 #include "shared/options.h"
-#include "worker/backend.h"
 #include "worker/exchange.h"
 #include "worker/progress.h"  // TrainSummary
 
@@ -24,10 +22,5 @@ namespace pstrain {
 // checkpoint (docs/checkpoints.md).
 TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange,
                    const std::atomic<bool>* stop_requested = nullptr);
-
-// --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
-// data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
-// The number of classes is --classes, else the length of the saved last layer's bias.
-BatchStats evaluate_saved_model(const JobOptions& options);
 
 }  // namespace pstrain
