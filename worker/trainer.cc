@@ -1,11 +1,6 @@
 #include "worker/trainer.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <fstream>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
