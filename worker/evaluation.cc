@@ -37,8 +37,8 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
 
 }  // namespace
 
-Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
-                       uint64_t total_steps, TrainSummary* summary)
+Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes,
+                       uint64_t steps_per_epoch, uint64_t total_steps, TrainSummary* summary)
     : o_(o),
       chief_(o.index == 0),
       steps_per_epoch_(steps_per_epoch),
