@@ -27,9 +27,10 @@ constexpr int kEvalBatch = 500;
 // chief evaluates alone.
 class Evaluation {
  public:
-  // `test_data`: the chief's test set (opened before anything else of the job could fail, so
-  // that its errors come first); the other workers open theirs here, of `classes` classes, when
-  // they share the evaluations. The chief's reports set *summary's train and test figures.
+  // `test_data`: the chief's test set, which the trainer opens right after the training data (so
+  // that its errors come before any other); the other workers open theirs here, of `classes`
+  // classes, when they share the evaluations. The chief's reports set *summary's train and test
+  // figures.
   Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
              uint64_t total_steps, TrainSummary* summary);
 
