@@ -311,18 +311,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
                   std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
                   ")) while pulling version " + std::to_string(pull_version_));
     }
-    const SharedMemory& segment = segments_[static_cast<size_t>(msg.shard)];
-    if (payload_in_shared_memory(h) != segment.mapped()) {
-      throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
-                  " shared memory, against what this worker asked for");
-    }
-    const uint64_t local = h.offset - slices_[static_cast<size_t>(msg.shard)].offset;
-    const SharedMemory& area = areas_[static_cast<size_t>(msg.shard)];
-    const float* values = area.mapped() ? static_cast<const float*>(area.data()) + local
-                          : segment.mapped()
-                              ? static_cast<const float*>(segment.data()) +
-                                    shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
-                              : msg.frames[1].data<float>();
+    const float* values = values_of(msg, h);
     if (params + h.offset != values) std::memcpy(params + h.offset, values, h.length * sizeof(float));
     received[index] = true;
     versions_[index] = h.step;
@@ -339,6 +328,22 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);
   return metrics;
+}
+
+const float* PsClient::values_of(const Message& msg, const Header& h) const {
+  const SharedMemory& segment = segments_[static_cast<size_t>(msg.shard)];
+  if (payload_in_shared_memory(h) != segment.mapped()) {
+    throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
+                " shared memory, against what this worker asked for");
+  }
+  const uint64_t local = h.offset - slices_[static_cast<size_t>(msg.shard)].offset;
+  const SharedMemory& area = areas_[static_cast<size_t>(msg.shard)];
+  const float* values = area.mapped() ? static_cast<const float*>(area.data()) + local
+                        : segment.mapped()
+                            ? static_cast<const float*>(segment.data()) +
+                                  shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
+                            : msg.frames[1].data<float>();
+  return values;
 }
 
 void PsClient::report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const {

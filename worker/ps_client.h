@@ -111,6 +111,9 @@ class PsClient {
   // receive_params without a message before the next report: throws after `deadline`, else logs
   // which shards the chunks not `received` yet are waited for from.
   void report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const;
+  // Where the values of a received PARAMS are: its shard's parameter area, this worker's
+  // segment, or the message's payload frame. Throws when the PS used another path than asked.
+  const float* values_of(const Message& msg, const Header& h) const;
 
   const JobOptions options_;
   const uint64_t total_;
