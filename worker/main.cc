@@ -19,6 +19,7 @@
 #include "shared/zmq_util.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
+#include "worker/evaluation.h"
 #include "worker/push_jitter.h"
 #include "worker/trainer.h"
 

@@ -64,6 +64,31 @@ std::string Network::summary() const {
   return s;
 }
 
+namespace {
+
+// --recompute: the blocks' outputs persist, the other buffers share the arena.
+void place_in_arena(Network::Plan& p) {
+  const size_t n = p.buffer_of.size();
+  for (size_t l = 0; l < n; ++l) {
+    const bool block_end = l + 1 == n || p.block_of[l + 1] != p.block_of[l];
+    if (block_end && p.buffer_of[l] >= 0) p.persistent[static_cast<size_t>(p.buffer_of[l])] = true;
+  }
+  // Each block's other buffers side by side from the arena's start: one block's at a time.
+  std::vector<size_t> used(static_cast<size_t>(p.blocks), 0);
+  std::vector<bool> placed(p.buffer_size.size(), false);
+  for (size_t l = 0; l < n; ++l) {
+    const int b = p.buffer_of[l];
+    if (b < 0 || p.persistent[static_cast<size_t>(b)] || placed[static_cast<size_t>(b)]) continue;
+    size_t& u = used[static_cast<size_t>(p.block_of[l])];
+    p.arena_offset[static_cast<size_t>(b)] = u;
+    u += p.buffer_size[static_cast<size_t>(b)];
+    placed[static_cast<size_t>(b)] = true;
+  }
+  p.arena_size = used.empty() ? 0 : *std::max_element(used.begin(), used.end());
+}
+
+}  // namespace
+
 Network::Plan Network::plan(bool recompute) const {
   Plan p;
   const size_t n = layers_.size();
@@ -105,24 +130,7 @@ Network::Plan Network::plan(bool recompute) const {
   }
   p.persistent.assign(p.buffer_size.size(), !recompute);
   p.arena_offset.assign(p.buffer_size.size(), 0);
-  if (recompute) {
-    for (size_t l = 0; l < n; ++l) {
-      const bool block_end = l + 1 == n || p.block_of[l + 1] != p.block_of[l];
-      if (block_end && p.buffer_of[l] >= 0) p.persistent[static_cast<size_t>(p.buffer_of[l])] = true;
-    }
-    // Each block's other buffers side by side from the arena's start: one block's at a time.
-    std::vector<size_t> used(static_cast<size_t>(p.blocks), 0);
-    std::vector<bool> placed(p.buffer_size.size(), false);
-    for (size_t l = 0; l < n; ++l) {
-      const int b = p.buffer_of[l];
-      if (b < 0 || p.persistent[static_cast<size_t>(b)] || placed[static_cast<size_t>(b)]) continue;
-      size_t& u = used[static_cast<size_t>(p.block_of[l])];
-      p.arena_offset[static_cast<size_t>(b)] = u;
-      u += p.buffer_size[static_cast<size_t>(b)];
-      placed[static_cast<size_t>(b)] = true;
-    }
-    p.arena_size = used.empty() ? 0 : *std::max_element(used.begin(), used.end());
-  }
+  if (recompute) place_in_arena(p);
   return p;
 }
 

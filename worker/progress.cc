@@ -1,9 +1,20 @@
 #include "worker/progress.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
+
+#include "shared/log.h"
 
 namespace pstrain {
+
+std::string fixed(double value, int digits) {
+  std::ostringstream os;
+  os << std::fixed << std::setprecision(digits) << value;
+  return os.str();
+}
 
 void StepStats::add(const StepMetrics& m) {
   ++steps_;
@@ -69,5 +80,45 @@ std::string StepStats::straggler() const {
                 static_cast<size_t>(top - slowest_count_.begin()), 100 * share, slowest_busy_ms, mean_busy_ms);
   return line;
 }
+
+Progress::Progress(const JobOptions& o, uint64_t steps_per_epoch)
+    : o_(o), steps_per_epoch_(steps_per_epoch), interval_(o.num_workers), run_(o.num_workers) {
+  start_ = interval_start_ = Clock::now();
+}
+
+void Progress::add(const StepMetrics& m) {
+  interval_.add(m);
+  run_.add(m);
+}
+
+void Progress::report(uint64_t step, uint64_t epoch, bool last) {
+  const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
+  if ((step + 1) % static_cast<uint64_t>(o_.log_every) == 0 || epoch_end || last) {
+    const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
+    PSLOG(INFO) << "epoch " << epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
+                << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)
+                << " acc " << fixed(interval_.accuracy(), 4) << " samples/s "
+                << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
+                << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
+                << interval_.breakdown() << interval_.consistency();
+    const std::string slow = interval_.straggler();
+    if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
+    interval_.reset();
+    interval_start_ = Clock::now();
+  }
+}
+
+void Progress::print_summary(const TrainSummary& s) const {
+  PSLOG(INFO) << "summary: mode=" << o_.mode << " workers=" << o_.num_workers
+              << (o_.mode != "allreduce" ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << s.steps
+              << " time_s=" << fixed(s.seconds, 1)
+              << " samples_per_s=" << fixed(s.samples_per_second, 0)
+              << " train_loss=" << fixed(s.train_loss, 4)
+              << " train_accuracy=" << fixed(s.train_accuracy, 4)
+              << " test_loss=" << fixed(s.test_loss, 4) << " test_accuracy=" << fixed(s.test_accuracy, 4)
+              << " | " << run_.breakdown() << run_.consistency();
+}
+
+double Progress::seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
 }  // namespace pstrain

@@ -1,14 +1,30 @@
 // The chief's running view of the job: loss/accuracy of all workers and where their step time
-// went, per progress interval and per epoch, and which worker (if any) keeps the others waiting.
+// went, per progress interval and per epoch, and which worker (if any) keeps the others waiting;
+// the progress lines and the summary line that print it.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "shared/options.h"
+#include "shared/transport.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {
+
+// One worker's run: what train() returns and the chief's summary line prints.
+struct TrainSummary {
+  uint64_t steps = 0;
+  double seconds = 0;
+  double samples_per_second = 0;  // global: all workers' samples
+  bool stopped = false;  // ended early after a final checkpoint (SIGTERM)
+  double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
+  double test_loss = 0, test_accuracy = 0;    // chief only
+};
+
+// `value` with `digits` decimals, as the progress lines print their figures.
+std::string fixed(double value, int digits);
 
 class StepStats {  // sums over a run of global steps
  public:
@@ -39,6 +55,31 @@ class StepStats {  // sums over a run of global steps
   uint64_t slowest_us_ = 0;      // summed busy time of each step's slowest worker
   uint64_t stale_sum_ = 0, stale_count_ = 0, stale_max_ = 0, lead_max_ = 0, dropped_ = 0;
   std::vector<uint64_t> slowest_count_;
+};
+
+// A worker's figures of the progress interval and of the whole run, from every step's results;
+// the chief prints them: a progress line every --log-every steps, at each epoch's end and after
+// the last step, and the summary line at the end.
+class Progress {
+ public:
+  // Starts the run's clock and the first interval's.
+  Progress(const JobOptions& o, uint64_t steps_per_epoch);
+
+  void add(const StepMetrics& m);
+  // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step): the
+  // progress line when one is due, and a warning naming a straggler.
+  void report(uint64_t step, uint64_t epoch, bool last);
+  // The chief at the end: "summary: mode=.. workers=.. steps=.. time_s=.. ... | breakdown".
+  void print_summary(const TrainSummary& summary) const;
+
+  double seconds() const;  // since the run started
+  const StepStats& run() const { return run_; }
+
+ private:
+  const JobOptions& o_;
+  const uint64_t steps_per_epoch_;
+  Clock::time_point start_, interval_start_;
+  StepStats interval_, run_;
 };
 
 }  // namespace pstrain

@@ -16,6 +16,18 @@ uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
+// The step's metrics, which the PARAMS of the first chunk carries.
+StepMetrics metrics_of(const Header& h) {
+  StepMetrics metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
+  metrics.stale_sum = h.stale_sum;
+  metrics.stale_count = h.stale_count;
+  metrics.stale_max = h.stale_max;
+  metrics.lead_max = h.lead_max;
+  metrics.dropped = h.dropped;
+  metrics.eval = EvalSums{h.eval_samples, h.eval_loss, h.eval_correct};
+  return metrics;
+}
+
 }  // namespace
 
 PsClient::PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint)
@@ -118,60 +130,78 @@ uint64_t PsClient::hello(uint64_t total_steps) {
   segments_.resize(static_cast<size_t>(shards));
   areas_.clear();
   areas_.resize(static_cast<size_t>(shards));
-  for (int s = 0; s < shards; ++s) {
-    Header h = request(Op::kHello, total_steps, s);
-    h.request_id = rid;
-    SharedMemory& segment = segments_[static_cast<size_t>(s)];
-    std::string why;
-    if (options_.shared_memory == "auto" &&
-        SharedMemory::create("pstrain-ps" + std::to_string(s) + "-w" + std::to_string(options_.index),
-                             shm_segment_bytes(slices_[static_cast<size_t>(s)].length), &segment, &why)) {
-      h.shm = 1;
-      h.message = segment.name();
-    } else if (!why.empty()) {
-      PSLOG(INFO) << "w" << options_.index << ": no shared memory for ps" << s << " (" << why << "): sockets only";
-    }
-    h.total = total_;
-    h.num_workers = static_cast<uint32_t>(options_.num_workers);
-    h.mode = static_cast<uint64_t>(mode_code(options_.mode));
-    h.samples = global_batch_;
-    send(s, h, nullptr);
-    PSLOG(INFO) << "w" << options_.index << ": connecting to ps" << s << " at " << endpoint_.address(s);
-  }
+  for (int s = 0; s < shards; ++s) send_hello(s, rid, total_steps);
   const auto replies = await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
   uint64_t version = UINT64_MAX, newest = 0;
   chunks_.clear();
   for (int s = 0; s < shards; ++s) {
     const Header h = decode(replies[static_cast<size_t>(s)]);
-    const Slice& slice = slices_[static_cast<size_t>(s)];
-    if (h.offset != slice.offset || h.length != slice.length) {
-      throw Error("ps" + std::to_string(s) + " holds a different slice than this worker expects "
-                  "(are --num-ps and the model the same everywhere?)");
-    }
-    if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
-    // The PS has mapped the segment (shm 1) or will not (another host): its name can go.
-    SharedMemory& segment = segments_[static_cast<size_t>(s)];
-    segment.unlink();
-    if (h.shm == 0) segment = SharedMemory();
-    if (h.shm == 2) {
-      // The shard's values live in its parameter area: mapped read-only, read after each PARAMS.
-      if (h.message.empty()) throw Error("ps" + std::to_string(s) + " offered its parameter area without naming it");
-      std::string why;
-      if (!SharedMemory::open(h.message, slice.length * sizeof(float), &areas_[static_cast<size_t>(s)], &why,
-                              /*read_only=*/true)) {
-        PSLOG(INFO) << "w" << options_.index << ": cannot map ps" << s << "'s parameter area (" << why
-                    << "): its values are copied into this worker's segment instead";
-      }
-    }
-    for (uint64_t local = 0; local < slice.length; local += h.chunk) {
-      chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
-    }
+    welcome(s, h);
     version = std::min(version, h.step);
     newest = std::max(newest, h.step);
   }
   versions_.assign(chunks_.size(), version);
+  use_local_channels();
+  // Each shard answers with the step this worker does next there. They differ by one only for a
+  // replacement whose predecessor died between its pushes to different shards: it redoes the
+  // earlier step, and the shard that has its push already drops the repeat.
+  if (newest > version + 1) {
+    throw Error("the PS shards are at steps " + std::to_string(version) + " to " + std::to_string(newest) +
+                " (are --num-ps and the job the same everywhere?)");
+  }
+  return version;
+}
+
+void PsClient::send_hello(int s, uint64_t rid, uint64_t total_steps) {
+  Header h = request(Op::kHello, total_steps, s);
+  h.request_id = rid;
+  SharedMemory& segment = segments_[static_cast<size_t>(s)];
+  std::string why;
+  if (options_.shared_memory == "auto" &&
+      SharedMemory::create("pstrain-ps" + std::to_string(s) + "-w" + std::to_string(options_.index),
+                           shm_segment_bytes(slices_[static_cast<size_t>(s)].length), &segment, &why)) {
+    h.shm = 1;
+    h.message = segment.name();
+  } else if (!why.empty()) {
+    PSLOG(INFO) << "w" << options_.index << ": no shared memory for ps" << s << " (" << why << "): sockets only";
+  }
+  h.total = total_;
+  h.num_workers = static_cast<uint32_t>(options_.num_workers);
+  h.mode = static_cast<uint64_t>(mode_code(options_.mode));
+  h.samples = global_batch_;
+  send(s, h, nullptr);
+  PSLOG(INFO) << "w" << options_.index << ": connecting to ps" << s << " at " << endpoint_.address(s);
+}
+
+void PsClient::welcome(int s, const Header& h) {
+  const Slice& slice = slices_[static_cast<size_t>(s)];
+  if (h.offset != slice.offset || h.length != slice.length) {
+    throw Error("ps" + std::to_string(s) + " holds a different slice than this worker expects "
+                "(are --num-ps and the model the same everywhere?)");
+  }
+  if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
+  // The PS has mapped the segment (shm 1) or will not (another host): its name can go.
+  SharedMemory& segment = segments_[static_cast<size_t>(s)];
+  segment.unlink();
+  if (h.shm == 0) segment = SharedMemory();
+  if (h.shm == 2) {
+    // The shard's values live in its parameter area: mapped read-only, read after each PARAMS.
+    if (h.message.empty()) throw Error("ps" + std::to_string(s) + " offered its parameter area without naming it");
+    std::string why;
+    if (!SharedMemory::open(h.message, slice.length * sizeof(float), &areas_[static_cast<size_t>(s)], &why,
+                            /*read_only=*/true)) {
+      PSLOG(INFO) << "w" << options_.index << ": cannot map ps" << s << "'s parameter area (" << why
+                  << "): its values are copied into this worker's segment instead";
+    }
+  }
+  for (uint64_t local = 0; local < slice.length; local += h.chunk) {
+    chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(h.chunk, slice.length - local)}});
+  }
+}
+
+void PsClient::use_local_channels() {
   std::string local, headers;
-  for (int s = 0; s < shards; ++s) {
+  for (int s = 0; s < options_.num_ps; ++s) {
     if (!segments_[static_cast<size_t>(s)].mapped()) continue;
     local += (local.empty() ? "ps" : " and ps") + std::to_string(s);
     // Its headers too can skip ZeroMQ's I/O threads now that every one of them is small.
@@ -182,14 +212,6 @@ uint64_t PsClient::hello(uint64_t total_steps) {
     PSLOG(INFO) << "w" << options_.index << ": " << local << " on this host: payloads through shared memory"
                 << (headers.empty() ? ", headers over the local channel" : headers);
   }
-  // Each shard answers with the step this worker does next there. They differ by one only for a
-  // replacement whose predecessor died between its pushes to different shards: it redoes the
-  // earlier step, and the shard that has its push already drops the repeat.
-  if (newest > version + 1) {
-    throw Error("the PS shards are at steps " + std::to_string(version) + " to " + std::to_string(newest) +
-                " (are --num-ps and the job the same everywhere?)");
-  }
-  return version;
 }
 
 float* PsClient::gradient_area() const {
@@ -272,15 +294,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   while (left > 0) {
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, deadline_after(kWaitReportSeconds)))) {
-      std::string shards;
-      for (size_t i = 0; i < chunks_.size(); ++i) {
-        const std::string name = " ps" + std::to_string(chunks_[i].shard) + " at " + endpoint_.address(chunks_[i].shard);
-        if (!received[i] && shards.find(name) == std::string::npos) shards += name;
-      }
-      if (Clock::now() >= deadline) {
-        throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for parameters from" + shards);
-      }
-      PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards;
+      report_waiting(received, deadline);
       continue;
     }
     if (left == chunks_.size()) first = Clock::now();
@@ -305,32 +319,13 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
                   std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
                   ")) while pulling version " + std::to_string(pull_version_));
     }
-    const SharedMemory& segment = segments_[static_cast<size_t>(msg.shard)];
-    if (payload_in_shared_memory(h) != segment.mapped()) {
-      throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
-                  " shared memory, against what this worker asked for");
-    }
-    const uint64_t local = h.offset - slices_[static_cast<size_t>(msg.shard)].offset;
-    const SharedMemory& area = areas_[static_cast<size_t>(msg.shard)];
-    const float* values = area.mapped() ? static_cast<const float*>(area.data()) + local
-                          : segment.mapped()
-                              ? static_cast<const float*>(segment.data()) +
-                                    shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
-                              : msg.frames[1].data<float>();
+    const float* values = values_of(msg, h);
     if (params + h.offset != values) std::memcpy(params + h.offset, values, h.length * sizeof(float));
     received[index] = true;
     versions_[index] = h.step;
     version = std::min(version, h.step);
     --left;
-    if (index == 0) {
-      metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
-      metrics.stale_sum = h.stale_sum;
-      metrics.stale_count = h.stale_count;
-      metrics.stale_max = h.stale_max;
-      metrics.lead_max = h.lead_max;
-      metrics.dropped = h.dropped;
-      metrics.eval = EvalSums{h.eval_samples, h.eval_loss, h.eval_correct};
-    }
+    if (index == 0) metrics = metrics_of(h);
     stop = stop || h.stop != 0;
     write_us = std::max(write_us, h.write_us);
   }
@@ -341,6 +336,34 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);
   return metrics;
+}
+
+const float* PsClient::values_of(const Message& msg, const Header& h) const {
+  const SharedMemory& segment = segments_[static_cast<size_t>(msg.shard)];
+  if (payload_in_shared_memory(h) != segment.mapped()) {
+    throw Error("ps" + std::to_string(msg.shard) + " sent PARAMS " + (h.shm ? "in" : "outside") +
+                " shared memory, against what this worker asked for");
+  }
+  const uint64_t local = h.offset - slices_[static_cast<size_t>(msg.shard)].offset;
+  const SharedMemory& area = areas_[static_cast<size_t>(msg.shard)];
+  const float* values = area.mapped() ? static_cast<const float*>(area.data()) + local
+                        : segment.mapped()
+                            ? static_cast<const float*>(segment.data()) +
+                                  shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
+                            : msg.frames[1].data<float>();
+  return values;
+}
+
+void PsClient::report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const {
+  std::string shards;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const std::string name = " ps" + std::to_string(chunks_[i].shard) + " at " + endpoint_.address(chunks_[i].shard);
+    if (!received[i] && shards.find(name) == std::string::npos) shards += name;
+  }
+  if (Clock::now() >= deadline) {
+    throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for parameters from" + shards);
+  }
+  PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards;
 }
 
 StepMetrics PsClient::pull(uint64_t version, float* params) {

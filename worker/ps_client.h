@@ -101,6 +101,19 @@ class PsClient {
   // Receives the one reply to request_id from each shard marked pending.
   std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want, const char* what);
   Header decode(const Message& msg) const;
+  // hello's parts: HELLO to shard s, offering it a shared-memory segment for its payloads
+  // (--shared-memory auto); shard s's WELCOME: its slice checked, the segment kept or dropped as
+  // the PS decided, its parameter area mapped (shm 2), its chunks appended; then the headers of
+  // the shards on this host moved to the local channel.
+  void send_hello(int s, uint64_t rid, uint64_t total_steps);
+  void welcome(int s, const Header& h);
+  void use_local_channels();
+  // receive_params without a message before the next report: throws after `deadline`, else logs
+  // which shards the chunks not `received` yet are waited for from.
+  void report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const;
+  // Where the values of a received PARAMS are: its shard's parameter area, this worker's
+  // segment, or the message's payload frame. Throws when the PS used another path than asked.
+  const float* values_of(const Message& msg, const Header& h) const;
 
   const JobOptions options_;
   const uint64_t total_;

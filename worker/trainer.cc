@@ -1,12 +1,6 @@
 #include "worker/trainer.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <iomanip>
 #include <numeric>
 #include <sstream>
@@ -16,7 +10,6 @@
 #include "shared/error.h"
 #include "shared/file_util.h"
 #include "shared/log.h"
-#include "shared/npy.h"
 #include "worker/backend.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"
@@ -24,26 +17,21 @@
 #include "worker/data/open.h"
 #include "worker/data/prefetch.h"
 #include "worker/data/sampler.h"
+#include "worker/evaluation.h"
 #include "worker/exchange.h"
 #include "worker/memory_plan.h"
 #include "worker/model.h"
+#include "worker/param_files.h"
 #include "worker/progress.h"
 #include "worker/replica.h"
 
 namespace pstrain {
 namespace {
 
-constexpr int kEvalBatch = 500;
 constexpr double kMiB = 1048576.0;
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
-
-std::string fixed(double value, int digits) {
-  std::ostringstream os;
-  os << std::fixed << std::setprecision(digits) << value;
-  return os.str();
 }
 
 // A MiB figure as given: 2 decimals, more for a limit below 1 MiB (0.015, not 0.01).
@@ -52,70 +40,6 @@ std::string mib_text(double mib) {
   os << std::setprecision(mib < 1 ? 3 : 2) << (mib < 1 ? std::defaultfloat : std::fixed) << mib;
   return os.str();
 }
-
-BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch, size_t from, size_t to) {
-  std::vector<size_t> records(static_cast<size_t>(eval_batch));
-  std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
-  std::vector<int32_t> y(static_cast<size_t>(eval_batch));
-  BatchStats total;
-  for (size_t start = from; start < to; start += static_cast<size_t>(eval_batch)) {
-    const size_t count = std::min<size_t>(static_cast<size_t>(eval_batch), to - start);
-    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
-    data.read(records.data(), count, x.data(), y.data());
-    const float* input = replica.input(x.data(), count * data.feature_dim());
-    const BatchStats s = model.evaluate(replica.params(), input, y.data(), static_cast<int>(count));
-    total.loss_sum += s.loss_sum;
-    total.correct += s.correct;
-  }
-  return total;
-}
-
-void save_params(const std::string& dir, const Layout& layout, const float* params) {
-  std::error_code error;
-  std::filesystem::create_directories(dir, error);
-  if (error) throw Error("cannot create --save-params dir '" + dir + "': " + error.message());
-  for (const TensorSpec& t : layout.tensors()) write_npy(dir + "/" + t.name + ".npy", t.shape, params + t.offset);
-  PSLOG(INFO) << "saved " << layout.tensors().size() << " variables to " << dir;
-}
-
-// Overwrites every variable of `layout` with DIR/<name>.npy (as save_params writes them). Throws
-// pstrain::Error naming the file for a missing file or a shape that is not the model's.
-void load_params(const std::string& dir, const Layout& layout, float* params) {
-  for (const TensorSpec& t : layout.tensors()) {
-    const std::string path = dir + "/" + t.name + ".npy";
-    std::vector<size_t> shape;
-    std::vector<float> values;
-    try {
-      values = read_npy(path, &shape);
-    } catch (const Error& e) {
-      throw Error(std::string("--init-params: ") + e.what());
-    }
-    if (shape != t.shape) {
-      throw Error("--init-params: " + path + " has shape " + shape_text(shape) + " but the model's " + t.name +
-                  " is " + shape_text(t.shape) + " (is --model/--hidden the one it was trained with?)");
-    }
-    std::copy(values.begin(), values.end(), params + t.offset);
-  }
-}
-
-// The number of classes a saved model was trained for: what a --model ending in dense K says,
-// else the length of the saved last layer's bias.
-int saved_classes(const JobOptions& o) {
-  const std::vector<LayerSpec> layers = parse_model(Network::spec_of(o.model, o.hidden, 2));
-  if (!o.model.empty() && layers.back().kind == "dense") return static_cast<int>(layers.back().args[0]);
-  const long with_params = std::count_if(layers.begin(), layers.end(),
-                                         [](const LayerSpec& l) { return l.kind == "dense" || l.kind == "conv"; });
-  const std::string path = o.init_params + "/layer" + std::to_string(with_params - 1) + ".bias.npy";
-  std::vector<size_t> shape;
-  try {
-    read_npy(path, &shape);
-  } catch (const Error& e) {
-    throw Error(std::string("--init-params: ") + e.what());
-  }
-  if (shape.size() != 1 || shape[0] < 2) throw Error("--init-params: " + path + " is not the bias of a last layer");
-  return static_cast<int>(shape[0]);
-}
-
 
 // What the worker will allocate on its device for batches of up to `rows` samples, computed
 // before allocating anything but the backend's own workspace (already held).
@@ -150,7 +74,8 @@ class Trainer {
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
     train_data_ = open_training_data(o_);
-    if (chief_) test_data_ = open_test_data(o_, train_data_->num_classes());  // its errors first
+    std::unique_ptr<Dataset> test_data;
+    if (chief_) test_data = open_test_data(o_, train_data_->num_classes());  // its errors first
     shares_ = worker_shares(o_);
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
@@ -158,11 +83,8 @@ class Trainer {
     steps_per_epoch_ = ShardSampler(train_data_->size(), o_.index, shares_, share_, o_.seed, o_.shuffle).steps_per_epoch();
     total_steps_ = steps_per_epoch_ * static_cast<uint64_t>(o_.epochs);
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
-    // Shared evaluations need every worker to hold the same parameters after a step, and an
-    // epoch's end before the job's last step (that one's evaluation is the chief's alone).
-    shared_eval_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0)) &&
-                   total_steps_ > steps_per_epoch_;
-    if (!chief_ && shared_eval_) test_data_ = open_test_data(o_, train_data_->num_classes());
+    evaluation_ = std::make_unique<Evaluation>(o_, std::move(test_data), train_data_->num_classes(), steps_per_epoch_,
+                                               total_steps_, &summary_);
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
@@ -187,11 +109,11 @@ class Trainer {
     if (o_.batch_auto) {
       double limit = o_.gpu_memory_limit_mib;
       if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
-      batch_ = choose_batch(share_, kEvalBatch, evaluates(), limit, plan_for);
+      batch_ = choose_batch(share_, kEvalBatch, evaluation_->evaluates(), limit, plan_for);
       PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
                   << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
                   << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
-                  << (evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
+                  << (evaluation_->evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
     } else {
       batch_.micro = std::min(micro_batch(o_, share_), share_);
       batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
@@ -202,7 +124,7 @@ class Trainer {
                   << batch_.micro << " = " << share_ << " samples a step";
     }
     sampler_ = std::make_unique<ShardSampler>(train_data_->size(), o_.index, shares_, batch_.micro, o_.seed, o_.shuffle);
-    const int max_batch = std::max(batch_.micro, evaluates() ? batch_.eval_batch : 1);
+    const int max_batch = std::max(batch_.micro, evaluation_->evaluates() ? batch_.eval_batch : 1);
     const MemoryPlan plan = plan_for(max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
@@ -215,6 +137,7 @@ class Trainer {
     model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
+    evaluation_->set_model(*model_, *replica_, batch_.eval_batch);
     PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
                 << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
                 << (backend_->host_accessible() ? std::string()
@@ -265,14 +188,14 @@ class Trainer {
   void loop() {
     bind_cpu();
     start_prefetch(first_step_);
-    start_ = interval_start_ = Clock::now();
+    progress_ = std::make_unique<Progress>(o_, steps_per_epoch_);  // the run's clock starts here
     uint64_t step = first_step_;
     while (step < total_steps_) {
       const StepMetrics m = run_step(step);
       if (!chief_ && m.stop) break;
       if (chief_) report(step, m);
       if (m.stop) break;
-      if (!chief_ && shared_eval_ && evaluates_share_after(step)) evaluate_share();
+      if (!chief_) evaluation_->share_after(step, &previous_);
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
         // Backup workers: the job moved on without this worker's late steps; so does its data.
         skipped_ += m.next_step - step - 1;
@@ -290,8 +213,7 @@ class Trainer {
     Clock::duration data{}, pushing{};
     PushInfo info;
     info.times = previous_;
-    info.eval = pending_eval_;
-    pending_eval_ = EvalSums{};
+    info.eval = evaluation_->take_share();
     checkpoints_->plan(step, &info.checkpoint, &info.stop);
     BatchStats done;  // of the micro-batches before the current one
     for (int j = 0; j < batch_.micro_batches; ++j) {
@@ -333,9 +255,8 @@ class Trainer {
     times.push_us += micros(pushing);
     replica_->params_to_device();
     previous_ = times;
-    interval_.add(m);
-    epoch_.add(m);
-    run_.add(m);
+    progress_->add(m);
+    evaluation_->add(m);
     if (info.checkpoint != 0) previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->completed(info.checkpoint));
     if (m.stop) {
       summary_.stopped = true;
@@ -355,93 +276,16 @@ class Trainer {
   // The chief's progress line every --log-every steps, and the evaluation at an epoch's end.
   void report(uint64_t step, const StepMetrics& m) {
     const bool last = step + 1 == total_steps_ || m.stop;
-    const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
-    if ((step + 1) % static_cast<uint64_t>(o_.log_every) == 0 || epoch_end || last) {
-      const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
-      PSLOG(INFO) << "epoch " << batch_data_.epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
-                  << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)
-                  << " acc " << fixed(interval_.accuracy(), 4) << " samples/s "
-                  << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
-                  << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
-                  << interval_.breakdown() << interval_.consistency();
-      const std::string slow = interval_.straggler();
-      if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
-      interval_.reset();
-      interval_start_ = Clock::now();
-    }
-    if (awaited_epoch_ != 0) report_shared_evaluation(m);
-    if (epoch_end && !last && shared_eval_) {
-      // Every worker evaluates its share now; the sums come back with the next step's results.
-      evaluate_share();
-      awaited_epoch_ = batch_data_.epoch + 1;
-      awaited_train_ = {epoch_.mean_loss(), epoch_.accuracy()};
-      epoch_.reset();
-    } else if (epoch_end || last) {
-      const auto e0 = Clock::now();
-      const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch, 0, test_data_->size());
-      previous_.eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
-      summary_.train_loss = epoch_.mean_loss();
-      summary_.train_accuracy = epoch_.accuracy();
-      report_epoch(batch_data_.epoch + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
-                   "(evaluated in " + fixed(previous_.eval_us / 1e3, 1) + " ms)");
-      epoch_.reset();
-    }
-  }
-
-  // Whether the workers share the evaluation after `step`: an epoch's last step, not the job's
-  // (the last evaluation has no next step to bring the sums: the chief does it alone).
-  bool evaluates_share_after(uint64_t step) const {
-    return (step + 1) % steps_per_epoch_ == 0 && step + 1 < total_steps_;
-  }
-
-  // Whether this worker evaluates the test set: the chief, and every worker that shares the
-  // evaluations (its memory plan makes room for the evaluation batch, as the chief's does).
-  bool evaluates() const { return chief_ || shared_eval_; }
-
-  // This worker's share of the test set: records [n i / N, n (i+1) / N), in batches of the
-  // evaluation batch; the sums ride with the next step's pushes (PushInfo::eval), the time with
-  // its step times.
-  void evaluate_share() {
-    const auto e0 = Clock::now();
-    const size_t n = test_data_->size(), i = static_cast<size_t>(o_.index), workers = static_cast<size_t>(o_.num_workers);
-    const size_t from = n * i / workers, to = n * (i + 1) / workers;
-    const BatchStats t = evaluate(*model_, *replica_, *test_data_, batch_.eval_batch, from, to);
-    pending_eval_ = EvalSums{to - from, t.loss_sum, static_cast<uint64_t>(t.correct)};
-    previous_.eval_us = micros(Clock::now() - e0);
-  }
-
-  // The chief, one step after an epoch's end: the workers' shares summed. All of the test set, or
-  // (a worker replaced meanwhile, whose share was lost) a warning instead of a partial result.
-  void report_shared_evaluation(const StepMetrics& m) {
-    const uint64_t epoch = awaited_epoch_;
-    awaited_epoch_ = 0;
-    if (m.eval.samples != test_data_->size()) {
-      PSLOG(WARN) << "epoch " << epoch << ": the workers' evaluations came back for " << m.eval.samples << " of "
-                  << test_data_->size() << " test records (a worker replaced meanwhile loses its share); "
-                  << "not reported";
-      return;
-    }
-    summary_.train_loss = awaited_train_.first;
-    summary_.train_accuracy = awaited_train_.second;
-    report_epoch(epoch, m.eval,
-                 "(evaluated by " + std::to_string(o_.num_workers) + " workers, " +
-                     fixed(m.times.eval_us / 1e3 / static_cast<double>(o_.num_workers), 1) + " ms each on average)");
-  }
-
-  // "epoch N done: train loss .. acc ..; test loss .. acc .. (how)", and the summary's test values.
-  void report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how) {
-    summary_.test_loss = test.loss_sum / static_cast<double>(test.samples);
-    summary_.test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
-    PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_.train_loss, 4) << " acc "
-                << fixed(summary_.train_accuracy, 4) << "; test loss " << fixed(summary_.test_loss, 4) << " acc "
-                << fixed(summary_.test_accuracy, 4) << " " << how;
+    progress_->report(step, batch_data_.epoch, last);
+    evaluation_->report(step, batch_data_.epoch, last, m, &previous_);
   }
 
   TrainSummary finish() {
-    summary_.seconds = std::chrono::duration<double>(Clock::now() - start_).count();
+    summary_.seconds = progress_->seconds();
     // All workers' samples: the global batches of sync and ssp; in async each worker's own steps.
-    const double samples = run_.samples() > 0 ? static_cast<double>(run_.samples())
-                                              : static_cast<double>(summary_.steps - first_step_) * global_batch_;
+    const StepStats& run = progress_->run();
+    const double samples = run.samples() > 0 ? static_cast<double>(run.samples())
+                                             : static_cast<double>(summary_.steps - first_step_) * global_batch_;
     summary_.samples_per_second = samples / std::max(summary_.seconds, 1e-9);
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
@@ -454,16 +298,7 @@ class Trainer {
                         ? std::string()
                         : " device_mib_counted=" + fixed(backend_->bytes_allocated() / kMiB, 2) +
                               " device_mib_measured=" + fixed(backend_->device_bytes_used() / kMiB, 2));
-    if (chief_) {
-      PSLOG(INFO) << "summary: mode=" << o_.mode << " workers=" << o_.num_workers
-                  << (o_.mode != "allreduce" ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << summary_.steps
-                  << " time_s=" << fixed(summary_.seconds, 1)
-                  << " samples_per_s=" << fixed(summary_.samples_per_second, 0)
-                  << " train_loss=" << fixed(summary_.train_loss, 4)
-                  << " train_accuracy=" << fixed(summary_.train_accuracy, 4)
-                  << " test_loss=" << fixed(summary_.test_loss, 4) << " test_accuracy=" << fixed(summary_.test_accuracy, 4)
-                  << " | " << run_.breakdown() << run_.consistency();
-    }
+    if (chief_) progress_->print_summary(summary_);
     return summary_;
   }
 
@@ -472,7 +307,7 @@ class Trainer {
   const std::string tag_;
   const std::atomic<bool>* stop_requested_;
 
-  std::unique_ptr<Dataset> train_data_, test_data_;
+  std::unique_ptr<Dataset> train_data_;
   std::vector<int> shares_;
   int share_ = 0;
   uint64_t global_batch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
@@ -492,40 +327,12 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;
   Batch batch_data_;
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
-  // The epochs' evaluations but the last are shared by the workers where they all hold the same
-  // parameters after a step (sync without backup workers, allreduce; 2 or more workers): each
-  // evaluates its share of the test set and sends the sums with its next push, and the chief
-  // reports them when that step's results come back. Elsewhere the chief evaluates alone.
-  bool shared_eval_ = false;
-  EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
-  uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
-  std::pair<double, double> awaited_train_;  // its training loss and accuracy
-  Clock::time_point start_, interval_start_;
-  StepStats interval_{o_.num_workers}, epoch_{o_.num_workers}, run_{o_.num_workers};
   TrainSummary summary_;
+  std::unique_ptr<Evaluation> evaluation_;
+  std::unique_ptr<Progress> progress_;  // from the loop's start
 };
 
 }  // namespace
-
-BatchStats evaluate_saved_model(const JobOptions& o) {
-  const int classes = o.classes > 0 ? o.classes : saved_classes(o);
-  const std::unique_ptr<Dataset> data = open_test_data(o, classes);
-  std::unique_ptr<Backend> backend = make_backend(o);
-  const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
-  Model model(Network::spec_of(o.model, o.hidden, classes), data->sample_shape(), classes, batch, false, *backend);
-  Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());
-  load_params(o.init_params, model.layout(), replica.host_params());
-  replica.params_to_device();
-  PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
-              << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
-  const auto t0 = Clock::now();
-  const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
-  const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
-  PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)
-              << " test_accuracy=" << fixed(static_cast<double>(stats.correct) / n, 4) << " records=" << data->size()
-              << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
-  return stats;
-}
 
 TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, const std::atomic<bool>* stop_requested) {
   Trainer trainer(o, stop_requested);

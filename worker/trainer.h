@@ -3,39 +3,24 @@
 // prefetch queue (in micro-batches with --accum-steps), compute its gradient, hand it to the
 // Exchange (worker/exchange.h) chunk by chunk as the last micro-batch's backward produces it, and
 // take the parameters the Exchange returns for the next step. The chief (worker 0) also
-// initialises the parameter servers (INIT), prints progress, evaluates the test set (shared with
-// the other workers at the epochs' ends where they hold the same parameters), decides
-// checkpoints and saves the parameters.
+// initialises the parameter servers (INIT), prints progress (worker/progress.h), evaluates the
+// test set (shared with the other workers at the epochs' ends where they hold the same
+// parameters: worker/evaluation.h), decides checkpoints (worker/checkpoints.h) and saves the
+// parameters (worker/param_files.h).
 #pragma once
 
 #include <atomic>
 
-#include <cstdint>
-
 #include "shared/options.h"
-#include "worker/backend.h"
 #include "worker/exchange.h"
+#include "worker/progress.h"  // TrainSummary
 
 namespace pstrain {
-
-struct TrainSummary {
-  uint64_t steps = 0;
-  double seconds = 0;
-  double samples_per_second = 0;  // global: all workers' samples
-  bool stopped = false;  // ended early after a final checkpoint (SIGTERM)
-  double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
-  double test_loss = 0, test_accuracy = 0;    // chief only
-};
 
 // Runs the whole job for this worker; throws pstrain::Error on failure. `stop_requested` (may be
 // null) is the chief's SIGTERM flag: with --checkpoint-dir it ends the job after a final
 // checkpoint (docs/checkpoints.md).
 TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange,
                    const std::atomic<bool>* stop_requested = nullptr);
-
-// --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
-// data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
-// The number of classes is --classes, else the length of the saved last layer's bias.
-BatchStats evaluate_saved_model(const JobOptions& options);
 
 }  // namespace pstrain

@@ -200,33 +200,39 @@ void pool_serial(PoolKind kind, const float* x, int planes, const PoolGeometry& 
   }
 }
 
+// pool_backward_serial where tiled_max_2x2 holds.
+void max_pool_2x2_backward_serial(const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
+                                  float* dx) {
+  for (int p = 0; p < planes; ++p) {
+    const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
+    float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
+    const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
+    for (int oy = 0; oy < g.out_height; ++oy) {
+      const size_t r0 = static_cast<size_t>(2 * oy) * g.width, r1 = r0 + g.width;
+      const float* yr = y + out_plane + static_cast<size_t>(oy) * g.out_width;
+      const float* dyr = dy + out_plane + static_cast<size_t>(oy) * g.out_width;
+      for (int ox = 0; ox < g.out_width; ++ox) {  // the first position (row major) holding the maximum
+        // Bitwise, not short-circuit: no branches to mispredict on data-dependent maxima.
+        const float m = yr[ox], d = dyr[ox];
+        const int a = xp[r0 + 2 * ox] == m;
+        const int b = (xp[r0 + 2 * ox + 1] == m) & ~a;
+        const int c = (xp[r1 + 2 * ox] == m) & ~(a | b);
+        const int e = (xp[r1 + 2 * ox + 1] == m) & ~(a | b | c);
+        dxp[r0 + 2 * ox] = a ? d : 0.0f;
+        dxp[r0 + 2 * ox + 1] = b ? d : 0.0f;
+        dxp[r1 + 2 * ox] = c ? d : 0.0f;
+        dxp[r1 + 2 * ox + 1] = e ? d : 0.0f;
+      }
+    }
+  }
+}
+
 void pool_backward_serial(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
                    float* dx) {
   // Scattered window by window in (oy, ox) order: each pixel receives its terms in that order
   // starting from 0, the order in which the CUDA kernel gathers them, so both sum alike.
   if (tiled_max_2x2(kind, g)) {  // disjoint windows covering the plane: every pixel written once
-    for (int p = 0; p < planes; ++p) {
-      const float* xp = x + static_cast<size_t>(p) * g.height * g.width;
-      float* dxp = dx + static_cast<size_t>(p) * g.height * g.width;
-      const size_t out_plane = static_cast<size_t>(p) * g.out_height * g.out_width;
-      for (int oy = 0; oy < g.out_height; ++oy) {
-        const size_t r0 = static_cast<size_t>(2 * oy) * g.width, r1 = r0 + g.width;
-        const float* yr = y + out_plane + static_cast<size_t>(oy) * g.out_width;
-        const float* dyr = dy + out_plane + static_cast<size_t>(oy) * g.out_width;
-        for (int ox = 0; ox < g.out_width; ++ox) {  // the first position (row major) holding the maximum
-          // Bitwise, not short-circuit: no branches to mispredict on data-dependent maxima.
-          const float m = yr[ox], d = dyr[ox];
-          const int a = xp[r0 + 2 * ox] == m;
-          const int b = (xp[r0 + 2 * ox + 1] == m) & ~a;
-          const int c = (xp[r1 + 2 * ox] == m) & ~(a | b);
-          const int e = (xp[r1 + 2 * ox + 1] == m) & ~(a | b | c);
-          dxp[r0 + 2 * ox] = a ? d : 0.0f;
-          dxp[r0 + 2 * ox + 1] = b ? d : 0.0f;
-          dxp[r1 + 2 * ox] = c ? d : 0.0f;
-          dxp[r1 + 2 * ox + 1] = e ? d : 0.0f;
-        }
-      }
-    }
+    max_pool_2x2_backward_serial(x, y, dy, planes, g, dx);
     return;
   }
   const float inv = 1.0f / static_cast<float>(g.kernel * g.kernel);

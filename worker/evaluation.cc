@@ -1,0 +1,158 @@
+#include "worker/evaluation.h"
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+#include "shared/log.h"
+#include "worker/data/open.h"
+#include "worker/model.h"
+#include "worker/param_files.h"
+#include "worker/replica.h"
+
+namespace pstrain {
+namespace {
+
+uint64_t micros(Clock::duration d) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
+BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eval_batch, size_t from, size_t to) {
+  std::vector<size_t> records(static_cast<size_t>(eval_batch));
+  std::vector<float> x(static_cast<size_t>(eval_batch) * data.feature_dim());
+  std::vector<int32_t> y(static_cast<size_t>(eval_batch));
+  BatchStats total;
+  for (size_t start = from; start < to; start += static_cast<size_t>(eval_batch)) {
+    const size_t count = std::min<size_t>(static_cast<size_t>(eval_batch), to - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    const float* input = replica.input(x.data(), count * data.feature_dim());
+    const BatchStats s = model.evaluate(replica.params(), input, y.data(), static_cast<int>(count));
+    total.loss_sum += s.loss_sum;
+    total.correct += s.correct;
+  }
+  return total;
+}
+
+}  // namespace
+
+Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes,
+                       uint64_t steps_per_epoch, uint64_t total_steps, TrainSummary* summary)
+    : o_(o),
+      chief_(o.index == 0),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(total_steps),
+      summary_(summary),
+      test_data_(std::move(test_data)),
+      epoch_(o.num_workers) {
+  // Shared evaluations need every worker to hold the same parameters after a step, and an
+  // epoch's end before the job's last step (that one's evaluation is the chief's alone).
+  shared_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0)) &&
+            total_steps_ > steps_per_epoch_;
+  if (!chief_ && shared_) test_data_ = open_test_data(o_, classes);
+}
+
+void Evaluation::set_model(Model& model, Replica& replica, int eval_batch) {
+  model_ = &model;
+  replica_ = &replica;
+  eval_batch_ = eval_batch;
+}
+
+EvalSums Evaluation::take_share() {
+  const EvalSums share = pending_eval_;
+  pending_eval_ = EvalSums{};
+  return share;
+}
+
+void Evaluation::share_after(uint64_t step, StepTimes* times) {
+  if (shared_ && evaluates_share_after(step)) evaluate_share(times);
+}
+
+void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetrics& m, StepTimes* times) {
+  const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
+  if (awaited_epoch_ != 0) report_shared_evaluation(m);
+  if (epoch_end && !last && shared_) {
+    // Every worker evaluates its share now; the sums come back with the next step's results.
+    evaluate_share(times);
+    awaited_epoch_ = epoch + 1;
+    awaited_train_ = {epoch_.mean_loss(), epoch_.accuracy()};
+    epoch_.reset();
+  } else if (epoch_end || last) {
+    const auto e0 = Clock::now();
+    const BatchStats t = evaluate(*model_, *replica_, *test_data_, eval_batch_, 0, test_data_->size());
+    times->eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
+    summary_->train_loss = epoch_.mean_loss();
+    summary_->train_accuracy = epoch_.accuracy();
+    report_epoch(epoch + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
+                 "(evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)");
+    epoch_.reset();
+  }
+}
+
+// Whether the workers share the evaluation after `step`: an epoch's last step, not the job's
+// (the last evaluation has no next step to bring the sums: the chief does it alone).
+bool Evaluation::evaluates_share_after(uint64_t step) const {
+  return (step + 1) % steps_per_epoch_ == 0 && step + 1 < total_steps_;
+}
+
+// This worker's share of the test set: records [n i / N, n (i+1) / N), in batches of the
+// evaluation batch; the sums ride with the next step's pushes (PushInfo::eval), the time with
+// its step times.
+void Evaluation::evaluate_share(StepTimes* times) {
+  const auto e0 = Clock::now();
+  const size_t n = test_data_->size(), i = static_cast<size_t>(o_.index), workers = static_cast<size_t>(o_.num_workers);
+  const size_t from = n * i / workers, to = n * (i + 1) / workers;
+  const BatchStats t = evaluate(*model_, *replica_, *test_data_, eval_batch_, from, to);
+  pending_eval_ = EvalSums{to - from, t.loss_sum, static_cast<uint64_t>(t.correct)};
+  times->eval_us = micros(Clock::now() - e0);
+}
+
+// The chief, one step after an epoch's end: the workers' shares summed. All of the test set, or
+// (a worker replaced meanwhile, whose share was lost) a warning instead of a partial result.
+void Evaluation::report_shared_evaluation(const StepMetrics& m) {
+  const uint64_t epoch = awaited_epoch_;
+  awaited_epoch_ = 0;
+  if (m.eval.samples != test_data_->size()) {
+    PSLOG(WARN) << "epoch " << epoch << ": the workers' evaluations came back for " << m.eval.samples << " of "
+                << test_data_->size() << " test records (a worker replaced meanwhile loses its share); "
+                << "not reported";
+    return;
+  }
+  summary_->train_loss = awaited_train_.first;
+  summary_->train_accuracy = awaited_train_.second;
+  report_epoch(epoch, m.eval,
+               "(evaluated by " + std::to_string(o_.num_workers) + " workers, " +
+                   fixed(m.times.eval_us / 1e3 / static_cast<double>(o_.num_workers), 1) + " ms each on average)");
+}
+
+// "epoch N done: train loss .. acc ..; test loss .. acc .. (how)", and the summary's test values.
+void Evaluation::report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how) {
+  summary_->test_loss = test.loss_sum / static_cast<double>(test.samples);
+  summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
+  PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4) << " acc "
+              << fixed(summary_->train_accuracy, 4) << "; test loss " << fixed(summary_->test_loss, 4) << " acc "
+              << fixed(summary_->test_accuracy, 4) << " " << how;
+}
+
+BatchStats evaluate_saved_model(const JobOptions& o) {
+  const int classes = o.classes > 0 ? o.classes : saved_classes(o);
+  const std::unique_ptr<Dataset> data = open_test_data(o, classes);
+  std::unique_ptr<Backend> backend = make_backend(o);
+  const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
+  Model model(Network::spec_of(o.model, o.hidden, classes), data->sample_shape(), classes, batch, false, *backend);
+  Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());
+  load_params(o.init_params, model.layout(), replica.host_params());
+  replica.params_to_device();
+  PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
+              << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
+  const auto t0 = Clock::now();
+  const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
+  const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
+  PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)
+              << " test_accuracy=" << fixed(static_cast<double>(stats.correct) / n, 4) << " records=" << data->size()
+              << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
+  return stats;
+}
+
+}  // namespace pstrain

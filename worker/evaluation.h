@@ -1,0 +1,82 @@
+// The test-set evaluations: the trainer's Evaluation (every epoch's, shared by the workers where
+// they hold the same parameters, reported by the chief) and --evaluate (evaluate_saved_model).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "shared/options.h"
+#include "worker/backend.h"
+#include "worker/data/dataset.h"
+#include "worker/progress.h"
+
+namespace pstrain {
+
+class Model;
+class Replica;
+
+// Test records per evaluation batch (--batch-size auto may choose fewer: worker/memory_plan.h).
+constexpr int kEvalBatch = 500;
+
+// One worker's evaluations during training. The epochs' evaluations but the last are shared by
+// the workers where they all hold the same parameters after a step (sync without backup workers,
+// allreduce; 2 or more workers): each evaluates its share of the test set and sends the sums with
+// its next push, and the chief reports them when that step's results come back. Elsewhere the
+// chief evaluates alone.
+class Evaluation {
+ public:
+  // `test_data`: the chief's test set, which the trainer opens right after the training data (so
+  // that its errors come before any other); the other workers open theirs here, of `classes`
+  // classes, when they share the evaluations. The chief's reports set *summary's train and test
+  // figures.
+  Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
+             uint64_t total_steps, TrainSummary* summary);
+
+  // Whether this worker evaluates the test set: the chief, and every worker that shares the
+  // evaluations (its memory plan makes room for the evaluation batch, as the chief's does).
+  bool evaluates() const { return chief_ || shared_; }
+  // What it evaluates, in batches of up to `eval_batch` records.
+  void set_model(Model& model, Replica& replica, int eval_batch);
+
+  // Every step's results, for the training figures of its epoch's report.
+  void add(const StepMetrics& m) { epoch_.add(m); }
+  // This worker's share evaluated after the previous step, to send with this step's pushes
+  // (PushInfo::eval; samples 0: none). Taken once.
+  EvalSums take_share();
+  // A worker but the chief after `step`: its share when the evaluation after `step` is shared.
+  // Its time goes to times->eval_us.
+  void share_after(uint64_t step, StepTimes* times);
+  // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step), whose
+  // results are `m`: reports a shared evaluation that came back with them, and at an epoch's end
+  // evaluates its share, or all of the test set alone. Its time goes to times->eval_us.
+  void report(uint64_t step, uint64_t epoch, bool last, const StepMetrics& m, StepTimes* times);
+
+ private:
+  bool evaluates_share_after(uint64_t step) const;
+  void evaluate_share(StepTimes* times);
+  void report_shared_evaluation(const StepMetrics& m);
+  void report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how);
+
+  const JobOptions& o_;
+  const bool chief_;
+  const uint64_t steps_per_epoch_, total_steps_;
+  TrainSummary* const summary_;
+  std::unique_ptr<Dataset> test_data_;
+  bool shared_ = false;
+  Model* model_ = nullptr;
+  Replica* replica_ = nullptr;
+  int eval_batch_ = 0;
+  StepStats epoch_;             // the training figures of the epoch so far
+  EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
+  uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
+  std::pair<double, double> awaited_train_;  // its training loss and accuracy
+};
+
+// --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
+// data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
+// The number of classes is --classes, else the length of the saved last layer's bias.
+BatchStats evaluate_saved_model(const JobOptions& options);
+
+}  // namespace pstrain
