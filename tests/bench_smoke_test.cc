@@ -1,6 +1,7 @@
 // The benchmarks are not tests; this only checks that each one runs and prints well-formed rows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <regex>
@@ -78,6 +79,31 @@ TEST(BenchSmokeTest, CheckpointCostPrintsBothRunsAndARatio) {
                        "(checkpointing +samples_per_s=[0-9]+ +runs=\\[[0-9]+\\] +checkpoints_per_run=4 \\(every 100 steps\\))|"
                        "(ratio=" + kNum + ")");
   EXPECT_EQ(matching_lines(out, row), 3) << out;
+}
+
+// A quarter of a minute, sampled every 3 s: a line per sample and a row per process with its
+// first value, its largest and the growth (the verdict itself needs the long runs).
+TEST(BenchSmokeTest, SoakSamplesEveryProcessAndReportsItsGrowth) {
+  const std::string build = std::string(PSTRAIN_WORKER_BIN).substr(0, std::string(PSTRAIN_WORKER_BIN).rfind('/'));
+  const std::string command = "PSTRAIN_BUILD_DIR=" + build + " python3 " + PSTRAIN_SOURCE_DIR +
+                              "/bench/soak.py --minutes 0.25 --interval 3 --warmup 3 --limit 1000 2>/dev/null";
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buffer[4096];
+  while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  for (const char* name : {"ps0", "w0", "w1"}) {
+    const std::regex row(std::string(name) + " +[0-9]+ +[0-9]+ +-?" + kNum + " +[0-9]+ +[0-9]+ +-?" + kNum +
+                         " +[0-9]+ +[0-9]+ +-?" + kNum);
+    std::istringstream lines(out);
+    std::string line;
+    int rows = 0;
+    while (std::getline(lines, line)) rows += std::regex_match(line, row) ? 1 : 0;
+    EXPECT_EQ(rows, 1) << name << "\n" << out;
+  }
+  EXPECT_NE(out.find("soak: no process grew past the limit"), std::string::npos) << out;
+  EXPECT_GE(std::count(out.begin(), out.end(), '\n'), 8) << out;  // the samples' lines
 }
 
 // A few steps per configuration (the target is low enough for all of them to reach it).
