@@ -235,7 +235,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
   base.optimizer.lr = 1e-6;
   base.timeout_s = 120;
   base.chunk_kib = chunk_kib;
-  base.shared_memory = transport == "shm" && !links.active() ? "auto" : "off";
+  base.shared_memory = transport == "shm" && !links.active();
   const double cpu_before = children_cpu_seconds();
   const double wall_before = now_seconds();
   std::vector<pid_t> children;
@@ -250,7 +250,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       zmq::context_t context(1);
       const auto zap = make_zap_handler(context, security);
       auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security,
-                                      o.shared_memory == "auto");
+                                      o.shared_memory);
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
       ParameterServer server(o, *endpoint);
       server.serve();
@@ -263,7 +263,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       JobOptions o = base;
       o.index = i;
       zmq::context_t context(1);
-      auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory == "auto");
+      auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory);
       PsClient client(o, total, *endpoint);
       client.hello(static_cast<uint64_t>(rounds + 1));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);

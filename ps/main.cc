@@ -26,7 +26,7 @@ int main(int argc, char** argv) {
     const pstrain::Security security = pstrain::resolve_security(*options, {options->bind + ":0"});
     const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
-                                             options->shared_memory == "auto");
+                                             options->shared_memory);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
     if (!options->inject_faults.empty()) {
       endpoint = pstrain::with_faults(std::move(endpoint), pstrain::parse_fault_rules(options->inject_faults));

@@ -128,7 +128,7 @@ std::vector<int> Membership::unregistered() const {
 bool Membership::map_segment(int worker, const Header& hello, uint64_t slice_length) {
   SharedMemory& segment = segment_of_worker_[static_cast<size_t>(worker)];
   segment = SharedMemory();
-  if (hello.shm == 0 || options_.shared_memory != "auto") return false;
+  if (hello.shm == 0 || !options_.shared_memory) return false;
   std::string why;
   if (!SharedMemory::open(hello.message, shm_segment_bytes(slice_length), &segment, &why)) {
     PSLOG(DEBUG) << "ps" << options_.index << ": worker " << worker << " through sockets: " << why;

@@ -28,7 +28,7 @@ void CheckpointStore::write(const ShardCheckpoint& c) const {
   } catch (const Error& e) {
     const std::string why = who_ + ": checkpoint of version " + std::to_string(c.version) +
                             " failed: " + e.what() + "; earlier checkpoints are intact";
-    if (o_.checkpoint_errors == "warn") {
+    if (o_.checkpoint_errors == OnError::kWarn) {
       PSLOG(WARN) << why << " (--checkpoint-errors warn: training goes on)";
       return;
     }

@@ -301,7 +301,7 @@ class Resolver {
     return flag(name) ? "flag" : given_.config.count(name) > 0 ? "config" : "default";
   }
   // The first ranks are parameter servers, except in allreduce mode, which has none.
-  int ps_ranks() const { return o_.mode == "allreduce" ? 0 : o_.num_ps; }
+  int ps_ranks() const { return o_.mode == Mode::kAllreduce ? 0 : o_.num_ps; }
 
   std::string task() const { return env_.tf.task_type + " " + std::to_string(env_.tf.task_index); }
   std::string rank_text() const { return env_.source + " rank " + std::to_string(env_.rank); }
@@ -342,7 +342,7 @@ class Resolver {
       env_index = env_.rank < s ? env_.rank : env_.rank - s;
       what = rank_text() + " is " + (env_.rank < s ? "parameter server " : "worker ") + std::to_string(env_index) +
              " (the first " + std::to_string(s) + " rank(s) are parameter servers" +
-             (o_.mode == "allreduce" ? " in sync mode; allreduce mode has none)" : ", --num-ps)");
+             (o_.mode == Mode::kAllreduce ? " in sync mode; allreduce mode has none)" : ", --num-ps)");
       if (asked && *asked != *env_role) throw UsageError("--role " + o_.role + " contradicts " + what);
     }
     if (asked) {
@@ -371,11 +371,11 @@ class Resolver {
     std::string ps_from = from("num-ps"), workers_from = from("num-workers");
     if (tf_) {
       const TfConfig& tf = env_.tf;
-      if (o_.mode == "allreduce" && !tf.ps.empty()) {
+      if (o_.mode == Mode::kAllreduce && !tf.ps.empty()) {
         throw UsageError("TF_CONFIG lists " + std::to_string(tf.ps.size()) +
                          " ps task(s), but --mode allreduce uses no parameter servers: remove the PS replicas");
       }
-      if (o_.mode != "allreduce" && tf.ps.empty() && !flag("ps-hosts")) {
+      if (o_.mode != Mode::kAllreduce && tf.ps.empty() && !flag("ps-hosts")) {
         throw UsageError("TF_CONFIG lists no ps tasks: --mode sync needs at least one (or use --mode allreduce)");
       }
       if (!flag("num-ps") && !tf.ps.empty()) {
@@ -395,7 +395,7 @@ class Resolver {
       o_.num_workers = workers;
       workers_from = env_.source;
     }
-    o_.origin.counts_from = ps_from == workers_from || o_.mode == "allreduce"
+    o_.origin.counts_from = ps_from == workers_from || o_.mode == Mode::kAllreduce
                                 ? workers_from
                                 : "ps: " + ps_from + ", workers: " + workers_from;
   }
@@ -422,7 +422,7 @@ class Resolver {
 
   void peers() {
     if (o_.origin.role != Role::kWorker) return;
-    if (o_.mode == "allreduce") {
+    if (o_.mode == Mode::kAllreduce) {
       o_.origin.peers_from = from("coordinator");
       if (flag("coordinator") || !(tf_ || ranks_)) return;
       std::string port;
@@ -628,7 +628,7 @@ std::string describe_placement(const JobOptions& o, const std::string& device) {
   os << "role " << role_name(from.role) << " (" << from.role_from << "), index " << o.index << " of "
      << (ps ? o.num_ps : o.num_workers) << " (" << from.index_from << "), host " << host << ", local rank "
      << o.local_rank << " (" << from.local_rank_from << "), device " << (device.empty() ? "none" : device) << "; ";
-  if (o.mode == "allreduce") {
+  if (o.mode == Mode::kAllreduce) {
     os << o.num_workers << " worker(s), no PS (" << from.counts_from << ")";
     if (o.num_workers > 1) os << "; rendezvous at " << o.coordinator << " (" << from.peers_from << ")";
   } else {

@@ -52,11 +52,6 @@ struct EnvCluster {
 // Throws pstrain::UsageError for a malformed variable of the source it uses.
 EnvCluster read_cluster_env(const EnvMap& env);
 
-// Which options the command line and the config file gave (names without "--").
-struct GivenOptions {
-  std::set<std::string> command_line, config;
-};
-
 // Fills the cluster fields of *o (role, index, counts, PS addresses, coordinator, bind, port,
 // local rank) that the command line did not give from `env`, and o->origin with where each
 // came from. `binary` is the role of the running binary. Throws pstrain::UsageError when the

@@ -35,8 +35,8 @@ const std::vector<std::string>& fingerprint_keys() {
 
 Fingerprint job_fingerprint(const JobOptions& o) {
   const OptimizerOptions& opt = o.optimizer;
-  std::string mode = o.mode;
-  if (o.mode == "ssp") mode += " staleness " + std::to_string(o.staleness);
+  std::string mode = mode_name(o.mode);
+  if (o.mode == Mode::kSsp) mode += " staleness " + std::to_string(o.staleness);
   if (o.backup_workers > 0) mode += " backup-workers " + std::to_string(o.backup_workers);
   Fingerprint f = {
       {"mode", mode},

@@ -8,7 +8,6 @@
 #include <iostream>
 #include <sstream>
 
-#include "shared/cluster_env.h"
 #include "shared/error.h"
 
 namespace pstrain {
@@ -47,16 +46,17 @@ bool has_extension(const std::string& name, const std::string& ext) {
 
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
   std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
+  std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
 };
 
 po::options_description describe(JobOptions& o, TextOptions& t) {
   po::options_description cluster("Cluster");
   cluster.add_options()
-      ("mode", po::value(&o.mode)->default_value(o.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("mode", po::value(&t.mode)->default_value(t.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
       ("staleness", po::value(&o.staleness)->default_value(o.staleness), "ssp: how many steps a worker may run ahead of the slowest one (0 = exactly sync)")
       ("backup-workers", po::value(&o.backup_workers)->default_value(o.backup_workers), "sync: apply a step once N - this many workers pushed it (TensorFlow's replicas_to_aggregate = N - b); later pushes for it are dropped and counted, so a stalled worker does not stop the job")
-      ("collective", po::value(&o.collective)->default_value(o.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
-      ("shared-memory", po::value(&o.shared_memory)->default_value(o.shared_memory), "auto: peers on the same host move gradients and parameters through shared-memory segments in /dev/shm instead of the sockets (a worker and each PS shard on its host; the all-reduce ring when every rank is on one host); a worker's headers to a PS reached at ipc://@NAME then skip ZeroMQ's I/O threads too (a local socket, @NAME.local); peers elsewhere, or a /dev/shm too small, use the sockets | off: always the sockets (docs/wire_protocol.md, docs/collective.md)")
+      ("collective", po::value(&t.collective)->default_value(t.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
+      ("shared-memory", po::value(&t.shared_memory)->default_value(t.shared_memory), "auto: peers on the same host move gradients and parameters through shared-memory segments in /dev/shm instead of the sockets (a worker and each PS shard on its host; the all-reduce ring when every rank is on one host); a worker's headers to a PS reached at ipc://@NAME then skip ZeroMQ's I/O threads too (a local socket, @NAME.local); peers elsewhere, or a /dev/shm too small, use the sockets | off: always the sockets (docs/wire_protocol.md, docs/collective.md)")
       ("coordinator", po::value(&o.coordinator), "allreduce: host:port where worker 0 listens for the rendezvous (worker 0 may give port 0 and report the bound address with --port-file)")
       ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
       ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
@@ -128,10 +128,22 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
       ("resume", po::value(&t.resume)->implicit_value("on"), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used). --resume=auto: the same where the directory holds a complete checkpoint, else start fresh (for Slurm --requeue and Kubernetes restarts: one command for the first start and every restart). A resumed job may run more (or fewer) steps than the one that saved: the learning-rate schedule is recomputed over the new length")
       ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
-      ("checkpoint-errors", po::value(&o.checkpoint_errors)->default_value(o.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
+      ("checkpoint-errors", po::value(&t.checkpoint_errors)->default_value(t.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
   po::options_description all;
   all.add(cluster).add(model).add(train).add(ckpt);
   return all;
+}
+
+// The value named `text` among `choices` (in their order in the message); a UsageError naming
+// `flag` otherwise ("--mode: 'x' is not one of sync, async, ssp, allreduce").
+template <typename T>
+T choose(const std::string& flag, const std::string& text, const std::vector<std::pair<const char*, T>>& choices) {
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  throw UsageError(flag + ": '" + text + "' is not one of " + names);
 }
 
 bool parse_bool(const std::string& text, const std::string& what) {
@@ -144,22 +156,19 @@ void validate(const JobOptions& o, Role role) {
   auto require = [](bool ok, const std::string& message) {
     if (!ok) throw UsageError(message);
   };
-  require(o.mode == "sync" || o.mode == "async" || o.mode == "ssp" || o.mode == "allreduce",
-          "--mode: '" + o.mode + "' is not one of sync, async, ssp, allreduce");
   require(o.staleness >= 0, "--staleness must not be negative");
   require(o.backup_workers >= 0 && o.backup_workers < o.num_workers,
           "--backup-workers must be in [0, N-1] = [0, " + std::to_string(o.num_workers - 1) + "]");
-  require(o.backup_workers == 0 || o.mode == "sync", "--backup-workers applies to --mode sync only");
-  require(o.mode == "sync" || o.mode == "allreduce" || !o.allow_rejoin,
-          "--allow-rejoin (launch.sh --max-restarts) works in sync and allreduce modes only, not --mode " + o.mode);
+  const bool sync_or_allreduce = o.mode == Mode::kSync || o.mode == Mode::kAllreduce;
+  require(o.backup_workers == 0 || o.mode == Mode::kSync, "--backup-workers applies to --mode sync only");
+  require(sync_or_allreduce || !o.allow_rejoin,
+          std::string("--allow-rejoin (launch.sh --max-restarts) works in sync and allreduce modes only, not --mode ") +
+              mode_name(o.mode));
   require(o.backup_workers == 0 || !o.allow_rejoin, "--allow-rejoin (launch.sh --max-restarts) and --backup-workers do not combine yet");
-  require(o.mode == "sync" || o.mode == "allreduce" || o.checkpoint_dir.empty(),
-          "--checkpoint-dir works in sync and allreduce modes only, not --mode " + o.mode + " (docs/checkpoints.md)");
+  require(sync_or_allreduce || o.checkpoint_dir.empty(), std::string("--checkpoint-dir works in sync and allreduce "
+                                                                     "modes only, not --mode ") +
+                                                             mode_name(o.mode) + " (docs/checkpoints.md)");
   require(o.backup_workers == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir and --backup-workers do not combine yet");
-  require(o.shared_memory == "auto" || o.shared_memory == "off",
-          "--shared-memory: '" + o.shared_memory + "' is not one of auto, off");
-  require(o.collective == "ring" || o.collective == "nccl",
-          "--collective: '" + o.collective + "' is not one of ring, nccl");
   require(o.num_workers >= 1, "--num-workers must be at least 1");
   require(o.num_ps >= 1, "--num-ps must be at least 1");
   const int count = role == Role::kPs ? o.num_ps : o.num_workers;
@@ -180,8 +189,6 @@ void validate(const JobOptions& o, Role role) {
   require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
   require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");
   require(o.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
-  require(o.checkpoint_errors == "stop" || o.checkpoint_errors == "warn",
-          "--checkpoint-errors: '" + o.checkpoint_errors + "' is not one of stop, warn");
   require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
 
   require(o.batch_size >= 1, "--batch-size must be at least 1 (or auto)");
@@ -239,7 +246,7 @@ void validate(const JobOptions& o, Role role) {
   require(opt.epsilon > 0, "--epsilon must be positive");
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
-  if (role == Role::kWorker && o.mode == "allreduce") {
+  if (role == Role::kWorker && o.mode == Mode::kAllreduce) {
     require(o.num_workers == 1 || !o.coordinator.empty(),
             "--mode allreduce with several workers needs --coordinator host:port (worker 0's rendezvous)");
     if (!o.coordinator.empty()) {
@@ -254,6 +261,16 @@ void validate(const JobOptions& o, Role role) {
 }
 
 }  // namespace
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kSync: return "sync";
+    case Mode::kAsync: return "async";
+    case Mode::kSsp: return "ssp";
+    case Mode::kAllreduce: return "allreduce";
+  }
+  return "?";
+}
 
 std::vector<int> worker_shares(const JobOptions& o) {
   if (!o.worker_batch.empty()) return o.worker_batch;
@@ -308,7 +325,7 @@ HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
   return hp;
 }
 
-std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env) {
+std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* argv, GivenOptions* given_out) {
   JobOptions o;
   TextOptions text;
   std::string config;
@@ -351,6 +368,13 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
   for (const auto& w : split(text.hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
   for (const auto& b : split(text.worker_batch, ',')) o.worker_batch.push_back(parse_int(b, "--worker-batch"));
   o.resume_allow = split(text.resume_allow, ',');
+  o.mode = choose<Mode>("--mode", text.mode, {{"sync", Mode::kSync}, {"async", Mode::kAsync}, {"ssp", Mode::kSsp},
+                                              {"allreduce", Mode::kAllreduce}});
+  o.collective = choose<CollectiveKind>("--collective", text.collective,
+                                        {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
+  o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});
+  o.checkpoint_errors =
+      choose<OnError>("--checkpoint-errors", text.checkpoint_errors, {{"stop", OnError::kStop}, {"warn", OnError::kWarn}});
   if (text.resume == "auto") {
     o.resume = o.resume_auto = true;
   } else if (text.resume == "on" || text.resume == "true" || text.resume == "yes" || text.resume == "1") {
@@ -376,15 +400,13 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
     o.ps_hosts.push_back(address);
   }
   o.shuffle = parse_bool(text.shuffle, "--shuffle");
-  resolve_cluster(role, read_cluster_env(env), given, &o);  // TF_CONFIG, Slurm, Open MPI
-  if (o.origin.evaluator) return o;
-  if (o.start_timeout_s == 0) o.start_timeout_s = o.timeout_s;
-  validate(o, o.origin.role);
+  *given_out = std::move(given);
   return o;
 }
 
-std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv) {
-  return parse_job_options(role, argc, argv, process_environment());
+void finish_job_options(JobOptions* o) {
+  if (o->start_timeout_s == 0) o->start_timeout_s = o->timeout_s;
+  validate(*o, o->origin.role);
 }
 
 }  // namespace pstrain

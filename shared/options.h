@@ -8,12 +8,19 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 namespace pstrain {
 
 enum class Role { kPs, kWorker };
+
+// --mode, --collective, --checkpoint-errors: parsed once into these, never compared as text.
+enum class Mode { kSync, kAsync, kSsp, kAllreduce };
+enum class CollectiveKind { kRing, kNccl };
+enum class OnError { kStop, kWarn };
+const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
 
 struct HostPort {
   std::string host;
@@ -42,11 +49,11 @@ struct OptimizerOptions {
 
 struct JobOptions {
   // Cluster.
-  std::string mode = "sync";    // sync (PS barrier per step) | async | ssp | allreduce (no PS on the data path)
+  Mode mode = Mode::kSync;      // sync (PS barrier per step) | async | ssp | allreduce (no PS on the data path)
   int staleness = 2;            // ssp: a worker may run this many steps ahead of the slowest (0 = sync)
   int backup_workers = 0;       // sync: a step is applied once N - backup_workers workers pushed it
-  std::string collective = "ring";  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
-  std::string shared_memory = "auto";  // auto: same-host ring ranks all-reduce through shared memory | off
+  CollectiveKind collective = CollectiveKind::kRing;  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
+  bool shared_memory = true;    // --shared-memory auto: same-host peers use shared memory | off
   std::string coordinator;      // allreduce: host:port of worker 0's rendezvous (worker 0 may use port 0)
   int num_workers = 1;          // N
   int num_ps = 1;               // S
@@ -80,7 +87,7 @@ struct JobOptions {
   bool resume = false;          // start from the newest usable checkpoint in checkpoint_dir
   bool resume_auto = false;     // --resume auto: ... when the directory holds a complete one, else fresh
   std::vector<std::string> resume_allow;  // fingerprint keys (or "all") a resumed checkpoint may differ in
-  std::string checkpoint_errors = "stop";  // PS: a failed write stops the job | warn and go on
+  OnError checkpoint_errors = OnError::kStop;  // PS: a failed write stops the job | warn and go on
 
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
@@ -143,12 +150,24 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag);
 
 using EnvMap = std::map<std::string, std::string>;
 
+// Which options the command line and the config file gave (their long names).
+struct GivenOptions {
+  std::set<std::string> command_line, config;
+};
+
 // Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error
 // with a readable message for bad flags or values. Cluster fields the command line does not give
 // come from `env` (TF_CONFIG, Slurm, Open MPI; shared/cluster_env.h), then the config file.
+// Defined in shared/job_config.cc, which joins the two (this file knows no environment).
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env);
 // The same with this process's environment.
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
+
+// parse_job_options' parts: the flags and the config file alone (nullopt after --help), and,
+// once the environment has had its say, the defaults that follow from other fields and every
+// check (throws pstrain::UsageError).
+std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* argv, GivenOptions* given);
+void finish_job_options(JobOptions* o);
 
 // The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).
 constexpr size_t kMaxIpcName = 107;

@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "shared/error.h"
+#include "shared/options.h"
 
 namespace pstrain {
 namespace {
@@ -218,11 +219,14 @@ struct Decoder {
 
 }  // namespace
 
-ModeCode mode_code(const std::string& mode) {
-  if (mode == "sync") return ModeCode::kSync;
-  if (mode == "async") return ModeCode::kAsync;
-  if (mode == "ssp") return ModeCode::kSsp;
-  throw UsageError("mode '" + mode + "' is not served by a parameter server (sync, async, ssp)");
+ModeCode mode_code(Mode mode) {
+  switch (mode) {
+    case Mode::kSync: return ModeCode::kSync;
+    case Mode::kAsync: return ModeCode::kAsync;
+    case Mode::kSsp: return ModeCode::kSsp;
+    case Mode::kAllreduce: break;
+  }
+  throw UsageError(std::string("mode '") + mode_name(mode) + "' is not served by a parameter server (sync, async, ssp)");
 }
 
 const char* op_name(Op op) {

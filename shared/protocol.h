@@ -94,11 +94,12 @@ struct Header {
   double eval_loss = 0;
 };
 
+enum class Mode;  // --mode (shared/options.h)
+
 // HELLO's `mode` field.
 enum class ModeCode : uint64_t { kSync = 0, kAsync = 1, kSsp = 2 };
-// The code of --mode sync, async or ssp; throws pstrain::UsageError for any other (allreduce has
-// no PS).
-ModeCode mode_code(const std::string& mode);
+// The code of --mode sync, async or ssp; throws pstrain::UsageError for allreduce (it has no PS).
+ModeCode mode_code(Mode mode);
 
 // A same-host worker's shared-memory segment for one shard whose slice holds `slice_length`
 // floats: the worker's gradient of the slice from float 0, the PS's parameters of it from float

@@ -309,7 +309,7 @@ TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
   }
   EXPECT_EQ(load(0, 2), "v10");
   JobOptions warn = o_;
-  warn.checkpoint_errors = "warn";
+  warn.checkpoint_errors = OnError::kWarn;
   EXPECT_NO_THROW(CheckpointStore(warn, "ps0").write(sample(0, 2, 20)));
 }
 

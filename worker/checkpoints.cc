@@ -56,7 +56,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
   m.total_steps = total_steps_;
   m.layout = layout_text();
   m.job = job_fingerprint(o_);
-  const int shards = o_.mode == "allreduce" ? 1 : o_.num_ps;  // allreduce: the chief's one file
+  const int shards = o_.mode == Mode::kAllreduce ? 1 : o_.num_ps;  // allreduce: the chief's one file
   try {
     for (int s = 0; s < shards; ++s) {
       CheckpointManifest::File f;
@@ -70,7 +70,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
     write_file_durably(dir + "/MANIFEST", encode_manifest(m));
   } catch (const Error& e) {
     const std::string why = "w0: checkpoint of step " + std::to_string(version) + " is incomplete: " + e.what();
-    if (o_.checkpoint_errors == "warn") {
+    if (o_.checkpoint_errors == OnError::kWarn) {
       PSLOG(WARN) << why;
       return 0;
     }

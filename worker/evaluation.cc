@@ -48,7 +48,7 @@ Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, 
       epoch_(o.num_workers) {
   // Shared evaluations need every worker to hold the same parameters after a step, and an
   // epoch's end before the job's last step (that one's evaluation is the chief's alone).
-  shared_ = o_.num_workers > 1 && (o_.mode == "allreduce" || (o_.mode == "sync" && o_.backup_workers == 0)) &&
+  shared_ = o_.num_workers > 1 && (o_.mode == Mode::kAllreduce || (o_.mode == Mode::kSync && o_.backup_workers == 0)) &&
             total_steps_ > steps_per_epoch_;
   if (!chief_ && shared_) test_data_ = open_test_data(o_, classes);
 }

@@ -55,8 +55,8 @@ class PsExchange final : public Exchange {
     // Pushes first, then the PULL: sync asks for version step + 1, ssp for the version that keeps
     // it within --staleness, async for the newest. Right behind the last push, the PULL costs the
     // PS no wake-up of its own (asked at the step's start it woke the PS while both workers computed).
-    client_.request_params(o_.mode == "sync"  ? step + 1
-                           : o_.mode == "ssp" ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness)
+    client_.request_params(o_.mode == Mode::kSync  ? step + 1
+                           : o_.mode == Mode::kSsp ? step + 1 - std::min<uint64_t>(step + 1, o_.staleness)
                                               : 0);
     const auto pushed = Clock::now();
     times->push_us = micros(pushed - start);

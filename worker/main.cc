@@ -121,12 +121,12 @@ int main(int argc, char** argv) {
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
     zmq::context_t context(1);
     std::vector<std::string> addresses = o.ps_hosts;
-    if (o.mode == "allreduce") addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
+    if (o.mode == pstrain::Mode::kAllreduce) addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
     const pstrain::Security security = pstrain::resolve_security(o, addresses);
     const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
     const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
-      if (o.mode == "allreduce" && o.collective == "nccl") {
+      if (o.mode == pstrain::Mode::kAllreduce && o.collective == pstrain::CollectiveKind::kNccl) {
         if (!replica.on_device()) {
           throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
                                     "on the CPU use --collective ring");
@@ -134,12 +134,12 @@ int main(int argc, char** argv) {
         auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
         return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
       }
-      if (o.mode == "allreduce") {
+      if (o.mode == pstrain::Mode::kAllreduce) {
         auto ring = pstrain::make_shared_memory_collective(join_ring(context, o, security), o.timeout_s,
-                                                           o.shared_memory == "auto");
+                                                           o.shared_memory);
         return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
       }
-      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory == "auto");
+      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
       if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), pstrain::parse_fault_rules(o.inject_faults));
       return pstrain::make_ps_exchange(o, total, *servers, replica);
     };

@@ -109,8 +109,8 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
 }
 
 void Progress::print_summary(const TrainSummary& s) const {
-  PSLOG(INFO) << "summary: mode=" << o_.mode << " workers=" << o_.num_workers
-              << (o_.mode != "allreduce" ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << s.steps
+  PSLOG(INFO) << "summary: mode=" << mode_name(o_.mode) << " workers=" << o_.num_workers
+              << (o_.mode != Mode::kAllreduce ? " ps=" + std::to_string(o_.num_ps) : "") << " steps=" << s.steps
               << " time_s=" << fixed(s.seconds, 1)
               << " samples_per_s=" << fixed(s.samples_per_second, 0)
               << " train_loss=" << fixed(s.train_loss, 4)

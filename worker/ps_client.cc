@@ -35,7 +35,7 @@ PsClient::PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint
       total_(total),
       endpoint_(endpoint),
       slices_(balance_slices(total, options.num_ps)),
-      exact_versions_(options.mode == "sync" && options.backup_workers == 0) {
+      exact_versions_(options.mode == Mode::kSync && options.backup_workers == 0) {
   for (int b : worker_shares(options)) global_batch_ += static_cast<uint64_t>(b);
 }
 
@@ -157,7 +157,7 @@ void PsClient::send_hello(int s, uint64_t rid, uint64_t total_steps) {
   h.request_id = rid;
   SharedMemory& segment = segments_[static_cast<size_t>(s)];
   std::string why;
-  if (options_.shared_memory == "auto" &&
+  if (options_.shared_memory &&
       SharedMemory::create("pstrain-ps" + std::to_string(s) + "-w" + std::to_string(options_.index),
                            shm_segment_bytes(slices_[static_cast<size_t>(s)].length), &segment, &why)) {
     h.shm = 1;
