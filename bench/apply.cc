@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "shared/numeric.h"
-#include "shared/optimizer.h"
+#include "shared/util/numeric.h"
+#include "shared/train/optimizer.h"
 
 namespace pstrain::bench {
 namespace {

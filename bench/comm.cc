@@ -28,10 +28,10 @@
 
 #include "bench/bench_util.h"
 #include "ps/server.h"
-#include "shared/error.h"
-#include "shared/log.h"
-#include "shared/options.h"
-#include "shared/zmq_util.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
+#include "shared/config/options.h"
+#include "shared/net/zmq_util.h"
 #include "worker/ps_client.h"
 
 namespace pstrain::bench {

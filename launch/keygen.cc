@@ -9,8 +9,8 @@
 #include <cstring>
 #include <string>
 
-#include "shared/curve.h"
-#include "shared/error.h"
+#include "shared/net/curve.h"
+#include "shared/util/error.h"
 
 int main(int argc, char** argv) {
   std::string path;

@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "shared/transport.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 

@@ -9,9 +9,9 @@
 #include <string>
 
 #include "ps/store.h"
-#include "shared/checkpoint_store.h"
-#include "shared/options.h"
-#include "shared/protocol.h"
+#include "shared/checkpoint/checkpoint_store.h"
+#include "shared/config/options.h"
+#include "shared/wire/protocol.h"
 
 namespace pstrain {
 

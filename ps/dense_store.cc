@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "ps/metrics.h"
-#include "shared/log.h"
-#include "shared/numeric.h"
+#include "shared/util/log.h"
+#include "shared/util/numeric.h"
 
 namespace pstrain {
 

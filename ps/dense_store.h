@@ -15,10 +15,10 @@
 #include "ps/job_shape.h"
 #include "ps/policy.h"
 #include "ps/store.h"
-#include "shared/layout.h"
-#include "shared/optimizer.h"
-#include "shared/options.h"
-#include "shared/shared_memory.h"
+#include "shared/train/layout.h"
+#include "shared/train/optimizer.h"
+#include "shared/config/options.h"
+#include "shared/net/shared_memory.h"
 
 namespace pstrain {
 

@@ -2,15 +2,15 @@
 #include <exception>
 
 #include "ps/server.h"
-#include "shared/cluster_env.h"
-#include "shared/curve.h"
-#include "shared/dir_lock.h"
-#include "shared/error.h"
-#include "shared/fault_endpoint.h"
-#include "shared/file_util.h"
-#include "shared/log.h"
-#include "shared/shared_memory.h"
-#include "shared/zmq_util.h"
+#include "shared/config/cluster_env.h"
+#include "shared/net/curve.h"
+#include "shared/util/dir_lock.h"
+#include "shared/util/error.h"
+#include "shared/net/fault_endpoint.h"
+#include "shared/util/file_util.h"
+#include "shared/util/log.h"
+#include "shared/net/shared_memory.h"
+#include "shared/net/zmq_util.h"
 
 int main(int argc, char** argv) {
   try {

@@ -2,8 +2,8 @@
 
 #include <unistd.h>
 
-#include "shared/layout.h"
-#include "shared/log.h"
+#include "shared/train/layout.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 namespace {

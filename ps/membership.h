@@ -11,9 +11,9 @@
 
 #include "ps/job_shape.h"
 #include "ps/policy.h"
-#include "shared/options.h"
-#include "shared/protocol.h"
-#include "shared/shared_memory.h"
+#include "shared/config/options.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/shared_memory.h"
 
 namespace pstrain {
 

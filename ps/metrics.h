@@ -3,7 +3,7 @@
 // arithmetic only, the same for any store of parameters.
 #pragma once
 
-#include "shared/protocol.h"
+#include "shared/wire/protocol.h"
 
 namespace pstrain {
 

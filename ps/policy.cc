@@ -1,6 +1,6 @@
 #include "ps/policy.h"
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 

@@ -13,8 +13,8 @@
 #include <cstdint>
 #include <string>
 
-#include "shared/options.h"
-#include "shared/protocol.h"
+#include "shared/config/options.h"
+#include "shared/wire/protocol.h"
 
 namespace pstrain {
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
-#include "shared/file_util.h"
-#include "shared/log.h"
+#include "shared/util/file_util.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 

@@ -14,9 +14,9 @@
 #include "ps/dense_store.h"
 #include "ps/membership.h"
 #include "ps/policy.h"
-#include "shared/options.h"
-#include "shared/protocol.h"
-#include "shared/transport.h"
+#include "shared/config/options.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 

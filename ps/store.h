@@ -12,10 +12,10 @@
 #include <cstdint>
 #include <string>
 
-#include "shared/checkpoint.h"
-#include "shared/checkpoint_store.h"
-#include "shared/protocol.h"
-#include "shared/transport.h"
+#include "shared/checkpoint/checkpoint.h"
+#include "shared/checkpoint/checkpoint_store.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <functional>
 
-#include "shared/checkpoint_store.h"
-#include "shared/job_fingerprint.h"
-#include "shared/checkpoint.h"
-#include "shared/error.h"
-#include "shared/file_util.h"
+#include "shared/checkpoint/checkpoint_store.h"
+#include "shared/checkpoint/job_fingerprint.h"
+#include "shared/checkpoint/checkpoint.h"
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain::test {

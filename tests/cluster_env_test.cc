@@ -1,6 +1,6 @@
-// Roles from the environment (shared/cluster_env.h): TF_CONFIG, Slurm and Open MPI variables
+// Roles from the environment (shared/config/cluster_env.h): TF_CONFIG, Slurm and Open MPI variables
 // are passed as maps, never set in this process.
-#include "shared/cluster_env.h"
+#include "shared/config/cluster_env.h"
 
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {

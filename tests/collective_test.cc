@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/random.h"
 #include "worker/collective/ring_wire.h"
 #include "worker/collective/shm_allreduce.h"

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/model.h"

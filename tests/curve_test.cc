@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <fstream>
 
-#include "shared/curve.h"
-#include "shared/error.h"
-#include "shared/protocol.h"
+#include "shared/net/curve.h"
+#include "shared/util/error.h"
+#include "shared/wire/protocol.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

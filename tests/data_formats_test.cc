@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
-#include "shared/error.h"
-#include "shared/options.h"
-#include "shared/random.h"
+#include "shared/util/error.h"
+#include "shared/config/options.h"
+#include "worker/random.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

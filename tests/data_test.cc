@@ -24,7 +24,7 @@
 
 #include <tuple>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "tests/test_util/idx_writer.h"
 #include "tests/test_util/process.h"
 #include "worker/data/dataset.h"

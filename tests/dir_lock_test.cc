@@ -2,7 +2,7 @@
 // --checkpoint-dir for its whole life, so a second job there is refused at once, naming the
 // holder; a holder that dies, however, leaves no stale lock. Directories a job cannot write stop
 // it before its first step.
-#include "shared/dir_lock.h"
+#include "shared/util/dir_lock.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 

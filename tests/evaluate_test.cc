@@ -8,7 +8,7 @@
 #include <regex>
 #include <string>
 
-#include "shared/npy.h"
+#include "worker/data/npy_format.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -102,7 +102,7 @@ TEST_F(EvaluateTest, AModelThatDoesNotFitTheSavedParametersIsAClearError) {
   EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
 }
 
-// A malformed parameter file is refused as the data sets' .npy files are (shared/npy.h): exit 1
+// A malformed parameter file is refused as the data sets' .npy files are (worker/data/npy_format.h): exit 1
 // with a message naming --init-params and the file, never a crash. --model ends in dense 10, so
 // layer0.weight.npy is the first file read; with --hidden the last bias is read first (for the
 // number of classes).

@@ -1,7 +1,7 @@
-// The fault double itself (shared/fault_endpoint.h): over an endpoint that records what it is
+// The fault double itself (shared/net/fault_endpoint.h): over an endpoint that records what it is
 // asked to send, each kind of fault does to the nth message of its operation what it says, and
 // nothing to any other message. tests/fault_test.cc runs real jobs with it.
-#include "shared/fault_endpoint.h"
+#include "shared/net/fault_endpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "shared/error.h"
-#include "shared/protocol.h"
+#include "shared/util/error.h"
+#include "shared/wire/protocol.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-// Faults injected on the wire between workers and a PS (shared/fault_endpoint.h, the testing flag
+// Faults injected on the wire between workers and a PS (shared/net/fault_endpoint.h, the testing flag
 // --inject-faults): each fault on PUSH, PULL and PARAMS is either survived with the parameters of
 // a clean run, bit for bit, or ends the job within its deadline with a line naming the PS and
 // what went wrong; no push is ever applied twice, and nothing hangs (docs/operations.md, "Faults").

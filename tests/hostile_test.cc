@@ -21,10 +21,10 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/local_channel.h"
-#include "shared/npy.h"
-#include "shared/protocol.h"
-#include "shared/shared_memory.h"
+#include "shared/net/local_channel.h"
+#include "worker/data/npy_format.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/shared_memory.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -874,7 +874,7 @@ TEST_F(HostileTest, ASharedEvaluationShortOfTheTestSetIsAWarningNotFigures) {
   EXPECT_NE(log.find("epoch 2 done:"), std::string::npos) << log;  // the last step's: the chief's own
 }
 
-// The same-host local channel (shared/local_channel.h) reaches the same checks as ZeroMQ: a peer
+// The same-host local channel (shared/net/local_channel.h) reaches the same checks as ZeroMQ: a peer
 // that connects to it and names itself gets an ERROR over it for garbage and for requests before
 // HELLO, may register like any peer, and the PS logs each rejection.
 TEST_F(HostileTest, LocalChannelTrafficMeetsTheSameChecks) {

@@ -11,7 +11,7 @@
 #include <tuple>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"

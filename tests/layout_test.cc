@@ -1,8 +1,8 @@
-#include "shared/layout.h"
+#include "shared/train/layout.h"
 
 #include <gtest/gtest.h>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

@@ -1,8 +1,8 @@
-// The same-host local channel of the PS transport (shared/local_channel.h, docs/wire_protocol.md
+// The same-host local channel of the PS transport (shared/net/local_channel.h, docs/wire_protocol.md
 // "Same host"): a client switched to it sends its headers there and gets the server's header-only
 // replies there, under the same route as its ZeroMQ messages; payload frames stay on ZeroMQ; the
 // first connection naming a route keeps it; a closed peer is forgotten.
-#include "shared/local_channel.h"
+#include "shared/net/local_channel.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/transport.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/memory_plan.h"
 
 namespace pstrain {

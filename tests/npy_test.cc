@@ -1,11 +1,11 @@
-#include "shared/npy.h"
+#include "worker/data/npy_format.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {
@@ -70,7 +70,7 @@ TEST(NpyTest, RejectsOtherFiles) {
   std::filesystem::remove_all(dir);
 }
 
-// read_npy (--init-params) checks a file as the data sets' reader does (shared/npy.h), the same
+// read_npy (--init-params) checks a file as the data sets' reader does (worker/data/npy_format.h), the same
 // messages naming the file; only float32 is a parameter file.
 TEST(NpyTest, ReadChecksHeaderDtypeAndSizeStrictly) {
   const std::string dir = make_temp_dir("npy-strict");

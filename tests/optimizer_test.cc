@@ -1,11 +1,11 @@
-#include "shared/optimizer.h"
+#include "shared/train/optimizer.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

@@ -1,11 +1,11 @@
-#include "shared/options.h"
+#include "shared/config/options.h"
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {

@@ -1,7 +1,7 @@
-// The PS wire protocol (shared/protocol.h, docs/wire_protocol.md): every field round-trips for
+// The PS wire protocol (shared/wire/protocol.h, docs/wire_protocol.md): every field round-trips for
 // every op, and malformed frames fail with the exact error the PS puts in its ERROR reply
 // (leveldb's log_test.cc habit: truncate, flip and extend the bytes, then assert the message).
-#include "shared/protocol.h"
+#include "shared/wire/protocol.h"
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

@@ -1,9 +1,9 @@
-// shared/shared_memory.h: what same-host peers rely on. A segment a peer opens shows the creator's
+// shared/net/shared_memory.h: what same-host peers rely on. A segment a peer opens shows the creator's
 // writes; a read-only mapping (the PS's parameter area in a worker) cannot change them; a wrong
 // size or a removed name is a clear error. And as whole jobs: the PS's parameter area leaves no
 // name in /dev/shm, whether every worker maps it or the PS is stopped before they all came; a
 // worker that cannot map it gets the values copied into its own segment, with the same result.
-#include "shared/shared_memory.h"
+#include "shared/net/shared_memory.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

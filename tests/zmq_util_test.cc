@@ -1,5 +1,5 @@
 // Binding a PS's ipc:// socket: a live server keeps its name; a stale socket file is reused.
-#include "shared/zmq_util.h"
+#include "shared/net/zmq_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -10,7 +10,7 @@
 #include <string>
 #include <zmq.hpp>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {

@@ -3,11 +3,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "shared/checkpoint.h"
-#include "shared/error.h"
-#include "shared/file_util.h"
-#include "shared/job_fingerprint.h"
-#include "shared/log.h"
+#include "shared/checkpoint/checkpoint.h"
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
+#include "shared/checkpoint/job_fingerprint.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 

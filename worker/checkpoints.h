@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "shared/layout.h"
-#include "shared/options.h"
+#include "shared/train/layout.h"
+#include "shared/config/options.h"
 
 namespace pstrain {
 

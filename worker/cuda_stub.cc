@@ -1,5 +1,5 @@
 // Built only when CUDA is off (see CMakeLists.txt): the CUDA entry points report no GPU.
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/backend.h"
 #include "worker/cuda/cuda_info.h"
 

@@ -5,7 +5,7 @@
 #include <numeric>
 #include <vector>
 
-#include "shared/log.h"
+#include "shared/util/log.h"
 #include "worker/data/open.h"
 #include "worker/model.h"
 #include "worker/param_files.h"

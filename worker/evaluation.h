@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "shared/options.h"
+#include "shared/config/options.h"
 #include "worker/backend.h"
 #include "worker/data/dataset.h"
 #include "worker/progress.h"

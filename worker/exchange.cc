@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <iterator>
 
-#include "shared/checkpoint_store.h"
-#include "shared/error.h"
-#include "shared/log.h"
-#include "shared/optimizer.h"
+#include "shared/checkpoint/checkpoint_store.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
+#include "shared/train/optimizer.h"
 
 namespace pstrain {
 namespace {

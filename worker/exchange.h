@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "worker/collective/collective.h"
-#include "shared/options.h"
-#include "shared/transport.h"
+#include "shared/config/options.h"
+#include "shared/net/transport.h"
 #include "worker/ps_client.h"
 #include "worker/replica.h"
 

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

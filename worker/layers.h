@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/layout.h"
+#include "shared/train/layout.h"
 #include "worker/backend.h"
 
 namespace pstrain {

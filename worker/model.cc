@@ -4,8 +4,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "shared/error.h"
-#include "shared/random.h"
+#include "shared/util/error.h"
+#include "worker/random.h"
 
 namespace pstrain {
 namespace {

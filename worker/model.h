@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/layout.h"
+#include "shared/train/layout.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
 

@@ -1,6 +1,6 @@
 // Built when NCCL is not (nvcc or nccl.h/libnccl missing at build time; see CMakeLists.txt):
 // `--collective nccl` then fails with this clear error instead of a link error.
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/cuda/nccl_collective.h"
 
 namespace pstrain {

@@ -5,9 +5,9 @@
 #include <system_error>
 #include <vector>
 
-#include "shared/error.h"
-#include "shared/log.h"
-#include "shared/npy.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
+#include "worker/data/npy_format.h"
 #include "worker/layers.h"
 #include "worker/model.h"
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "shared/layout.h"
-#include "shared/options.h"
+#include "shared/train/layout.h"
+#include "shared/config/options.h"
 
 namespace pstrain {
 

@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "shared/log.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "shared/options.h"
-#include "shared/transport.h"
+#include "shared/config/options.h"
+#include "shared/net/transport.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {

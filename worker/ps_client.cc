@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 namespace {

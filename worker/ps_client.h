@@ -9,11 +9,11 @@
 #include <cstdint>
 #include <vector>
 
-#include "shared/layout.h"
-#include "shared/options.h"
-#include "shared/protocol.h"
-#include "shared/shared_memory.h"
-#include "shared/transport.h"
+#include "shared/train/layout.h"
+#include "shared/config/options.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/shared_memory.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "shared/options.h"
+#include "shared/config/options.h"
 #include "worker/backend.h"
 
 namespace pstrain {

@@ -6,10 +6,10 @@
 #include <sstream>
 #include <thread>
 
-#include "shared/cluster_env.h"
-#include "shared/error.h"
-#include "shared/file_util.h"
-#include "shared/log.h"
+#include "shared/config/cluster_env.h"
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
+#include "shared/util/log.h"
 #include "worker/backend.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"

@@ -11,7 +11,7 @@
 
 #include <atomic>
 
-#include "shared/options.h"
+#include "shared/config/options.h"
 #include "worker/exchange.h"
 #include "worker/progress.h"  // TrainSummary
 

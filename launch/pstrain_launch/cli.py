@@ -847,7 +847,7 @@ _RUN_DIR_LOCK = None
 
 def lock_run_dir(path):
     """One job per run directory: an exclusive flock(2) on RUNDIR/.pstrain-run.lock, which the
-    kernel drops when the launcher exits however it dies (shared/dir_lock.h does the same for the
+    kernel drops when the launcher exits however it dies (shared/util/dir_lock.h does the same for the
     checkpoint directory). A second launcher on the same directory is refused at once, naming the
     holder, before it touches a file there."""
     global _RUN_DIR_LOCK

@@ -1,4 +1,4 @@
-// libFuzzer target: the checkpoint decoders (shared/checkpoint.h) on arbitrary bytes: a shard
+// libFuzzer target: the checkpoint decoders (shared/checkpoint/checkpoint.h) on arbitrary bytes: a shard
 // file (input starting with 'S') or a manifest (anything else). A file that decodes re-encodes
 // to the same bytes.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "shared/checkpoint.h"
+#include "shared/checkpoint/checkpoint.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "shared/checkpoint.h"
-#include "shared/protocol.h"
+#include "shared/checkpoint/checkpoint.h"
+#include "shared/wire/protocol.h"
 #include "worker/collective/ring_wire.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// libFuzzer target: the PS protocol's header decoder and frame check (shared/protocol.h) on
+// libFuzzer target: the PS protocol's header decoder and frame check (shared/wire/protocol.h) on
 // arbitrary bytes. Invariant beyond "no crash": a header that decodes re-encodes to bytes that
 // decode to the same fields.
 #include <cstddef>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "shared/protocol.h"
+#include "shared/wire/protocol.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   pstrain::Header h;

@@ -15,9 +15,9 @@
 #include <string>
 
 #include "ps/server.h"
-#include "shared/error.h"
-#include "shared/protocol.h"
-#include "shared/transport.h"
+#include "shared/util/error.h"
+#include "shared/wire/protocol.h"
+#include "shared/net/transport.h"
 
 namespace {
 

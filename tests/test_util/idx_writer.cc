@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "shared/error.h"
-#include "shared/random.h"
+#include "shared/util/error.h"
+#include "worker/random.h"
 
 namespace pstrain {
 namespace {

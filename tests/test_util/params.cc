@@ -7,7 +7,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "shared/npy.h"
+#include "worker/data/npy_format.h"
 
 namespace pstrain::test {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <zmq.hpp>
 
-#include "shared/curve.h"
+#include "shared/net/curve.h"
 
 namespace pstrain {
 

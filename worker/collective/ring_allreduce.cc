@@ -5,12 +5,12 @@
 #include <sstream>
 
 #include "worker/collective/collective.h"
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 #include "worker/collective/ring_link.h"
 #include "worker/collective/ring_rendezvous.h"
 #include "worker/collective/ring_wire.h"
-#include "shared/transport.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 namespace {

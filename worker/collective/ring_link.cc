@@ -1,10 +1,10 @@
 #include "worker/collective/ring_link.h"
-#include "shared/zmq_util.h"
+#include "shared/net/zmq_util.h"
 
 #include <condition_variable>
 #include <mutex>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/curve.h"
-#include "shared/transport.h"
+#include "shared/net/curve.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 

@@ -1,15 +1,15 @@
 #include "worker/collective/ring_rendezvous.h"
-#include "shared/zmq_util.h"
+#include "shared/net/zmq_util.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <sstream>
 
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 #include "worker/collective/ring_wire.h"
-#include "shared/transport.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 namespace {

@@ -24,10 +24,10 @@
 #include <random>
 #include <sstream>
 
-#include "shared/error.h"
-#include "shared/log.h"
-#include "shared/shared_memory.h"
-#include "shared/transport.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
+#include "shared/net/shared_memory.h"
+#include "shared/net/transport.h"
 
 namespace pstrain {
 namespace {

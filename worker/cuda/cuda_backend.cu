@@ -14,8 +14,8 @@
 #include <string>
 #include <utility>
 
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 #include "worker/backend.h"
 #include "worker/cuda/pinned.h"
 #include "worker/cuda/cuda_check.h"

@@ -5,8 +5,8 @@
 #include <cstring>
 #include <string>
 
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 namespace cuda_detail {

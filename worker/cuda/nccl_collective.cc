@@ -9,9 +9,9 @@
 #include <string>
 #include <thread>
 
-#include "shared/error.h"
-#include "shared/log.h"
-#include "shared/transport.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
+#include "shared/net/transport.h"
 #include "worker/cuda/cuda_check.h"
 
 namespace pstrain {

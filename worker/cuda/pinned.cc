@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/cuda/cuda_check.h"
 
 namespace pstrain {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/data/csv_table.h"
 
 namespace pstrain {

@@ -11,8 +11,8 @@
 #include <filesystem>
 #include <string_view>
 
-#include "shared/error.h"
-#include "shared/log.h"
+#include "shared/util/error.h"
+#include "shared/util/log.h"
 #include "worker/data/file_io.h"
 
 namespace pstrain {

@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/data/idx.h"
 #include "worker/data/records.h"
 

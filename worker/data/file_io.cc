@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <system_error>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {

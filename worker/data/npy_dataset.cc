@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/data/npy_file.h"
 
 namespace pstrain {

@@ -1,4 +1,4 @@
-// NumPy .npy arrays read by random access: the header is checked strictly at open (shared/npy.h),
+// NumPy .npy arrays read by random access: the header is checked strictly at open (worker/data/npy_format.h),
 // then bytes of the data are read with pread, never mapped, so a reader's memory does not grow
 // with the file. A gzip file is decompressed once into the cache directory, as IDX files are
 // (worker/data/idx.h).
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/npy.h"
+#include "worker/data/npy_format.h"
 
 namespace pstrain {
 

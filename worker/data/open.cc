@@ -1,7 +1,7 @@
 #include "worker/data/open.h"
 
-#include "shared/error.h"
-#include "shared/npy.h"
+#include "shared/util/error.h"
+#include "worker/data/npy_format.h"
 #include "worker/data/csv_dataset.h"
 #include "worker/data/csv_table.h"
 #include "worker/data/idx.h"

@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "shared/options.h"
+#include "shared/config/options.h"
 #include "worker/data/dataset.h"
 
 namespace pstrain {

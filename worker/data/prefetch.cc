@@ -7,7 +7,7 @@
 #include <thread>
 #include <utility>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 

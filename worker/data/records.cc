@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "shared/error.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 

@@ -5,8 +5,8 @@
 #include <string>
 #include <utility>
 
-#include "shared/error.h"
-#include "shared/random.h"
+#include "shared/util/error.h"
+#include "worker/random.h"
 
 namespace pstrain {
 namespace {

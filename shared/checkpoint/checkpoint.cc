@@ -1,0 +1,239 @@
+#include "shared/checkpoint/checkpoint.h"
+
+#include <dirent.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+
+namespace pstrain {
+namespace {
+
+constexpr char kMagic[8] = {'P', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
+constexpr size_t kMaxName = 16;
+constexpr size_t kMaxSlots = 4;
+
+class Writer {
+ public:
+  void bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void u32(uint32_t v) { le(v, 4); }
+  void u64(uint64_t v) { le(v, 8); }
+  void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
+  std::string& str() { return out_; }
+
+ private:
+  void le(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  }
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& in) : in_(in) {}
+  bool u32(uint32_t* v) { return le(v, 4); }
+  bool u64(uint64_t* v) { return le(v, 8); }
+  bool bytes(void* p, size_t n) {
+    if (in_.size() - at_ < n) return false;
+    std::memcpy(p, in_.data() + at_, n);
+    at_ += n;
+    return true;
+  }
+  size_t left() const { return in_.size() - at_; }
+
+ private:
+  template <typename T>
+  bool le(T* v, int n) {
+    if (in_.size() - at_ < static_cast<size_t>(n)) return false;
+    uint64_t x = 0;
+    for (int i = 0; i < n; ++i) x |= static_cast<uint64_t>(static_cast<unsigned char>(in_[at_ + i])) << (8 * i);
+    at_ += static_cast<size_t>(n);
+    *v = static_cast<T>(x);
+    return true;
+  }
+  const std::string& in_;
+  size_t at_ = 0;
+};
+
+// Header: magic, format, shard, num_shards, version, total, total_steps, offset, length,
+// optimizer name (u32 length + bytes), number of slots. Then values, slots, CRC-32 of it all.
+constexpr size_t kFixedBytes = 8 + 4 + 4 + 4 + 8 + 8 + 8 + 8 + 8 + 4;
+
+}  // namespace
+
+uint32_t crc32_of(const std::string& bytes) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  size_t done = 0;
+  while (done < bytes.size()) {  // zlib takes uInt lengths
+    const size_t n = std::min<size_t>(bytes.size() - done, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+uint32_t file_crc(const std::string& bytes) {
+  return crc32_of(bytes.size() < 4 ? bytes : bytes.substr(0, bytes.size() - 4));
+}
+
+std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
+  Writer w;
+  w.bytes(kMagic, sizeof kMagic);
+  w.u32(kCheckpointFormat);
+  w.u32(c.shard);
+  w.u32(c.num_shards);
+  w.u64(c.version);
+  w.u64(c.total);
+  w.u64(c.total_steps);
+  w.u64(c.offset);
+  w.u64(c.values.size());
+  w.u32(static_cast<uint32_t>(c.optimizer.size()));
+  w.bytes(c.optimizer.data(), c.optimizer.size());
+  w.u32(static_cast<uint32_t>(c.slots.size()));
+  w.floats(c.values);
+  for (const auto& slot : c.slots) w.floats(slot);
+  w.u32(crc32_of(w.str()));
+  return std::move(w.str());
+}
+
+bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error) {
+  const auto fail = [error](const std::string& why) { return (*error = why, false); };
+  if (bytes.size() < kFixedBytes + 4 + 4) {
+    return fail("truncated: " + std::to_string(bytes.size()) + " bytes, shorter than any checkpoint");
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return fail("not a pstrain checkpoint (bad magic)");
+  Reader r(bytes);
+  char magic[8];
+  r.bytes(magic, sizeof magic);
+  uint32_t format = 0, name_len = 0, num_slots = 0;
+  uint64_t length = 0;
+  ShardCheckpoint c;
+  r.u32(&format);
+  if (format != kCheckpointFormat) {
+    return fail("checkpoint format " + std::to_string(format) + " is not supported (expected " +
+                std::to_string(kCheckpointFormat) + ")");
+  }
+  r.u32(&c.shard);
+  r.u32(&c.num_shards);
+  r.u64(&c.version);
+  r.u64(&c.total);
+  r.u64(&c.total_steps);
+  r.u64(&c.offset);
+  r.u64(&length);
+  r.u32(&name_len);
+  if (name_len > kMaxName || r.left() < name_len) return fail("optimizer name of " + std::to_string(name_len) + " bytes");
+  c.optimizer.resize(name_len);
+  r.bytes(c.optimizer.data(), name_len);
+  if (!r.u32(&num_slots) || num_slots > kMaxSlots) return fail("bad number of optimizer slots");
+  if (c.num_shards == 0 || c.shard >= c.num_shards) return fail("shard index out of range");
+  if (length > c.total || c.offset > c.total - length) return fail("slice outside the model");
+  // Sizes are checked against the bytes present before anything is allocated.
+  const uint64_t want = (1 + static_cast<uint64_t>(num_slots)) * length * sizeof(float) + 4;
+  if (length > (uint64_t{1} << 40) || r.left() != want) {
+    return fail(std::string(r.left() < want ? "truncated" : "extended") + ": " + std::to_string(bytes.size()) +
+                " bytes, the header promises " + std::to_string(bytes.size() - r.left() + want));
+  }
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);  // little-endian hosts only (as the wire)
+  if (crc32_of(bytes.substr(0, bytes.size() - 4)) != stored_crc) return fail("checksum mismatch (corrupted)");
+  c.values.resize(length);
+  r.bytes(c.values.data(), length * sizeof(float));
+  c.slots.assign(num_slots, std::vector<float>(length));
+  for (auto& slot : c.slots) r.bytes(slot.data(), length * sizeof(float));
+  *out = std::move(c);
+  return true;
+}
+
+std::string encode_manifest(const CheckpointManifest& m) {
+  std::ostringstream os;
+  os << "pstrain-checkpoint " << kCheckpointFormat << "\n"
+     << "version " << m.version << "\n"
+     << "total " << m.total << "\n"
+     << "total_steps " << m.total_steps << "\n"
+     << "shards " << m.shards.size() << "\n";
+  for (const auto& f : m.shards) os << "shard " << f.name << " " << f.bytes << " " << f.crc << "\n";
+  for (const auto& [key, value] : m.job) {
+    std::string one_line = value;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    os << "job " << key << " " << one_line << "\n";
+  }
+  std::istringstream layout(m.layout);
+  std::string line;
+  while (std::getline(layout, line)) {
+    if (!line.empty()) os << "var " << line << "\n";
+  }
+  os << "end\n";
+  return os.str();
+}
+
+bool decode_manifest(const std::string& text, CheckpointManifest* out, std::string* error) {
+  const auto fail = [error](const std::string& why) { return (*error = "manifest: " + why, false); };
+  if (text.size() > (1u << 20)) return fail("larger than 1 MiB");
+  std::istringstream in(text);
+  std::string word, line;
+  unsigned format = 0;
+  size_t shards = 0;
+  CheckpointManifest m;
+  if (!(in >> word >> format) || word != "pstrain-checkpoint") return fail("not a pstrain manifest");
+  if (format != kCheckpointFormat) return fail("format " + std::to_string(format) + " is not supported");
+  if (!(in >> word >> m.version) || word != "version") return fail("no version line");
+  if (!(in >> word >> m.total) || word != "total") return fail("no total line");
+  if (!(in >> word >> m.total_steps) || word != "total_steps") return fail("no total_steps line");
+  if (!(in >> word >> shards) || word != "shards" || shards == 0 || shards > 4096) return fail("bad shards line");
+  for (size_t i = 0; i < shards; ++i) {
+    CheckpointManifest::File f;
+    if (!(in >> word >> f.name >> f.bytes >> f.crc) || word != "shard") return fail("bad shard line " + std::to_string(i));
+    if (f.name != shard_file_name(static_cast<uint32_t>(i), static_cast<uint32_t>(shards))) {
+      return fail("shard line " + std::to_string(i) + " names " + f.name);
+    }
+    m.shards.push_back(f);
+  }
+  std::getline(in, line);  // rest of the last shard line
+  bool ended = false;
+  while (std::getline(in, line)) {
+    if (line == "end") {
+      ended = true;
+      break;
+    }
+    if (line.rfind("job ", 0) == 0) {
+      const size_t space = line.find(' ', 4);
+      if (space == std::string::npos || space == 4) return fail("bad job line '" + line.substr(0, 40) + "'");
+      m.job.emplace_back(line.substr(4, space - 4), line.substr(space + 1));
+      continue;
+    }
+    if (line.rfind("var ", 0) != 0) return fail("unexpected line '" + line.substr(0, 40) + "'");
+    m.layout += line.substr(4) + "\n";
+  }
+  if (!ended) return fail("truncated (no end line)");
+  *out = std::move(m);
+  return true;
+}
+
+std::string checkpoint_version_dir(const std::string& dir, uint64_t version) {
+  char name[32];
+  std::snprintf(name, sizeof name, "v%010llu", static_cast<unsigned long long>(version));
+  return dir + "/" + name;
+}
+
+std::string shard_file_name(uint32_t shard, uint32_t num_shards) {
+  return "shard" + std::to_string(shard) + "of" + std::to_string(num_shards) + ".ckpt";
+}
+
+std::vector<uint64_t> checkpoint_versions(const std::string& dir) {
+  std::vector<uint64_t> versions;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return versions;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() == 11 && name[0] == 'v' && name.find_first_not_of("0123456789", 1) == std::string::npos) {
+      versions.push_back(std::stoull(name.substr(1)));
+    }
+  }
+  closedir(d);
+  std::sort(versions.rbegin(), versions.rend());
+  return versions;
+}
+
+}  // namespace pstrain

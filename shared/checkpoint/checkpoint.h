@@ -1,0 +1,65 @@
+// Checkpoint files (docs/checkpoints.md): one per PS shard and version, plus a manifest that the
+// chief writes once every shard has written its file. Encoders and decoders are pure functions
+// of bytes, so the decoders (which read files that may be truncated, corrupted or from another
+// job) are unit-tested byte by byte and fuzzed (tests/fuzz/checkpoint_fuzz.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pstrain {
+
+constexpr uint32_t kCheckpointFormat = 1;
+
+// One shard's state at a version: its slice of the flat vector and the optimizer's slots for it.
+struct ShardCheckpoint {
+  uint32_t shard = 0, num_shards = 1;
+  uint64_t version = 0;      // parameter version = steps applied
+  uint64_t total = 0;        // floats of the whole flat vector
+  uint64_t total_steps = 0;  // the job's length (learning-rate schedule)
+  uint64_t offset = 0;       // the slice: [offset, offset + values.size())
+  std::string optimizer;     // sgd | momentum | adam
+  std::vector<float> values;
+  std::vector<std::vector<float>> slots;  // optimizer state, each values.size() floats
+};
+
+std::string encode_shard_checkpoint(const ShardCheckpoint& c);
+// Validates magic, format, sizes and the CRC-32 of the whole file; on failure returns false and
+// sets *error to what is wrong (e.g. "truncated: 1200 bytes, the header promises 4800").
+bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error);
+
+// The chief's record that version `version` is complete: every shard file with its size and
+// CRC-32, and the model's layout (a line per variable: name, offset, shape).
+struct CheckpointManifest {
+  uint64_t version = 0;
+  uint64_t total = 0;
+  uint64_t total_steps = 0;
+  struct File {
+    std::string name;
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+  };
+  std::vector<File> shards;  // in shard order
+  std::string layout;        // "name offset dim0xdim1\n" per variable
+  // The job's fingerprint (shared/checkpoint/job_fingerprint.h): key, value; empty in manifests written
+  // before it was recorded. Values are one line each.
+  std::vector<std::pair<std::string, std::string>> job;
+};
+
+std::string encode_manifest(const CheckpointManifest& m);
+bool decode_manifest(const std::string& text, CheckpointManifest* out, std::string* error);
+
+uint32_t crc32_of(const std::string& bytes);
+// The CRC-32 the manifest records for a shard file: of everything but the file's own trailing
+// CRC (a CRC over data and its own CRC is the same constant for every file).
+uint32_t file_crc(const std::string& shard_file_bytes);
+
+// Names inside a checkpoint directory: DIR/v<version, 10 digits>/shard<s>of<S>.ckpt, MANIFEST.
+std::string checkpoint_version_dir(const std::string& dir, uint64_t version);
+std::string shard_file_name(uint32_t shard, uint32_t num_shards);
+// Versions that have a directory in `dir`, newest first (empty if dir does not exist).
+std::vector<uint64_t> checkpoint_versions(const std::string& dir);
+
+}  // namespace pstrain

@@ -1,0 +1,79 @@
+#include "shared/checkpoint/job_fingerprint.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
+namespace pstrain {
+namespace {
+
+std::string number(double v) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", v);
+  return text;
+}
+
+std::string joined(const std::vector<int>& values) {
+  std::string text;
+  for (int v : values) text += (text.empty() ? "" : ",") + std::to_string(v);
+  return text;
+}
+
+void add_sep(std::string* to, const std::string& text) {
+  if (!to->empty()) *to += "; ";
+  *to += text;
+}
+
+}  // namespace
+
+const std::vector<std::string>& fingerprint_keys() {
+  static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "momentum",
+                                                "beta1", "beta2", "epsilon", "weight-decay", "seed", "shuffle",
+                                                "data", "num-workers", "worker-batches"};
+  return keys;
+}
+
+Fingerprint job_fingerprint(const JobOptions& o) {
+  const OptimizerOptions& opt = o.optimizer;
+  std::string mode = mode_name(o.mode);
+  if (o.mode == Mode::kSsp) mode += " staleness " + std::to_string(o.staleness);
+  if (o.backup_workers > 0) mode += " backup-workers " + std::to_string(o.backup_workers);
+  Fingerprint f = {
+      {"mode", mode},
+      {"model", o.model.empty() ? "mlp hidden " + joined(o.hidden) : o.model},
+      {"optimizer", opt.kind},
+      {"lr", number(opt.lr)},
+      {"lr-schedule", opt.schedule},
+  };
+  if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
+  if (opt.kind == "adam") {
+    f.emplace_back("beta1", number(opt.beta1));
+    f.emplace_back("beta2", number(opt.beta2));
+    f.emplace_back("epsilon", number(opt.epsilon));
+  }
+  f.emplace_back("weight-decay", number(opt.weight_decay));
+  f.emplace_back("seed", std::to_string(o.seed));
+  f.emplace_back("shuffle", o.shuffle ? "true" : "false");
+  f.emplace_back("data", !o.train_data.empty() ? o.train_data : o.data_dir.empty() ? "(default)" : o.data_dir);
+  f.emplace_back("num-workers", std::to_string(o.num_workers));
+  f.emplace_back("worker-batches", joined(worker_shares(o)));
+  return f;
+}
+
+std::string fingerprint_differences(const Fingerprint& saved, const Fingerprint& ours,
+                                    const std::vector<std::string>& allowed, std::string* accepted) {
+  const std::map<std::string, std::string> theirs(saved.begin(), saved.end());
+  const bool all = std::find(allowed.begin(), allowed.end(), "all") != allowed.end();
+  std::string refused;
+  for (const auto& [key, value] : ours) {
+    const auto it = theirs.find(key);
+    const std::string was = it == theirs.end() ? "(not recorded)" : it->second;
+    if (was == value) continue;
+    const std::string text = key + " " + was + " (this job: " + value + ")";
+    const bool ok = all || std::find(allowed.begin(), allowed.end(), key) != allowed.end();
+    add_sep(ok ? accepted : &refused, text);
+  }
+  return refused;
+}
+
+}  // namespace pstrain

@@ -1,0 +1,27 @@
+// What makes a job the job a checkpoint belongs to (docs/checkpoints.md, "Whose checkpoint"):
+// the model, the optimizer and its hyper-parameters, the seed, the data and the workers' batch
+// arrangement. The chief records it in every manifest; --resume refuses a checkpoint whose
+// fingerprint differs, naming what differs, unless --resume-allow accepts those keys. Steps and
+// the number of PS shards are not in it: a resumed job may run on another shard count.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shared/config/options.h"
+
+namespace pstrain {
+
+using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order
+
+Fingerprint job_fingerprint(const JobOptions& o);
+// Every key job_fingerprint can give (what --resume-allow accepts, besides "all").
+const std::vector<std::string>& fingerprint_keys();
+
+// The keys where `saved` and `ours` differ, as "lr 0.01 (this job: 0.05)", joined by "; ".
+// Differences in `allowed` (or all, when it holds "all") go to *accepted instead of the result.
+std::string fingerprint_differences(const Fingerprint& saved, const Fingerprint& ours,
+                                    const std::vector<std::string>& allowed, std::string* accepted);
+
+}  // namespace pstrain

@@ -1,0 +1,412 @@
+#include "shared/config/options.h"
+
+#include <boost/program_options.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "shared/util/error.h"
+
+namespace pstrain {
+namespace po = boost::program_options;
+namespace {
+
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) parts.push_back(item);
+  }
+  return parts;
+}
+
+int parse_int(const std::string& text, const std::string& what) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size()) throw UsageError(what + ": '" + text + "' is not an integer");
+  return value;
+}
+
+// `name` ends in `ext` or `ext`.gz, in any case.
+bool has_extension(const std::string& name, const std::string& ext) {
+  std::string lower(name.size(), ' ');
+  std::transform(name.begin(), name.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.size() > 3 && lower.compare(lower.size() - 3, 3, ".gz") == 0) lower.resize(lower.size() - 3);
+  return lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
+  std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
+  std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
+};
+
+po::options_description describe(JobOptions& o, TextOptions& t) {
+  po::options_description cluster("Cluster");
+  cluster.add_options()
+      ("mode", po::value(&t.mode)->default_value(t.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("staleness", po::value(&o.staleness)->default_value(o.staleness), "ssp: how many steps a worker may run ahead of the slowest one (0 = exactly sync)")
+      ("backup-workers", po::value(&o.backup_workers)->default_value(o.backup_workers), "sync: apply a step once N - this many workers pushed it (TensorFlow's replicas_to_aggregate = N - b); later pushes for it are dropped and counted, so a stalled worker does not stop the job")
+      ("collective", po::value(&t.collective)->default_value(t.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
+      ("shared-memory", po::value(&t.shared_memory)->default_value(t.shared_memory), "auto: peers on the same host move gradients and parameters through shared-memory segments in /dev/shm instead of the sockets (a worker and each PS shard on its host; the all-reduce ring when every rank is on one host); a worker's headers to a PS reached at ipc://@NAME then skip ZeroMQ's I/O threads too (a local socket, @NAME.local); peers elsewhere, or a /dev/shm too small, use the sockets | off: always the sockets (docs/wire_protocol.md, docs/collective.md)")
+      ("coordinator", po::value(&o.coordinator), "allreduce: host:port where worker 0 listens for the rendezvous (worker 0 may give port 0 and report the bound address with --port-file)")
+      ("num-workers", po::value(&o.num_workers)->default_value(o.num_workers), "number of workers N")
+      ("num-ps", po::value(&o.num_ps)->default_value(o.num_ps), "number of parameter-server shards S")
+      ("index", po::value(&o.index)->default_value(o.index), "index of this process within its role (0-based)")
+      ("role", po::value(&o.role), "auto | ps | worker: what this process runs as (default: this binary's role; TF_CONFIG, Slurm or Open MPI saying otherwise is an error). auto: the environment's role, switching to the other binary (found beside this one, same arguments) when needed, so every rank can run one command (docs/cluster.md)")
+      ("local-rank", po::value(&o.local_rank), "this process's rank among the job's processes on its host; --device auto takes GPU (local rank mod visible GPUs) (default: SLURM_LOCALID or OMPI_COMM_WORLD_LOCAL_RANK, else --index)")
+      ("base-port", po::value(&o.base_port)->default_value(o.base_port), "under Slurm or Open MPI: PS s listens on base-port + s on its rank's host; in allreduce mode the rendezvous is on base-port on rank 0's host")
+      ("start-timeout", po::value(&o.start_timeout_s)->default_value(o.start_timeout_s), "seconds a worker waits at start for the PS shards (allreduce: the rendezvous) to come up, logging 'waiting for ps<s> at host:port'; 0 = --timeout")
+      ("ps-hosts", po::value(&t.ps_hosts), "worker: every PS shard's host:port, or ipc://NAME for a shard on this host started with --ipc NAME; comma-separated, in shard order")
+      ("bind", po::value(&o.bind)->default_value(o.bind), "PS: address to bind (loopback by default; 0.0.0.0 = all interfaces)")
+      ("port", po::value(&o.port)->default_value(o.port), "PS: port to bind; 0 picks a free port")
+      ("ipc", po::value(&o.ipc), "PS: also listen on the Unix-domain socket ipc://NAME, for workers on the same host (less CPU per byte than TCP loopback); NAME is a path (refused while another server listens on it; a stale file is replaced), or @name in Linux's abstract namespace (no file)")
+      ("port-file", po::value(&o.port_file), "PS (and worker 0 in allreduce mode): once bound, write host:port to this file")
+      ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
+      ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
+      ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it")
+      ("curve", po::bool_switch(&o.curve), "encrypt and authenticate every connection with the job's CURVE key also on loopback (it is on by default whenever an address is not loopback; docs/security.md)")
+      ("insecure", po::bool_switch(&o.insecure), "no CURVE, even off loopback (warns): anyone who reaches the ports can join the job")
+      ("curve-key-file", po::value(&o.curve_key_file), "the job's key file (mode 0600; made by pstrain-keygen; default $PSTRAIN_CURVE_KEY_FILE, or the secret key in $PSTRAIN_CURVE_SECRET_KEY)")
+      ("allow-rejoin", po::bool_switch(&o.allow_rejoin), "PS: accept a worker's HELLO from a new peer as the replacement of that worker (it redoes the step its predecessor left; launch.sh --max-restarts passes this); costs one copy of the slice per step, kept for such a replacement")
+      ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
+  po::options_description model("Model and data");
+  model.add_options()
+      ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
+      ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
+      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
+      ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
+      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files) or one FILE.csv (features and a label column); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
+      ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
+      ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features (.npy and IDX) are multiplied by this (0: 1/255); float32 and CSV features are used as they are")
+      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features")
+      ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
+      ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them; shapes are checked against the model): fine-tuning, or --evaluate")
+      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
+      ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
+      ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
+      ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
+      ("threads", po::value(&o.threads)->default_value(o.threads), "CPU threads per worker (--device cpu): its products, convolutions and element-wise layers split over them; results equal one thread's within rounding, and the same on every run")
+      ("bind-cpu", po::value(&o.bind_cpu)->default_value(o.bind_cpu), "run this worker's training thread and its data reader on this CPU only (ZeroMQ's threads and --threads' helpers stay free); -1: no binding. launch.sh sets it when every worker has a CPU of its own (launch.sh --cpu-bind; docs/operations.md)");
+  po::options_description train("Training");
+  train.add_options()
+      ("batch-size", po::value(&t.batch_size)->default_value("64"), "samples a worker computes at once (its micro-batch); a step is --accum-steps of them, so the global batch is N * accum-steps * batch-size. auto (with --global-batch or --worker-batch): the largest micro-batch whose memory plan fits --gpu-memory-limit (or the GPU's free memory), with as many micro-batches as keep the global batch")
+      ("accum-steps", po::value(&o.accum_steps)->default_value(o.accum_steps), "micro-batches a worker accumulates before it pushes its gradient (gradient accumulation; the same result as one batch of that many samples)")
+      ("worker-batch", po::value(&t.worker_batch), "samples per step of each worker, comma-separated, e.g. 64,32,96 for GPUs of different sizes: the PS weights each push by its samples, so sync mode still equals one process on their sum (the same list on every process; micro-batches of ceil(b / accum-steps))")
+      ("global-batch", po::value(&o.global_batch)->default_value(o.global_batch), "samples per global step, split evenly over the workers (0: N * accum-steps * batch-size)")
+      ("slowdown", po::value(&o.slowdown)->default_value(o.slowdown), "debugging: make this worker's compute take this many times as long (>= 1), to study stragglers (bench/stragglers)")
+      ("push-jitter-ms", po::value(&o.push_jitter_ms)->default_value(o.push_jitter_ms), "debugging: sleep a random time of up to this many milliseconds before each gradient push, so the PS receives the workers' pushes in varying order (sync results do not change: the tests check they stay bit-identical)")
+      ("inject-faults", po::value(&o.inject_faults), "testing: faults on the messages this process sends to its peers (PS or workers), KIND:OP[:N[:SECONDS]] comma-separated, KIND drop | delay | duplicate | reorder | truncate | corrupt, OP PUSH | PULL | PARAMS | ..., N the nth such message (docs/operations.md, \"Faults\")")
+      ("epochs", po::value(&o.epochs)->default_value(o.epochs), "passes over the training set")
+      ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
+      ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
+      ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
+      ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam (applied on the PS)")
+      ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
+      ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
+      ("beta1", po::value(&o.optimizer.beta1)->default_value(o.optimizer.beta1), "Adam first-moment decay")
+      ("beta2", po::value(&o.optimizer.beta2)->default_value(o.optimizer.beta2), "Adam second-moment decay")
+      ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
+      ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine: cosine decays the learning rate to 0 over the job's steps")
+      ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
+      ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
+      ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)");
+  po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
+  ckpt.add_options()
+      ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state there, the chief a manifest once all shards wrote (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")
+      ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "checkpoint every this many steps (0 = not by steps)")
+      ("checkpoint-secs", po::value(&o.checkpoint_secs)->default_value(o.checkpoint_secs), "also checkpoint when this many seconds passed since the last one (0 = not by time)")
+      ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
+      ("resume", po::value(&t.resume)->implicit_value("on"), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used). --resume=auto: the same where the directory holds a complete checkpoint, else start fresh (for Slurm --requeue and Kubernetes restarts: one command for the first start and every restart). A resumed job may run more (or fewer) steps than the one that saved: the learning-rate schedule is recomputed over the new length")
+      ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
+      ("checkpoint-errors", po::value(&t.checkpoint_errors)->default_value(t.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
+  po::options_description all;
+  all.add(cluster).add(model).add(train).add(ckpt);
+  return all;
+}
+
+// The value named `text` among `choices` (in their order in the message); a UsageError naming
+// `flag` otherwise ("--mode: 'x' is not one of sync, async, ssp, allreduce").
+template <typename T>
+T choose(const std::string& flag, const std::string& text, const std::vector<std::pair<const char*, T>>& choices) {
+  std::string names;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  }
+  throw UsageError(flag + ": '" + text + "' is not one of " + names);
+}
+
+bool parse_bool(const std::string& text, const std::string& what) {
+  if (text == "true" || text == "1" || text == "yes" || text == "on") return true;
+  if (text == "false" || text == "0" || text == "no" || text == "off") return false;
+  throw UsageError(what + ": '" + text + "' is not true or false");
+}
+
+void validate(const JobOptions& o, Role role) {
+  auto require = [](bool ok, const std::string& message) {
+    if (!ok) throw UsageError(message);
+  };
+  require(o.staleness >= 0, "--staleness must not be negative");
+  require(o.backup_workers >= 0 && o.backup_workers < o.num_workers,
+          "--backup-workers must be in [0, N-1] = [0, " + std::to_string(o.num_workers - 1) + "]");
+  const bool sync_or_allreduce = o.mode == Mode::kSync || o.mode == Mode::kAllreduce;
+  require(o.backup_workers == 0 || o.mode == Mode::kSync, "--backup-workers applies to --mode sync only");
+  require(sync_or_allreduce || !o.allow_rejoin,
+          std::string("--allow-rejoin (launch.sh --max-restarts) works in sync and allreduce modes only, not --mode ") +
+              mode_name(o.mode));
+  require(o.backup_workers == 0 || !o.allow_rejoin, "--allow-rejoin (launch.sh --max-restarts) and --backup-workers do not combine yet");
+  require(sync_or_allreduce || o.checkpoint_dir.empty(), std::string("--checkpoint-dir works in sync and allreduce "
+                                                                     "modes only, not --mode ") +
+                                                             mode_name(o.mode) + " (docs/checkpoints.md)");
+  require(o.backup_workers == 0 || o.checkpoint_dir.empty(), "--checkpoint-dir and --backup-workers do not combine yet");
+  require(o.num_workers >= 1, "--num-workers must be at least 1");
+  require(o.num_ps >= 1, "--num-ps must be at least 1");
+  const int count = role == Role::kPs ? o.num_ps : o.num_workers;
+  require(o.index >= 0 && o.index < count,
+          "--index " + std::to_string(o.index) + " is outside [0, " + std::to_string(count) + ")");
+  require(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535]");
+  require(o.ipc.size() <= kMaxIpcName, "--ipc: the name may have at most " + std::to_string(kMaxIpcName) + " characters");
+  require(o.timeout_s > 0, "--timeout must be positive");
+  require(o.stall_report_s > 0, "--stall-report must be positive");
+  require(o.chunk_kib >= 1 && o.chunk_kib <= (1 << 20), "--chunk-kib must be in [1, 1048576]");
+  require(o.base_port >= 1 && o.base_port + std::max(o.num_ps, 1) - 1 <= 65535,
+          "--base-port: base-port + s must be a port in [1, 65535] for every PS s");
+  require(o.start_timeout_s >= 0, "--start-timeout must not be negative");
+  require(o.local_rank >= 0, "--local-rank must not be negative");
+  require(o.bind_cpu >= -1, "--bind-cpu must be a CPU number, or -1 for no binding");
+  require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
+  require(!(o.curve && o.insecure), "--curve and --insecure contradict each other");
+  require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
+  require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");
+  require(o.keep_checkpoints >= 1, "--keep-checkpoints must be at least 1");
+  require(!o.resume || !o.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+
+  require(o.batch_size >= 1, "--batch-size must be at least 1 (or auto)");
+  require(o.accum_steps >= 1, "--accum-steps must be at least 1");
+  require(static_cast<int64_t>(o.accum_steps) * o.batch_size <= (int64_t{1} << 30),
+          "--accum-steps x --batch-size is too large");
+  require(o.global_batch >= 0, "--global-batch must not be negative");
+  require(o.worker_batch.empty() || static_cast<int>(o.worker_batch.size()) == o.num_workers,
+          "--worker-batch gives " + std::to_string(o.worker_batch.size()) + " batch sizes for " +
+              std::to_string(o.num_workers) + " workers");
+  for (int b : o.worker_batch) require(b >= 1, "--worker-batch: every batch size must be at least 1");
+  require(o.worker_batch.empty() || o.global_batch == 0, "give --worker-batch or --global-batch, not both");
+  require(o.global_batch == 0 || o.global_batch >= o.num_workers,
+          "--global-batch " + std::to_string(o.global_batch) + " is smaller than the " + std::to_string(o.num_workers) +
+              " workers");
+  require(o.global_batch <= (int64_t{1} << 30), "--global-batch is too large");
+  require(!o.batch_auto || !o.worker_batch.empty() || o.global_batch > 0,
+          "--batch-size auto needs the batch to keep: give --global-batch or --worker-batch");
+  require((o.worker_batch.empty() && o.global_batch == 0) || !o.batch_size_given || o.batch_auto,
+          "with --worker-batch or --global-batch, --batch-size takes only 'auto' (the micro-batch follows from "
+          "--accum-steps)");
+  require(std::isfinite(o.slowdown) && o.slowdown >= 1, "--slowdown must be a number >= 1");
+  require(std::isfinite(o.push_jitter_ms) && o.push_jitter_ms >= 0 && o.push_jitter_ms <= 60000,
+          "--push-jitter-ms must be a number from 0 to 60000");
+  require(o.epochs >= 1, "--epochs must be at least 1");
+  require(o.steps >= 0, "--steps must not be negative");
+  require(o.prefetch >= 1, "--prefetch must be at least 1");
+  require(o.device == "auto" || o.device == "cpu" || o.device == "cuda" ||
+              (o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 && o.device.size() <= 9 &&
+               o.device.find_first_not_of("0123456789", 5) == std::string::npos),
+          "--device: '" + o.device + "' is not one of auto, cpu, cuda, cuda:K");
+  require(std::isfinite(o.gpu_memory_limit_mib) && o.gpu_memory_limit_mib >= 0 && o.gpu_memory_limit_mib < 1e9,
+          "--gpu-memory-limit must be a number of MiB >= 0");
+  require(o.threads >= 1, "--threads must be at least 1");
+  require(std::isfinite(o.scale) && o.scale >= 0, "--scale must be a number >= 0");
+  require(o.classes >= 0 && o.classes != 1 && o.classes <= (1 << 24), "--classes must be 0 (from the data) or in [2, 2^24]");
+  require(!o.evaluate || !o.init_params.empty(), "--evaluate needs --init-params DIR (the model to evaluate)");
+  bool csv = false;
+  for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
+    if (!value.empty()) csv = parse_data_files(value, flag).format == "csv" || csv;
+  }
+  require(o.train_data.empty() || !o.test_data.empty(),
+          "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
+  require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");
+  require(o.log_every >= 1, "--log-every must be at least 1");
+  const auto& opt = o.optimizer;
+  require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",
+          "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam");
+  require(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive number");
+  require(opt.schedule == "constant" || opt.schedule == "cosine",
+          "--lr-schedule: '" + opt.schedule + "' is not one of constant, cosine");
+  require(opt.momentum >= 0 && opt.momentum < 1, "--momentum must be in [0, 1)");
+  require(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1)");
+  require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");
+  require(opt.epsilon > 0, "--epsilon must be positive");
+  require(opt.weight_decay >= 0, "--weight-decay must not be negative");
+  for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
+  if (role == Role::kWorker && o.mode == Mode::kAllreduce) {
+    require(o.num_workers == 1 || !o.coordinator.empty(),
+            "--mode allreduce with several workers needs --coordinator host:port (worker 0's rendezvous)");
+    if (!o.coordinator.empty()) {
+      const HostPort hp = parse_host_port(o.coordinator, /*allow_port_zero=*/true);
+      require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
+    }
+  } else if (role == Role::kWorker && !o.evaluate) {  // --evaluate talks to no PS
+    require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
+            "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
+                std::to_string(o.num_ps));
+  }
+}
+
+}  // namespace
+
+const char* mode_name(Mode mode) {
+  switch (mode) {
+    case Mode::kSync: return "sync";
+    case Mode::kAsync: return "async";
+    case Mode::kSsp: return "ssp";
+    case Mode::kAllreduce: return "allreduce";
+  }
+  return "?";
+}
+
+std::vector<int> worker_shares(const JobOptions& o) {
+  if (!o.worker_batch.empty()) return o.worker_batch;
+  const auto n = static_cast<size_t>(o.num_workers);
+  if (o.global_batch > 0) {
+    std::vector<int> shares(n, static_cast<int>(o.global_batch / o.num_workers));
+    for (size_t i = 0; i < static_cast<size_t>(o.global_batch % o.num_workers); ++i) ++shares[i];
+    return shares;
+  }
+  return std::vector<int>(n, o.accum_steps * o.batch_size);
+}
+
+int micro_batch(const JobOptions& o, int share) {
+  if (o.worker_batch.empty() && o.global_batch == 0) return o.batch_size;
+  return (share + o.accum_steps - 1) / o.accum_steps;
+}
+
+DataFiles parse_data_files(const std::string& value, const std::string& flag) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = value.find(',', start);
+    parts.push_back(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const std::string quoted = "'" + value + "'";
+  if (parts.size() == 1) {
+    if (has_extension(value, ".csv")) return {"csv", value, ""};
+    throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns); give "
+                     ".npy or IDX data as FEATURES,LABELS");
+  }
+  if (parts.size() != 2) {
+    throw UsageError(flag + " " + quoted + ": names " + std::to_string(parts.size()) +
+                     " files; give FEATURES,LABELS or one .csv file (file names may not contain commas)");
+  }
+  if (parts[0].empty() || parts[1].empty()) throw UsageError(flag + " " + quoted + ": an empty file name in FEATURES,LABELS");
+  if (has_extension(parts[0], ".csv") || has_extension(parts[1], ".csv")) {
+    throw UsageError(flag + " " + quoted + ": a .csv file holds the features and the labels: give it alone");
+  }
+  const int npy = has_extension(parts[0], ".npy") + has_extension(parts[1], ".npy");
+  if (npy == 1) throw UsageError(flag + " " + quoted + ": FEATURES and LABELS must both be .npy files, or both IDX files");
+  return {npy == 2 ? "npy" : "idx", parts[0], parts[1]};
+}
+
+HostPort parse_host_port(const std::string& text, bool allow_port_zero) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw UsageError("'" + text + "' is not host:port");
+  }
+  HostPort hp{text.substr(0, colon), parse_int(text.substr(colon + 1), "port of '" + text + "'")};
+  if (hp.port < (allow_port_zero ? 0 : 1) || hp.port > 65535) throw UsageError("port of '" + text + "' is out of range");
+  return hp;
+}
+
+std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* argv, GivenOptions* given_out) {
+  JobOptions o;
+  TextOptions text;
+  std::string config;
+  po::options_description job = describe(o, text);
+  po::options_description generic("General");
+  generic.add_options()("help,h", "print this help and exit")(
+      "config", po::value(&config), "read options from this file (key = value lines; flags win)");
+  po::options_description cmdline;
+  cmdline.add(generic).add(job);
+
+  po::variables_map vm;
+  GivenOptions given;
+  try {
+    const po::parsed_options parsed = po::parse_command_line(argc, argv, cmdline);
+    for (const auto& option : parsed.options) given.command_line.insert(option.string_key);
+    po::store(parsed, vm);
+    if (vm.count("help")) {
+      std::cout << "Usage: " << (role == Role::kPs ? "pstrain-ps" : "pstrain-worker")
+                << " [options]\n"
+                << (role == Role::kPs ? "Parameter server shard: holds a slice of the parameters "
+                                        "and its optimizer state.\n"
+                                      : "Worker: trains a model replica on its shard of the data.\n")
+                << "Both binaries accept the same options, so one config file serves a whole job.\n"
+                << cmdline << "\n";
+      return std::nullopt;
+    }
+    if (vm.count("config")) {
+      const std::string& path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      if (!in) throw UsageError("--config: cannot open '" + path + "'");
+      const po::parsed_options parsed = po::parse_config_file(in, job);
+      for (const auto& option : parsed.options) given.config.insert(option.string_key);
+      po::store(parsed, vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    throw UsageError(e.what());
+  }
+  o.hidden.clear();
+  for (const auto& w : split(text.hidden, ',')) o.hidden.push_back(parse_int(w, "--hidden"));
+  for (const auto& b : split(text.worker_batch, ',')) o.worker_batch.push_back(parse_int(b, "--worker-batch"));
+  o.resume_allow = split(text.resume_allow, ',');
+  o.mode = choose<Mode>("--mode", text.mode, {{"sync", Mode::kSync}, {"async", Mode::kAsync}, {"ssp", Mode::kSsp},
+                                              {"allreduce", Mode::kAllreduce}});
+  o.collective = choose<CollectiveKind>("--collective", text.collective,
+                                        {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
+  o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});
+  o.checkpoint_errors =
+      choose<OnError>("--checkpoint-errors", text.checkpoint_errors, {{"stop", OnError::kStop}, {"warn", OnError::kWarn}});
+  if (text.resume == "auto") {
+    o.resume = o.resume_auto = true;
+  } else if (text.resume == "on" || text.resume == "true" || text.resume == "yes" || text.resume == "1") {
+    o.resume = true;
+  } else if (text.resume != "off" && text.resume != "false" && text.resume != "no" && text.resume != "0") {
+    throw UsageError("--resume: '" + text.resume + "' is not on, auto or off");
+  }
+  o.batch_auto = text.batch_size == "auto";
+  o.batch_size = o.batch_auto ? 1 : parse_int(text.batch_size, "--batch-size");
+  // A batch-size in the config file yields to --worker-batch / --global-batch on the command line (the
+  // flags win, as everywhere); given together in one place they contradict each other.
+  const bool batch_flags = given.command_line.count("worker-batch") || given.command_line.count("global-batch");
+  o.batch_size_given = given.command_line.count("batch-size") || (given.config.count("batch-size") && !batch_flags);
+  for (const auto& address : split(text.ps_hosts, ',')) {
+    if (address.rfind("ipc://", 0) == 0) {
+      const std::string name = address.substr(6);
+      if (name.empty() || name.size() > kMaxIpcName) {
+        throw UsageError("--ps-hosts: '" + address + "' needs a name of 1 to " + std::to_string(kMaxIpcName) + " characters");
+      }
+    } else {
+      parse_host_port(address);
+    }
+    o.ps_hosts.push_back(address);
+  }
+  o.shuffle = parse_bool(text.shuffle, "--shuffle");
+  *given_out = std::move(given);
+  return o;
+}
+
+void finish_job_options(JobOptions* o) {
+  if (o->start_timeout_s == 0) o->start_timeout_s = o->timeout_s;
+  validate(*o, o->origin.role);
+}
+
+}  // namespace pstrain

@@ -1,0 +1,178 @@
+// Options of a training job. Both binaries (pstrain-ps, pstrain-worker) accept the same flags
+// and config files, so launch/launch.sh can hand every process the same job description; each
+// process uses the part it needs. Boost.Program_options stays in options.cc: the rest of the
+// code sees only these structs. Every field's comment gives its default.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace pstrain {
+
+enum class Role { kPs, kWorker };
+
+// --mode, --collective, --checkpoint-errors: parsed once into these, never compared as text.
+enum class Mode { kSync, kAsync, kSsp, kAllreduce };
+enum class CollectiveKind { kRing, kNccl };
+enum class OnError { kStop, kWarn };
+const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// Where a process's place in the cluster came from (docs/cluster.md, "Roles from the
+// environment"): "flag", "TF_CONFIG", "Slurm", "Open MPI", "config" or "default".
+struct ClusterOrigin {
+  Role role = Role::kWorker;    // what this process runs as (--role auto may pick the other binary)
+  bool evaluator = false;       // TF_CONFIG's task is an evaluator: this process has nothing to do
+  std::string role_from = "default", index_from = "default", counts_from = "default";
+  std::string peers_from = "default", local_rank_from = "default";
+};
+
+struct OptimizerOptions {
+  std::string kind = "adam";    // sgd | momentum | adam
+  double lr = 1e-3;             // learning rate
+  double momentum = 0.9;        // momentum coefficient (momentum)
+  double beta1 = 0.9;           // Adam first-moment decay
+  double beta2 = 0.999;         // Adam second-moment decay
+  double epsilon = 1e-8;        // Adam denominator epsilon
+  double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
+  std::string schedule = "constant";  // constant | cosine (lr decays to 0 over the job's steps)
+};
+
+struct JobOptions {
+  // Cluster.
+  Mode mode = Mode::kSync;      // sync (PS barrier per step) | async | ssp | allreduce (no PS on the data path)
+  int staleness = 2;            // ssp: a worker may run this many steps ahead of the slowest (0 = sync)
+  int backup_workers = 0;       // sync: a step is applied once N - backup_workers workers pushed it
+  CollectiveKind collective = CollectiveKind::kRing;  // allreduce: ring (ZeroMQ, host buffers) | nccl (GPU buffers)
+  bool shared_memory = true;    // --shared-memory auto: same-host peers use shared memory | off
+  std::string coordinator;      // allreduce: host:port of worker 0's rendezvous (worker 0 may use port 0)
+  int num_workers = 1;          // N
+  int num_ps = 1;               // S
+  int index = 0;                // this process's index among its role
+  std::vector<std::string> ps_hosts;  // workers: each PS shard's "host:port" or "ipc://NAME", in shard order
+  std::string bind = "127.0.0.1";  // PS: address to bind (loopback by default)
+  int port = 0;                 // PS: port to bind, 0 = any free port
+  std::string ipc;              // PS: also listen on ipc://ipc (same-host workers); empty = TCP only
+  std::string port_file;        // PS, and worker 0 in allreduce: write the bound "host:port" here
+  double timeout_s = 60;        // deadline of any blocking network wait
+  double stall_report_s = 10;   // PS: report a barrier stalled longer than this
+  int chunk_kib = 1024;         // PS: largest message payload; slices are sent in chunks of this
+  std::string role;             // empty: this binary's role | auto: the environment's | ps | worker
+  int local_rank = -1;          // selects the GPU under --device auto; -1: Slurm/Open MPI's, else index
+  int base_port = 29500;        // Slurm/Open MPI: PS s listens on base_port + s, allreduce's rendezvous on base_port
+  double start_timeout_s = 0;   // how long peers may take to come up at start; 0 = timeout_s
+  ClusterOrigin origin;         // filled by parse_job_options, not a flag
+  int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
+  bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
+
+  // Security (docs/security.md): CURVE on every socket when any address is not loopback.
+  bool curve = false;           // CURVE also on loopback
+  bool insecure = false;        // CURVE off, even off loopback (a warning)
+  std::string curve_key_file;   // the job's key file (else $PSTRAIN_CURVE_KEY_FILE / $PSTRAIN_CURVE_SECRET_KEY)
+
+  // Checkpoints (docs/checkpoints.md).
+  std::string checkpoint_dir;   // where shard files and manifests go; empty = no checkpoints
+  int64_t checkpoint_every = 0; // chief: checkpoint every this many steps (0 = not by steps)
+  double checkpoint_secs = 0;   // chief: and when this many seconds passed since the last (0 = not by time)
+  int keep_checkpoints = 3;     // chief: complete checkpoints kept (older ones are removed)
+  bool resume = false;          // start from the newest usable checkpoint in checkpoint_dir
+  bool resume_auto = false;     // --resume auto: ... when the directory holds a complete one, else fresh
+  std::vector<std::string> resume_allow;  // fingerprint keys (or "all") a resumed checkpoint may differ in
+  OnError checkpoint_errors = OnError::kStop;  // PS: a failed write stops the job | warn and go on
+
+  // Model and data.
+  std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
+  std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir
+  std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
+  std::string model;            // layer list (docs/models.md); empty: the MLP of `hidden`
+  bool recompute = false;       // keep only block inputs in forward, recompute the rest in backward
+  std::string train_data;       // FEATURES,LABELS (.npy or IDX) or one .csv; empty: data_dir's IDX
+  std::string test_data;        // the same for the test set
+  double scale = 0;             // uint8 features are multiplied by this (0: 1/255)
+  std::string label_column;     // CSV: the label's column, by header name or 0-based index ("": last)
+  int classes = 0;              // number of classes (0: from the training labels; 10 for IDX)
+  std::string init_params;      // start from DIR/<variable>.npy (shapes checked against the model)
+  bool evaluate = false;        // worker: evaluate --init-params on the test data, no training, no PS
+  std::string device = "auto";  // auto | cpu | cuda | cuda:K (auto: GPU index mod count if any)
+  double gpu_memory_limit_mib = 0;  // refuse to start if the GPU memory plan exceeds this (0 = none);
+                                    // --batch-size auto: the micro-batch's plan fits it (also on the CPU)
+  int prefetch = 4;             // batches queued ahead of the trainer
+  int threads = 1;              // BLAS threads per worker
+  int bind_cpu = -1;            // worker: its training thread runs on this CPU only (-1: anywhere)
+
+  // Training.
+  int batch_size = 64;          // micro-batch: samples a worker computes at once (see worker_shares)
+  bool batch_auto = false;      // --batch-size auto: the largest micro-batch whose memory plan fits
+  bool batch_size_given = false;  // --batch-size was given (not its default)
+  std::vector<int> worker_batch;  // samples per step of each worker (empty: from the other flags)
+  int64_t global_batch = 0;     // samples per global step, split evenly over the workers (0: unset)
+  int accum_steps = 1;          // micro-batches per step (gradient accumulation)
+  double slowdown = 1;          // debugging: this worker's compute takes this many times as long
+  double push_jitter_ms = 0;    // debugging: a random sleep of up to this long before each push
+  std::string inject_faults;    // testing: faults on the messages this process sends (shared/net/fault_endpoint.h)
+  int epochs = 10;              // passes over the training set
+  int64_t steps = 0;            // stop after this many global steps (0 = no limit)
+  uint64_t seed = 42;           // initialisation and shuffling seed (same on every process)
+  bool shuffle = true;          // reshuffle every epoch
+  OptimizerOptions optimizer;
+  int log_every = 100;          // chief: progress line every this many steps
+  std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
+};
+
+// Samples each worker contributes to one global step, in worker order (docs/operations.md,
+// "Batch sizes"): --worker-batch, else --global-batch split evenly (the first G mod N workers
+// take one more), else accum_steps * batch_size each. The same on every process of a job.
+std::vector<int> worker_shares(const JobOptions& o);
+// The micro-batch a worker with `share` samples a step computes at once, unless --batch-size
+// auto (which the worker decides from its memory plan): with --worker-batch or --global-batch,
+// ceil(share / accum_steps); else batch_size.
+int micro_batch(const JobOptions& o, int share);
+
+// A --train-data / --test-data value split by its grammar (docs/data.md): one CSV file
+// (FILE.csv or FILE.csv.gz), or FEATURES,LABELS naming two .npy files (.npy or .npy.gz) or two
+// IDX files (any other names; gzip allowed).
+struct DataFiles {
+  std::string format;    // "csv" | "npy" | "idx"
+  std::string features;  // csv: the one file
+  std::string labels;    // empty for csv
+};
+// Throws pstrain::UsageError naming `flag` for a value outside the grammar.
+DataFiles parse_data_files(const std::string& value, const std::string& flag);
+
+using EnvMap = std::map<std::string, std::string>;
+
+// Which options the command line and the config file gave (their long names).
+struct GivenOptions {
+  std::set<std::string> command_line, config;
+};
+
+// Parses argv for the given role. Returns nullopt after printing --help; throws pstrain::Error
+// with a readable message for bad flags or values. Cluster fields the command line does not give
+// come from `env` (TF_CONFIG, Slurm, Open MPI; shared/config/cluster_env.h), then the config file.
+// Defined in shared/config/job_config.cc, which joins the two (this file knows no environment).
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env);
+// The same with this process's environment.
+std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv);
+
+// parse_job_options' parts: the flags and the config file alone (nullopt after --help), and,
+// once the environment has had its say, the defaults that follow from other fields and every
+// check (throws pstrain::UsageError).
+std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* argv, GivenOptions* given);
+void finish_job_options(JobOptions* o);
+
+// The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).
+constexpr size_t kMaxIpcName = 107;
+
+// "host:port" -> HostPort; throws pstrain::UsageError. Port 0 ("any free port") only if allowed.
+HostPort parse_host_port(const std::string& text, bool allow_port_zero = false);
+
+}  // namespace pstrain

@@ -1,0 +1,38 @@
+// Small ZeroMQ helpers shared by the PS transport and the ring collective.
+#pragma once
+
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "shared/net/transport.h"
+
+namespace pstrain {
+
+// Makes malloc keep the memory of freed ZeroMQ messages for reuse. ZeroMQ allocates every large
+// received message with malloc (in its I/O thread) and the application frees it; with glibc's
+// defaults that memory goes back to the kernel and the next message faults its pages in again,
+// zeroed: one more copy of every received byte, in the kernel. Call once at the start of a
+// process, before its first message; a no-op where the C library is not glibc.
+void keep_message_memory();
+
+// Linger 0 (a dead peer never blocks shutdown) and bounded queues of `high_water_mark` messages.
+void set_socket_defaults(zmq::socket_t& socket, int high_water_mark);
+
+// Binds tcp://host:port (port 0: any free port) and returns "host:port" as bound. Throws
+// pstrain::Error naming `what` if the address cannot be bound.
+std::string bind_tcp(zmq::socket_t& socket, const std::string& host, int port, const std::string& what);
+
+// Binds ipc://name. Throws pstrain::Error naming `what` if it cannot be bound.
+void bind_ipc(zmq::socket_t& socket, const std::string& name, const std::string& what);
+
+// ZeroMQ endpoint of a peer address: "ipc://NAME" as is, "host:port" as tcp://host:port.
+std::string zmq_endpoint(const std::string& address);
+
+// Receives every frame of one multipart message that is known to be ready.
+void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
+
+// Waits until a message can be received, or `deadline`; true if one can.
+bool poll_in(zmq::socket_t& socket, Clock::time_point deadline);
+
+}  // namespace pstrain

@@ -1,0 +1,37 @@
+// Optimizers applied where the parameters live (on the PS, or on a worker in all-reduce mode).
+// Every update is element-wise, so applying it chunk by chunk, slice by slice on S shards, gives
+// the same result as applying it to the whole vector at once.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "shared/config/options.h"
+
+namespace pstrain {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of elements [offset, offset+n) of the optimizer's range: params and grad_sum point
+  // at those n elements. The gradient is grad_scale * grad_sum (grad_sum sums per-sample
+  // gradients, grad_scale is 1 / samples); lr is this update's learning rate; step counts the
+  // updates of these elements so far (0 for the first), for Adam's bias correction.
+  virtual void apply(size_t offset, size_t n, float* params, const float* grad_sum, float grad_scale,
+                     double lr, uint64_t step) = 0;
+  virtual size_t size() const = 0;
+  // The optimizer's state, for checkpoints: slots of size() floats each (none for SGD, the
+  // velocity for momentum, Adam's two moments). Adam's step count is the update's `step`.
+  virtual std::vector<std::vector<float>*> state() { return {}; }
+};
+
+// The learning rate of update `step` (0-based) of a job of `total_steps` updates.
+double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t total_steps);
+
+// Creates the optimizer for a range of `n` parameters with zeroed state; throws pstrain::Error
+// for an unknown kind.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, size_t n);
+
+}  // namespace pstrain

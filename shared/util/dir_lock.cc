@@ -1,0 +1,109 @@
+#include "shared/util/dir_lock.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <utility>
+
+#include "shared/util/error.h"
+
+namespace pstrain {
+namespace {
+
+void make_dir(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw Error(what + ": cannot create directory " + dir + ": " + ec.message());
+}
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
+  return name;
+}
+
+std::string now_text() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%d %H:%M:%S", &tm);
+  return text;
+}
+
+std::string holder_of(int fd) {
+  char text[512] = {};
+  const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+  std::string holder = n > 0 ? std::string(text, static_cast<size_t>(n)) : "";
+  while (!holder.empty() && (holder.back() == '\n' || holder.back() == '\r')) holder.pop_back();
+  return holder.empty() ? "a process that has not said who it is yet" : holder;
+}
+
+}  // namespace
+
+DirLock::DirLock(const std::string& dir, const std::string& file, const std::string& who) {
+  make_dir(dir, who);
+  const std::string path = dir + "/" + file;
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(who + ": cannot create " + path + ": " + std::strerror(errno));
+  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    const std::string holder = err == EWOULDBLOCK ? holder_of(fd) : "";
+    close(fd);
+    if (err == EWOULDBLOCK) {
+      throw UsageError(dir + " is in use by another job: " + holder + " (" + path +
+                  " is locked; give this job a directory of its own)");
+    }
+    throw Error(who + ": cannot lock " + path + ": " + std::strerror(err));
+  }
+  const std::string text =
+      "pid " + std::to_string(getpid()) + " on host " + host_name() + ": " + who + ", since " + now_text() + "\n";
+  if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
+    const int err = errno;
+    close(fd);
+    throw Error(who + ": cannot write " + path + ": " + std::strerror(err));
+  }
+  fd_ = fd;
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) close(fd_);  // the lock goes with the descriptor; the file stays (it names no one then)
+}
+
+DirLock::DirLock(DirLock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+DirLock& DirLock::operator=(DirLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+void check_writable_dir(const std::string& dir, const std::string& flag) {
+  // The directories made for the check go again: a job that ends before it saves leaves none.
+  std::filesystem::path made;
+  for (std::filesystem::path p = std::filesystem::absolute(dir); !p.empty() && !std::filesystem::exists(p);
+       p = p.parent_path()) {
+    made = p;
+    if (p == p.parent_path()) break;
+  }
+  make_dir(dir, flag);
+  const std::string probe = dir + "/.pstrain-write-check." + std::to_string(getpid());
+  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  const int err = errno;
+  if (fd >= 0) {
+    close(fd);
+    unlink(probe.c_str());
+  }
+  std::error_code ec;
+  if (!made.empty()) std::filesystem::remove_all(made, ec);
+  if (fd < 0) throw Error(flag + ": cannot write into " + dir + ": " + std::strerror(err));
+}
+
+}  // namespace pstrain
