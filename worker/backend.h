@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "shared/config/options.h"
+
 namespace pstrain {
 
 using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
@@ -134,6 +136,11 @@ class Backend {
   virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
                                   float* dlogits) = 0;
 };
+
+// The backend for --device (see JobOptions::device): the CPU, a GPU by number, or with auto GPU
+// (local rank mod visible GPUs) where one is visible. Throws pstrain::Error if a GPU is asked for
+// and none is usable.
+std::unique_ptr<Backend> make_backend(const JobOptions& options);
 
 // OpenBLAS with `threads` threads.
 std::unique_ptr<Backend> make_cpu_backend(int threads);

@@ -12,10 +12,6 @@
 
 namespace pstrain {
 
-// Picks the backend for --device (see JobOptions::device) and logs the choice. Throws
-// pstrain::Error if a GPU is asked for and none is usable.
-std::unique_ptr<Backend> make_backend(const JobOptions& options);
-
 class Replica {
  public:
   // Allocates params and grads of `total` floats and an input buffer of `input_floats`.
