@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -415,6 +416,35 @@ TEST_F(LaunchTest, AllreduceModeStartsNoServerAndMatchesSync) {
   EXPECT_EQ(pid_of(dir_ + "/ring", "ps0"), -1) << read_file(dir_ + "/ring/cmd.txt");
   EXPECT_EQ(launched_pids(dir_ + "/ring").size(), 3u);
   EXPECT_LE(relative_difference(load_saved_params(sync), load_saved_params(ring)), 1e-5);
+}
+
+// --check-config: each binary parses and checks its flags and config file as a start would, says
+// so and exits, without binding, writing or reading data (the port file stays unwritten).
+TEST_F(LaunchTest, CheckConfigParsesEverythingAndStartsNothing) {
+  std::ofstream(dir_ + "/bad.cfg") << "lr = 0.1\nfrobnicate = 3\n";
+  const std::string port_file = dir_ + "/ps0.addr";
+  const auto check = [&](const std::string& binary, std::vector<std::string> flags, const std::string& name) {
+    flags.insert(flags.begin(), binary);
+    flags.push_back("--check-config");
+    const ExitStatus status = wait_for(spawn(flags, dir_ + "/" + name + ".log"), 30);
+    return std::pair{status, read_file(dir_ + "/" + name + ".log")};
+  };
+  auto [ps, ps_out] = check(PSTRAIN_PS_BIN, {"--port-file", port_file, "--data-dir", dir_ + "/none"}, "ps");
+  EXPECT_TRUE(ps.ok()) << ps_out;
+  EXPECT_EQ(ps_out, "pstrain-ps: configuration OK\n");
+  EXPECT_FALSE(std::filesystem::exists(port_file));
+  auto [w, w_out] = check(PSTRAIN_WORKER_BIN, {"--ps-hosts", "127.0.0.1:1", "--device", "cuda:7"}, "w");
+  EXPECT_TRUE(w.ok()) << w_out;
+  EXPECT_EQ(w_out, "pstrain-worker: configuration OK\n");
+  for (const auto& [flags, wanted] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--ps-hosts", "127.0.0.1:1", "--lr", "abc"}, "for option '--lr' is invalid"},
+           {{"--ps-hosts", "127.0.0.1:1", "--config", dir_ + "/bad.cfg"}, "unrecognised option 'frobnicate'"},
+           {{"--ps-hosts", "127.0.0.1:1", "--model", "dense x"}, "--model: 'x' is not the number of outputs"},
+           {{"--num-ps", "2", "--ps-hosts", "127.0.0.1:1"}, "--ps-hosts names 1 servers but --num-ps is 2"}}) {
+    auto [bad, out] = check(PSTRAIN_WORKER_BIN, flags, "bad");
+    EXPECT_EQ(bad.code, 2) << out;
+    EXPECT_NE(out.find(wanted), std::string::npos) << out;
+  }
 }
 
 }  // namespace
