@@ -174,7 +174,8 @@ case_usage() {
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
   for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help \
-    --devices --worker-batch batch= --cpu-bind; do
+    --devices --worker-batch batch= --cpu-bind --dry-run --resume --max-restarts --launcher \
+    --hostfile -H --ps-hosts-list --oversubscribe --remote-dir --ssh-option; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
@@ -185,8 +186,16 @@ case_usage() {
   bash "$launch" --no-setup --transport udp >"$work/transport.out" 2>&1
   check "bad --transport exits 2 naming it" \
     test $? -eq 2 -a "$(grep -c -- "--transport: 'udp'" "$work/transport.out")" -eq 1
-  bash "$launch" --no-setup --num-ps >/dev/null 2>&1
+  bash "$launch" --no-setup --num-ps >"$work/novalue.out" 2>&1
   check "missing value exits 2" test $? -eq 2
+  check "missing value is named" \
+    grep -qx -- "launch: --num-ps needs a value (see launch/launch.sh --help)" "$work/novalue.out"
+  bash "$launch" --no-setup --dry-run --resume=sometimes -- --checkpoint-dir "$work/ckpt" >"$work/resume.out" 2>&1
+  check "bad --resume value exits 2 naming it" \
+    test $? -eq 2 -a "$(grep -c -- "--resume=sometimes: the value is auto" "$work/resume.out")" -eq 1
+  bash "$launch" --no-setup --dry-run lr 0.1 >"$work/stray.out" 2>&1
+  check "an argument before -- exits 2" \
+    test $? -eq 2 -a "$(grep -c "unexpected argument 'lr' (job flags go after --)" "$work/stray.out")" -eq 1
   bash "$launch" --no-setup --config "$work/missing.cfg" >/dev/null 2>&1
   check "missing config exits 2" test $? -eq 2
   PSTRAIN_WORKER_BIN=$work/missing bash "$launch" --no-setup --run-dir "$work/nobin" \

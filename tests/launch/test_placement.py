@@ -339,15 +339,30 @@ class CommandLineTest(unittest.TestCase):
     def test_flags_values_and_job_flags(self):
         flags, extra = cli.parse_args(["--num-ps", "2", "--hostfile=h", "-H", "a,b", "--dry-run",
                                        "--ssh-option", "Port=2222", "--", "--lr", "0.1"])
-        self.assertEqual((flags["--num-ps"], flags["--hostfile"], flags["-H"], flags["--dry-run"]), ("2", "h", "a,b", True))
-        self.assertEqual(flags["--ssh-option"], ["Port=2222"])
+        self.assertEqual((flags.num_ps, flags.hostfile, flags.hosts, flags.dry_run), ("2", "h", "a,b", True))
+        self.assertEqual(flags.ssh_option, ["Port=2222"])
         self.assertEqual(extra, ["--lr", "0.1"])
+        flags, extra = cli.parse_args(["--ssh-option", "A=1", "--ssh-option=B=2", "--resume", "--", "--resume", "x"])
+        self.assertEqual((flags.ssh_option, flags.resume, extra), (["A=1", "B=2"], "on", ["--resume", "x"]))
+        self.assertEqual(cli.parse_args(["--resume", "auto"])[0].resume, "auto")
+        self.assertEqual(cli.parse_args(["--resume=auto", "--dry-run"])[0].resume, "auto")
+        self.assertEqual(cli.parse_args(["--num-ps", "1"])[0].num_workers, None)  # not given: the config's
 
     def test_usage_errors(self):
         with self.assertRaisesRegex(cli.UsageError, "unknown flag '--bogus'"):
             cli.parse_args(["--bogus"])
-        with self.assertRaisesRegex(cli.UsageError, "--num-ps needs a value"):
+        with self.assertRaisesRegex(cli.UsageError, "^unknown flag '--bogus' \\(job flags go after --"):
+            cli.parse_args(["--bogus=1", "--", "--lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^unknown flag '--num' "):  # no abbreviations
+            cli.parse_args(["--num", "2"])
+        with self.assertRaisesRegex(cli.UsageError, "^unexpected argument 'lr' \\(job flags go after --\\)"):
+            cli.parse_args(["lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^--num-ps needs a value$"):
             cli.parse_args(["--num-ps"])
+        with self.assertRaisesRegex(cli.UsageError, "^--config needs a value$"):
+            cli.parse_args(["--config", "--", "--lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^--dry-run: ignored explicit argument 'yes'$"):
+            cli.parse_args(["--dry-run=yes"])
         with self.assertRaisesRegex(cli.UsageError, "give either --hostfile or -H"):
             cli.Settings(*cli.parse_args(["--hostfile", "x", "-H", "a"]))
         with self.assertRaisesRegex(cli.UsageError, "--launcher ssh needs --hostfile"):
