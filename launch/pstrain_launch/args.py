@@ -61,8 +61,11 @@ def parser(repo, forwarded_env):
     job.add_argument("--run-dir", metavar="DIR", help=(
         "where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>); one job at a time: a run "
         "directory in use by another launcher is refused (exit 2)"))
-    job.add_argument("--dry-run", action="store_true",
-                     help="print the placement and every process's exact command, start nothing")
+    job.add_argument("--dry-run", action="store_true", help=(
+        "print the placement and every process's exact command, and check them: each distinct process (the first "
+        "PS, worker 0, one other worker) runs here with --check-config, so the binaries parse its flags and the "
+        "config file as a start would; exit 2 naming the process and the binary's message if one refuses. Starts "
+        "nothing; without built binaries it says it could not check"))
     job.add_argument("--resume", nargs="?", const="on", metavar="auto", help=(
         "start from the newest usable checkpoint in the job's --checkpoint-dir (passes --resume to every process; "
         "docs/checkpoints.md). --resume auto: the same where the directory holds a complete checkpoint, else start "
@@ -129,8 +132,9 @@ def _epilog(forwarded_env):
                           with --devices)
 
 exit status: 0 all processes exited 0; 1 a process failed (it is named) or a PS did not exit;
-2 usage error; 3 setup or build failed; 4 a PS did not start in time, or a host cannot be
-reached; 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM.
+2 usage error (--dry-run: also a job flag or config key a binary refuses); 3 setup or build
+failed; 4 a PS did not start in time, or a host cannot be reached; 129/130/143 stopped by
+SIGHUP/SIGINT/SIGTERM.
 """
 
 

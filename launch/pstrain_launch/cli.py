@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from . import args, devices, placement, steps
+from . import args, check, devices, placement, steps
 from .args import DEFAULT_BASE_PORT, UsageError
 from .supervisor import Output, Supervisor, describe_status
 
@@ -24,6 +24,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Environment variables a remote process gets from the launcher's environment (ssh passes none).
 FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME", "PSTRAIN_CURVE_KEY_FILE")
+# --dry-run's check: a port only known once bound (a local PS's) is given to the binaries as this.
+STAND_IN_PORT = "65535"
 
 
 def usage():
@@ -572,9 +574,10 @@ class Run:
         for line in placement.describe(s.procs):
             self.out.say(f"  {line}")
 
-    def planned_commands(self):
+    def planned_commands(self, unbound="<port of {}>"):
         """(proc, command) of every process in placement order, as far as known before starting
-        (a local run's PS ports and worker 0's rendezvous are only known once they are bound)."""
+        (a local run's PS ports and worker 0's rendezvous are only known once they are bound:
+        `unbound`, formatted with the process's name, stands for such a port)."""
         s = self.s
         local = s.launcher == "local"
         servers = [p for p in s.procs if p.role == "ps"]
@@ -584,7 +587,7 @@ class Run:
         elif s.transport == "ipc":
             ps_hosts = ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
         else:
-            ps_hosts = ",".join(f"127.0.0.1:{p.port or f'<port of {p.name}>'}" for p in servers)
+            ps_hosts = ",".join(f"127.0.0.1:{p.port or unbound.format(p.name)}" for p in servers)
         planned = []
         for p in s.procs:
             if p.role == "ps":
@@ -593,7 +596,7 @@ class Run:
                 cmd = self.worker_command(p, "", f"{s.bind or '127.0.0.1'}:{s.base_port}")
             elif s.mode == "allreduce":
                 host = "127.0.0.1" if local else workers[0].host
-                cmd = self.worker_command(p, "", f"{host}:{s.base_port or '<port of w0>'}")
+                cmd = self.worker_command(p, "", f"{host}:{s.base_port or unbound.format('w0')}")
             else:
                 cmd = self.worker_command(p, ps_hosts)
             planned.append((p, cmd))
@@ -613,15 +616,48 @@ class Run:
         self.sup.spawn(self.s.launcher, self.s.launcher, self.step.argv(), env=self.step.env(), demux=self.step.relay)
 
     def dry_run(self):
+        """Prints every command, then has the binaries check them; returns the exit status."""
         s = self.s
         if s.launcher in ("slurm", "mpirun"):
             step = self.make_step()
             print(shlex.join(step.argv()))
             for name, text in step.files().items():
                 print(f"--- RUNDIR/{name}:\n{text}", end="")
-            return
-        for p, cmd in self.planned_commands():
-            print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
+        else:
+            for p, cmd in self.planned_commands():
+                print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
+        sys.stdout.flush()
+        return EXIT_OK if self.check_config() else EXIT_USAGE
+
+    def check_commands(self):
+        """(proc, command) that --dry-run's check runs here: one process of each kind, the first
+        PS, worker 0 and one other worker (within a kind only the index and values the launcher
+        made differ), with this host's binary and config, and --check-config."""
+        s = self.s
+        chosen = {}
+        for p, cmd in self.planned_commands(unbound=STAND_IN_PORT):
+            kind = "ps" if p.role == "ps" else "chief" if p.index == 0 else "worker"
+            if kind not in chosen:
+                cmd = [s.ps_bin if p.role == "ps" else s.worker_bin] + cmd[1:]
+                cmd[cmd.index("--config") + 1] = s.config
+                chosen[kind] = (p, cmd + ["--check-config"])
+        return list(chosen.values())
+
+    def check_config(self):
+        """--dry-run: the binaries check the planned commands (check.py). False if one refused."""
+        env = check.environment(self.s.launcher)
+        results = [check.run(p.label, cmd, env) for p, cmd in self.check_commands()]
+        accepted = [r for r in results if r.said]
+        if accepted:
+            self.out.say(f"checked {', '.join(r.label for r in accepted)} with --check-config: "
+                         f"{'; '.join(sorted({r.said for r in accepted}))}")
+        for why in dict.fromkeys(r.unchecked for r in results if r.unchecked):
+            who = ", ".join(r.label for r in results if r.unchecked == why)
+            self.out.say(f"could not check {who} with the binaries (--check-config): {why}")
+        for binary, why in dict.fromkeys((r.binary, r.refused) for r in results if r.refused):
+            who = ", ".join(r.label for r in results if (r.binary, r.refused) == (binary, why))
+            print(f"launch: {binary} refuses the command of {who} (config {self.s.config}): {why}", file=sys.stderr)
+        return not any(r.refused for r in results)
 
     def last_checkpoint(self):
         """The newest complete checkpoint directory of the job (with its MANIFEST), or None."""
@@ -749,8 +785,7 @@ def main(argv):
         if settings.dry_run:
             run = Run(settings, Output())
             run.print_plan()
-            run.dry_run()
-            return EXIT_OK
+            return run.dry_run()
         settings.run_dir = make_run_dir(settings.run_dir)
     except UsageError as e:
         print(f"launch: {e} (see launch/launch.sh --help)", file=sys.stderr)
