@@ -1,5 +1,6 @@
 // pstrain-ps: one parameter-server shard.
 #include <exception>
+#include <iostream>
 
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
@@ -15,6 +16,11 @@
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
+    if (options && options->check_config) {  // launch.sh --dry-run: the options are fine; start nothing
+      if (!options->inject_faults.empty()) pstrain::parse_fault_rules(options->inject_faults);
+      std::cout << "pstrain-ps: configuration OK" << std::endl;
+      return 0;
+    }
     if (!options || !pstrain::dispatch_role(pstrain::Role::kPs, *options, argv)) return 0;
     // Where this shard will write its checkpoints, found unwritable now rather than at the first one.
     if (!options->checkpoint_dir.empty()) pstrain::check_writable_dir(options->checkpoint_dir, "--checkpoint-dir");

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -415,6 +416,74 @@ TEST_F(LaunchTest, AllreduceModeStartsNoServerAndMatchesSync) {
   EXPECT_EQ(pid_of(dir_ + "/ring", "ps0"), -1) << read_file(dir_ + "/ring/cmd.txt");
   EXPECT_EQ(launched_pids(dir_ + "/ring").size(), 3u);
   EXPECT_LE(relative_difference(load_saved_params(sync), load_saved_params(ring)), 1e-5);
+}
+
+// --check-config: each binary parses and checks its flags and config file as a start would, says
+// so and exits, without binding, writing or reading data (the port file stays unwritten).
+TEST_F(LaunchTest, CheckConfigParsesEverythingAndStartsNothing) {
+  std::ofstream(dir_ + "/bad.cfg") << "lr = 0.1\nfrobnicate = 3\n";
+  const std::string port_file = dir_ + "/ps0.addr";
+  const auto check = [&](const std::string& binary, std::vector<std::string> flags, const std::string& name) {
+    flags.insert(flags.begin(), binary);
+    flags.push_back("--check-config");
+    const ExitStatus status = wait_for(spawn(flags, dir_ + "/" + name + ".log"), 30);
+    return std::pair{status, read_file(dir_ + "/" + name + ".log")};
+  };
+  auto [ps, ps_out] = check(PSTRAIN_PS_BIN, {"--port-file", port_file, "--data-dir", dir_ + "/none"}, "ps");
+  EXPECT_TRUE(ps.ok()) << ps_out;
+  EXPECT_EQ(ps_out, "pstrain-ps: configuration OK\n");
+  EXPECT_FALSE(std::filesystem::exists(port_file));
+  auto [w, w_out] = check(PSTRAIN_WORKER_BIN, {"--ps-hosts", "127.0.0.1:1", "--device", "cuda:7"}, "w");
+  EXPECT_TRUE(w.ok()) << w_out;
+  EXPECT_EQ(w_out, "pstrain-worker: configuration OK\n");
+  for (const auto& [flags, wanted] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--ps-hosts", "127.0.0.1:1", "--lr", "abc"}, "for option '--lr' is invalid"},
+           {{"--ps-hosts", "127.0.0.1:1", "--config", dir_ + "/bad.cfg"}, "unrecognised option 'frobnicate'"},
+           {{"--ps-hosts", "127.0.0.1:1", "--model", "dense x"}, "--model: 'x' is not the number of outputs"},
+           {{"--num-ps", "2", "--ps-hosts", "127.0.0.1:1"}, "--ps-hosts names 1 servers but --num-ps is 2"}}) {
+    auto [bad, out] = check(PSTRAIN_WORKER_BIN, flags, "bad");
+    EXPECT_EQ(bad.code, 2) << out;
+    EXPECT_NE(out.find(wanted), std::string::npos) << out;
+  }
+}
+
+// launch.sh --dry-run has the binaries check every kind of process's command (--check-config):
+// a job flag or config key they refuse fails the dry run (exit 2), naming the processes and the
+// binary's message; a good job prints its plan and the binaries' answer. Nothing starts.
+TEST_F(LaunchTest, DryRunRefusesWhatTheBinariesRefuse) {
+  std::ofstream(dir_ + "/bad.cfg") << "# a key no binary knows\nlr = 0.1\nfrobnicate = 3\n";
+  const auto dry_run = [&](const std::string& run, std::vector<std::string> counts, std::vector<std::string> flags) {
+    counts.insert(counts.begin(), "--dry-run");
+    const ExitStatus status = wait_for(spawn(launch(run, counts, flags), dir_ + "/" + run + ".out"), 60);
+    EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + run)) << "a dry run made its run directory";
+    return std::pair{status, read_file(dir_ + "/" + run + ".out")};
+  };
+  auto [good, good_out] = dry_run("good", {"--num-workers", "2", "--transport", "tcp"}, {"--lr", "0.1"});
+  EXPECT_TRUE(good.ok()) << good_out;
+  EXPECT_NE(good_out.find("launch:   w1   on localhost"), std::string::npos) << good_out;
+  EXPECT_NE(good_out.find("\nw1: " PSTRAIN_WORKER_BIN " --config "), std::string::npos) << good_out;
+  EXPECT_NE(good_out.find("launch: checked ps0, w0, w1 with --check-config: pstrain-ps: configuration OK; "
+                          "pstrain-worker: configuration OK"),
+            std::string::npos)
+      << good_out;
+  auto [lr, lr_out] = dry_run("lr", {"--num-workers", "2"}, {"--lr", "abc"});
+  EXPECT_EQ(lr.code, 2) << lr_out;
+  EXPECT_NE(lr_out.find("refuses the command of w0, w1 (config "), std::string::npos) << lr_out;
+  EXPECT_NE(lr_out.find("pstrain-worker: the argument ('abc') for option '--lr' is invalid"), std::string::npos)
+      << lr_out;
+  EXPECT_NE(lr_out.find("\nw1: "), std::string::npos) << "the plan is printed too:\n" << lr_out;
+  auto [unknown, unknown_out] = dry_run("unknown", {"--num-workers", "1"}, {"--frobnicate"});
+  EXPECT_EQ(unknown.code, 2) << unknown_out;
+  EXPECT_NE(unknown_out.find(PSTRAIN_PS_BIN " refuses the command of ps0"), std::string::npos) << unknown_out;
+  EXPECT_NE(unknown_out.find("unrecognised option '--frobnicate'"), std::string::npos) << unknown_out;
+  auto [config, config_out] = dry_run("config", {"--config", dir_ + "/bad.cfg", "--num-workers", "1"}, {});
+  EXPECT_EQ(config.code, 2) << config_out;
+  EXPECT_NE(config_out.find("(config " + dir_ + "/bad.cfg): pstrain-worker: unrecognised option 'frobnicate'"),
+            std::string::npos)
+      << config_out;
+  auto [ring, ring_out] = dry_run("ring", {"--num-workers", "3"}, {"--mode", "allreduce", "--backup-workers", "1"});
+  EXPECT_EQ(ring.code, 2) << ring_out;
+  EXPECT_NE(ring_out.find("--backup-workers applies to --mode sync only"), std::string::npos) << ring_out;
 }
 
 }  // namespace

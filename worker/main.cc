@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <exception>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
 #include "worker/evaluation.h"
+#include "worker/layers.h"
 #include "worker/push_jitter.h"
 #include "worker/trainer.h"
 
@@ -100,11 +102,21 @@ pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
                               (run_dir != nullptr ? std::string(" (run directory ") + run_dir + ")" : std::string()));
 }
 
+// --check-config (launch.sh --dry-run): parse_job_options has checked the flags and the config
+// file; the layer list and fault rules, parsed later in a start, are parsed here too. Starts nothing.
+int check_config(const pstrain::JobOptions& o) {
+  if (!o.model.empty()) pstrain::parse_model(o.model);
+  if (!o.inject_faults.empty()) pstrain::parse_fault_rules(o.inject_faults);
+  std::cout << "pstrain-worker: configuration OK" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
+    if (options && options->check_config) return check_config(*options);
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
     if (o.evaluate) {

@@ -16,117 +16,20 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from . import devices, placement, steps
+from . import args, check, devices, placement, steps
+from .args import DEFAULT_BASE_PORT, UsageError
 from .supervisor import Output, Supervisor, describe_status
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SETUP, EXIT_START = 0, 1, 2, 3, 4
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_BASE_PORT = 29500
 # Environment variables a remote process gets from the launcher's environment (ssh passes none).
 FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME", "PSTRAIN_CURVE_KEY_FILE")
+# --dry-run's check: a port only known once bound (a local PS's) is given to the binaries as this.
+STAND_IN_PORT = "65535"
 
 
 def usage():
-    return f"""usage: launch/launch.sh [options] [-- job flags for every process]
-
-Runs S parameter servers and N workers of pstrain on this machine or across hosts, prefixes and
-logs their output, stops all of them as soon as one fails, and exits with one status.
-
-job:
-  --num-ps S        parameter-server shards (default: num-ps in the config file, else 1)
-  --num-workers N   workers (default: num-workers in the config file, else 1; with --devices,
-                    one per device)
-  --devices LIST    one worker per listed device, like MirroredStrategy(devices=[...]):
-                    --devices cuda:0,cuda:2,cpu starts 3 workers, worker i with --device <i-th
-                    entry> (entries: cpu, cuda, cuda:K; a --num-workers must agree). cuda:K
-                    counts the GPUs CUDA_VISIBLE_DEVICES leaves visible (CUDA renumbers them;
-                    the variable is passed on unchanged, with --devices to other hosts too) and
-                    must be among them. Across hosts the list is per host: every host runs one
-                    worker per entry, local rank r on entry r
-  --worker-batch B0,B1,...  samples per step of each worker, in worker order (one per worker);
-                    passed to every process, PS and workers. Per host: batch= in a hostfile
-  --config FILE     job config, passed to every process as --config FILE
-                    (default: configs/fashion_mlp.cfg, the Fashion-MNIST MLP job)
-  --cpu-bind MODE   auto (default) | none. auto: when the job runs on this host alone with
-                    2 or more workers and each can have a CPU of its own (of those this
-                    launcher may use), worker i's training thread and data reader run on the
-                    i-th of them (--bind-cpu); ZeroMQ's threads and the PS stay free, and two
-                    workers never share a core while one is idle (bench/README.md, "CPU
-                    binding"). none: the kernel places everything, e.g. when other jobs share
-                    the CPUs. Across hosts nothing is bound (srun --cpu-bind and mpirun
-                    --bind-to do that for their steps)
-  --run-dir DIR     where logs, cmd.txt and launch.log go (default: runs/<date>-<time>-<pid>); one job
-                    at a time: a run directory in use by another launcher is refused (exit 2)
-  --dry-run         print the placement and every process's exact command, start nothing
-  --resume [auto]   start from the newest usable checkpoint in the job's --checkpoint-dir
-                    (passes --resume to every process; docs/checkpoints.md). --resume auto: the
-                    same where the directory holds a complete checkpoint, else start fresh: one
-                    command for the first start and every requeue (Slurm --requeue, Kubernetes)
-  --max-restarts R  restart a worker that dies, with the same index, up to R times in all
-                    (default 0: any death stops the job). The replacement gets the current
-                    parameters and redoes the step its predecessor left, so nothing is lost or
-                    counted twice. A PS shard that dies restarts the whole job from its last
-                    complete checkpoint (needs the job's --checkpoint-dir). Sync mode, local or
-                    ssh launcher.
-  --no-setup        do not install packages or build (same as PSTRAIN_NO_SETUP=1)
-  -h, --help        this help
-  -- FLAGS...       passed unchanged to every process, e.g. -- --lr 0.05 --steps 200
-
-where processes run (docs/cluster.md):
-  --launcher L      local | ssh | slurm | mpirun | auto (default auto: ssh when --hostfile or
-                    -H is given, slurm inside a Slurm allocation, else local). slurm: one srun
-                    step on the allocation's nodes; mpirun: one mpirun over --hostfile/-H (or
-                    this host)
-  --hostfile FILE   hosts in Open MPI's format: 'host [slots=N] [batch=B0,B1,...]' per line,
-                    '#' comments; slots count workers (default 1 per host). batch=: samples per
-                    step of the host's workers in local-rank order (one value: all of them; a
-                    list: one per slot). The launcher passes the job's --worker-batch list to
-                    every process; workers on hosts without batch= get batch-size x
-                    accum-steps (job flags or config; 64 x 1 by default)
-  -H LIST           hosts on the command line: host1:2,host2:2 (slots after the colon)
-  --ps-hosts-list H1,H2  put PS shard s on the (s mod count)-th of these hosts (default:
-                    round-robin over all hosts); workers fill slots in host order
-  --oversubscribe   allow more workers than slots (they go round the hosts again)
-  --remote-dir DIR  the pstrain checkout on the other hosts, when not at this one's path
-                    ({REPO}); binaries and a config under it are found there
-  --ssh-option OPT  one more option for ssh, e.g. --ssh-option IdentityFile=~/.ssh/job
-                    (given to ssh as -o OPT; repeatable). ssh always runs with BatchMode=yes.
-
-network:
-  --base-port P     PS s listens on port P+s (in allreduce mode worker 0's rendezvous is on P).
-                    Default: local, each PS picks a free port and reports it through
-                    RUNDIR/ps<s>.addr; ssh, {DEFAULT_BASE_PORT}.
-  --bind ADDR       address the PS processes bind (default: 127.0.0.1 local, 0.0.0.0 ssh)
-  --transport T     local only; how workers reach the PS: ipc (Unix-domain sockets in Linux's
-                    abstract namespace; the default) or tcp. The PS listens on TCP either way.
-                    Across hosts workers use TCP.
-
-environment:
-  PSTRAIN_BUILD_DIR       build directory (default: <repo>/build)
-  PSTRAIN_PS_BIN          PS binary (default: $PSTRAIN_BUILD_DIR/pstrain-ps)
-  PSTRAIN_WORKER_BIN      worker binary (default: $PSTRAIN_BUILD_DIR/pstrain-worker)
-  PSTRAIN_NO_SETUP=1      same as --no-setup
-  PSTRAIN_NO_INSTALL=1    build but do not check or install packages
-  PSTRAIN_START_TIMEOUT   seconds to wait for every PS to report its address, and for ssh to
-                          reach every host (default 60)
-  PSTRAIN_PS_EXIT_TIMEOUT seconds the PS may take to exit after the last worker (default 30)
-  PSTRAIN_STOP_GRACE      seconds between SIGTERM and SIGKILL when stopping (default 5)
-  PSTRAIN_CHECKPOINT_GRACE  a job with --checkpoint-dir stopped by SIGTERM/SIGINT (Ctrl-C, Slurm
-                          preemption) first writes a final checkpoint: seconds allowed for it
-                          before everything is stopped anyway (default 60)
-  PSTRAIN_SSH             the ssh command (default: ssh), e.g. "ssh -i /path/key -p 2222"
-  {', '.join(FORWARDED_ENV)}
-                          passed on to processes on other hosts (CUDA_VISIBLE_DEVICES too,
-                          with --devices)
-
-exit status: 0 all processes exited 0; 1 a process failed (it is named) or a PS did not exit;
-2 usage error; 3 setup or build failed; 4 a PS did not start in time, or a host cannot be
-reached; 129/130/143 stopped by SIGHUP/SIGINT/SIGTERM.
-"""
-
-
-class UsageError(Exception):
-    pass
+    return args.parser(REPO, FORWARDED_ENV).format_help()
 
 
 class RestartJob(Exception):
@@ -141,54 +44,9 @@ class Stop(Exception):
         self.code = code
 
 
-VALUE_FLAGS = {"--num-ps", "--num-workers", "--config", "--base-port", "--bind", "--run-dir", "--transport", "--max-restarts",
-               "--launcher", "--hostfile", "-H", "--ps-hosts-list", "--remote-dir", "--ssh-option", "--devices",
-               "--worker-batch", "--cpu-bind"}
-SWITCHES = {"--no-setup", "--dry-run", "--oversubscribe", "--resume"}
-
-
 def parse_args(argv):
-    """Returns (flags: name -> value or list for --ssh-option, extra job flags)."""
-    flags, extra = {"--ssh-option": []}, []
-    i = 0
-    while i < len(argv):
-        flag = argv[i]
-        i += 1
-        if flag in ("-h", "--help"):
-            flags["--help"] = True
-            continue
-        if flag == "--":
-            extra = argv[i:]
-            break
-        value = None
-        if flag.startswith("--") and "=" in flag:
-            flag, value = flag.split("=", 1)
-        if flag == "--resume" and value is None and i < len(argv) and argv[i] == "auto":
-            flags[flag] = "auto"  # --resume auto
-            i += 1
-            continue
-        if flag == "--resume" and value is not None:
-            if value not in ("auto", "on"):
-                raise UsageError(f"--resume={value}: the value is auto (or none)")
-            flags[flag] = value
-            continue
-        if flag in SWITCHES and value is None:
-            flags[flag] = True
-            continue
-        if flag not in VALUE_FLAGS:
-            if flag.startswith("-"):
-                raise UsageError(f"unknown flag '{flag}' (job flags go after --, e.g. -- --lr 0.01)")
-            raise UsageError(f"unexpected argument '{flag}' (job flags go after --)")
-        if value is None:
-            if i >= len(argv):
-                raise UsageError(f"{flag} needs a value")
-            value = argv[i]
-            i += 1
-        if flag == "--ssh-option":
-            flags[flag].append(value)
-        else:
-            flags[flag] = value
-    return flags, extra
+    """(flags: argparse.Namespace, job flags after --); see args.parse."""
+    return args.parse(argv, REPO, FORWARDED_ENV)
 
 
 def config_value(key, path):
@@ -239,38 +97,38 @@ class Settings:
 
     def __init__(self, flags, extra):
         self.extra = extra
-        self.dry_run = bool(flags.get("--dry-run"))
-        config = flags.get("--config") or os.path.join(REPO, "configs", "fashion_mlp.cfg")
+        self.dry_run = flags.dry_run
+        config = flags.config or os.path.join(REPO, "configs", "fashion_mlp.cfg")
         if not os.path.isfile(config) and not os.path.isabs(config) and os.path.isfile(os.path.join(REPO, config)):
             config = os.path.join(REPO, config)
         if not os.path.isfile(config):
             raise UsageError(f"config file not found: {config}")
         self.config = os.path.abspath(config)
         self.mode = job_flag(extra, "mode") or config_value("mode", self.config) or "sync"
-        self.num_ps = require_int("--num-ps", flags.get("--num-ps") or config_value("num-ps", self.config) or 1, 1)
+        self.num_ps = require_int("--num-ps", flags.num_ps or config_value("num-ps", self.config) or 1, 1)
         self.num_workers = require_int("--num-workers",
-                                       flags.get("--num-workers") or config_value("num-workers", self.config) or 1, 1)
+                                       flags.num_workers or config_value("num-workers", self.config) or 1, 1)
         if self.mode == "allreduce":
             self.num_ps = 0  # the workers all-reduce among themselves: no PS
-        self.transport = flags.get("--transport", "ipc")
+        self.transport = flags.transport
         if self.transport not in ("ipc", "tcp"):
             raise UsageError(f"--transport: '{self.transport}' is not ipc or tcp")
         self.launcher = self._launcher(flags)
         self.hosts = self._hosts(flags)
         self.devices = self._devices(flags)
         remote = self.launcher != "local"
-        base_port = flags.get("--base-port")
+        base_port = flags.base_port
         self.base_port = require_int("--base-port", base_port, 1, 65536 - max(self.num_ps, 1)) if base_port else (
             DEFAULT_BASE_PORT if remote else 0)
         loopback = all(h.name in ("localhost", "127.0.0.1") for h in self.hosts)
-        self.bind = flags.get("--bind") or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
-        self.oversubscribe = bool(flags.get("--oversubscribe"))
-        self.max_restarts = require_int("--max-restarts", flags.get("--max-restarts", "0"), 0)
-        resume = flags.get("--resume")
+        self.bind = flags.bind or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
+        self.oversubscribe = flags.oversubscribe
+        self.max_restarts = require_int("--max-restarts", flags.max_restarts, 0)
+        resume = flags.resume
         if resume and not any(a == "--resume" or a.startswith("--resume=") for a in self.extra):
             self.extra = self.extra + ["--resume=auto" if resume == "auto" else "--resume"]
         self.checkpointing = bool(job_flag(self.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.config))
-        if flags.get("--resume") and not self.checkpointing:
+        if flags.resume and not self.checkpointing:
             raise UsageError("--resume needs the job's --checkpoint-dir (after --, or in the config file)")
         self.checkpoint_grace = require_int("PSTRAIN_CHECKPOINT_GRACE",
                                             os.environ.get("PSTRAIN_CHECKPOINT_GRACE", "60"), 1)
@@ -279,10 +137,10 @@ class Settings:
         if self.max_restarts and self.launcher not in ("local", "ssh"):
             raise UsageError(f"--max-restarts works with the local and ssh launchers, not {self.launcher} "
                              "(a step's ranks cannot be restarted one by one)")
-        self.ps_hosts_list = [h for h in (flags.get("--ps-hosts-list") or "").split(",") if h]
-        self.remote_dir = flags.get("--remote-dir")
+        self.ps_hosts_list = [h for h in (flags.ps_hosts_list or "").split(",") if h]
+        self.remote_dir = flags.remote_dir
         self.ssh = shlex.split(os.environ.get("PSTRAIN_SSH", "ssh")) + ["-o", "BatchMode=yes"]
-        for option in flags["--ssh-option"]:
+        for option in flags.ssh_option:
             self.ssh += ["-o", option]
         self.start_timeout = require_int("PSTRAIN_START_TIMEOUT", os.environ.get("PSTRAIN_START_TIMEOUT", "60"), 1)
         self.ps_exit_timeout = require_int("PSTRAIN_PS_EXIT_TIMEOUT", os.environ.get("PSTRAIN_PS_EXIT_TIMEOUT", "30"), 0)
@@ -291,7 +149,7 @@ class Settings:
         self.ps_bin = os.environ.get("PSTRAIN_PS_BIN") or os.path.join(build_dir, "pstrain-ps")
         self.worker_bin = os.environ.get("PSTRAIN_WORKER_BIN") or os.path.join(build_dir, "pstrain-worker")
         self.keygen_bin = os.environ.get("PSTRAIN_KEYGEN_BIN") or os.path.join(build_dir, "pstrain-keygen")
-        self.run_dir = flags.get("--run-dir") or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
+        self.run_dir = flags.run_dir or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
             self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
                                          self.ps_hosts_list, self.oversubscribe or self.launcher == "local",
@@ -302,16 +160,16 @@ class Settings:
         try:
             own = job_flag(self.extra, "bind-cpu") is not None or config_value("bind-cpu", self.config) is not None
             self.worker_cpus = [] if own else placement.worker_cpus(
-                flags.get("--cpu-bind", "auto"), self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
+                flags.cpu_bind, self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
 
     def _devices(self, flags):
         """--devices: every host runs one worker per entry, so the number of workers follows."""
-        if "--devices" not in flags:
+        if flags.devices is None:
             return []
         try:
-            listed = devices.parse(flags["--devices"])
+            listed = devices.parse(flags.devices)
             devices.check_visible(listed, os.environ.get("CUDA_VISIBLE_DEVICES"))
             self.hosts = placement.one_worker_per_device(self.hosts, len(listed))
         except placement.PlacementError as e:
@@ -319,9 +177,9 @@ class Settings:
         if job_flag(self.extra, "device") is not None:
             raise UsageError("--devices gives every worker its --device; drop --device from the job flags")
         count = len(listed) * len(self.hosts)
-        if "--num-workers" in flags and require_int("--num-workers", flags["--num-workers"], 1) != count:
+        if flags.num_workers is not None and require_int("--num-workers", flags.num_workers, 1) != count:
             where = f" on each of {len(self.hosts)} hosts" if len(self.hosts) > 1 else ""
-            raise UsageError(f"--num-workers {flags['--num-workers']}, but --devices starts one worker per device: "
+            raise UsageError(f"--num-workers {flags.num_workers}, but --devices starts one worker per device: "
                              f"{len(listed)} device(s){where} make {count} workers (drop --num-workers)")
         self.num_workers = count
         return listed
@@ -329,7 +187,7 @@ class Settings:
     def _worker_batch(self, flags):
         """The --worker-batch list every process gets (None: none): the command line's, or the
         hostfile's batch= in worker order; also on the procs, for the printed placement."""
-        given, after = flags.get("--worker-batch"), job_flag(self.extra, "worker-batch")
+        given, after = flags.worker_batch, job_flag(self.extra, "worker-batch")
         if given is not None and after is not None:
             raise UsageError("--worker-batch is given twice, before and after --")
         text = given if given is not None else after
@@ -381,26 +239,26 @@ class Settings:
         try:
             if self.launcher == "slurm":
                 return steps.slurm_hosts()
-            if "--hostfile" in flags and "-H" in flags:
+            if flags.hostfile is not None and flags.hosts is not None:
                 raise UsageError("give either --hostfile or -H, not both")
-            if "--hostfile" in flags:
-                path = flags["--hostfile"]
+            if flags.hostfile is not None:
+                path = flags.hostfile
                 try:
                     with open(path, encoding="utf-8") as f:
                         return placement.parse_hostfile(f.read(), path)
                 except OSError as e:
                     raise UsageError(f"--hostfile: cannot read {path}: {e.strerror}") from e
-            if "-H" in flags:
-                return placement.parse_host_list(flags["-H"])
+            if flags.hosts is not None:
+                return placement.parse_host_list(flags.hosts)
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
         return [placement.Host("localhost", 1 if self.launcher == "local" else self.num_workers)]
 
     def _launcher(self, flags):
-        launcher = flags.get("--launcher", "auto")
+        launcher = flags.launcher
         if launcher not in ("auto", "local", "ssh", "slurm", "mpirun"):
             raise UsageError(f"--launcher: '{launcher}' is not one of auto, local, ssh, slurm, mpirun")
-        given = "--hostfile" in flags or "-H" in flags
+        given = flags.hostfile is not None or flags.hosts is not None
         if launcher == "auto":
             launcher = "ssh" if given else "slurm" if os.environ.get("SLURM_JOB_ID") else "local"
         if launcher == "slurm" and given:
@@ -716,9 +574,10 @@ class Run:
         for line in placement.describe(s.procs):
             self.out.say(f"  {line}")
 
-    def planned_commands(self):
+    def planned_commands(self, unbound="<port of {}>"):
         """(proc, command) of every process in placement order, as far as known before starting
-        (a local run's PS ports and worker 0's rendezvous are only known once they are bound)."""
+        (a local run's PS ports and worker 0's rendezvous are only known once they are bound:
+        `unbound`, formatted with the process's name, stands for such a port)."""
         s = self.s
         local = s.launcher == "local"
         servers = [p for p in s.procs if p.role == "ps"]
@@ -728,7 +587,7 @@ class Run:
         elif s.transport == "ipc":
             ps_hosts = ",".join(f"ipc://{self.ipc_name(p.index)}" for p in servers)
         else:
-            ps_hosts = ",".join(f"127.0.0.1:{p.port or f'<port of {p.name}>'}" for p in servers)
+            ps_hosts = ",".join(f"127.0.0.1:{p.port or unbound.format(p.name)}" for p in servers)
         planned = []
         for p in s.procs:
             if p.role == "ps":
@@ -737,7 +596,7 @@ class Run:
                 cmd = self.worker_command(p, "", f"{s.bind or '127.0.0.1'}:{s.base_port}")
             elif s.mode == "allreduce":
                 host = "127.0.0.1" if local else workers[0].host
-                cmd = self.worker_command(p, "", f"{host}:{s.base_port or '<port of w0>'}")
+                cmd = self.worker_command(p, "", f"{host}:{s.base_port or unbound.format('w0')}")
             else:
                 cmd = self.worker_command(p, ps_hosts)
             planned.append((p, cmd))
@@ -757,15 +616,48 @@ class Run:
         self.sup.spawn(self.s.launcher, self.s.launcher, self.step.argv(), env=self.step.env(), demux=self.step.relay)
 
     def dry_run(self):
+        """Prints every command, then has the binaries check them; returns the exit status."""
         s = self.s
         if s.launcher in ("slurm", "mpirun"):
             step = self.make_step()
             print(shlex.join(step.argv()))
             for name, text in step.files().items():
                 print(f"--- RUNDIR/{name}:\n{text}", end="")
-            return
-        for p, cmd in self.planned_commands():
-            print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
+        else:
+            for p, cmd in self.planned_commands():
+                print(f"{p.label}: {shlex.join(self.remote_argv(p, cmd) if s.launcher == 'ssh' else cmd)}")
+        sys.stdout.flush()
+        return EXIT_OK if self.check_config() else EXIT_USAGE
+
+    def check_commands(self):
+        """(proc, command) that --dry-run's check runs here: one process of each kind, the first
+        PS, worker 0 and one other worker (within a kind only the index and values the launcher
+        made differ), with this host's binary and config, and --check-config."""
+        s = self.s
+        chosen = {}
+        for p, cmd in self.planned_commands(unbound=STAND_IN_PORT):
+            kind = "ps" if p.role == "ps" else "chief" if p.index == 0 else "worker"
+            if kind not in chosen:
+                cmd = [s.ps_bin if p.role == "ps" else s.worker_bin] + cmd[1:]
+                cmd[cmd.index("--config") + 1] = s.config
+                chosen[kind] = (p, cmd + ["--check-config"])
+        return list(chosen.values())
+
+    def check_config(self):
+        """--dry-run: the binaries check the planned commands (check.py). False if one refused."""
+        env = check.environment(self.s.launcher)
+        results = [check.run(p.label, cmd, env) for p, cmd in self.check_commands()]
+        accepted = [r for r in results if r.said]
+        if accepted:
+            self.out.say(f"checked {', '.join(r.label for r in accepted)} with --check-config: "
+                         f"{'; '.join(sorted({r.said for r in accepted}))}")
+        for why in dict.fromkeys(r.unchecked for r in results if r.unchecked):
+            who = ", ".join(r.label for r in results if r.unchecked == why)
+            self.out.say(f"could not check {who} with the binaries (--check-config): {why}")
+        for binary, why in dict.fromkeys((r.binary, r.refused) for r in results if r.refused):
+            who = ", ".join(r.label for r in results if (r.binary, r.refused) == (binary, why))
+            print(f"launch: {binary} refuses the command of {who} (config {self.s.config}): {why}", file=sys.stderr)
+        return not any(r.refused for r in results)
 
     def last_checkpoint(self):
         """The newest complete checkpoint directory of the job (with its MANIFEST), or None."""
@@ -886,15 +778,14 @@ def make_run_dir(path):
 def main(argv):
     try:
         flags, extra = parse_args(argv)
-        if flags.get("--help"):
+        if flags.help:
             print(usage(), end="")
             return EXIT_OK
         settings = Settings(flags, extra)
         if settings.dry_run:
             run = Run(settings, Output())
             run.print_plan()
-            run.dry_run()
-            return EXIT_OK
+            return run.dry_run()
         settings.run_dir = make_run_dir(settings.run_dir)
     except UsageError as e:
         print(f"launch: {e} (see launch/launch.sh --help)", file=sys.stderr)

@@ -2,7 +2,8 @@
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
 # fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices and batch= in a hostfile
-# (in dry-run form too), a run directory in use, and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
+# (in dry-run form too), --dry-run's check with the binaries (--check-config), a run directory in
+# use, and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -174,7 +175,8 @@ case_usage() {
   bash "$launch" --help >"$work/help.out" 2>&1
   check "--help exits 0" test $? -eq 0
   for flag in --num-ps --num-workers --config --base-port --bind --transport --run-dir --no-setup --help \
-    --devices --worker-batch batch= --cpu-bind; do
+    --devices --worker-batch batch= --cpu-bind --dry-run --check-config --resume --max-restarts --launcher \
+    --hostfile -H --ps-hosts-list --oversubscribe --remote-dir --ssh-option; do
     check "--help explains $flag" grep -q -- "$flag" "$work/help.out"
   done
   bash "$launch" --no-setup --bogus >"$work/bogus.out" 2>&1
@@ -185,8 +187,16 @@ case_usage() {
   bash "$launch" --no-setup --transport udp >"$work/transport.out" 2>&1
   check "bad --transport exits 2 naming it" \
     test $? -eq 2 -a "$(grep -c -- "--transport: 'udp'" "$work/transport.out")" -eq 1
-  bash "$launch" --no-setup --num-ps >/dev/null 2>&1
+  bash "$launch" --no-setup --num-ps >"$work/novalue.out" 2>&1
   check "missing value exits 2" test $? -eq 2
+  check "missing value is named" \
+    grep -qx -- "launch: --num-ps needs a value (see launch/launch.sh --help)" "$work/novalue.out"
+  bash "$launch" --no-setup --dry-run --resume=sometimes -- --checkpoint-dir "$work/ckpt" >"$work/resume.out" 2>&1
+  check "bad --resume value exits 2 naming it" \
+    test $? -eq 2 -a "$(grep -c -- "--resume=sometimes: the value is auto" "$work/resume.out")" -eq 1
+  bash "$launch" --no-setup --dry-run lr 0.1 >"$work/stray.out" 2>&1
+  check "an argument before -- exits 2" \
+    test $? -eq 2 -a "$(grep -c "unexpected argument 'lr' (job flags go after --)" "$work/stray.out")" -eq 1
   bash "$launch" --no-setup --config "$work/missing.cfg" >/dev/null 2>&1
   check "missing config exits 2" test $? -eq 2
   PSTRAIN_WORKER_BIN=$work/missing bash "$launch" --no-setup --run-dir "$work/nobin" \
@@ -222,8 +232,32 @@ case_hostfile_batches_dry_run() {
     test $? -eq 2 -a "$(grep -cF "badhosts:1: batch= lists 3 sizes for 2 slot(s)" "$work/badbatch.out")" -eq 1
 }
 
+# --dry-run prints the plan and has the binaries check one command of each kind (--check-config;
+# the fakes refuse --frobnicate as the real ones do); nothing starts, no run directory is made.
+case_dry_run_check() {
+  case=dry_run_check
+  bash "$launch" --no-setup --dry-run --run-dir "$work/dry" --num-workers 3 -- --lr 0.1 >"$work/dry.out" 2>&1
+  check "a good dry run exits 0" test $? -eq 0
+  check "it prints every command" test "$(grep -cE '^(ps0|w[012]): .*--lr 0\.1$' "$work/dry.out")" -eq 4
+  check "the PS, the chief and one other worker checked" file_has "$work/dry.out" \
+    '^launch: checked ps0, w0, w1 with --check-config: fake ps: configuration OK; fake worker: configuration OK$'
+  check "no run directory made" test ! -e "$work/dry"
+  bash "$launch" --no-setup --dry-run --num-workers 2 -- --frobnicate >"$work/refused.out" 2>&1
+  check "a job flag the binaries refuse exits 2" test $? -eq 2
+  check "the refusal names the processes and the binary's message" file_has "$work/refused.out" \
+    "^launch: $here/fake_worker.sh refuses the command of w0, w1 \(config .*\): fake worker: unrecognised option '--frobnicate'"
+  check "the plan is printed all the same" file_has "$work/refused.out" '^w1: .* --frobnicate$'
+  PSTRAIN_PS_BIN=$work/missing/pstrain-ps PSTRAIN_WORKER_BIN=$work/missing/pstrain-worker \
+    bash "$launch" --no-setup --dry-run >"$work/unbuilt.out" 2>&1
+  check "without binaries the dry run exits 0" test $? -eq 0
+  check "it says it could not check" file_has "$work/unbuilt.out" \
+    "^launch: could not check w0, w1 with the binaries \(--check-config\): $work/missing/pstrain-worker is not built"
+  check "and prints the plan" file_has "$work/unbuilt.out" '^w0: .*pstrain-worker --config '
+}
+
 main() {
   case_usage
+  case_dry_run_check
   case_default_job
   case_flags_and_config
   case_worker_fails

@@ -7,9 +7,13 @@
 #   FAKE_PS_NO_ADDR=1     never report an address (start-up timeout)
 #   FAKE_PS_LINGER=1      never exit on its own (the "PS never exits" bug)
 #   FAKE_PS_MAX_S=S       give up with status 1 after S seconds (default 120; a safety net)
-index=0 num_workers=1 port=0 port_file=""
+# --check-config (launch.sh --dry-run): says "configuration OK" and exits 0, or, like the real
+# binary, refuses a --frobnicate with exit 2.
+index=0 num_workers=1 port=0 port_file="" check=0 refuse=""
 while (($#)); do
   case $1 in
+    --check-config) check=1 ;;
+    --frobnicate) refuse=$1 ;;
     --index) index=$2; shift ;;
     --num-workers) num_workers=$2; shift ;;
     --port) port=$2; shift ;;
@@ -17,6 +21,11 @@ while (($#)); do
   esac
   shift
 done
+if ((check)); then
+  [[ -z $refuse ]] || { echo "fake ps: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
+  echo "fake ps: configuration OK"
+  exit 0
+fi
 state_dir=${FAKE_STATE_DIR:-${PSTRAIN_RUN_DIR:-}}
 if [[ -z $state_dir || -z $port_file ]]; then
   echo "fake ps: need FAKE_STATE_DIR or PSTRAIN_RUN_DIR, and --port-file" >&2

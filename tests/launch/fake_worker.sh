@@ -8,9 +8,13 @@
 #   FAKE_IGNORE_TERM=1   ...and ignores SIGTERM (tests the launcher's SIGKILL escalation)
 #   FAKE_LEAVE_CHILD=1   worker 0 exits 0 but leaves a child process running
 #   FAKE_WORK_S=S        seconds of "work" before finishing (default 0.3)
-index=0 num_ps=1 num_workers=1 ps_hosts="" all_args=("$@")
+# --check-config (launch.sh --dry-run): says "configuration OK" and exits 0, or, like the real
+# binary, refuses a --frobnicate with exit 2.
+index=0 num_ps=1 num_workers=1 ps_hosts="" all_args=("$@") check=0 refuse=""
 while (($#)); do
   case $1 in
+    --check-config) check=1 ;;
+    --frobnicate) refuse=$1 ;;
     --index) index=$2; shift ;;
     --num-ps) num_ps=$2; shift ;;
     --num-workers) num_workers=$2; shift ;;
@@ -18,6 +22,11 @@ while (($#)); do
   esac
   shift
 done
+if ((check)); then
+  [[ -z $refuse ]] || { echo "fake worker: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
+  echo "fake worker: configuration OK"
+  exit 0
+fi
 state_dir=${FAKE_STATE_DIR:-${PSTRAIN_RUN_DIR:-}}
 [[ -n $state_dir ]] || { echo "fake worker: need FAKE_STATE_DIR or PSTRAIN_RUN_DIR" >&2; exit 2; }
 

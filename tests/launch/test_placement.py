@@ -12,7 +12,7 @@ from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
 
-from pstrain_launch import cli, devices, placement, steps  # noqa: E402
+from pstrain_launch import check, cli, devices, placement, steps  # noqa: E402
 from pstrain_launch.placement import Host, PlacementError  # noqa: E402
 
 
@@ -294,7 +294,7 @@ class WorkerBatchCommandLineTest(unittest.TestCase):
     def test_dry_run_prints_devices_batches_and_commands(self):
         hosts = self.hostfile("n1 batch=64,32\nn2 batch=16\n")
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
-        env["PYTHONPATH"] = os.path.join(cli.REPO, "launch")
+        env.update(PYTHONPATH=os.path.join(cli.REPO, "launch"), PSTRAIN_PS_BIN=FAKE_PS, PSTRAIN_WORKER_BIN=FAKE_WORKER)
         done = subprocess.run([sys.executable, "-m", "pstrain_launch", "--dry-run", "--hostfile", hosts,
                                "--devices", "cuda:0,cpu"], env=env, capture_output=True, text=True, check=True)
         lines = done.stdout.splitlines()
@@ -302,6 +302,60 @@ class WorkerBatchCommandLineTest(unittest.TestCase):
         w1 = [line for line in lines if line.startswith("w1@n1: ssh ")]
         self.assertEqual(len(w1), 1)
         self.assertIn("--local-rank 1 --device cpu --worker-batch 64,32,16,16'", w1[0])
+        self.assertEqual(lines[-1], "launch: checked ps0@n1, w0@n1, w1@n1 with --check-config: "
+                                    "fake ps: configuration OK; fake worker: configuration OK")
+
+
+FAKE_PS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_ps.sh")
+FAKE_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_worker.sh")
+
+
+class DryRunCheckTest(unittest.TestCase):
+    """--dry-run's check (check.py): one process of each kind runs here with --check-config."""
+
+    def script(self, text):
+        with tempfile.NamedTemporaryFile("w", suffix=".sh", delete=False) as f:
+            f.write("#!/bin/sh\n" + text)
+        os.chmod(f.name, 0o755)
+        self.addCleanup(os.remove, f.name)
+        return f.name
+
+    def test_one_command_of_each_kind_with_this_hosts_binaries_and_config(self):
+        with mock.patch.dict(os.environ, {"PSTRAIN_PS_BIN": "/b/ps", "PSTRAIN_WORKER_BIN": cli.REPO + "/build/w"}):
+            s = settings("-H", "a:2,b:2", "--num-workers", "4", "--num-ps", "2", "--remote-dir", "/opt/p",
+                         "--config", "configs/fashion_mlp.cfg", "--", "--lr", "0.1")
+            chosen = cli.Run(s, cli.Output()).check_commands()
+        self.assertEqual([p.name for p, _ in chosen], ["ps0", "w0", "w1"])
+        for p, cmd in chosen:
+            self.assertEqual(cmd[:3], ["/b/ps" if p.role == "ps" else cli.REPO + "/build/w", "--config", s.config])
+            self.assertEqual(cmd[-3:], ["--lr", "0.1", "--check-config"])
+        local = settings("--num-workers", "2", "--transport", "tcp", "--", "--mode", "allreduce")
+        chosen = cli.Run(local, cli.Output()).check_commands()
+        coordinator = [cmd[cmd.index("--coordinator") + 1] for _, cmd in chosen]
+        self.assertEqual(coordinator, ["127.0.0.1:0", "127.0.0.1:" + cli.STAND_IN_PORT])  # w0's port is not known yet
+
+    def test_what_the_binary_says(self):
+        ok = check.run("w0", [self.script("echo 'pstrain-worker: configuration OK'\n"), "--check-config"], {})
+        self.assertEqual((ok.said, ok.refused, ok.unchecked), ("pstrain-worker: configuration OK", None, None))
+        refused = check.run("w0", [self.script("echo '10:39:09.099 E pstrain-worker: --lr: bad (see --help)' >&2\n"
+                                               "exit 2\n")], {})
+        self.assertEqual(refused.refused, "pstrain-worker: --lr: bad (see --help)")
+        crashed = check.run("w0", [self.script("echo boom >&2; exit 1\n")], {})
+        self.assertEqual(crashed.refused, "boom (exit status 1)")
+        old = check.run("w0", [self.script("echo \"E pstrain-ps: unrecognised option '--check-config'\" >&2; exit 2\n")],
+                        {})
+        self.assertRegex(old.unchecked, r"predates --check-config \(rebuild it\)$")
+        self.assertEqual(check.run("w0", ["/nonexistent/pstrain-worker"], {}).unchecked,
+                         "/nonexistent/pstrain-worker is not built")
+
+    def test_processes_elsewhere_are_checked_without_our_cluster_variables(self):
+        with mock.patch.dict(os.environ, {"SLURM_PROCID": "3", "TF_CONFIG": "{}", "OMPI_COMM_WORLD_RANK": "1",
+                                          "PSTRAIN_LOG_LEVEL": "warn"}):
+            self.assertEqual(check.environment("local")["SLURM_PROCID"], "3")  # local processes get ours
+            for launcher in ("ssh", "slurm", "mpirun"):
+                env = check.environment(launcher)
+                self.assertFalse({"SLURM_PROCID", "TF_CONFIG", "OMPI_COMM_WORLD_RANK"} & set(env), launcher)
+                self.assertEqual(env["PSTRAIN_LOG_LEVEL"], "warn")
 
 
 class CpuBindTest(unittest.TestCase):
@@ -339,15 +393,30 @@ class CommandLineTest(unittest.TestCase):
     def test_flags_values_and_job_flags(self):
         flags, extra = cli.parse_args(["--num-ps", "2", "--hostfile=h", "-H", "a,b", "--dry-run",
                                        "--ssh-option", "Port=2222", "--", "--lr", "0.1"])
-        self.assertEqual((flags["--num-ps"], flags["--hostfile"], flags["-H"], flags["--dry-run"]), ("2", "h", "a,b", True))
-        self.assertEqual(flags["--ssh-option"], ["Port=2222"])
+        self.assertEqual((flags.num_ps, flags.hostfile, flags.hosts, flags.dry_run), ("2", "h", "a,b", True))
+        self.assertEqual(flags.ssh_option, ["Port=2222"])
         self.assertEqual(extra, ["--lr", "0.1"])
+        flags, extra = cli.parse_args(["--ssh-option", "A=1", "--ssh-option=B=2", "--resume", "--", "--resume", "x"])
+        self.assertEqual((flags.ssh_option, flags.resume, extra), (["A=1", "B=2"], "on", ["--resume", "x"]))
+        self.assertEqual(cli.parse_args(["--resume", "auto"])[0].resume, "auto")
+        self.assertEqual(cli.parse_args(["--resume=auto", "--dry-run"])[0].resume, "auto")
+        self.assertEqual(cli.parse_args(["--num-ps", "1"])[0].num_workers, None)  # not given: the config's
 
     def test_usage_errors(self):
         with self.assertRaisesRegex(cli.UsageError, "unknown flag '--bogus'"):
             cli.parse_args(["--bogus"])
-        with self.assertRaisesRegex(cli.UsageError, "--num-ps needs a value"):
+        with self.assertRaisesRegex(cli.UsageError, "^unknown flag '--bogus' \\(job flags go after --"):
+            cli.parse_args(["--bogus=1", "--", "--lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^unknown flag '--num' "):  # no abbreviations
+            cli.parse_args(["--num", "2"])
+        with self.assertRaisesRegex(cli.UsageError, "^unexpected argument 'lr' \\(job flags go after --\\)"):
+            cli.parse_args(["lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^--num-ps needs a value$"):
             cli.parse_args(["--num-ps"])
+        with self.assertRaisesRegex(cli.UsageError, "^--config needs a value$"):
+            cli.parse_args(["--config", "--", "--lr", "0.1"])
+        with self.assertRaisesRegex(cli.UsageError, "^--dry-run: ignored explicit argument 'yes'$"):
+            cli.parse_args(["--dry-run=yes"])
         with self.assertRaisesRegex(cli.UsageError, "give either --hostfile or -H"):
             cli.Settings(*cli.parse_args(["--hostfile", "x", "-H", "a"]))
         with self.assertRaisesRegex(cli.UsageError, "--launcher ssh needs --hostfile"):
