@@ -41,6 +41,18 @@ TEST(OptionsTest, ConfigFileAndFlagsWin) {
   std::filesystem::remove_all(dir);
 }
 
+// --check-config is for the command line (launch.sh --dry-run): a config file that says it is
+// refused, so that no start is quietly turned into a check.
+TEST(OptionsTest, CheckConfigOnlyOnTheCommandLine) {
+  const std::string dir = make_temp_dir("options");
+  std::ofstream(dir + "/job.cfg") << "check-config = true\n";
+  EXPECT_THROW(parse(Role::kPs, {"--config", (dir + "/job.cfg").c_str()}), UsageError);
+  const auto o = parse(Role::kPs, {"--check-config"});
+  ASSERT_TRUE(o);
+  EXPECT_TRUE(o->check_config);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(OptionsTest, WorkerBatchOnTheCommandLineOverridesTheConfigsBatchSize) {
   const std::string dir = make_temp_dir("options");
   std::ofstream(dir + "/job.cfg") << "batch-size = 64\nnum-workers = 3\n";

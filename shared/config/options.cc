@@ -73,7 +73,6 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("timeout", po::value(&o.timeout_s)->default_value(o.timeout_s), "seconds any blocking network wait may take before the process fails")
       ("stall-report", po::value(&o.stall_report_s)->default_value(o.stall_report_s), "PS: seconds a barrier may wait before the missing workers are reported")
       ("chunk-kib", po::value(&o.chunk_kib)->default_value(o.chunk_kib), "PS: KiB per message; a slice travels as chunks of this size, each applied and sent back as soon as all workers pushed it")
-      ("check-config", po::bool_switch(&o.check_config), "parse and check every option and the config file as a start would, print 'configuration OK' and exit 0 (exit 2 naming what is wrong), starting nothing: no network, data or GPU (launch.sh --dry-run checks one command of each kind of process with it)")
       ("curve", po::bool_switch(&o.curve), "encrypt and authenticate every connection with the job's CURVE key also on loopback (it is on by default whenever an address is not loopback; docs/security.md)")
       ("insecure", po::bool_switch(&o.insecure), "no CURVE, even off loopback (warns): anyone who reaches the ports can join the job")
       ("curve-key-file", po::value(&o.curve_key_file), "the job's key file (mode 0600; made by pstrain-keygen; default $PSTRAIN_CURVE_KEY_FILE, or the secret key in $PSTRAIN_CURVE_SECRET_KEY)")
@@ -332,8 +331,10 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   std::string config;
   po::options_description job = describe(o, text);
   po::options_description generic("General");
+  // On the command line only: a config file must not turn a start into a check.
   generic.add_options()("help,h", "print this help and exit")(
-      "config", po::value(&config), "read options from this file (key = value lines; flags win)");
+      "config", po::value(&config), "read options from this file (key = value lines; flags win)")(
+      "check-config", po::bool_switch(&o.check_config), "parse and check every option and the config file as a start would, print 'configuration OK' and exit 0 (exit 2 naming what is wrong), starting nothing: no network, data or GPU (launch.sh --dry-run checks one command of each kind of process with it)");
   po::options_description cmdline;
   cmdline.add(generic).add(job);
 
