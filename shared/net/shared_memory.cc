@@ -16,11 +16,14 @@ namespace pstrain {
 namespace {
 
 // Names of segments created here and not yet removed, as /dev/shm paths for the signal handler
-// (unlink is async-signal-safe; shm_unlink is not on that list). `used` hands slots out; the
-// handler skips a slot whose first byte is 0 (being written, or forgotten).
+// (unlink is async-signal-safe; shm_unlink is not on that list). The handler may run on any
+// thread (OpenBLAS's, ZeroMQ's), so every byte is an atomic (lock-free, so signal-safe too):
+// `used` hands slots out, `ready` says a slot's path is whole; the handler copies a ready path
+// and unlinks the copy.
 constexpr size_t kSlots = 8, kPathBytes = 256;
-char g_paths[kSlots][kPathBytes];
+std::atomic<char> g_paths[kSlots][kPathBytes];
 std::atomic<bool> g_used[kSlots];
+std::atomic<bool> g_ready[kSlots];
 
 int remember(const std::string& name) {
   const std::string path = "/dev/shm" + name;
@@ -28,10 +31,8 @@ int remember(const std::string& name) {
   for (size_t i = 0; i < kSlots; ++i) {
     bool expected = false;
     if (!g_used[i].compare_exchange_strong(expected, true)) continue;
-    // The first byte last: the handler never sees a half-written path.
-    std::memcpy(g_paths[i] + 1, path.c_str() + 1, path.size());
-    std::atomic_signal_fence(std::memory_order_release);
-    g_paths[i][0] = path[0];
+    for (size_t j = 0; j <= path.size(); ++j) g_paths[i][j].store(path.c_str()[j], std::memory_order_relaxed);
+    g_ready[i].store(true, std::memory_order_release);
     return static_cast<int>(i);
   }
   return -1;
@@ -39,14 +40,20 @@ int remember(const std::string& name) {
 
 void forget(int slot) {
   if (slot < 0) return;
-  g_paths[slot][0] = '\0';
-  std::atomic_signal_fence(std::memory_order_release);
-  g_used[slot].store(false);
+  g_ready[slot].store(false, std::memory_order_release);
+  g_used[slot].store(false, std::memory_order_release);
 }
 
 void unlink_all() {
   for (size_t i = 0; i < kSlots; ++i) {
-    if (g_used[i].load() && g_paths[i][0] != '\0') ::unlink(g_paths[i]);
+    if (!g_ready[i].load(std::memory_order_acquire)) continue;
+    char path[kPathBytes];
+    for (size_t j = 0; j < kPathBytes; ++j) {
+      path[j] = g_paths[i][j].load(std::memory_order_relaxed);
+      if (path[j] == '\0') break;
+    }
+    path[kPathBytes - 1] = '\0';
+    ::unlink(path);
   }
 }
 
