@@ -1,0 +1,143 @@
+// One suite, every implementation of the PS transport (shared/net/transport.h): ZeroMQ over TCP,
+// over ipc, with CURVE, switched to the same-host local channel, and wrapped by the fault
+// endpoint with no faults (shared/net/fault_endpoint.h). Each must carry header-only and payload
+// messages both ways with every byte intact, keep one peer's messages in order, honour a receive
+// deadline, and close twice without harm. (The ring all-reduce's links are sockets of their own,
+// tested in collective_test.cc.)
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "shared/net/curve.h"
+#include "shared/net/fault_endpoint.h"
+#include "shared/net/transport.h"
+#include "test_util/idx_writer.h"
+
+namespace pstrain {
+namespace {
+
+constexpr double kWait = 10;  // seconds: a bound, never a sleep
+
+class TransportTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    const std::string& kind = GetParam();
+    static int serial = 0;
+    const std::string ipc = "@pstrain-transport-" + std::to_string(::getpid()) + "-" + std::to_string(++serial);
+    if (kind == "curve") {
+      const std::string path = dir_.path + "/job.key";
+      std::ofstream(path) << make_key_file_text();
+      ::chmod(path.c_str(), 0600);
+      security_ = read_key_file(path);
+      zap_ = make_zap_handler(context_, security_);
+    }
+    const bool by_ipc = kind == "ipc" || kind == "local";
+    server_ = make_zmq_server(context_, "127.0.0.1", 0, by_ipc ? ipc : "", security_, kind == "local");
+    client_ = make_zmq_client(context_, {by_ipc ? "ipc://" + ipc : server_->address()}, security_, kind == "local");
+    if (kind == "faulty") client_ = with_faults(std::move(client_), {});
+    route_ = receive(*server_, frame("hello")).route;  // the server learns the client's route
+    if (kind == "local") {
+      std::string why;
+      ASSERT_TRUE(client_->use_local_channel(0, &why)) << why;
+    }
+  }
+
+  static Message frame(const std::string& header, size_t payload_bytes = 0, char fill = 0) {
+    Message m;
+    m.shard = 0;
+    m.frames.emplace_back(header.data(), header.size());
+    if (payload_bytes > 0) {
+      std::string payload(payload_bytes, fill);
+      for (size_t i = 0; i < payload_bytes; i += 4093) payload[i] = static_cast<char>(i / 4093);
+      m.frames.emplace_back(payload.data(), payload.size());
+    }
+    return m;
+  }
+  // Sends `m` from the client and returns what the server received.
+  Message receive(Endpoint& server, Message m) {
+    std::string error;
+    EXPECT_TRUE(client_->send(std::move(m), deadline_after(kWait), &error)) << error;
+    Message in;
+    EXPECT_TRUE(server.recv(&in, deadline_after(kWait))) << "nothing arrived";
+    return in;
+  }
+  Message reply(Message m) {
+    m.route = route_;
+    std::string error;
+    EXPECT_TRUE(server_->send(std::move(m), deadline_after(kWait), &error)) << error;
+    Message in;
+    EXPECT_TRUE(client_->recv(&in, deadline_after(kWait))) << "nothing came back";
+    return in;
+  }
+
+  TempDir dir_{"transport"};
+  zmq::context_t context_{1};
+  Security security_;
+  std::unique_ptr<ZapHandler> zap_;
+  std::unique_ptr<Endpoint> server_, client_;
+  std::string route_;
+};
+
+TEST_P(TransportTest, HeadersAndPayloadsArriveWhole) {
+  const Message pull = receive(*server_, frame("pull"));
+  EXPECT_EQ(pull.route, route_);
+  EXPECT_EQ(pull.local, GetParam() == "local");  // header-only: over the local channel once switched
+  ASSERT_EQ(pull.frames.size(), 1u);
+  EXPECT_EQ(pull.frames[0].to_string(), "pull");
+  const Message push = receive(*server_, frame("push", 1 << 20, 'g'));
+  EXPECT_EQ(push.route, route_);
+  ASSERT_EQ(push.frames.size(), 2u);
+  EXPECT_EQ(push.frames[1].to_string(), frame("", 1 << 20, 'g').frames[1].to_string());
+  const Message params = reply(frame("params", 3 << 20, 'p'));
+  EXPECT_EQ(params.shard, 0);
+  ASSERT_EQ(params.frames.size(), 2u);
+  EXPECT_EQ(params.frames[0].to_string(), "params");
+  EXPECT_EQ(params.frames[1].to_string(), frame("", 3 << 20, 'p').frames[1].to_string());
+  const Message ack = reply(frame("ack"));
+  EXPECT_EQ(ack.local, GetParam() == "local");
+  ASSERT_EQ(ack.frames.size(), 1u);
+  EXPECT_EQ(ack.frames[0].to_string(), "ack");
+}
+
+TEST_P(TransportTest, OnePeersMessagesKeepTheirOrder) {
+  std::string error;
+  for (int i = 0; i < 200; ++i) {
+    ASSERT_TRUE(client_->send(frame("m" + std::to_string(i)), deadline_after(kWait), &error)) << error;
+  }
+  for (int i = 0; i < 200; ++i) {
+    Message in;
+    ASSERT_TRUE(server_->recv(&in, deadline_after(kWait))) << "message " << i << " did not arrive";
+    EXPECT_EQ(in.frames.at(0).to_string(), "m" + std::to_string(i));
+  }
+}
+
+TEST_P(TransportTest, AReceiveWithNothingToReceiveEndsAtItsDeadline) {
+  for (Endpoint* endpoint : {server_.get(), client_.get()}) {
+    const auto start = Clock::now();
+    Message in;
+    EXPECT_FALSE(endpoint->recv(&in, deadline_after(0.2)));
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    EXPECT_GE(waited, 0.19);
+    EXPECT_LT(waited, 2.0);
+  }
+}
+
+TEST_P(TransportTest, CloseTwiceIsHarmless) {
+  client_->close(deadline_after(1));
+  client_->close(deadline_after(1));
+  server_->close(deadline_after(1));
+  server_->close(deadline_after(1));
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryTransport, TransportTest, ::testing::Values("tcp", "ipc", "curve", "local", "faulty"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace pstrain
