@@ -32,17 +32,17 @@ TEST(DirLockTest, ASecondLockIsRefusedNamingTheHolderAndFreedWhenTheHolderGoes) 
   TempDir dir("dirlock");
   const std::string ckpt = dir.path + "/new/ckpt";  // created with its parents
   {
-    DirLock first(ckpt, "x.lock", "the first job");
+    DirLock first(ckpt, "x.lock", "--checkpoint-dir", "the first job");
     EXPECT_TRUE(first.held());
-    const std::string why = error_of([&] { DirLock second(ckpt, "x.lock", "the second job"); });
-    EXPECT_NE(why.find(ckpt + " is in use by another job: pid " + std::to_string(getpid()) + " on host "),
+    const std::string why = error_of([&] { DirLock second(ckpt, "x.lock", "--checkpoint-dir", "the second job"); });
+    EXPECT_NE(why.find("--checkpoint-dir: " + ckpt + " is in use by another job: pid " + std::to_string(getpid()) + " on host "),
               std::string::npos) << why;
     EXPECT_NE(why.find(": the first job, since "), std::string::npos) << why;
-    EXPECT_THROW(DirLock(ckpt, "x.lock", "again"), UsageError);
-    DirLock other_file(ckpt, "y.lock", "another lock file in the same directory");
+    EXPECT_THROW(DirLock(ckpt, "x.lock", "--checkpoint-dir", "again"), UsageError);
+    DirLock other_file(ckpt, "y.lock", "--checkpoint-dir", "another lock file in the same directory");
     EXPECT_TRUE(other_file.held());
   }
-  DirLock after(ckpt, "x.lock", "the next job");
+  DirLock after(ckpt, "x.lock", "--checkpoint-dir", "the next job");
   EXPECT_TRUE(after.held());
 }
 
@@ -55,7 +55,7 @@ TEST(DirLockTest, AKilledHolderLeavesNoStaleLock) {
   ASSERT_GE(child, 0);
   if (child == 0) {
     close(ready[0]);
-    DirLock held(dir.path, "x.lock", "the child");
+    DirLock held(dir.path, "x.lock", "--checkpoint-dir", "the child");
     const char byte = 1;
     if (write(ready[1], &byte, 1) != 1) _exit(1);
     pause();
@@ -65,17 +65,19 @@ TEST(DirLockTest, AKilledHolderLeavesNoStaleLock) {
   char byte = 0;
   ASSERT_EQ(read(ready[0], &byte, 1), 1);
   close(ready[0]);
-  const std::string why = error_of([&] { DirLock refused(dir.path, "x.lock", "the parent"); });
+  const std::string why = error_of([&] { DirLock refused(dir.path, "x.lock", "--checkpoint-dir", "the parent"); });
   EXPECT_NE(why.find("pid " + std::to_string(child) + " on host"), std::string::npos) << why;
   ASSERT_EQ(kill(child, SIGKILL), 0);
   ASSERT_EQ(waitpid(child, nullptr, 0), child);
-  DirLock taken(dir.path, "x.lock", "the parent");
+  DirLock taken(dir.path, "x.lock", "--checkpoint-dir", "the parent");
   EXPECT_TRUE(taken.held());
 }
 
 TEST(DirLockTest, UnwritableDirectoriesNameThePathAndTheReason) {
-  const std::string locked = error_of([] { DirLock lock("/proc/pstrain-no-such/ckpt", "x.lock", "w0"); });
-  EXPECT_NE(locked.find("w0: cannot create directory /proc/pstrain-no-such/ckpt: "), std::string::npos) << locked;
+  const std::string locked =
+      error_of([] { DirLock lock("/proc/pstrain-no-such/ckpt", "x.lock", "--checkpoint-dir", "w0"); });
+  EXPECT_NE(locked.find("--checkpoint-dir: cannot create directory /proc/pstrain-no-such/ckpt: "), std::string::npos)
+      << locked;
   const std::string saved = error_of([] { check_writable_dir("/proc/pstrain-no-such", "--save-params"); });
   EXPECT_NE(saved.find("--save-params: cannot create directory /proc/pstrain-no-such: "), std::string::npos) << saved;
   TempDir dir("dirlock-writable");
@@ -136,7 +138,7 @@ TEST(DirLockJobTest, UnwritableOutputDirectoriesFailBeforeTheFirstStep) {
     const ExitStatus status = wait_for(spawn(worker_argv(job, 0, {"--ps-hosts", "127.0.0.1:9", flag, path}), log), 30);
     const std::string text = read_file(log);
     EXPECT_EQ(status.code, 1) << text;
-    EXPECT_NE(text.find(std::string(": cannot create directory ") + path), std::string::npos) << text;
+    EXPECT_NE(text.find(std::string(flag) + ": cannot create directory " + path), std::string::npos) << text;
     EXPECT_EQ(text.find("connecting to ps0"), std::string::npos) << text;
   }
   const std::string ps_log = dir.path + "/ps0.log";

@@ -85,6 +85,8 @@ TEST(FaultEndpointTest, EachFaultHitsOnlyTheNthMessageOfItsOperation) {
   EXPECT_EQ(requests(through("delay:PUSH:1:0.1", true)), (std::vector<uint64_t>{2, 3, 4, 1}));
   EXPECT_EQ(requests(through("delay:PUSH:1:30", true)), (std::vector<uint64_t>{2, 3, 4}));  // still held
   EXPECT_EQ(requests(through("drop:PUSH:9")), (std::vector<uint64_t>{1, 2, 3, 4}));  // no 9th PUSH
+  // A reorder lets only the reordered message go with the next one, not a delayed one.
+  EXPECT_EQ(requests(through("delay:PUSH:1:30,reorder:PULL:1")), (std::vector<uint64_t>{3, 2, 4}));
 }
 
 TEST(FaultEndpointTest, TruncateCutsTheLastFrameAndCorruptFlipsTheHeadersFirstKey) {

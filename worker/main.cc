@@ -97,7 +97,7 @@ std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const ps
 
 pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
   const char* run_dir = std::getenv("PSTRAIN_RUN_DIR");  // set by launch.sh
-  return pstrain::DirLock(o.checkpoint_dir, ".pstrain-checkpoint.lock",
+  return pstrain::DirLock(o.checkpoint_dir, ".pstrain-checkpoint.lock", "--checkpoint-dir",
                           "w0, the chief of a job checkpointing there" +
                               (run_dir != nullptr ? std::string(" (run directory ") + run_dir + ")" : std::string()));
 }

@@ -74,11 +74,10 @@ class FaultyEndpoint final : public Endpoint {
       case FaultRule::kDelay:
         held_.push_back({Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                             std::chrono::duration<double>(rule->delay_s)),
-                         std::move(msg)});
+                         std::move(msg), false});
         return true;
       case FaultRule::kReorder:  // after the next message, or after kReorderWait if none comes
-        held_.push_back({Clock::now() + kReorderWait, std::move(msg)});
-        reorder_pending_ = true;
+        held_.push_back({Clock::now() + kReorderWait, std::move(msg), true});
         return true;
       case FaultRule::kDuplicate: {
         Message again = copy_of(msg);
@@ -120,6 +119,7 @@ class FaultyEndpoint final : public Endpoint {
   struct Held {
     Clock::time_point due;
     Message msg;
+    bool reordered;  // goes after the next message sent, or at `due` if none is
   };
 
   const FaultRule* match(const Header& h) {
@@ -138,15 +138,13 @@ class FaultyEndpoint final : public Endpoint {
   // Sends `msg`, then what a reorder held back: it goes after the next message.
   bool send_then_reordered(Message&& msg, Clock::time_point deadline, std::string* error) {
     if (!inner_->send(std::move(msg), deadline, error)) return false;
-    if (!reorder_pending_) return true;
-    reorder_pending_ = false;
-    return flush(Clock::time_point::max(), deadline, error);
+    return flush(Clock::now(), deadline, error, /*reordered_too=*/true);
   }
 
-  // Sends the delayed messages that are due.
-  bool flush(Clock::time_point now, Clock::time_point deadline, std::string* error) {
+  // Sends the held messages that are due, and with `reordered_too` every reordered one.
+  bool flush(Clock::time_point now, Clock::time_point deadline, std::string* error, bool reordered_too = false) {
     for (auto it = held_.begin(); it != held_.end();) {
-      if (it->due > now) {
+      if (it->due > now && !(reordered_too && it->reordered)) {
         ++it;
         continue;
       }
@@ -161,7 +159,6 @@ class FaultyEndpoint final : public Endpoint {
   const std::vector<FaultRule> rules_;
   std::map<std::string, uint64_t> sent_of_;  // messages sent, by operation
   std::vector<Held> held_;                    // delayed, or reordered
-  bool reorder_pending_ = false;              // held_ has a reordered message
 };
 
 }  // namespace

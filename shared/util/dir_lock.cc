@@ -46,27 +46,27 @@ std::string holder_of(int fd) {
 
 }  // namespace
 
-DirLock::DirLock(const std::string& dir, const std::string& file, const std::string& who) {
-  make_dir(dir, who);
+DirLock::DirLock(const std::string& dir, const std::string& file, const std::string& flag, const std::string& holder) {
+  make_dir(dir, flag);
   const std::string path = dir + "/" + file;
   const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(who + ": cannot create " + path + ": " + std::strerror(errno));
+  if (fd < 0) throw Error(flag + ": cannot create " + path + ": " + std::strerror(errno));
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
-    const std::string holder = err == EWOULDBLOCK ? holder_of(fd) : "";
+    const std::string holding = err == EWOULDBLOCK ? holder_of(fd) : "";
     close(fd);
     if (err == EWOULDBLOCK) {
-      throw UsageError(dir + " is in use by another job: " + holder + " (" + path +
-                  " is locked; give this job a directory of its own)");
+      throw UsageError(flag + ": " + dir + " is in use by another job: " + holding + " (" + path +
+                       " is locked; give this job a directory of its own)");
     }
-    throw Error(who + ": cannot lock " + path + ": " + std::strerror(err));
+    throw Error(flag + ": cannot lock " + path + ": " + std::strerror(err));
   }
   const std::string text =
-      "pid " + std::to_string(getpid()) + " on host " + host_name() + ": " + who + ", since " + now_text() + "\n";
+      "pid " + std::to_string(getpid()) + " on host " + host_name() + ": " + holder + ", since " + now_text() + "\n";
   if (ftruncate(fd, 0) != 0 || pwrite(fd, text.data(), text.size(), 0) != static_cast<ssize_t>(text.size())) {
     const int err = errno;
     close(fd);
-    throw Error(who + ": cannot write " + path + ": " + std::strerror(err));
+    throw Error(flag + ": cannot write " + path + ": " + std::strerror(err));
   }
   fd_ = fd;
 }

@@ -16,11 +16,12 @@ class DirLock {
  public:
   DirLock() = default;
   // Creates `dir` (and its parents) when missing, then locks DIR/`file` without waiting and
-  // writes "pid P on host H: WHO, since TIME" into it. Throws pstrain::UsageError when another
-  // process holds it ("DIR is in use by another job: pid 4242 on host h1: w0 ..."), and
-  // pstrain::Error when the directory or the file cannot be made (the path and errno): a
-  // directory the job cannot write is found before the first step, not at the first checkpoint.
-  DirLock(const std::string& dir, const std::string& file, const std::string& who);
+  // writes "pid P on host H: HOLDER, since TIME" into it. Throws pstrain::UsageError when another
+  // process holds it ("--checkpoint-dir: DIR is in use by another job: pid 4242 on host h1: w0
+  // ..."), and pstrain::Error when the directory or the file cannot be made (the path and errno):
+  // a directory the job cannot write is found before the first step, not at the first
+  // checkpoint. `flag` names the directory's flag in errors; `holder` says who holds the lock.
+  DirLock(const std::string& dir, const std::string& file, const std::string& flag, const std::string& holder);
   ~DirLock();
   DirLock(DirLock&& other) noexcept;
   DirLock& operator=(DirLock&& other) noexcept;
