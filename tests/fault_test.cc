@@ -3,7 +3,6 @@
 // a clean run, bit for bit, or ends the job within its deadline with a line naming the PS and
 // what went wrong; no push is ever applied twice, and nothing hangs (docs/operations.md, "Faults").
 #include <gtest/gtest.h>
-#include <signal.h>
 
 #include <chrono>
 #include <filesystem>
@@ -33,13 +32,13 @@ class FaultTest : public ::testing::Test {
 
   struct Run {
     bool ok = false;
-    double seconds = 0;  // until every worker had exited
+    double seconds = 0;  // until the job's processes had exited
     std::string logs;
     SavedParams params;
   };
 
   // 2 workers, 1 PS, 30 steps of Adam; every process gets `faults` (a worker sends PUSH and PULL,
-  // the PS PARAMS). The PS is stopped once the workers have ended.
+  // the PS PARAMS). A failed job's PS is stopped once its workers have ended.
   static Run train(const std::string& faults, const std::string& shared_memory = "off") {
     TempDir dir("faults");
     Job job;
@@ -50,15 +49,10 @@ class FaultTest : public ::testing::Test {
                 std::to_string(kTimeoutS), "--shared-memory", shared_memory, "--save-params", dir.path + "/params"};
     if (!faults.empty()) job.args.insert(job.args.end(), {"--inject-faults", faults});
     const auto start = std::chrono::steady_clock::now();
-    const StartedJob started = start_job(job);
+    const JobResult result = run_job_stopping_servers(job);
     Run run;
-    run.ok = true;
-    for (pid_t pid : started.workers) run.ok &= wait_for(pid, 60).ok();
     run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!run.ok) {
-      for (pid_t pid : started.ps) kill(pid, SIGTERM);
-    }
-    const JobResult result = finish_job(job, started);
+    run.ok = result.ok();
     run.logs = result.logs;
     if (run.ok && std::filesystem::exists(dir.path + "/params")) run.params = load_saved_params(dir.path + "/params");
     return run;
