@@ -31,6 +31,7 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/config/options.h"
+#include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 #include "worker/ps_client.h"
 

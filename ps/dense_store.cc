@@ -16,15 +16,15 @@ namespace pstrain {
 struct DenseStore::Source {
   int worker = 0;
   const float* shm = nullptr;  // in the worker's segment (else `frame`)
-  zmq::message_t frame;
+  Frame frame;
   double loss_sum = 0, eval_loss = 0;  // the push's sums that rounding makes order-dependent
-  const float* data() const { return shm != nullptr ? shm : frame.data<float>(); }
+  const float* data() const { return shm != nullptr ? shm : frame.data_as<float>(); }
 };
 
 struct DenseStore::Pending {  // one step of a chunk that pushes are adding up for
   // Gradient sum: the first push's own message, the others added into it (a received message is
   // ours to write), so no push is ever copied.
-  zmq::message_t accum;
+  Frame accum;
   // Instead of accum where every worker pushes every step (ordered_sums_): the pushes in worker
   // order, whatever order they arrived in, summed in that order by apply() block by block, fused
   // with the update. So the same job always gives the same bits (docs/operations.md).
@@ -157,7 +157,7 @@ bool DenseStore::init(const Update& u, Outcome* out, std::string* error) {
   if (c == nullptr) return false;
   if (c->initialized && u.rejoined) return true;  // a replaced chief's INIT: already applied
   if (c->initialized) return (*error = "parameters are already initialised", false);
-  const float* values = u.payload->data<float>();
+  const float* values = u.payload->data_as<float>();
   if (!all_finite(values, c->range.length)) return (*error = "initial values are not all finite", false);
   std::memcpy(c->data(), values, c->range.length * sizeof(float));
   c->initialized = true;
@@ -186,7 +186,7 @@ bool DenseStore::push(const Update& u, Outcome* out, std::string* error) {
                      std::to_string(h.step), false);
   }
   if (h.samples == 0) return (*error = "push with zero samples", false);
-  const float* grad = !payload_in_shared_memory(h) ? u.payload->data<float>()
+  const float* grad = !payload_in_shared_memory(h) ? u.payload->data_as<float>()
                       : u.segment != nullptr       ? u.segment + c->local
                                                    : nullptr;
   if (grad == nullptr) return (*error = "push from shared memory, but this worker's segment is not mapped here", false);
@@ -238,17 +238,17 @@ void DenseStore::keep(Pending& p, const Update& u, const float* grad, size_t n) 
     if (payload_in_shared_memory(h)) {
       source.shm = grad;  // the worker writes its next gradient there only after this step's PARAMS
     } else {
-      source.frame.move(*u.payload);
+      source.frame = std::move(*u.payload);
     }
     ++p.pushes;
   } else if (p.pushes++ == 0) {
     if (payload_in_shared_memory(h)) {
-      p.accum.rebuild(grad, n * sizeof(float));  // the worker writes its next gradient there
+      p.accum = Frame(grad, n * sizeof(float));  // the worker writes its next gradient there
     } else {
-      p.accum.move(*u.payload);
+      p.accum = std::move(*u.payload);
     }
   } else {
-    add_into(p.accum.data<float>(), grad, n);
+    add_into(p.accum.data_as<float>(), grad, n);
   }
 }
 
@@ -277,7 +277,7 @@ void DenseStore::apply(Chunk& c, Pending& p) {
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
   const auto start = Clock::now();
   if (p.sources.empty()) {
-    optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data<float>(), scale, lr, c.version);
+    optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data_as<float>(), scale, lr, c.version);
   } else {
     apply_sources(c, p, scale, lr);
     p.metrics.loss_sum = p.metrics.eval_loss = 0;  // summed again in worker order, as the gradients
@@ -372,16 +372,14 @@ Header DenseStore::params_header(size_t part, uint64_t want, int worker) {
   return h;
 }
 
-zmq::message_t DenseStore::payload(size_t part, uint64_t want) const {
+Frame DenseStore::payload(size_t part, uint64_t want) const {
   const Chunk& c = chunks_[part];
   if (c.in_area != nullptr) {  // the area changes at the next apply: a copy of it travels
-    return zmq::message_t(c.in_area, c.range.length * sizeof(float));
+    return Frame(c.in_area, c.range.length * sizeof(float));
   }
-  // Zero-copy: the message holds a reference to the chunk's values until ZeroMQ has sent it.
-  auto* hold = new std::shared_ptr<std::vector<float>>(previous(c, want) ? c.previous : c.values);
-  return zmq::message_t(
-      (*hold)->data(), c.range.length * sizeof(float),
-      [](void*, void* hint) { delete static_cast<std::shared_ptr<std::vector<float>>*>(hint); }, hold);
+  // Zero-copy: the frame keeps the chunk's values alive until the transport has sent it.
+  const std::shared_ptr<std::vector<float>>& values = previous(c, want) ? c.previous : c.values;
+  return Frame(values, values->data(), c.range.length * sizeof(float));
 }
 
 void DenseStore::copy_values(size_t part, uint64_t want, float* slice_values) const {
@@ -397,7 +395,7 @@ void DenseStore::release_segment(int worker) {
     for (Pending& p : c.pending) {
       for (Source& source : p.sources) {
         if (source.worker != worker || source.shm == nullptr) continue;
-        source.frame.rebuild(source.shm, c.range.length * sizeof(float));
+        source.frame = Frame(source.shm, c.range.length * sizeof(float));
         source.shm = nullptr;
       }
     }

@@ -54,7 +54,7 @@ class DenseStore final : public Store {
   uint64_t next_step_of(int worker, bool rejoined) const;
   // PARAMS' values of `part` for a pull of `want`: a frame, or copied to `slice_values` (the
   // worker's segment's parameters of the slice).
-  zmq::message_t payload(size_t part, uint64_t want) const;
+  Frame payload(size_t part, uint64_t want) const;
   void copy_values(size_t part, uint64_t want, float* slice_values) const;
   // Before `worker`'s segment is unmapped (it registered again).
   void release_segment(int worker);

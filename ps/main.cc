@@ -11,6 +11,7 @@
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "shared/net/shared_memory.h"
+#include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 
 int main(int argc, char** argv) {

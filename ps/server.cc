@@ -32,10 +32,9 @@ std::string printable(const std::string& route) {
 // ZeroMQ may place a small frame anywhere in its receive buffer; the PS reads (and accumulates
 // into) payloads as floats, so a misaligned one is moved to a fresh, aligned allocation. Large
 // frames get their own allocation from ZeroMQ and are never copied here.
-void align_payload(zmq::message_t* frame) {
+void align_payload(Frame* frame) {
   if (reinterpret_cast<uintptr_t>(frame->data()) % alignof(float) == 0) return;
-  zmq::message_t aligned(frame->data(), frame->size());
-  frame->swap(aligned);
+  *frame = Frame(frame->data(), frame->size());
 }
 
 }  // namespace
@@ -241,7 +240,7 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
     h.shm = 1;
     return reply(route, h, nullptr);
   }
-  zmq::message_t payload = store_->payload(part, want);
+  Frame payload = store_->payload(part, want);
   reply(route, h, &payload);
 }
 
@@ -255,7 +254,7 @@ void ParameterServer::reject(const std::string& route, uint64_t request_id, cons
   reply(route, h, nullptr);
 }
 
-void ParameterServer::reply(const std::string& route, Header h, zmq::message_t* payload) {
+void ParameterServer::reply(const std::string& route, Header h, Frame* payload) {
   h.role = SenderRole::kPs;
   h.sender = static_cast<uint32_t>(options_.index);
   Message out;

@@ -47,7 +47,7 @@ class ParameterServer {
   void send_chunk(const std::string& route, uint64_t request_id, size_t part, uint64_t want, uint64_t shm);
   void release_area_name();
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
-  void reply(const std::string& route, Header h, zmq::message_t* payload);
+  void reply(const std::string& route, Header h, Frame* payload);
   void report_stall();
   std::string mode_text() const;
 

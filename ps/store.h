@@ -24,7 +24,7 @@ struct Update {
   const Header& header;
   int worker = 0;
   bool rejoined = false;                // a replacement registered for this worker (--allow-rejoin)
-  zmq::message_t* payload = nullptr;    // frame 1, if any: the store may keep it (moved from)
+  Frame* payload = nullptr;             // frame 1, if any: the store may keep it (moved from)
   const float* segment = nullptr;       // the worker's gradient of the slice in its segment; null: none
 };
 

@@ -202,7 +202,7 @@ TEST(RingWire, HeaderRoundTrips) {
   h.total = 1ull << 41;
   h.scalars = 3;
   h.flags = kRingFlagScalars;
-  const zmq::message_t frame = encode_ring_header(h);
+  const Frame frame = encode_ring_header(h);
   ASSERT_EQ(frame.size(), kRingHeaderBytes);
   EXPECT_EQ(0, std::memcmp(frame.data(), "PSRC\x01\x00\x07\x00", 8));
   RingHeader back;
@@ -221,8 +221,8 @@ std::string decode_error(std::string bytes) {
 TEST(RingWire, MalformedHeadersFailWithTheExactError) {
   RingHeader h;
   h.op = RingOp::kReduce;
-  const zmq::message_t frame = encode_ring_header(h);
-  const std::string good(static_cast<const char*>(frame.data()), frame.size());
+  const Frame frame = encode_ring_header(h);
+  const std::string good = frame.to_string();
   EXPECT_EQ(decode_error(good.substr(0, 63)), "ring header is 63 bytes, expected 64");
   EXPECT_EQ(decode_error(good + "x"), "ring header is 65 bytes, expected 64");
   EXPECT_EQ(decode_error(""), "ring header is 0 bytes, expected 64");

@@ -1,6 +1,6 @@
-// The fault double itself (shared/net/fault_endpoint.h): over an endpoint that records what it is
-// asked to send, each kind of fault does to the nth message of its operation what it says, and
-// nothing to any other message. tests/fault_test.cc runs real jobs with it.
+// The fault double itself (shared/net/fault_endpoint.h): over an endpoint (or a ring link) that
+// records what it is asked to send, each kind of fault does to the nth message of its operation
+// what it says, and nothing to any other message. tests/fault_test.cc runs real jobs with it.
 #include "shared/net/fault_endpoint.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +114,121 @@ TEST(FaultEndpointTest, BadRulesAreUsageErrorsNamingThem) {
       EXPECT_NE(std::string(e.what()).find(std::string("'") + bad + "'"), std::string::npos) << e.what();
     }
   }
+}
+
+// A ring link that records what it is asked to send; it always has room.
+class RecordingLink final : public Link {
+ public:
+  explicit RecordingLink(std::vector<std::string>* sent) : sent_(sent) {}
+  const std::string& address() const override { return address_; }
+  void connect_right(const std::string&) override {}
+  bool try_send(std::vector<Frame>* frames, Clock::time_point) override {
+    std::string text;
+    for (const Frame& f : *frames) text += (text.empty() ? "" : "|") + f.to_string();
+    sent_->push_back(text);
+    frames->clear();
+    return true;
+  }
+  bool send(std::vector<Frame>* frames, Clock::time_point deadline) override { return try_send(frames, deadline); }
+  bool try_recv(std::vector<Frame>*) override { return false; }
+  bool wait(bool, bool, Clock::time_point deadline) override {
+    std::this_thread::sleep_until(deadline);  // nothing ever arrives
+    return false;
+  }
+  void set_close_linger(int) override {}
+  void close_right() override {}
+
+ private:
+  std::string address_ = "recorder";
+  std::vector<std::string>* sent_;
+};
+
+// Ring messages here are "OP:n" headers with an optional payload frame; the namer reads the OP.
+std::vector<Frame> ring_message(const std::string& header, const std::string& payload = "") {
+  std::vector<Frame> frames;
+  frames.emplace_back(header);
+  if (!payload.empty()) frames.emplace_back(payload);
+  return frames;
+}
+std::string name_of(const std::vector<Frame>& frames, std::string* detail) {
+  const std::string header = frames.at(0).to_string();
+  *detail = header;
+  return header.substr(0, header.find(':'));
+}
+
+// Sends REDUCE:1, GATHER:2, REDUCE:3, REDUCE:4 (each with a payload) through the faults, then
+// waits on the link until `wait_s` passed; returns what reached the wire, in order.
+std::vector<std::string> through_link(const std::string& faults, double wait_s = 0) {
+  std::vector<std::string> sent;
+  auto link = with_faults(std::make_unique<RecordingLink>(&sent),
+                          parse_fault_rules(faults, {"REDUCE", "GATHER"}), &name_of);
+  const auto deadline = deadline_after(5);
+  for (const char* header : {"REDUCE:1", "GATHER:2", "REDUCE:3", "REDUCE:4"}) {
+    std::vector<Frame> frames = ring_message(header, "payload");
+    EXPECT_TRUE(link->try_send(&frames, deadline)) << header;
+    EXPECT_TRUE(frames.empty()) << header << ": a sent message is consumed";
+  }
+  const auto until = deadline_after(wait_s);
+  while (Clock::now() < until) link->wait(true, false, until);
+  return sent;
+}
+
+using Wire = std::vector<std::string>;
+
+TEST(FaultLinkTest, EachFaultDoesWhatItSaysToTheNthMessageOfItsOperationOnly) {
+  EXPECT_EQ(through_link(""), (Wire{"REDUCE:1|payload", "GATHER:2|payload", "REDUCE:3|payload", "REDUCE:4|payload"}));
+  EXPECT_EQ(through_link("drop:REDUCE:2"), (Wire{"REDUCE:1|payload", "GATHER:2|payload", "REDUCE:4|payload"}));
+  EXPECT_EQ(through_link("duplicate:GATHER:1"),
+            (Wire{"REDUCE:1|payload", "GATHER:2|payload", "GATHER:2|payload", "REDUCE:3|payload", "REDUCE:4|payload"}));
+  EXPECT_EQ(through_link("reorder:REDUCE:1"),
+            (Wire{"GATHER:2|payload", "REDUCE:1|payload", "REDUCE:3|payload", "REDUCE:4|payload"}));
+  EXPECT_EQ(through_link("truncate:REDUCE:3"),  // the third REDUCE
+            (Wire{"REDUCE:1|payload", "GATHER:2|payload", "REDUCE:3|payload", "REDUCE:4|pay"}));
+  const Wire corrupted = through_link("corrupt:GATHER:1");
+  ASSERT_EQ(corrupted.size(), 4u);
+  EXPECT_EQ(corrupted[1], std::string("GATHE") + static_cast<char>('R' ^ 0x10) + ":2|payload");
+}
+
+TEST(FaultLinkTest, ADelayedMessageHoldsBackTheOnesAfterItAsAStalledConnectionDoes) {
+  std::vector<std::string> sent;
+  auto link = with_faults(std::make_unique<RecordingLink>(&sent), parse_fault_rules("delay:GATHER:1:0.3", {"GATHER"}),
+                          &name_of);
+  const auto start = Clock::now();
+  for (const char* header : {"REDUCE:1", "GATHER:2", "REDUCE:3"}) {
+    std::vector<Frame> frames = ring_message(header);
+    ASSERT_TRUE(link->try_send(&frames, deadline_after(5)));
+  }
+  EXPECT_EQ(sent, (Wire{"REDUCE:1"}));  // GATHER:2 held, REDUCE:3 behind it
+  // The link's wait wakes up when the held message is due, and sends it and what is behind it.
+  while (sent.size() < 3 && Clock::now() < start + std::chrono::seconds(5)) link->wait(true, false, deadline_after(5));
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_EQ(sent, (Wire{"REDUCE:1", "GATHER:2", "REDUCE:3"}));
+  EXPECT_GE(waited, 0.29);
+  EXPECT_LT(waited, 3.0);
+}
+
+TEST(FaultLinkTest, HeldMessagesAreCopiesAndGoOutWhenTheLinkIsDestroyed) {
+  std::vector<std::string> sent;
+  {
+    auto link = with_faults(std::make_unique<RecordingLink>(&sent), parse_fault_rules("delay:REDUCE:1:60", {"REDUCE"}),
+                            &name_of);
+    std::string buffer = "borrowed";
+    bool returned = false;
+    std::vector<Frame> frames;
+    frames.emplace_back("REDUCE:1");
+    frames.emplace_back(std::shared_ptr<const void>(buffer.data(), [&returned](const void*) { returned = true; }),
+                        buffer.data(), buffer.size());
+    ASSERT_TRUE(link->try_send(&frames, deadline_after(5)));
+    EXPECT_TRUE(returned) << "the held message must not keep the sender's buffer";
+    buffer = "changed!";
+    EXPECT_TRUE(sent.empty());
+  }
+  EXPECT_EQ(sent, (Wire{"REDUCE:1|borrowed"}));
+}
+
+TEST(FaultLinkTest, RingOperationsAreAcceptedWhereTheProcessNamesThem) {
+  EXPECT_EQ(parse_fault_rules("drop:REDUCE:2", {"REDUCE"}).size(), 1u);
+  EXPECT_THROW(parse_fault_rules("drop:REDUCE:2"), UsageError);  // a PS has no ring
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
-// Faults injected on the wire between workers and a PS (shared/net/fault_endpoint.h, the testing flag
-// --inject-faults): each fault on PUSH, PULL and PARAMS is either survived with the parameters of
-// a clean run, bit for bit, or ends the job within its deadline with a line naming the PS and
-// what went wrong; no push is ever applied twice, and nothing hangs (docs/operations.md, "Faults").
+// Faults injected on the wire (shared/net/fault_endpoint.h, the testing flag --inject-faults):
+// between workers and a PS, each fault on PUSH, PULL and PARAMS is either survived with the
+// parameters of a clean run, bit for bit, or ends the job within its deadline with a line naming
+// the PS and what went wrong; no push is ever applied twice, and nothing hangs. The same for the
+// ring all-reduce's messages (REDUCE, GATHER, BROADCAST), naming the neighbour
+// (docs/operations.md, "Faults").
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -50,6 +52,27 @@ class FaultTest : public ::testing::Test {
     if (!faults.empty()) job.args.insert(job.args.end(), {"--inject-faults", faults});
     const auto start = std::chrono::steady_clock::now();
     const JobResult result = run_job_stopping_servers(job);
+    Run run;
+    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    run.ok = result.ok();
+    run.logs = result.logs;
+    if (run.ok && std::filesystem::exists(dir.path + "/params")) run.params = load_saved_params(dir.path + "/params");
+    return run;
+  }
+
+  // The same job in --mode allreduce over the ring (--shared-memory off: the ring, not the
+  // same-host segment), with `faults` on worker 0's link to worker 1 (one faulty link).
+  static Run train_ring(const std::string& faults) {
+    TempDir dir("ring-faults");
+    Job job;
+    job.num_workers = 2;
+    job.dir = dir.path;
+    job.args = {"--data-dir", data_->path, "--cache-dir", dir.path, "--hidden", "16", "--steps", "30",
+                "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--timeout",
+                std::to_string(kTimeoutS), "--shared-memory", "off", "--save-params", dir.path + "/params"};
+    if (!faults.empty()) job.worker_args[0] = {"--inject-faults", faults};
+    const auto start = std::chrono::steady_clock::now();
+    const JobResult result = run_allreduce_job(job);
     Run run;
     run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     run.ok = result.ok();
@@ -124,6 +147,49 @@ TEST_F(FaultTest, TheSameHostPathSurvivesRepeatsAndEndsOnLosses) {
   const Run lost = train("drop:PUSH:5", "auto");
   EXPECT_FALSE(lost.ok) << lost.logs;
   EXPECT_NE(lost.logs.find("waiting for parameters from ps0"), std::string::npos) << lost.logs;
+}
+
+// The ring's own links (--mode allreduce): a delay within the deadline is ridden out with the
+// same bits; a chunk lost, delayed past the deadline, repeated, reordered, cut or corrupted ends
+// the job within its deadline, naming the neighbour it came from and what was wrong with it.
+TEST_F(FaultTest, RingDelaysAreSurvivedBitForBit) {
+  const Run clean_ring = train_ring("");
+  ASSERT_TRUE(clean_ring.ok) << clean_ring.logs;
+  for (const char* fault : {"delay:REDUCE:3:0.3", "delay:GATHER:5:0.3", "delay:BROADCAST:1:0.3"}) {
+    const Run run = train_ring(fault);
+    ASSERT_TRUE(run.ok) << fault << "\n" << run.logs;
+    EXPECT_NE(run.logs.find("fault injected: "), std::string::npos) << fault << ": no fault was injected";
+    EXPECT_TRUE(bit_identical(clean_ring.params, run.params))
+        << fault << ": " << relative_difference(clean_ring.params, run.params);
+  }
+}
+
+TEST_F(FaultTest, RingLossesRepeatsReordersCutsAndCorruptionsEndTheJobNamingTheNeighbour) {
+  // The link is an ordered stream and every message says which step of which operation it is,
+  // so a loss shows as the next message arriving out of turn, at once.
+  struct Case {
+    std::string fault, why, who;
+  };
+  const std::string w1_names_w0 = "rank 0 (left neighbour at 127.0.0.1:";
+  const std::vector<Case> cases = {
+      {"drop:REDUCE:3", ": unexpected GATHER from rank 0 ", w1_names_w0},
+      {"drop:GATHER:3", ": unexpected REDUCE from rank 0 ", w1_names_w0},  // the next allreduce's
+      // Past the deadline: whichever rank's deadline comes first names the other ("no data from
+      // rank 1 (left neighbour ...)" or "rank 0 (right neighbour ...) is not taking data").
+      {"delay:REDUCE:3:8", "timed out after 3 s: ", " neighbour at 127.0.0.1:"},
+      {"duplicate:REDUCE:3", ": unexpected REDUCE from rank 0 ", w1_names_w0},
+      {"reorder:REDUCE:3", ": unexpected GATHER from rank 0 ", w1_names_w0},
+      {"reorder:GATHER:3", ": unexpected REDUCE from rank 0 ", w1_names_w0},  // the next allreduce's overtook it
+      {"truncate:REDUCE:3", " bytes, expected ", w1_names_w0},
+      {"corrupt:GATHER:3", ": malformed message from rank 0 ", w1_names_w0},
+  };
+  for (const Case& c : cases) {
+    const Run run = train_ring(c.fault);
+    EXPECT_FALSE(run.ok) << c.fault << "\n" << run.logs;
+    EXPECT_NE(run.logs.find(c.why), std::string::npos) << c.fault << "\n" << run.logs;
+    EXPECT_NE(run.logs.find(c.who), std::string::npos) << c.fault << "\n" << run.logs;
+    EXPECT_LT(run.seconds, kTimeoutS + 10) << c.fault;
+  }
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/net/transport.h"
+#include "shared/net/zmq_transport.h"
 
 namespace pstrain {
 namespace {

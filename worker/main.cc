@@ -17,8 +17,10 @@
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "shared/net/shared_memory.h"
+#include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 #include "worker/collective/shm_allreduce.h"
+#include "worker/collective/ring_wire.h"
 #include "worker/cuda/nccl_collective.h"
 #include "worker/evaluation.h"
 #include "worker/layers.h"
@@ -75,6 +77,11 @@ void take_sigterm_as_stop_request() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
+// --inject-faults: a worker's rules name the PS protocol's operations and the ring's.
+std::vector<pstrain::FaultRule> worker_fault_rules(const pstrain::JobOptions& o) {
+  return pstrain::parse_fault_rules(o.inject_faults, pstrain::ring_op_names());
+}
+
 // allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring
 // is the collective itself (--collective ring) or NCCL's bootstrap (--collective nccl).
 std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o,
@@ -87,6 +94,7 @@ std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const ps
   ring.timeout_s = o.timeout_s;
   ring.security = security;
   ring.start_timeout_s = o.start_timeout_s;
+  ring.faults = worker_fault_rules(o);
   if (!o.port_file.empty()) {
     ring.on_coordinator_bound = [&o](const std::string& address) {
       pstrain::write_file_atomically(o.port_file, address + "\n");
@@ -106,7 +114,7 @@ pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
 // file; the layer list and fault rules, parsed later in a start, are parsed here too. Starts nothing.
 int check_config(const pstrain::JobOptions& o) {
   if (!o.model.empty()) pstrain::parse_model(o.model);
-  if (!o.inject_faults.empty()) pstrain::parse_fault_rules(o.inject_faults);
+  worker_fault_rules(o);
   std::cout << "pstrain-worker: configuration OK" << std::endl;
   return 0;
 }
@@ -152,7 +160,7 @@ int main(int argc, char** argv) {
         return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
-      if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), pstrain::parse_fault_rules(o.inject_faults));
+      if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), worker_fault_rules(o));
       return pstrain::make_ps_exchange(o, total, *servers, replica);
     };
     pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) {

@@ -51,7 +51,7 @@ Header PsClient::request(Op op, uint64_t step, int shard) const {
   return h;
 }
 
-void PsClient::send(int shard, const Header& h, zmq::message_t* payload) {
+void PsClient::send(int shard, const Header& h, Frame* payload) {
   Message msg;
   msg.shard = shard;
   const std::string header = encode_header(h);
@@ -229,7 +229,7 @@ void PsClient::init(const float* params) {
     Header h = request(Op::kInit, 0, c.shard);
     h.offset = c.range.offset;
     h.length = c.range.length;
-    zmq::message_t payload(params + c.range.offset, c.range.length * sizeof(float));  // copied: sent once
+    Frame payload(params + c.range.offset, c.range.length * sizeof(float));  // copied: sent once
     send(c.shard, h, &payload);
   }
   ++next_request_;
@@ -276,8 +276,7 @@ void PsClient::push_ready(uint64_t step, const float* grad, size_t ready_from, c
       send(c.shard, h, nullptr);
       continue;
     }
-    zmq::message_t payload(const_cast<float*>(grad) + c.range.offset, c.range.length * sizeof(float),
-                           [](void*, void*) {}, nullptr);  // zero-copy, see push_ready's contract
+    Frame payload = Frame::view(grad + c.range.offset, c.range.length * sizeof(float));  // see push_ready's contract
     send(c.shard, h, &payload);
   }
 }
@@ -350,7 +349,7 @@ const float* PsClient::values_of(const Message& msg, const Header& h) const {
                         : segment.mapped()
                             ? static_cast<const float*>(segment.data()) +
                                   shm_area_floats(slices_[static_cast<size_t>(msg.shard)].length) + local
-                            : msg.frames[1].data<float>();
+                            : msg.frames[1].data_as<float>();
   return values;
 }
 

@@ -97,7 +97,7 @@ class PsClient {
   };
 
   Header request(Op op, uint64_t step, int shard) const;
-  void send(int shard, const Header& h, zmq::message_t* payload);
+  void send(int shard, const Header& h, Frame* payload);
   // Receives the one reply to request_id from each shard marked pending.
   std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want, const char* what);
   Header decode(const Message& msg) const;

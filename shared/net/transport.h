@@ -1,26 +1,33 @@
-// Message transport behind a small interface (docs/architecture.md). A Message is a list of frames
-// plus its peer: the routing id on the server side, the shard index on the client side.
-// ZeroMQ is the real implementation (ROUTER on the server, one DEALER per shard on a client).
-// An Endpoint is not thread-safe: exactly one thread owns it (docs/threading.md).
+// Message transport behind small interfaces (docs/architecture.md), in the manner of gloo's
+// transport::Pair: what the PS, its clients and the ring collective send and receive, with no
+// ZeroMQ type in sight. A Message is a list of frames (shared/net/frame.h) plus its peer: the
+// routing id on the server side, the shard index on the client side.
+// - Endpoint: a PS's server side (many peers) or a worker's client side (one peer per shard).
+// - Link: a rank's place in a ring, receiving from its left neighbour, sending to its right.
+// ZeroMQ is the real implementation (shared/net/zmq_transport.h), with CURVE and the same-host
+// local channel behind it; shared/net/fault_endpoint.h wraps either to inject faults. Every
+// implementation passes the same suite (tests/transport_test.cc). An Endpoint or a Link is not
+// thread-safe: exactly one thread owns it (docs/threading.md).
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
-#include <zmq.hpp>
 
-#include "shared/net/curve.h"
+#include "shared/net/frame.h"
 
 namespace pstrain {
 
 using Clock = std::chrono::steady_clock;
 
 struct Message {
-  std::string route;  // server side: the ZeroMQ routing id of the peer
+  std::string route;  // server side: the routing id of the peer
   int shard = -1;     // client side: which server the message came from / goes to
-  std::vector<zmq::message_t> frames;
+  std::vector<Frame> frames;
   bool local = false;  // received over the same-host local channel (not ZeroMQ)
+  // Server side, where the transport knows it: the address the peer's connection comes from.
+  std::string peer_host;
 };
 
 class Endpoint {
@@ -44,25 +51,37 @@ class Endpoint {
   // Human-readable address of peer/shard i (client) or the bound address (server).
   virtual std::string address(int shard = 0) const = 0;
   // Closes the socket(s), giving queued outgoing messages until `deadline` to leave (otherwise
-  // sockets drop them: linger is 0 so a dead peer never blocks shutdown). Idempotent.
+  // they are dropped, so a dead peer never blocks shutdown). Idempotent.
   virtual void close(Clock::time_point deadline) = 0;
 };
 
-// One ZeroMQ context per process, owned by main() and passed down (no singletons).
-// The server binds tcp://bind_host:port and, when `ipc_name` is not empty, also
-// ipc://ipc_name (a Unix-domain socket for same-host peers; a leading '@' names one in Linux's
-// abstract namespace, which leaves no file behind). address() is the TCP "host:port".
-// `security`: CURVE server (docs/security.md) when on.
-// `local_channel`: also listen at @NAME.local when `ipc_name` is @NAME (docs/wire_protocol.md,
-// "Same host"); failing to is logged, not fatal.
-std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
-                                          int port, const std::string& ipc_name = "",
-                                          const Security& security = Security{}, bool local_channel = false);
-// server_addresses: "host:port" (TCP) or "ipc://NAME", one per shard. `local_channel`: a shard at
-// ipc://@NAME may be switched to the local channel (Endpoint::use_local_channel).
-std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
-                                          const std::vector<std::string>& server_addresses,
-                                          const Security& security = Security{}, bool local_channel = false);
+// A rank's place in a ring (docs/collective.md): it listens for its left neighbour at address()
+// and sends to its right neighbour once connect_right() named it. Messages in each direction
+// arrive whole and in order; queues are bounded, so a sender that runs ahead waits for room.
+class Link {
+ public:
+  virtual ~Link() = default;
+  // "host:port" it listens at (host as it was bound).
+  virtual const std::string& address() const = 0;
+  virtual void connect_right(const std::string& right_address) = 0;
+  // Queues frames for the right neighbour without blocking: true with the frames consumed (the
+  // vector emptied), false (frames untouched) when its queue is full. (`deadline` only bounds
+  // the frames after the first, which go at once.)
+  virtual bool try_send(std::vector<Frame>* frames, Clock::time_point deadline) = 0;
+  // Waits for room until `deadline`; false at the deadline.
+  virtual bool send(std::vector<Frame>* frames, Clock::time_point deadline) = 0;
+  // Takes the next message from the left neighbour if one is ready.
+  virtual bool try_recv(std::vector<Frame>* frames) = 0;
+  // Waits until a message from the left is ready (want_in) or the right has room (want_out);
+  // false when `deadline` passed first.
+  virtual bool wait(bool want_in, bool want_out, Clock::time_point deadline) = 0;
+  // How long, in milliseconds, what is still queued for the right neighbour may keep being
+  // delivered once the link is destroyed.
+  virtual void set_close_linger(int millis) = 0;
+  // Drops what is still queued for the right neighbour (which releases the frames' keepers).
+  // Nothing can be sent afterwards.
+  virtual void close_right() = 0;
+};
 
 // Milliseconds left until `deadline`, clamped to [0, INT_MAX].
 int millis_until(Clock::time_point deadline);

@@ -5,7 +5,7 @@
 #include "shared/util/error.h"
 #include "shared/net/local_channel.h"
 #include "shared/util/log.h"
-#include "shared/net/transport.h"
+#include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 
 namespace pstrain {
@@ -32,41 +32,25 @@ std::string random_routing_id() {
 zmq::pollitem_t poll_fd(int fd) { return zmq::pollitem_t{nullptr, fd, ZMQ_POLLIN, 0}; }
 
 
-// Sends frames, waiting for queue space until deadline. ROUTER sockets report unroutable peers.
-bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t first,
-                 Clock::time_point deadline, std::string* error) {
-  for (size_t i = first; i < frames.size(); ++i) {
-    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-    for (;;) {
-      try {
-        if (socket.send(frames[i], more | zmq::send_flags::dontwait)) break;
-      } catch (const zmq::error_t& e) {
-        *error = e.what();
-        return false;
-      }
-      // Queue full (EAGAIN): wait for room, bounded by the deadline.
-      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLOUT, 0};
-      const int wait = millis_until(deadline);
-      if (wait == 0 || zmq::poll(&item, 1, std::chrono::milliseconds(wait)) == 0) {
-        *error = "send timed out (peer not reading)";
-        return false;
-      }
-    }
-  }
-  return true;
+std::vector<zmq::message_t> to_zmq(std::vector<Frame>& frames, const std::string* route = nullptr) {
+  std::vector<zmq::message_t> out;
+  out.reserve(frames.size() + 1);
+  if (route != nullptr) out.emplace_back(route->data(), route->size());
+  for (Frame& f : frames) out.push_back(to_zmq(std::move(f)));
+  return out;
 }
 
 class ZmqServer final : public Endpoint {
  public:
-  ZmqServer(zmq::context_t& context, const std::string& host, int port, const std::string& ipc_name,
-            const Security& security, bool local_channel)
-      : socket_(context, zmq::socket_type::router) {
+  ZmqServer(zmq::context_t& context, const ZmqServerOptions& o)
+      : socket_(context, zmq::socket_type::router), peer_hosts_(o.peer_hosts) {
     set_socket_defaults(socket_, kHighWaterMark);
-    security.server(socket_);
+    o.security.server(socket_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
-    address_ = bind_tcp(socket_, host, port, "the parameter server");
-    if (!ipc_name.empty()) bind_ipc(socket_, ipc_name, "the parameter server");
-    const std::string name = local_channel ? local_channel_name(ipc_name) : std::string();
+    socket_.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
+    address_ = bind_tcp(socket_, o.bind_host, o.port, o.what);
+    if (!o.ipc_name.empty()) bind_ipc(socket_, o.ipc_name, o.what);
+    const std::string name = o.local_channel ? local_channel_name(o.ipc_name) : std::string();
     std::string why;
     if (!name.empty() && !listen_local(name, &listener_, &why)) {
       PSLOG(WARN) << "no local channel (" << why << "): same-host workers' headers go through ZeroMQ";
@@ -84,17 +68,27 @@ class ZmqServer final : public Endpoint {
       if (send_packet(local->second, msg.frames[0].data(), msg.frames[0].size(), error)) return true;
       if (*error != kPeerQueueFull) named_.erase(local);
     }
-    msg.frames.insert(msg.frames.begin(), zmq::message_t(msg.route.data(), msg.route.size()));
-    return send_frames(socket_, msg.frames, 0, deadline, error);
+    std::vector<zmq::message_t> frames = to_zmq(msg.frames, &msg.route);
+    return send_frames(socket_, frames, 0, deadline, error);
   }
 
   bool recv(Message* msg, Clock::time_point deadline) override {
     for (;;) {
       if (take_local(msg)) return true;
       if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
-        recv_multipart(socket_, &msg->frames);
-        msg->route = msg->frames.front().to_string();
-        msg->frames.erase(msg->frames.begin());
+        std::vector<zmq::message_t> parts;
+        recv_multipart(socket_, &parts);
+        msg->route = parts.front().to_string();
+        msg->peer_host.clear();
+        if (peer_hosts_ && parts.size() > 1) {
+          try {  // the metadata of the peer's own frames (the ROUTER makes the routing id's)
+            msg->peer_host = parts[1].gets("Peer-Address");
+          } catch (const zmq::error_t&) {
+            // not over TCP: no address
+          }
+        }
+        msg->frames.clear();
+        for (size_t i = 1; i < parts.size(); ++i) msg->frames.push_back(from_zmq(std::move(parts[i])));
         msg->shard = -1;
         msg->local = false;
         return true;
@@ -154,16 +148,18 @@ class ZmqServer final : public Endpoint {
       }
       last_route_ = route;
       msg->route = route;
+      msg->peer_host.clear();
       msg->shard = -1;
       msg->local = true;
       msg->frames.clear();
-      msg->frames.emplace_back(packet.data(), packet.size());
+      msg->frames.emplace_back(std::move(packet));
       return true;
     }
     return false;
   }
 
   zmq::socket_t socket_;
+  bool peer_hosts_;
   std::string address_;
   LocalSocket listener_;
   std::vector<LocalSocket> unnamed_;           // connected, routing id not received yet
@@ -174,11 +170,12 @@ class ZmqServer final : public Endpoint {
 class ZmqClient final : public Endpoint {
  public:
   ZmqClient(zmq::context_t& context, const std::vector<std::string>& servers, const Security& security,
-            bool local_channel)
+            bool local_channel, int64_t max_message_bytes)
       : addresses_(servers), locals_(servers.size()) {
     for (const auto& address : servers) {
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       set_socket_defaults(sockets_.back(), kHighWaterMark);
+      sockets_.back().set(zmq::sockopt::maxmsgsize, max_message_bytes);
       security.client(sockets_.back());
       const bool abstract_ipc = address.rfind("ipc://@", 0) == 0;
       routing_ids_.push_back(local_channel && abstract_ipc ? random_routing_id() : std::string());
@@ -201,7 +198,8 @@ class ZmqClient final : public Endpoint {
       // ZeroMQ, and nothing depends on its order: pulls wait for it at the PS.
       return send_packet(local, msg.frames[0].data(), msg.frames[0].size(), error, &deadline);
     }
-    return send_frames(sockets_[msg.shard], msg.frames, 0, deadline, error);
+    std::vector<zmq::message_t> frames = to_zmq(msg.frames);
+    return send_frames(sockets_[msg.shard], frames, 0, deadline, error);
   }
 
   bool recv(Message* msg, Clock::time_point deadline) override {
@@ -219,7 +217,7 @@ class ZmqClient final : public Endpoint {
           rebuild_items();
         } else if (r == PacketResult::kPacket) {
           msg->frames.clear();
-          msg->frames.emplace_back(packet.data(), packet.size());
+          msg->frames.emplace_back(std::move(packet));
           msg->shard = static_cast<int>(i);
           msg->local = true;
           next_ = i + 1;
@@ -295,16 +293,26 @@ Clock::time_point deadline_after(double seconds) {
   return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const ZmqServerOptions& options) {
+  return std::make_unique<ZmqServer>(context, options);
+}
+
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const std::string& bind_host,
                                           int port, const std::string& ipc_name, const Security& security,
                                           bool local_channel) {
-  return std::make_unique<ZmqServer>(context, bind_host, port, ipc_name, security, local_channel);
+  ZmqServerOptions o;
+  o.bind_host = bind_host;
+  o.port = port;
+  o.ipc_name = ipc_name;
+  o.security = security;
+  o.local_channel = local_channel;
+  return make_zmq_server(context, o);
 }
 
 std::unique_ptr<Endpoint> make_zmq_client(zmq::context_t& context,
                                           const std::vector<std::string>& server_addresses,
-                                          const Security& security, bool local_channel) {
-  return std::make_unique<ZmqClient>(context, server_addresses, security, local_channel);
+                                          const Security& security, bool local_channel, int64_t max_message_bytes) {
+  return std::make_unique<ZmqClient>(context, server_addresses, security, local_channel, max_message_bytes);
 }
 
 }  // namespace pstrain

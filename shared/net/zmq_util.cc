@@ -90,6 +90,68 @@ void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames) 
   } while (socket.get(zmq::sockopt::rcvmore));
 }
 
+void recv_multipart(zmq::socket_t& socket, std::vector<Frame>* frames) {
+  frames->clear();
+  do {
+    zmq::message_t part;
+    if (!socket.recv(part, zmq::recv_flags::none)) throw Error("zmq: message vanished mid-receive");
+    frames->push_back(from_zmq(std::move(part)));
+  } while (socket.get(zmq::sockopt::rcvmore));
+}
+
+namespace {
+
+// Below this many bytes a copy costs less than handing a buffer over (an allocation either way).
+constexpr size_t kCopyBelow = 512;
+
+void release_keeper(void*, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+void release_nothing(void*, void*) {}
+
+}  // namespace
+
+zmq::message_t to_zmq(Frame&& frame) {
+  if (frame.size() < kCopyBelow) return zmq::message_t(frame.data(), frame.size());
+  // ZeroMQ only reads outgoing bytes; the const_cast is for its C signature.
+  void* data = frame.data();
+  if (!frame.keeper()) return zmq::message_t(data, frame.size(), &release_nothing, nullptr);
+  auto* hint = new std::shared_ptr<const void>(frame.keeper());
+  try {
+    return zmq::message_t(data, frame.size(), &release_keeper, hint);
+  } catch (...) {
+    delete hint;
+    throw;
+  }
+}
+
+Frame from_zmq(zmq::message_t&& message) {
+  if (message.size() < kCopyBelow) return Frame(message.data(), message.size());
+  auto kept = std::make_shared<zmq::message_t>(std::move(message));
+  return Frame(kept, kept->data(), kept->size());
+}
+
+bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t first,
+                 Clock::time_point deadline, std::string* error) {
+  for (size_t i = first; i < frames.size(); ++i) {
+    const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
+    for (;;) {
+      try {
+        if (socket.send(frames[i], more | zmq::send_flags::dontwait)) break;
+      } catch (const zmq::error_t& e) {
+        *error = e.what();
+        return false;
+      }
+      // Queue full (EAGAIN): wait for room, bounded by the deadline.
+      zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLOUT, 0};
+      const int wait = millis_until(deadline);
+      if (wait == 0 || zmq::poll(&item, 1, std::chrono::milliseconds(wait)) == 0) {
+        *error = "send timed out (peer not reading)";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
 bool poll_in(zmq::socket_t& socket, Clock::time_point deadline) {
   zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
   return zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(deadline))) > 0;

@@ -31,6 +31,20 @@ std::string zmq_endpoint(const std::string& address);
 
 // Receives every frame of one multipart message that is known to be ready.
 void recv_multipart(zmq::socket_t& socket, std::vector<zmq::message_t>* frames);
+void recv_multipart(zmq::socket_t& socket, std::vector<Frame>* frames);
+
+// Between the transport's frames and ZeroMQ's messages. A small frame is copied (ZeroMQ copies
+// small messages anyway); a large one changes hands without a copy: a received message becomes
+// the frame's keeper, and a frame to send lends ZeroMQ its bytes, its keeper held until ZeroMQ is
+// done with them (a view is not held: its owner keeps it unchanged, see Frame::view).
+zmq::message_t to_zmq(Frame&& frame);
+Frame from_zmq(zmq::message_t&& message);
+
+// Sends frames[first..] as the rest of one multipart message, waiting for queue space until
+// `deadline`; false, with the reason in *error, at the deadline or when ZeroMQ refuses (a ROUTER
+// reports a peer it cannot route to).
+bool send_frames(zmq::socket_t& socket, std::vector<zmq::message_t>& frames, size_t first,
+                 Clock::time_point deadline, std::string* error);
 
 // Waits until a message can be received, or `deadline`; true if one can.
 bool poll_in(zmq::socket_t& socket, Clock::time_point deadline);

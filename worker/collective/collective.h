@@ -10,6 +10,7 @@
 #include <zmq.hpp>
 
 #include "shared/net/curve.h"
+#include "shared/net/fault_endpoint.h"
 
 namespace pstrain {
 
@@ -57,6 +58,7 @@ struct RingOptions {
   double start_timeout_s = 0;      // deadline of the rendezvous (peers still starting); 0 = timeout_s
   size_t chunk_bytes = 4 << 20;    // pipeline unit on the wire; must be the same on every rank
   Security security;               // CURVE on the coordinator and ring sockets when on
+  std::vector<FaultRule> faults;   // testing: faults on the ring link's messages (--inject-faults)
   // Rank 0 only: called with the coordinator's bound "host:port" (the port chosen when
   // `coordinator` ends in ":0") before it waits for the others; e.g. to write a port file.
   std::function<void(const std::string& address)> on_coordinator_bound;

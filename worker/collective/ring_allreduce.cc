@@ -1,16 +1,17 @@
 // The ring collective (docs/collective.md): rendezvous, link check, ring all-reduce (reduce-scatter
 // then all-gather, pipelined in chunks) and ring broadcast over one PUSH/PULL link per rank.
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <sstream>
 
 #include "worker/collective/collective.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
-#include "worker/collective/ring_link.h"
 #include "worker/collective/ring_rendezvous.h"
 #include "worker/collective/ring_wire.h"
-#include "shared/net/transport.h"
+#include "shared/net/zmq_transport.h"
 
 namespace pstrain {
 namespace {
@@ -21,7 +22,7 @@ constexpr double kWaitReportSeconds = 5;
 // ZeroMQ may take to let go of dropped frames.
 constexpr double kDrainGraceSeconds = 0.2;
 constexpr double kDropWaitSeconds = 5;
-constexpr double kCloseLingerSeconds = 2;  // see ~RingLink
+constexpr double kCloseLingerSeconds = 2;  // see make_zmq_link
 
 std::string seconds(double s) {
   std::ostringstream os;
@@ -30,7 +31,7 @@ std::string seconds(double s) {
 }
 
 // Frame count and sizes of a message whose header matched `want`; "" when they fit.
-std::string frame_size_error(const std::vector<zmq::message_t>& frames, const RingHeader& want,
+std::string frame_size_error(const std::vector<Frame>& frames, const RingHeader& want,
                              size_t payload_bytes, size_t scalar_bytes) {
   const bool scalars = (want.flags & kRingFlagScalars) != 0;
   const size_t count = want.op == RingOp::kLinkCheck ? 1 : scalars ? 3 : 2;
@@ -47,6 +48,53 @@ std::string frame_size_error(const std::vector<zmq::message_t>& frames, const Ri
   }
   return "";
 }
+
+// Buffers on loan to the link: a frame that borrows the caller's memory holds a loan until the
+// transport is done with it (Frame's keeper), so the collective can wait until nothing reads the
+// caller's buffer any more before it returns it.
+class Loans {
+ public:
+  Loans() : state_(std::make_shared<State>()) {}
+
+  // A frame over [data, data + bytes) without a copy. The memory must stay unchanged until
+  // outstanding() drops back (wait_returned).
+  Frame borrow(const void* data, size_t bytes) {
+    if (bytes == 0) return Frame();
+    {
+      std::lock_guard<std::mutex> lock(state_->mutex);
+      ++state_->outstanding;
+    }
+    // The deleter runs once, from whichever thread lets go of the last reference (usually
+    // ZeroMQ's I/O thread, after the bytes were written to the kernel).
+    std::shared_ptr<State> state = state_;
+    std::shared_ptr<const void> keeper(data, [state](const void*) {
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        --state->outstanding;
+      }
+      state->returned.notify_all();
+    });
+    return Frame(std::move(keeper), data, bytes);
+  }
+
+  size_t outstanding() const {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    return state_->outstanding;
+  }
+
+  bool wait_returned(Clock::time_point deadline) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    return state_->returned.wait_until(lock, deadline, [&] { return state_->outstanding == 0; });
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable returned;
+    size_t outstanding = 0;
+  };
+  std::shared_ptr<State> state_;  // shared with the keepers, which may run later
+};
 
 // world == 1: nothing to talk to.
 class LocalCollective final : public Collective {
@@ -86,8 +134,8 @@ class AllreducePass {
   void advance(Cursor* cursor, int segment) const;
   bool may_send() const;
   RingHeader chunk_header(int step, int segment, size_t chunk, uint32_t sender) const;
-  std::vector<zmq::message_t> make_chunk();
-  void accept(std::vector<zmq::message_t>& frames);
+  std::vector<Frame> make_chunk();
+  void accept(std::vector<Frame>& frames);
   [[noreturn]] void stalled(bool waiting_for_left) const;
 
   RingCollective& ring_;
@@ -98,12 +146,12 @@ class AllreducePass {
   size_t chunk_floats_;
   std::vector<double> acc_;  // this rank's running sum of the scalars
   Cursor send_, recv_;
-  std::vector<zmq::message_t> unsent_;  // the next chunk, built, waiting for room on the link
+  std::vector<Frame> unsent_;  // the next chunk, built, waiting for room on the link
 };
 
 class RingCollective final : public Collective {
  public:
-  RingCollective(const RingOptions& options, std::unique_ptr<RingLink> link, RingRendezvous rendezvous)
+  RingCollective(const RingOptions& options, std::unique_ptr<Link> link, RingRendezvous rendezvous)
       : options_(options),
         link_(std::move(link)),
         rendezvous_(std::move(rendezvous)),
@@ -135,7 +183,7 @@ class RingCollective final : public Collective {
   void check_link() {
     operation_ = "ring link check";
     RingHeader h = header(RingOp::kLinkCheck);
-    std::vector<zmq::message_t> frames;
+    std::vector<Frame> frames;
     frames.push_back(encode_ring_header(h));
     send_right(&frames);
     receive_left(&frames, "LINK_CHECK");
@@ -144,7 +192,8 @@ class RingCollective final : public Collective {
   }
 
   // Helpers the pass uses.
-  RingLink& link() { return *link_; }
+  Link& link() { return *link_; }
+  Loans& loans() { return loans_; }
   const RingOptions& options() const { return options_; }
   int left() const { return left_; }
   std::string left_neighbour() const { return neighbour(left_, "left"); }
@@ -161,7 +210,7 @@ class RingCollective final : public Collective {
 
   // Validates a message from the left against `want` and its frames against the sizes `want`
   // implies. An ABORT instead fails this rank with the reason it carries.
-  void expect(const std::vector<zmq::message_t>& frames, const RingHeader& want, size_t payload_bytes,
+  void expect(const std::vector<Frame>& frames, const RingHeader& want, size_t payload_bytes,
               size_t scalar_bytes) {
     RingHeader got;
     std::string error;
@@ -177,7 +226,7 @@ class RingCollective final : public Collective {
     }
   }
 
-  [[noreturn]] void aborted(const std::vector<zmq::message_t>& frames, const RingHeader& h) {
+  [[noreturn]] void aborted(const std::vector<Frame>& frames, const RingHeader& h) {
     std::string reason = frames.size() == 2 ? frames[1].to_string().substr(0, kMaxRingTextBytes) : "";
     if (reason.empty()) reason = "rank " + std::to_string(h.sender) + " gave no reason";
     cause_ = reason;
@@ -210,7 +259,7 @@ class RingCollective final : public Collective {
   std::string run_broadcast(const std::string& blob) {
     const int rank = options_.rank;
     std::string result = blob;
-    std::vector<zmq::message_t> frames;
+    std::vector<Frame> frames;
     if (rank == 0) {
       if (blob.size() > kMaxBroadcastBytes) {
         throw Error(operation_ + ": blob of " + std::to_string(blob.size()) + " bytes exceeds the limit of " +
@@ -246,14 +295,14 @@ class RingCollective final : public Collective {
     return result;
   }
 
-  void send_right(std::vector<zmq::message_t>* frames) {
+  void send_right(std::vector<Frame>* frames) {
     if (!link_->send(frames, deadline_after(options_.timeout_s))) {
       throw Error(operation_ + " timed out after " + seconds(options_.timeout_s) + ": " + right_neighbour() +
                   " is not taking messages");
     }
   }
 
-  void receive_left(std::vector<zmq::message_t>* frames, const std::string& what) {
+  void receive_left(std::vector<Frame>* frames, const std::string& what) {
     const auto deadline = deadline_after(options_.timeout_s);
     auto report = deadline_after(kWaitReportSeconds);
     while (!link_->try_recv(frames)) {
@@ -276,25 +325,26 @@ class RingCollective final : public Collective {
   void on_failure(const std::string& what) {
     failed_ = what;
     const std::string cause = cause_.empty() ? "rank " + std::to_string(options_.rank) + ": " + what : cause_;
-    std::vector<zmq::message_t> frames;
+    std::vector<Frame> frames;
     frames.push_back(encode_ring_header(header(RingOp::kAbort)));
-    frames.push_back(zmq::message_t(cause.data(), std::min(cause.size(), kMaxRingTextBytes)));
+    frames.emplace_back(cause.data(), std::min(cause.size(), kMaxRingTextBytes));
     try {
       link_->try_send(&frames, deadline_after(kDrainGraceSeconds));
     } catch (const std::exception&) {
       // Best effort: the neighbour fails at its own deadline instead.
     }
     link_->set_close_linger(static_cast<int>(kDrainGraceSeconds * 1000));
-    if (link_->wait_returned(deadline_after(kDrainGraceSeconds))) return;
+    if (loans_.wait_returned(deadline_after(kDrainGraceSeconds))) return;
     link_->close_right();
-    if (!link_->wait_returned(deadline_after(kDropWaitSeconds))) {
-      PSLOG(ERROR) << "ring rank " << options_.rank << ": ZeroMQ still holds " << link_->borrowed()
+    if (!loans_.wait_returned(deadline_after(kDropWaitSeconds))) {
+      PSLOG(ERROR) << "ring rank " << options_.rank << ": the transport still holds " << loans_.outstanding()
                    << " message(s) pointing into the caller's buffer";
     }
   }
 
   RingOptions options_;
-  std::unique_ptr<RingLink> link_;
+  std::unique_ptr<Link> link_;
+  Loans loans_;
   RingRendezvous rendezvous_;
   int left_, right_;
   uint64_t seq_ = 0;
@@ -372,19 +422,19 @@ RingHeader AllreducePass::chunk_header(int step, int segment, size_t chunk, uint
 // same segment later in the pass (a reduce-step region in the gather phase), which cannot happen
 // before the right neighbour received these bytes; and run() waits for every borrowed frame to
 // be returned before the caller gets its buffer back.
-std::vector<zmq::message_t> AllreducePass::make_chunk() {
+std::vector<Frame> AllreducePass::make_chunk() {
   const int segment = send_segment(send_.step);
   const RingHeader h = chunk_header(send_.step, segment, send_.chunk, static_cast<uint32_t>(rank_));
-  std::vector<zmq::message_t> frames;
+  std::vector<Frame> frames;
   frames.push_back(encode_ring_header(h));
-  frames.push_back(ring_.link().borrow(data_ + h.offset, h.length * sizeof(float)));
+  frames.push_back(ring_.loans().borrow(data_ + h.offset, h.length * sizeof(float)));
   if (h.flags & kRingFlagScalars) frames.emplace_back(acc_.data(), k_ * sizeof(double));
   return frames;
 }
 
 // Reduce steps add the incoming partial sum to this rank's (incoming + own, so every element
 // is summed in ring order starting at its segment's first rank); gather steps overwrite.
-void AllreducePass::accept(std::vector<zmq::message_t>& frames) {
+void AllreducePass::accept(std::vector<Frame>& frames) {
   const int segment = recv_segment(recv_.step);
   const RingHeader want = chunk_header(recv_.step, segment, recv_.chunk, static_cast<uint32_t>(ring_.left()));
   ring_.expect(frames, want, want.length * sizeof(float), k_ * sizeof(double));
@@ -422,11 +472,11 @@ void AllreducePass::stalled(bool waiting_for_left) const {
 }
 
 void AllreducePass::run() {
-  RingLink& link = ring_.link();
+  Link& link = ring_.link();
   const double timeout = ring_.options().timeout_s;
   auto deadline = deadline_after(timeout);  // moves on with every chunk sent or received
   auto report = deadline_after(kWaitReportSeconds);
-  std::vector<zmq::message_t> frames;
+  std::vector<Frame> frames;
   while (send_.step < steps_ || recv_.step < steps_) {
     bool progressed = false;
     while (may_send()) {
@@ -457,9 +507,18 @@ void AllreducePass::run() {
       report = deadline_after(kWaitReportSeconds);
     }
   }
-  // The caller may overwrite `data` as soon as we return: ZeroMQ must have let go of it.
-  if (!link.wait_returned(deadline_after(timeout))) stalled(false);
+  // The caller may overwrite `data` as soon as we return: the transport must have let go of it.
+  if (!ring_.loans().wait_returned(deadline_after(timeout))) stalled(false);
   std::copy(acc_.begin(), acc_.end(), scalars_);
+}
+
+// The fault double's names for the ring's messages: "REDUCE", "seq 2 step 1 offset 0".
+std::string name_ring_message(const std::vector<Frame>& frames, std::string* detail) {
+  RingHeader h;
+  std::string error;
+  if (frames.empty() || !decode_ring_header(frames[0].data(), frames[0].size(), &h, &error)) return "";
+  *detail = "seq " + std::to_string(h.seq) + " step " + std::to_string(h.step) + " offset " + std::to_string(h.offset);
+  return ring_op_name(h.op);
 }
 
 void check_options(const RingOptions& o) {
@@ -478,7 +537,8 @@ std::unique_ptr<Collective> make_ring_collective(zmq::context_t& context, const 
   check_options(options);
   if (options.world == 1) return std::make_unique<LocalCollective>();
   const double linger_s = std::min(options.timeout_s, kCloseLingerSeconds);
-  auto link = std::make_unique<RingLink>(context, options.bind, static_cast<int>(linger_s * 1000), options.security);
+  std::unique_ptr<Link> link = make_zmq_link(context, options.bind, static_cast<int>(linger_s * 1000), options.security);
+  if (!options.faults.empty()) link = with_faults(std::move(link), options.faults, &name_ring_message);
   RingRendezvous rendezvous = ring_rendezvous(context, options, link->address());
   link->connect_right(rendezvous.addresses[static_cast<size_t>((options.rank + 1) % options.world)]);
   auto ring = std::make_unique<RingCollective>(options, std::move(link), std::move(rendezvous));

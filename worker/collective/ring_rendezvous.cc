@@ -1,5 +1,4 @@
 #include "worker/collective/ring_rendezvous.h"
-#include "shared/net/zmq_util.h"
 
 #include <unistd.h>
 
@@ -9,7 +8,7 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/collective/ring_wire.h"
-#include "shared/net/transport.h"
+#include "shared/net/zmq_transport.h"
 
 namespace pstrain {
 namespace {
@@ -46,9 +45,9 @@ void split_host_port(const std::string& text, const std::string& what, bool allo
 }
 
 // A peer's text frame (address or reason): bounded, printable ASCII; false otherwise.
-bool text_of(const zmq::message_t& frame, std::string* out) {
+bool text_of(const Frame& frame, std::string* out) {
   if (frame.size() > kMaxRingTextBytes) return false;
-  out->assign(static_cast<const char*>(frame.data()), frame.size());
+  *out = frame.to_string();
   return std::all_of(out->begin(), out->end(), [](char c) { return c >= 0x20 && c < 0x7f; });
 }
 
@@ -71,24 +70,20 @@ RingHeader setup_header(RingOp op, const RingOptions& o) {
   return h;
 }
 
-zmq::message_t text_frame(const std::string& text) { return zmq::message_t(text.data(), text.size()); }
-
-void configure(zmq::socket_t& socket) {
-  socket.set(zmq::sockopt::linger, 0);
-  socket.set(zmq::sockopt::maxmsgsize, kMaxCoordinatorFrame);
-}
+Frame text_frame(const std::string& text) { return Frame(text); }
 
 // Rank 0: collects HELLO from ranks 1..N-1, keeps them told who is missing, answers ADDRESSES.
 class Coordinator {
  public:
-  Coordinator(zmq::context_t& context, const RingOptions& o)
-      : o_(o), socket_(context, zmq::socket_type::router) {
-    configure(socket_);
-    o.security.server(socket_);
-    std::string host;
-    int port = 0;
-    split_host_port(o.coordinator, "coordinator", true, &host, &port);
-    bound_ = bind_tcp(socket_, host, port, "the ring coordinator");
+  Coordinator(zmq::context_t& context, const RingOptions& o) : o_(o) {
+    ZmqServerOptions server;
+    split_host_port(o.coordinator, "coordinator", true, &server.bind_host, &server.port);
+    server.security = o.security;
+    server.max_message_bytes = kMaxCoordinatorFrame;
+    server.what = "the ring coordinator";
+    server.peer_hosts = true;  // a rank bound on a wildcard is reached where it came from
+    endpoint_ = make_zmq_server(context, server);
+    bound_ = endpoint_->address();
     addresses_.resize(static_cast<size_t>(o.world));
     routes_.resize(static_cast<size_t>(o.world));
   }
@@ -98,11 +93,10 @@ class Coordinator {
     if (o_.on_coordinator_bound) o_.on_coordinator_bound(bound_);
     const auto deadline = deadline_after(rendezvous_timeout(o_));
     auto report = deadline_after(kFirstWaitReportSeconds);
-    std::vector<zmq::message_t> frames;
     while (!missing().empty()) {
-      if (poll_in(socket_, std::min(deadline, report))) {
-        recv_multipart(socket_, &frames);
-        handle(frames);
+      Message msg;
+      if (endpoint_->recv(&msg, std::min(deadline, report))) {
+        handle(msg);
         continue;
       }
       const auto now = Clock::now();
@@ -119,12 +113,12 @@ class Coordinator {
     RingHeader h = setup_header(RingOp::kAddresses, o_);
     h.length = static_cast<uint64_t>(o_.world);
     for (int r = 1; r < o_.world; ++r) {
-      std::vector<zmq::message_t> reply;
+      std::vector<Frame> reply;
       reply.push_back(encode_ring_header(h));
       for (const auto& address : addresses_) reply.push_back(text_frame(address));
-      send_to(routes_[static_cast<size_t>(r)], reply);
+      send_to(routes_[static_cast<size_t>(r)], std::move(reply));
     }
-    return RingRendezvous{addresses_, std::move(socket_)};
+    return RingRendezvous{addresses_, std::move(endpoint_)};
   }
 
  private:
@@ -147,12 +141,13 @@ class Coordinator {
     return (is_wildcard(host) ? "0.0.0.0" : host) + address.substr(colon);
   }
 
-  // Checks a HELLO [routing id, header, ring address]. A malformed one is ignored (with a log
-  // line and an ABORT to its sender); a well-formed one that does not fit this ring fails the job.
-  std::string check_hello(std::vector<zmq::message_t>& frames, RingHeader* h, std::string* address) {
+  // Checks a HELLO [header, ring address]. A malformed one is ignored (with a log line and an
+  // ABORT to its sender); a well-formed one that does not fit this ring fails the job.
+  std::string check_hello(const Message& msg, RingHeader* h, std::string* address) {
+    const std::vector<Frame>& frames = msg.frames;
     std::string error;
-    if (frames.size() != 3) return "expected 2 frames, got " + std::to_string(frames.size() - 1);
-    if (!decode_ring_header(frames[1].data(), frames[1].size(), h, &error)) return error;
+    if (frames.size() != 2) return "expected 2 frames, got " + std::to_string(frames.size());
+    if (!decode_ring_header(frames[0].data(), frames[0].size(), h, &error)) return error;
     if (h->op != RingOp::kHello || h->seq != 0) {
       return std::string("expected HELLO, got ") + ring_op_name(h->op) + " #" + std::to_string(h->seq);
     }
@@ -161,23 +156,23 @@ class Coordinator {
         h->world != static_cast<uint32_t>(o_.world)) {
       abort_all(who + " of world " + std::to_string(h->world) + " tried to join a ring of world " +
                     std::to_string(o_.world),
-                frames[0].to_string());
+                msg.route);
     }
     if (h->total != o_.chunk_bytes) {
       abort_all(who + " uses chunk_bytes " + std::to_string(h->total) + ", rank 0 uses " +
                     std::to_string(o_.chunk_bytes),
-                frames[0].to_string());
+                msg.route);
     }
-    if (!text_of(frames[2], address) || !valid_address(*address))
+    if (!text_of(frames[1], address) || !valid_address(*address))
       return who + " sent an invalid ring address";
     return "";
   }
 
-  void handle(std::vector<zmq::message_t>& frames) {
-    const std::string route = frames[0].to_string();
+  void handle(const Message& msg) {
+    const std::string& route = msg.route;
     RingHeader h;
     std::string address;
-    const std::string error = check_hello(frames, &h, &address);
+    const std::string error = check_hello(msg, &h, &address);
     if (!error.empty()) {
       PSLOG(WARN) << "ring rank 0: ignoring a malformed rendezvous message: " << error;
       send_to(route, abort_message(error));
@@ -188,18 +183,12 @@ class Coordinator {
     if (!routes_[r].empty()) abort_all("rank " + std::to_string(r) + " joined twice", route);
     routes_[r] = route;
     const size_t colon = address.rfind(':');
-    if (is_wildcard(address.substr(0, colon))) address = peer_host(frames[1]) + address.substr(colon);
+    if (is_wildcard(address.substr(0, colon))) {
+      address = (msg.peer_host.empty() ? "127.0.0.1" : msg.peer_host) + address.substr(colon);
+    }
     addresses_[r] = address;
     PSLOG(DEBUG) << "ring rank 0: rank " << r << " joined, ring address " << address;
     tell_pending();
-  }
-
-  static std::string peer_host(zmq::message_t& frame) {
-    try {
-      return frame.gets("Peer-Address");
-    } catch (const zmq::error_t&) {
-      return "127.0.0.1";
-    }
   }
 
   void tell_pending() {
@@ -214,42 +203,43 @@ class Coordinator {
     }
     for (const auto& route : routes_) {
       if (route.empty()) continue;
-      std::vector<zmq::message_t> frames;
+      std::vector<Frame> frames;
       frames.push_back(encode_ring_header(h));
       frames.push_back(text_frame(list));
-      send_to(route, frames);
+      send_to(route, std::move(frames));
     }
   }
 
-  std::vector<zmq::message_t> abort_message(const std::string& why) const {
-    std::vector<zmq::message_t> frames;
+  std::vector<Frame> abort_message(const std::string& why) const {
+    std::vector<Frame> frames;
     frames.push_back(encode_ring_header(setup_header(RingOp::kAbort, o_)));
     frames.push_back(text_frame(why.substr(0, kMaxRingTextBytes)));
     return frames;
   }
 
   [[noreturn]] void abort_all(const std::string& why, const std::string& offender = "") {
-    socket_.set(zmq::sockopt::linger, kAbortLingerMillis);
     for (const auto& route : routes_) {
       if (!route.empty()) send_to(route, abort_message(why));
     }
     if (!offender.empty()) send_to(offender, abort_message(why));
+    endpoint_->close(Clock::now() + std::chrono::milliseconds(kAbortLingerMillis));
     throw Error(why);
   }
 
-  // A ROUTER never blocks: without ROUTER_MANDATORY it drops a message for a peer that is gone
-  // or whose queue is full; that peer then fails at its own deadline.
-  void send_to(const std::string& route, std::vector<zmq::message_t>& frames) {
-    socket_.send(zmq::buffer(route), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    for (size_t i = 0; i < frames.size(); ++i) {
-      const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-      socket_.send(frames[i], more | zmq::send_flags::dontwait);
+  // Never blocks: a message for a peer that is gone or whose queue is full is dropped; that
+  // peer then fails at its own deadline.
+  void send_to(const std::string& route, std::vector<Frame> frames) {
+    Message msg;
+    msg.route = route;
+    msg.frames = std::move(frames);
+    std::string error;
+    if (!endpoint_->send(std::move(msg), Clock::now(), &error)) {
+      PSLOG(DEBUG) << "ring rank 0: a rendezvous message was not delivered: " << error;
     }
   }
-  void send_to(const std::string& route, std::vector<zmq::message_t>&& frames) { send_to(route, frames); }
 
   const RingOptions& o_;
-  zmq::socket_t socket_;
+  std::unique_ptr<Endpoint> endpoint_;
   std::string bound_;
   std::vector<std::string> addresses_;  // by rank
   std::vector<std::string> routes_;     // ZeroMQ routing id by rank; empty = not joined
@@ -258,32 +248,27 @@ class Coordinator {
 // Ranks 1..N-1: HELLO to the coordinator, then PENDING updates until ADDRESSES or ABORT.
 class Member {
  public:
-  Member(zmq::context_t& context, const RingOptions& o) : o_(o), socket_(context, zmq::socket_type::dealer) {
-    configure(socket_);
-    o.security.client(socket_);
+  Member(zmq::context_t& context, const RingOptions& o) : o_(o) {
     std::string host;
     int port = 0;
     split_host_port(o.coordinator, "coordinator", false, &host, &port);
-    try {
-      socket_.connect("tcp://" + o.coordinator);
-    } catch (const zmq::error_t& e) {
-      throw Error("cannot connect to the ring coordinator " + o.coordinator + ": " + e.what());
-    }
+    endpoint_ = make_zmq_client(context, {o.coordinator}, o.security, false, kMaxCoordinatorFrame);
   }
 
   RingRendezvous run(const std::string& ring_address) {
     const auto deadline = deadline_after(rendezvous_timeout(o_));
     RingHeader hello = setup_header(RingOp::kHello, o_);
     hello.total = o_.chunk_bytes;
-    std::vector<zmq::message_t> frames;
-    frames.push_back(encode_ring_header(hello));
-    frames.push_back(text_frame(ring_address));
-    send(frames, deadline);
+    Message msg;
+    msg.shard = 0;
+    msg.frames.push_back(encode_ring_header(hello));
+    msg.frames.push_back(text_frame(ring_address));
+    send(std::move(msg), deadline);
     auto report = deadline_after(kFirstWaitReportSeconds);
     for (;;) {
-      if (poll_in(socket_, std::min(deadline, report))) {
-        recv_multipart(socket_, &frames);
-        if (handle(frames, ring_address)) return RingRendezvous{addresses_, std::move(socket_)};
+      Message in;
+      if (endpoint_->recv(&in, std::min(deadline, report))) {
+        if (handle(in.frames, ring_address)) return RingRendezvous{addresses_, std::move(endpoint_)};
         continue;
       }
       const auto now = Clock::now();
@@ -310,16 +295,11 @@ class Member {
            ", is still waiting)";
   }
 
-  void send(std::vector<zmq::message_t>& frames, Clock::time_point deadline) {
-    for (size_t i = 0; i < frames.size(); ++i) {
-      const auto more = i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none;
-      while (!socket_.send(frames[i], more | zmq::send_flags::dontwait)) {
-        zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLOUT, 0};
-        if (zmq::poll(&item, 1, std::chrono::milliseconds(millis_until(deadline))) == 0) {
-          throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) +
-                      ": cannot reach rank 0 (the coordinator at " + o_.coordinator + ")");
-        }
-      }
+  void send(Message&& msg, Clock::time_point deadline) {
+    std::string error;
+    if (!endpoint_->send(std::move(msg), deadline, &error)) {
+      throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) +
+                  ": cannot reach rank 0 (the coordinator at " + o_.coordinator + "): " + error);
     }
   }
 
@@ -329,7 +309,7 @@ class Member {
   }
 
   // True once ADDRESSES arrived and were valid.
-  bool handle(std::vector<zmq::message_t>& frames, const std::string& ring_address) {
+  bool handle(const std::vector<Frame>& frames, const std::string& ring_address) {
     RingHeader h;
     std::string error;
     if (!decode_ring_header(frames[0].data(), frames[0].size(), &h, &error)) malformed(error);
@@ -351,7 +331,7 @@ class Member {
         }
         pending_.clear();
         for (size_t i = 0; i < h.length; ++i) {
-          const auto* p = static_cast<const unsigned char*>(frames[1].data()) + 4 * i;
+          const unsigned char* p = frames[1].data() + 4 * i;
           const uint32_t r = p[0] | (p[1] << 8) | (p[2] << 16) | (static_cast<uint32_t>(p[3]) << 24);
           if (r == 0 || r >= static_cast<uint32_t>(o_.world)) malformed("bad PENDING list");
           pending_.push_back(static_cast<int>(r));
@@ -382,7 +362,7 @@ class Member {
   }
 
   const RingOptions& o_;
-  zmq::socket_t socket_;
+  std::unique_ptr<Endpoint> endpoint_;
   bool heard_ = false;
   std::vector<int> pending_;
   std::vector<std::string> addresses_;

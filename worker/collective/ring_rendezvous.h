@@ -1,22 +1,25 @@
-// Rendezvous of the ring collective (docs/collective.md): rank 0 binds a ROUTER on the
-// coordinator address; every other rank connects a DEALER, sends HELLO with the address of its
-// ring link and receives PENDING updates (who has not joined yet) and finally ADDRESSES, every
-// rank's ring address. A missing, duplicate or misconfigured rank is a pstrain::Error naming it.
+// Rendezvous of the ring collective (docs/collective.md): rank 0 runs a server endpoint on the
+// coordinator address; every other rank connects a client endpoint (shared/net/transport.h),
+// sends HELLO with the address of its ring link and receives PENDING updates (who has not joined
+// yet) and finally ADDRESSES, every rank's ring address. A missing, duplicate or misconfigured
+// rank is a pstrain::Error naming it.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
 
+#include "shared/net/transport.h"
 #include "worker/collective/collective.h"
 
 namespace pstrain {
 
 struct RingRendezvous {
   std::vector<std::string> addresses;  // ring link address of every rank, indexed by rank
-  // The coordinator socket. The collective keeps it open (linger 0) so that the last ADDRESSES
-  // rank 0 sent are delivered even if rank 0 goes on quickly; nothing else uses it.
-  zmq::socket_t coordinator;
+  // The coordinator endpoint. The collective keeps it open so that the last ADDRESSES rank 0
+  // sent are delivered even if rank 0 goes on quickly; nothing else uses it.
+  std::unique_ptr<Endpoint> coordinator;
 };
 
 // Runs the rendezvous for options.rank (world >= 2) within options.timeout_s. `ring_address` is

@@ -58,9 +58,17 @@ const char* ring_op_name(RingOp op) {
   return "?";
 }
 
-zmq::message_t encode_ring_header(const RingHeader& h) {
-  zmq::message_t msg(kRingHeaderBytes);
-  auto* out = static_cast<unsigned char*>(msg.data());
+std::vector<std::string> ring_op_names() {
+  std::vector<std::string> names;
+  for (auto op = static_cast<uint16_t>(RingOp::kHello); op <= static_cast<uint16_t>(RingOp::kBroadcast); ++op) {
+    names.emplace_back(ring_op_name(static_cast<RingOp>(op)));
+  }
+  return names;
+}
+
+Frame encode_ring_header(const RingHeader& h) {
+  std::string msg(kRingHeaderBytes, '\0');
+  auto* out = reinterpret_cast<unsigned char*>(&msg[0]);
   put(out, kAtMagic, kRingMagic, 4);
   put(out, kAtVersion, kRingVersion, 2);
   put(out, kAtOp, static_cast<uint16_t>(h.op), 2);
@@ -74,7 +82,7 @@ zmq::message_t encode_ring_header(const RingHeader& h) {
   put(out, kAtTotal, h.total, 8);
   put(out, kAtScalars, h.scalars, 4);
   put(out, kAtFlags, h.flags, 4);
-  return msg;
+  return Frame(std::move(msg));
 }
 
 bool decode_ring_header(const void* data, size_t size, RingHeader* out, std::string* error) {

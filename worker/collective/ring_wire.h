@@ -1,5 +1,5 @@
-// Framing of the ring collective, version 1 (docs/collective.md). Every message is a ZeroMQ
-// multipart message whose frame 0 is a fixed 64-byte little-endian header; the frames after it
+// Framing of the ring collective, version 1 (docs/collective.md). Every message is a list of
+// frames (shared/net/frame.h) whose frame 0 is a fixed 64-byte little-endian header; the frames after it
 // depend on the op. A receiver knows exactly which message comes next, so it compares the whole
 // header with the one it expects (ring_header_matches) before any payload touches a buffer.
 #pragma once
@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <zmq.hpp>
+#include <vector>
+
+#include "shared/net/frame.h"
 
 namespace pstrain {
 
@@ -28,6 +30,8 @@ enum class RingOp : uint16_t {
   kBroadcast = 8,  // frame 1 = `length` bytes of rank 0's blob
 };
 const char* ring_op_name(RingOp op);
+// Every op's name, for --inject-faults (shared/net/fault_endpoint.h).
+std::vector<std::string> ring_op_names();
 
 struct RingHeader {
   RingOp op = RingOp::kAbort;
@@ -43,7 +47,7 @@ struct RingHeader {
   uint32_t flags = 0;    // kRingFlagScalars
 };
 
-zmq::message_t encode_ring_header(const RingHeader& header);
+Frame encode_ring_header(const RingHeader& header);
 
 // Decodes frame 0: size, magic, version, a known op and known flags. On failure returns false
 // and sets *error to a message naming the offending field.
