@@ -2,12 +2,13 @@
 
 #include <chrono>
 
+#include "shared/config/part_options.h"
 #include "shared/net/transport.h"
 
 namespace pstrain {
 
 ShardCheckpoints::ShardCheckpoints(const JobOptions& options)
-    : options_(options), files_(options, "ps" + std::to_string(options.index)) {}
+    : options_(options), files_(checkpoint_options(options), "ps" + std::to_string(options.index)) {}
 
 void ShardCheckpoints::mark(const Header& push) {
   if (push.checkpoint != 0) checkpoint_at_ = push.checkpoint;  // the chief decides (docs/checkpoints.md)

@@ -4,6 +4,7 @@
 
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
+#include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
                 << options->bind << ":" << options->port;
     zmq::context_t context(1);
-    const pstrain::Security security = pstrain::resolve_security(*options, {options->bind + ":0"});
+    const pstrain::Security security =
+        pstrain::resolve_security(pstrain::security_options(*options), {options->bind + ":0"});
     const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
                                              options->shared_memory);

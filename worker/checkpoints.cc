@@ -7,6 +7,7 @@
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/checkpoint/job_fingerprint.h"
+#include "shared/config/part_options.h"
 #include "shared/util/log.h"
 
 namespace pstrain {
@@ -55,7 +56,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
   m.total = layout_.total();
   m.total_steps = total_steps_;
   m.layout = layout_text();
-  m.job = job_fingerprint(o_);
+  m.job = job_fingerprint(job_identity(o_));
   const int shards = o_.mode == Mode::kAllreduce ? 1 : o_.num_ps;  // allreduce: the chief's one file
   try {
     for (int s = 0; s < shards; ++s) {

@@ -4,6 +4,7 @@
 #include <iterator>
 
 #include "shared/checkpoint/checkpoint_store.h"
+#include "shared/config/part_options.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/train/optimizer.h"
@@ -88,7 +89,7 @@ class AllreduceExchange final : public Exchange {
         collective_(std::move(collective)),
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)),
-        store_(o_, "w" + std::to_string(o.index)) {}
+        store_(checkpoint_options(o_), "w" + std::to_string(o.index)) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch. On --resume every worker

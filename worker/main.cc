@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shared/config/cluster_env.h"
+#include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
@@ -134,7 +135,7 @@ int main(int argc, char** argv) {
     zmq::context_t context(1);
     std::vector<std::string> addresses = o.ps_hosts;
     if (o.mode == pstrain::Mode::kAllreduce) addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
-    const pstrain::Security security = pstrain::resolve_security(o, addresses);
+    const pstrain::Security security = pstrain::resolve_security(pstrain::security_options(o), addresses);
     const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
     const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
