@@ -27,6 +27,7 @@
 #include <zmq.hpp>
 
 #include "bench/bench_util.h"
+#include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
@@ -252,7 +253,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security,
                                       o.shared_memory);
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
-      ParameterServer server(o, *endpoint);
+      ParameterServer server(server_options(o), *endpoint);
       server.serve();
     }));
     hosts.push_back(address_pipe.read_string());

@@ -2,6 +2,7 @@
 #include <exception>
 #include <iostream>
 
+#include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
 #include "shared/config/part_options.h"
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
     if (!options->inject_faults.empty()) {
       endpoint = pstrain::with_faults(std::move(endpoint), pstrain::parse_fault_rules(options->inject_faults));
     }
-    pstrain::ParameterServer server(*options, *endpoint);
+    pstrain::ParameterServer server(pstrain::server_options(*options), *endpoint);
     server.serve();
     return 0;
   } catch (const pstrain::UsageError& e) {
