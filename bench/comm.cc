@@ -33,6 +33,7 @@
 #include "shared/util/log.h"
 #include "shared/config/options.h"
 #include "shared/net/zmq_util.h"
+#include "worker/options_from_job.h"
 #include "worker/ps_client.h"
 
 namespace pstrain::bench {
@@ -265,7 +266,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       o.index = i;
       zmq::context_t context(1);
       auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory);
-      PsClient client(o, total, *endpoint);
+      PsClient client(ps_client_options(o), total, *endpoint);
       client.hello(static_cast<uint64_t>(rounds + 1));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
       if (i == 0) client.init(params.data());

@@ -23,6 +23,7 @@
 #include "worker/cuda/nccl_collective.h"
 #include "worker/evaluation.h"
 #include "worker/layers.h"
+#include "worker/options_from_job.h"
 #include "worker/push_jitter.h"
 #include "worker/trainer.h"
 
@@ -121,7 +122,7 @@ int main(int argc, char** argv) {
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
     if (o.evaluate) {
-      pstrain::evaluate_saved_model(o);
+      pstrain::evaluate_saved_model(pstrain::evaluate_options(o));
       return 0;
     }
     // Before any work, the chief claims the checkpoint directory (a second job there is refused
@@ -145,18 +146,20 @@ int main(int argc, char** argv) {
                                     "on the CPU use --collective ring");
         }
         auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
-        return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
+        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(nccl),
+                                                replica);
       }
       if (o.mode == pstrain::Mode::kAllreduce) {
         auto ring = pstrain::make_shared_memory_collective(join_ring(context, o, security), o.timeout_s,
                                                            o.shared_memory);
-        return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
+        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(ring),
+                                                replica);
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
       if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), pstrain::parse_fault_rules(o.inject_faults));
-      return pstrain::make_ps_exchange(o, total, *servers, replica);
+      return pstrain::make_ps_exchange(pstrain::exchange_options(o), total, *servers, replica);
     };
-    pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) {
+    pstrain::train(pstrain::train_options(o), [&](uint64_t total, pstrain::Replica& replica) {
       auto exchange = make_exchange(total, replica);
       return o.push_jitter_ms > 0 ? pstrain::with_push_jitter(std::move(exchange), o.push_jitter_ms) : std::move(exchange);
     }, &g_stop_requested);
