@@ -1,7 +1,10 @@
 // Options of a training job. Both binaries (pstrain-ps, pstrain-worker) accept the same flags
 // and config files, so launch/launch.sh can hand every process the same job description; each
-// process uses the part it needs. Boost.Program_options stays in options.cc: the rest of the
-// code sees only these structs. Every field's comment gives its default.
+// process uses the part it needs. Boost.Program_options stays in options.cc. JobOptions is seen
+// only by shared/config/ and the mains: each part takes its own small options struct, which the
+// mains fill from this one through the converters (shared/config/part_options.h for the parts in
+// shared/, ps/options_from_job.h, worker/options_from_job.h; docs/architecture.md, "Options: one
+// struct per part"). Every field's comment gives its default.
 #pragma once
 
 #include <cstddef>
