@@ -27,12 +27,14 @@
 #include <zmq.hpp>
 
 #include "bench/bench_util.h"
+#include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/config/options.h"
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
+#include "worker/options_from_job.h"
 #include "worker/ps_client.h"
 
 namespace pstrain::bench {
@@ -253,7 +255,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       auto endpoint = make_zmq_server(context, links.active() ? ShardLinks::host(s) : "127.0.0.1", 0, ipc, security,
                                       o.shared_memory);
       address_pipe.write_string(ipc.empty() ? endpoint->address() : "ipc://" + ipc);
-      ParameterServer server(o, *endpoint);
+      ParameterServer server(server_options(o), *endpoint);
       server.serve();
     }));
     hosts.push_back(address_pipe.read_string());
@@ -265,7 +267,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       o.index = i;
       zmq::context_t context(1);
       auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory);
-      PsClient client(o, total, *endpoint);
+      PsClient client(ps_client_options(o), total, *endpoint);
       client.hello(static_cast<uint64_t>(rounds + 1));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
       if (i == 0) client.init(params.data());

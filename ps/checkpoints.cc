@@ -6,8 +6,8 @@
 
 namespace pstrain {
 
-ShardCheckpoints::ShardCheckpoints(const JobOptions& options)
-    : options_(options), files_(options, "ps" + std::to_string(options.index)) {}
+ShardCheckpoints::ShardCheckpoints(const ServerOptions& options)
+    : options_(options), files_(options.checkpoint, "ps" + std::to_string(options.index)) {}
 
 void ShardCheckpoints::mark(const Header& push) {
   if (push.checkpoint != 0) checkpoint_at_ = push.checkpoint;  // the chief decides (docs/checkpoints.md)

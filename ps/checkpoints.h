@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <string>
 
+#include "ps/server_options.h"
 #include "ps/store.h"
 #include "shared/checkpoint/checkpoint_store.h"
-#include "shared/config/options.h"
 #include "shared/wire/protocol.h"
 
 namespace pstrain {
@@ -18,7 +18,7 @@ namespace pstrain {
 class ShardCheckpoints {
  public:
   // `options` must outlive it.
-  explicit ShardCheckpoints(const JobOptions& options);
+  explicit ShardCheckpoints(const ServerOptions& options);
 
   // An accepted push of the chief's: the versions it marks (checks: the store's push).
   void mark(const Header& push);
@@ -34,7 +34,7 @@ class ShardCheckpoints {
  private:
   void write(const Store& store);
 
-  const JobOptions& options_;
+  const ServerOptions& options_;
   const CheckpointStore files_;
   uint64_t checkpoint_at_ = 0;  // the version the chief asked to checkpoint (0 = none pending)
   uint64_t stop_at_ = 0;        // the version after which the job stops (0 = none)

@@ -71,7 +71,7 @@ bool every_worker_every_step(const ConsistencyPolicy& policy, int num_workers) {
 
 }  // namespace
 
-DenseStore::DenseStore(const JobOptions& options, const ConsistencyPolicy& policy, const JobShape& job)
+DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job)
     : options_(options),
       policy_(policy),
       job_(job),

@@ -14,10 +14,10 @@
 
 #include "ps/job_shape.h"
 #include "ps/policy.h"
+#include "ps/server_options.h"
 #include "ps/store.h"
 #include "shared/train/layout.h"
 #include "shared/train/optimizer.h"
-#include "shared/config/options.h"
 #include "shared/net/shared_memory.h"
 
 namespace pstrain {
@@ -33,7 +33,7 @@ class DenseStore final : public Store {
  public:
   // Shard options.index's slice of a model of job.total floats, zeroed. `options` and `policy`
   // must outlive it.
-  DenseStore(const JobOptions& options, const ConsistencyPolicy& policy, const JobShape& job);
+  DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job);
   ~DenseStore() override;
 
   bool init(const Update& update, Outcome* out, std::string* error) override;
@@ -85,7 +85,7 @@ class DenseStore final : public Store {
   bool previous(const Chunk& c, uint64_t want) const;
   void create_area();
 
-  const JobOptions& options_;
+  const ServerOptions& options_;
   const ConsistencyPolicy& policy_;
   const JobShape job_;
   const Slice slice_;

@@ -2,8 +2,10 @@
 #include <exception>
 #include <iostream>
 
+#include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
+#include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
@@ -30,7 +32,8 @@ int main(int argc, char** argv) {
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
                 << options->bind << ":" << options->port;
     zmq::context_t context(1);
-    const pstrain::Security security = pstrain::resolve_security(*options, {options->bind + ":0"});
+    const pstrain::Security security =
+        pstrain::resolve_security(pstrain::security_options(*options), {options->bind + ":0"});
     const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
     auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
                                              options->shared_memory);
@@ -38,7 +41,7 @@ int main(int argc, char** argv) {
     if (!options->inject_faults.empty()) {
       endpoint = pstrain::with_faults(std::move(endpoint), pstrain::parse_fault_rules(options->inject_faults));
     }
-    pstrain::ParameterServer server(*options, *endpoint);
+    pstrain::ParameterServer server(pstrain::server_options(*options), *endpoint);
     server.serve();
     return 0;
   } catch (const pstrain::UsageError& e) {

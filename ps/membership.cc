@@ -16,7 +16,7 @@ uint64_t physical_memory_mib() {
 
 }  // namespace
 
-Membership::Membership(const JobOptions& options, const ConsistencyPolicy& policy)
+Membership::Membership(const ServerOptions& options, const ConsistencyPolicy& policy)
     : options_(options),
       policy_(policy),
       route_of_worker_(static_cast<size_t>(options.num_workers)),

@@ -11,7 +11,7 @@
 
 #include "ps/job_shape.h"
 #include "ps/policy.h"
-#include "shared/config/options.h"
+#include "ps/server_options.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/shared_memory.h"
 
@@ -20,7 +20,7 @@ namespace pstrain {
 class Membership {
  public:
   // Both must outlive it.
-  Membership(const JobOptions& options, const ConsistencyPolicy& policy);
+  Membership(const ServerOptions& options, const ConsistencyPolicy& policy);
 
   // A HELLO from `route`: "" when it may register, else why not (nothing is changed).
   std::string check_hello(const std::string& route, const Header& h) const;
@@ -55,7 +55,7 @@ class Membership {
   std::string check_registration(const std::string& route, const Header& h) const;
   std::string shard_too_big(uint64_t total) const;
 
-  const JobOptions& options_;
+  const ServerOptions& options_;
   const ConsistencyPolicy& policy_;
   JobShape job_;
   std::map<std::string, int> worker_of_route_;

@@ -4,7 +4,7 @@
 
 namespace pstrain {
 
-ConsistencyPolicy::ConsistencyPolicy(const JobOptions& o) : mode_(mode_code(o.mode)) {
+ConsistencyPolicy::ConsistencyPolicy(const ServerOptions& o) : mode_(mode_code(o.mode)) {
   switch (mode_) {
     case ModeCode::kSync:
       quorum_ = o.num_workers - o.backup_workers;

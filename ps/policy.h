@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <string>
 
-#include "shared/config/options.h"
+#include "ps/server_options.h"
 #include "shared/wire/protocol.h"
 
 namespace pstrain {
@@ -29,7 +29,7 @@ struct PushVerdict {
 class ConsistencyPolicy {
  public:
   // Throws pstrain::UsageError for a mode the PS does not serve (allreduce has no PS).
-  explicit ConsistencyPolicy(const JobOptions& options);
+  explicit ConsistencyPolicy(const ServerOptions& options);
 
   ModeCode mode() const { return mode_; }
   const char* name() const;

@@ -39,7 +39,7 @@ void align_payload(Frame* frame) {
 
 }  // namespace
 
-ParameterServer::ParameterServer(const JobOptions& options, Endpoint& endpoint)
+ParameterServer::ParameterServer(const ServerOptions& options, Endpoint& endpoint)
     : options_(options),
       endpoint_(endpoint),
       policy_(options),
@@ -139,7 +139,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
 bool ParameterServer::start_job(const Header& h, std::string* error) {
   members_.learn_job(h);
   store_ = std::make_unique<DenseStore>(options_, policy_, members_.job());
-  if (options_.resume && !checkpoints_.resume(*store_, error)) {
+  if (options_.checkpoint.resume && !checkpoints_.resume(*store_, error)) {
     members_.forget_job();  // not set up: every HELLO gets the same answer
     store_.reset();
     PSLOG(ERROR) << "ps" << options_.index << ": " << *error;

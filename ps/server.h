@@ -14,7 +14,7 @@
 #include "ps/dense_store.h"
 #include "ps/membership.h"
 #include "ps/policy.h"
-#include "shared/config/options.h"
+#include "ps/server_options.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/transport.h"
 
@@ -23,7 +23,7 @@ namespace pstrain {
 class ParameterServer {
  public:
   // `endpoint` must outlive the server; the calling thread of serve() owns it.
-  ParameterServer(const JobOptions& options, Endpoint& endpoint);
+  ParameterServer(const ServerOptions& options, Endpoint& endpoint);
   ~ParameterServer();
   // Serves until every worker has said DONE. Throws pstrain::Error on a fatal failure.
   void serve();
@@ -51,7 +51,7 @@ class ParameterServer {
   void report_stall();
   std::string mode_text() const;
 
-  const JobOptions options_;
+  const ServerOptions options_;
   Endpoint& endpoint_;
   ConsistencyPolicy policy_;
   Membership members_;

@@ -13,6 +13,7 @@
 #include "shared/checkpoint/checkpoint_store.h"
 #include "shared/checkpoint/job_fingerprint.h"
 #include "shared/checkpoint/checkpoint.h"
+#include "shared/config/part_options.h"  // the jobs here are flags, made into the parts' options
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "test_util/idx_writer.h"
@@ -111,11 +112,11 @@ class ResumeTest : public ::testing::Test {
     m.version = version;
     m.total = total;
     m.total_steps = 100;
-    if (record_fingerprint_) m.job = job_fingerprint(o_);
+    if (record_fingerprint_) m.job = job_fingerprint(job_identity(o_));
     for (uint32_t s = 0; s < 2; ++s) {
       o.index = static_cast<int>(s);
       const ShardCheckpoint c = sample(s, 2, version, total);
-      CheckpointStore(o, "ps" + std::to_string(s)).write(c);
+      CheckpointStore(checkpoint_options(o), "ps" + std::to_string(s)).write(c);
       const std::string bytes = encode_shard_checkpoint(c);
       m.shards.push_back({shard_file_name(s, 2), bytes.size(), file_crc(bytes)});
     }
@@ -133,7 +134,8 @@ class ResumeTest : public ::testing::Test {
     ShardCheckpoint c;
     std::string error;
     const Slice slice = balance_slices(10, num_ps)[static_cast<size_t>(index)];
-    if (!CheckpointStore(o, "ps" + std::to_string(index)).load(10, 100, slice, 1, &c, &error)) return error;
+    const CheckpointStore store(checkpoint_options(o), "ps" + std::to_string(index));
+    if (!store.load(10, 100, slice, 1, &c, &error)) return error;
     if (out != nullptr) *out = c;
     return "v" + std::to_string(c.version);
   }
@@ -221,17 +223,18 @@ TEST_F(ResumeTest, AnotherJobsCheckpointIsRefusedNamingWhatDiffers) {
 TEST_F(ResumeTest, ResumeAutoStartsFreshOnlyWithoutACompleteCheckpoint) {
   JobOptions o = o_;
   o.resume = o.resume_auto = true;
-  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());  // no directory at all
+  EXPECT_FALSE(CheckpointStore(checkpoint_options(o), "ps0").resuming());  // no directory at all
   save(10);
   std::filesystem::remove(file(10, "MANIFEST"));  // an incomplete checkpoint: the job died writing it
-  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());
+  EXPECT_FALSE(CheckpointStore(checkpoint_options(o), "ps0").resuming());
   save(20);
-  EXPECT_TRUE(CheckpointStore(o, "ps0").resuming());
+  EXPECT_TRUE(CheckpointStore(checkpoint_options(o), "ps0").resuming());
   o.resume = o.resume_auto = false;
-  EXPECT_FALSE(CheckpointStore(o, "ps0").resuming());
+  EXPECT_FALSE(CheckpointStore(checkpoint_options(o), "ps0").resuming());
   o.resume = true;
   std::filesystem::remove_all(dir_);
-  EXPECT_TRUE(CheckpointStore(o, "ps0").resuming());  // plain --resume: none is load()'s error
+  // Plain --resume: none is load()'s error.
+  EXPECT_TRUE(CheckpointStore(checkpoint_options(o), "ps0").resuming());
 }
 
 // A resumed job may be longer or shorter than the one that saved, but not end before the
@@ -241,10 +244,10 @@ TEST_F(ResumeTest, AJobOfAnotherLengthResumesUnlessItEndsBeforeTheCheckpoint) {
   const Slice slice = balance_slices(10, 2)[0];
   ShardCheckpoint c;
   std::string error;
-  EXPECT_TRUE(CheckpointStore(o_, "ps0").load(10, 500, slice, 1, &c, &error)) << error;
+  EXPECT_TRUE(CheckpointStore(checkpoint_options(o_), "ps0").load(10, 500, slice, 1, &c, &error)) << error;
   EXPECT_EQ(c.version, 10u);
-  EXPECT_TRUE(CheckpointStore(o_, "ps0").load(10, 10, slice, 1, &c, &error)) << error;
-  EXPECT_FALSE(CheckpointStore(o_, "ps0").load(10, 5, slice, 1, &c, &error));
+  EXPECT_TRUE(CheckpointStore(checkpoint_options(o_), "ps0").load(10, 10, slice, 1, &c, &error)) << error;
+  EXPECT_FALSE(CheckpointStore(checkpoint_options(o_), "ps0").load(10, 5, slice, 1, &c, &error));
   EXPECT_EQ(error, "--resume: no usable checkpoint in '" + dir_ + "'; v10: at step 10, past this job's 5 steps");
 }
 
@@ -261,7 +264,7 @@ TEST(JobFingerprintTest, RecordsWhatMakesTheJobAndRoundTripsThroughTheManifest) 
   o.model = "conv 4 3 pad=1, relu, flatten, dense 10";
   o.num_workers = 3;
   o.worker_batch = {10, 20, 30};
-  const Fingerprint f = job_fingerprint(o);
+  const Fingerprint f = job_fingerprint(job_identity(o));
   const auto value = [&](const std::string& key) {
     for (const auto& [k, v] : f) {
       if (k == key) return v;
@@ -297,7 +300,7 @@ TEST(JobFingerprintTest, RecordsWhatMakesTheJobAndRoundTripsThroughTheManifest) 
 TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
   save(10);
   { std::ofstream(checkpoint_version_dir(dir_, 20)) << "a file where the directory goes"; }
-  CheckpointStore writer(o_, "ps0");
+  CheckpointStore writer(checkpoint_options(o_), "ps0");
   try {
     writer.write(sample(0, 2, 20));
     FAIL() << "no error";
@@ -310,7 +313,7 @@ TEST_F(ResumeTest, UnwritableCheckpointIsAnErrorAndLeavesThePreviousIntact) {
   EXPECT_EQ(load(0, 2), "v10");
   JobOptions warn = o_;
   warn.checkpoint_errors = OnError::kWarn;
-  EXPECT_NO_THROW(CheckpointStore(warn, "ps0").write(sample(0, 2, 20)));
+  EXPECT_NO_THROW(CheckpointStore(checkpoint_options(warn), "ps0").write(sample(0, 2, 20)));
 }
 
 }  // namespace

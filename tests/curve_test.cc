@@ -139,7 +139,7 @@ TEST(CurveKeyTest, KeyFileErrorsAndThePolicy) {
   EXPECT_THROW(security_from_secret("short"), UsageError);
   for (const char* a : {"127.0.0.1:5", "localhost:9", "[::1]:7", "ipc://@x", "127.3.2.1:80"}) EXPECT_TRUE(is_loopback(a)) << a;
   for (const char* a : {"10.0.0.1:5", "node1:9", "0.0.0.0:0", "[fd00::1]:7"}) EXPECT_FALSE(is_loopback(a)) << a;
-  JobOptions o;
+  SecurityOptions o;
   EXPECT_FALSE(resolve_security(o, {"127.0.0.1:0"}).curve);
   unsetenv("PSTRAIN_CURVE_KEY_FILE");
   unsetenv("PSTRAIN_CURVE_SECRET_KEY");

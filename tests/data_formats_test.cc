@@ -630,9 +630,9 @@ TEST(DataFlags, CombinationsAreChecked) {
 }
 
 // A job's data options over files in `dir`.
-JobOptions data_options(const std::string& dir, const std::string& train, const std::string& test,
-                        int classes = 0) {
-  JobOptions o;
+DataOptions data_options(const std::string& dir, const std::string& train, const std::string& test,
+                         int classes = 0) {
+  DataOptions o;
   o.cache_dir = dir + "/cache";
   o.data_dir = dir + "/no-data-dir";
   o.train_data = train;
@@ -646,7 +646,7 @@ TEST(OpenData, ClassesComeFromTheTrainingLabelsOrTheFlag) {
   write_text(dir.path + "/train.csv", "a,label\n1,0\n2,3\n");
   write_text(dir.path + "/test.csv", "a,label\n1,2\n2,4\n");
   const std::string train = dir.path + "/train.csv", test = dir.path + "/test.csv";
-  JobOptions o = data_options(dir.path, train, test);
+  DataOptions o = data_options(dir.path, train, test);
   const auto data = open_training_data(o);
   EXPECT_EQ(data->num_classes(), 4);
   EXPECT_EQ(training_data_source(o), train);
@@ -669,7 +669,7 @@ TEST(OpenData, TestRecordsMustHaveTheTrainingShape) {
   write_npy_array(x, "<f4", {4, 2, 3}, std::vector<float>(24, 0.5f));
   write_npy_array(y, "<i4", {4}, std::vector<int32_t>{0, 1, 0, 1});
   write_npy_array(tx, "<f4", {4, 6}, std::vector<float>(24, 0.5f));
-  JobOptions o = data_options(dir.path, x + "," + y, tx + "," + y);
+  DataOptions o = data_options(dir.path, x + "," + y, tx + "," + y);
   const auto train = open_training_data(o);
   EXPECT_EQ(train->sample_shape(), (std::vector<size_t>{1, 2, 3}));
   EXPECT_EQ(error_of([&] { open_test_data(o, 2); }),
@@ -691,7 +691,7 @@ TEST(OpenData, IdxPairsTakeClassesAndScale) {
   write_synthetic_mnist(dir.path, "train", 50, 4, 4, 1, true);
   const std::string pair =
       dir.path + "/train-images-idx3-ubyte.gz," + dir.path + "/train-labels-idx1-ubyte.gz";
-  JobOptions o = data_options(dir.path, pair, pair);
+  DataOptions o = data_options(dir.path, pair, pair);
   const auto data = open_training_data(o);
   EXPECT_EQ(data->num_classes(), 10);  // IDX: 10 unless --classes
   EXPECT_EQ(data->sample_shape(), (std::vector<size_t>{1, 4, 4}));

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "shared/net/zmq_util.h"  // kMaxIpcName
 #include "shared/util/error.h"
 #include "test_util/idx_writer.h"
 

@@ -10,7 +10,7 @@ namespace pstrain {
 namespace {
 
 TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
-  JobOptions o;
+  BackendOptions o;
   o.device = "cpu";
   auto backend = make_backend(o);
   EXPECT_TRUE(backend->host_accessible());
@@ -25,7 +25,7 @@ TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
 // place_host_grad moves where backward writes the gradient (a shared-memory slot, say); the
 // parameters stay where they were.
 TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
-  JobOptions o;
+  BackendOptions o;
   o.device = "cpu";
   auto backend = make_backend(o);
   Replica replica(*backend, 10, 4);
@@ -41,7 +41,7 @@ TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
 // compute_from points the parameters at a same-host PS's parameter area (plain sync), which holds
 // the current values already: forward and backward read them there, the gradient stays.
 TEST(ReplicaTest, CpuReplicaComputesFromTheAreaItIsGiven) {
-  JobOptions o;
+  BackendOptions o;
   o.device = "cpu";
   auto backend = make_backend(o);
   Replica replica(*backend, 10, 4);
@@ -56,7 +56,7 @@ TEST(ReplicaTest, CpuReplicaComputesFromTheAreaItIsGiven) {
 
 TEST(ReplicaTest, GpuRequestWithoutGpuIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
-  JobOptions o;
+  BackendOptions o;
   for (const char* device : {"cuda", "cuda:1"}) {
     o.device = device;
     try {
@@ -72,7 +72,7 @@ TEST(ReplicaTest, GpuRequestWithoutGpuIsAClearError) {
 
 TEST(ReplicaTest, GpuReplicaStagesThroughHostBuffers) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  JobOptions o;
+  BackendOptions o;
   o.device = "cuda:0";
   auto backend = make_backend(o);
   Replica replica(*backend, 1000, 64);

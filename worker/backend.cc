@@ -7,7 +7,7 @@
 
 namespace pstrain {
 
-std::unique_ptr<Backend> make_backend(const JobOptions& o) {
+std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);  // without asking CUDA anything
   const int gpus = cuda_device_count();
   if (o.device == "auto" && gpus == 0) return make_cpu_backend(o.threads);

@@ -10,8 +10,6 @@
 #include <memory>
 #include <string>
 
-#include "shared/config/options.h"
-
 namespace pstrain {
 
 using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
@@ -137,10 +135,18 @@ class Backend {
                                   float* dlogits) = 0;
 };
 
-// The backend for --device (see JobOptions::device): the CPU, a GPU by number, or with auto GPU
+// The device a worker computes on (filled from the job's flags in main: worker/options_from_job.h).
+struct BackendOptions {
+  std::string device = "auto";      // --device: auto | cpu | cuda | cuda:K (auto: a GPU where one is visible)
+  int threads = 1;                  // --threads: BLAS threads of the CPU backend
+  int local_rank = -1;              // --device auto and cuda: GPU local_rank mod visible GPUs (-1: GPU 0)
+  double gpu_memory_limit_mib = 0;  // --gpu-memory-limit: a GPU backend allocates no more (0 = no limit)
+};
+
+// The backend for --device (BackendOptions::device): the CPU, a GPU by number, or with auto GPU
 // (local rank mod visible GPUs) where one is visible. Throws pstrain::Error if a GPU is asked for
 // and none is usable.
-std::unique_ptr<Backend> make_backend(const JobOptions& options);
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 
 // OpenBLAS with `threads` threads.
 std::unique_ptr<Backend> make_cpu_backend(int threads);

@@ -11,13 +11,15 @@
 
 namespace pstrain {
 
-ChiefCheckpoints::ChiefCheckpoints(const JobOptions& o, const Layout& layout, uint64_t total_steps,
+ChiefCheckpoints::ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards,
+                                   const Layout& layout, uint64_t total_steps,
                                    const std::atomic<bool>* stop_requested)
-    : o_(o),
+    : o_(options),
+      shards_(shards),
       layout_(layout),
       total_steps_(total_steps),
       stop_requested_(stop_requested),
-      enabled_(o.index == 0 && !o.checkpoint_dir.empty()),
+      enabled_(chief && !options.dir.empty()),
       last_(std::chrono::steady_clock::now()) {}
 
 void ChiefCheckpoints::plan(uint64_t step, uint64_t* checkpoint, bool* stop) {
@@ -25,9 +27,9 @@ void ChiefCheckpoints::plan(uint64_t step, uint64_t* checkpoint, bool* stop) {
   *stop = false;
   if (!enabled_ || stopping_) return;
   const uint64_t v = step + 1;
-  const bool by_steps = o_.checkpoint_every > 0 && v % static_cast<uint64_t>(o_.checkpoint_every) == 0;
-  const bool by_time = o_.checkpoint_secs > 0 &&
-                       std::chrono::steady_clock::now() - last_ >= std::chrono::duration<double>(o_.checkpoint_secs);
+  const bool by_steps = o_.every > 0 && v % static_cast<uint64_t>(o_.every) == 0;
+  const bool by_time = o_.secs > 0 &&
+                       std::chrono::steady_clock::now() - last_ >= std::chrono::duration<double>(o_.secs);
   const bool asked = stop_requested_ != nullptr && stop_requested_->load() && v < total_steps_;
   if (!by_steps && !by_time && !asked) return;
   *checkpoint = v;
@@ -49,18 +51,17 @@ std::string ChiefCheckpoints::layout_text() const {
 double ChiefCheckpoints::completed(uint64_t version) {
   const auto start = std::chrono::steady_clock::now();
   last_ = start;
-  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, version);
+  const std::string dir = checkpoint_version_dir(o_.dir, version);
   CheckpointManifest m;
   m.version = version;
   m.total = layout_.total();
   m.total_steps = total_steps_;
   m.layout = layout_text();
-  m.job = job_fingerprint(o_);
-  const int shards = o_.mode == Mode::kAllreduce ? 1 : o_.num_ps;  // allreduce: the chief's one file
+  m.job = job_fingerprint(o_.job);
   try {
-    for (int s = 0; s < shards; ++s) {
+    for (int s = 0; s < shards_; ++s) {
       CheckpointManifest::File f;
-      f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(shards));
+      f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(shards_));
       std::string bytes, error;
       if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) throw Error(f.name + " is missing (" + error + ")");
       f.bytes = bytes.size();
@@ -70,7 +71,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
     write_file_durably(dir + "/MANIFEST", encode_manifest(m));
   } catch (const Error& e) {
     const std::string why = "w0: checkpoint of step " + std::to_string(version) + " is incomplete: " + e.what();
-    if (o_.checkpoint_errors == OnError::kWarn) {
+    if (o_.errors == OnError::kWarn) {
       PSLOG(WARN) << why;
       return 0;
     }
@@ -78,7 +79,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
   }
   prune();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  PSLOG(INFO) << "checkpoint of step " << version << " complete: " << dir << " (" << shards << " shard(s); "
+  PSLOG(INFO) << "checkpoint of step " << version << " complete: " << dir << " (" << shards_ << " shard(s); "
               << "manifest in " << static_cast<int>(secs * 1e3) << " ms)";
   return secs;
 }
@@ -86,9 +87,9 @@ double ChiefCheckpoints::completed(uint64_t version) {
 // Keeps the newest --keep-checkpoints complete versions; removes every older directory.
 void ChiefCheckpoints::prune() const {
   int complete = 0;
-  for (uint64_t v : checkpoint_versions(o_.checkpoint_dir)) {
-    const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
-    if (complete < o_.keep_checkpoints) {
+  for (uint64_t v : checkpoint_versions(o_.dir)) {
+    const std::string dir = checkpoint_version_dir(o_.dir, v);
+    if (complete < o_.keep) {
       if (std::filesystem::exists(dir + "/MANIFEST")) ++complete;
       continue;
     }
@@ -99,7 +100,7 @@ void ChiefCheckpoints::prune() const {
 }
 
 void ChiefCheckpoints::check_resumed(uint64_t version) const {
-  const std::string path = checkpoint_version_dir(o_.checkpoint_dir, version) + "/MANIFEST";
+  const std::string path = checkpoint_version_dir(o_.dir, version) + "/MANIFEST";
   std::string text, error;
   CheckpointManifest m;
   if (!read_whole_file(path, &text, &error) || !decode_manifest(text, &m, &error)) {

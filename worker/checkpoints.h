@@ -10,16 +10,18 @@
 #include <cstdint>
 #include <string>
 
+#include "shared/checkpoint/checkpoint_options.h"
 #include "shared/train/layout.h"
-#include "shared/config/options.h"
 
 namespace pstrain {
 
 class ChiefCheckpoints {
  public:
-  // `stop_requested` (may be null) is set by the worker's SIGTERM handler.
-  ChiefCheckpoints(const JobOptions& o, const Layout& layout, uint64_t total_steps,
-                   const std::atomic<bool>* stop_requested);
+  // Enabled on the chief when options.dir is set; a checkpoint is complete with `shards` shard
+  // files (the PS shards', or in allreduce the chief's one). `stop_requested` (may be null) is set
+  // by the worker's SIGTERM handler.
+  ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards, const Layout& layout,
+                   uint64_t total_steps, const std::atomic<bool>* stop_requested);
 
   bool enabled() const { return enabled_; }
   // Called before step `step`: whether version step+1 is to be checkpointed, and whether the
@@ -36,7 +38,8 @@ class ChiefCheckpoints {
   std::string layout_text() const;
   void prune() const;
 
-  const JobOptions& o_;
+  const CheckpointOptions o_;
+  const int shards_;
   const Layout& layout_;
   const uint64_t total_steps_;
   const std::atomic<bool>* stop_requested_;

@@ -37,8 +37,9 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
 
 }  // namespace
 
-Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes,
-                       uint64_t steps_per_epoch, uint64_t total_steps, TrainSummary* summary)
+Evaluation::Evaluation(const EvaluationOptions& o, const DataOptions& data,
+                       std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
+                       uint64_t total_steps, TrainSummary* summary)
     : o_(o),
       chief_(o.index == 0),
       steps_per_epoch_(steps_per_epoch),
@@ -50,7 +51,7 @@ Evaluation::Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, 
   // epoch's end before the job's last step (that one's evaluation is the chief's alone).
   shared_ = o_.num_workers > 1 && (o_.mode == Mode::kAllreduce || (o_.mode == Mode::kSync && o_.backup_workers == 0)) &&
             total_steps_ > steps_per_epoch_;
-  if (!chief_ && shared_) test_data_ = open_test_data(o_, classes);
+  if (!chief_ && shared_) test_data_ = open_test_data(data, classes);
 }
 
 void Evaluation::set_model(Model& model, Replica& replica, int eval_batch) {
@@ -135,10 +136,10 @@ void Evaluation::report_epoch(uint64_t epoch, const EvalSums& test, const std::s
               << fixed(summary_->test_accuracy, 4) << " " << how;
 }
 
-BatchStats evaluate_saved_model(const JobOptions& o) {
-  const int classes = o.classes > 0 ? o.classes : saved_classes(o);
-  const std::unique_ptr<Dataset> data = open_test_data(o, classes);
-  std::unique_ptr<Backend> backend = make_backend(o);
+BatchStats evaluate_saved_model(const EvaluateOptions& o) {
+  const int classes = o.data.classes > 0 ? o.data.classes : saved_classes(o.model, o.hidden, o.init_params);
+  const std::unique_ptr<Dataset> data = open_test_data(o.data, classes);
+  std::unique_ptr<Backend> backend = make_backend(o.backend);
   const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
   Model model(Network::spec_of(o.model, o.hidden, classes), data->sample_shape(), classes, batch, false, *backend);
   Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());

@@ -6,10 +6,12 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
-#include "shared/config/options.h"
+#include "shared/util/modes.h"
 #include "worker/backend.h"
 #include "worker/data/dataset.h"
+#include "worker/data/open.h"
 #include "worker/progress.h"
 
 namespace pstrain {
@@ -20,6 +22,17 @@ class Replica;
 // Test records per evaluation batch (--batch-size auto may choose fewer: worker/memory_plan.h).
 constexpr int kEvalBatch = 500;
 
+// What the evaluations need of the job (filled from the job's flags in main:
+// worker/options_from_job.h).
+struct EvaluationOptions {
+  int index = 0;            // this worker's index (0: the chief)
+  int num_workers = 1;      // N: the shares of the test set
+  // Whether every worker holds the same parameters after a step (allreduce, sync without backup
+  // workers), so that the workers can share the evaluations.
+  Mode mode = Mode::kSync;
+  int backup_workers = 0;
+};
+
 // One worker's evaluations during training. The epochs' evaluations but the last are shared by
 // the workers where they all hold the same parameters after a step (sync without backup workers,
 // allreduce; 2 or more workers): each evaluates its share of the test set and sends the sums with
@@ -28,11 +41,11 @@ constexpr int kEvalBatch = 500;
 class Evaluation {
  public:
   // `test_data`: the chief's test set, which the trainer opens right after the training data (so
-  // that its errors come before any other); the other workers open theirs here, of `classes`
-  // classes, when they share the evaluations. The chief's reports set *summary's train and test
-  // figures.
-  Evaluation(const JobOptions& o, std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
-             uint64_t total_steps, TrainSummary* summary);
+  // that its errors come before any other); the other workers open theirs here from `data`, of
+  // `classes` classes, when they share the evaluations. The chief's reports set *summary's train
+  // and test figures.
+  Evaluation(const EvaluationOptions& o, const DataOptions& data, std::unique_ptr<Dataset> test_data,
+             int classes, uint64_t steps_per_epoch, uint64_t total_steps, TrainSummary* summary);
 
   // Whether this worker evaluates the test set: the chief, and every worker that shares the
   // evaluations (its memory plan makes room for the evaluation batch, as the chief's does).
@@ -59,7 +72,7 @@ class Evaluation {
   void report_shared_evaluation(const StepMetrics& m);
   void report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how);
 
-  const JobOptions& o_;
+  const EvaluationOptions o_;
   const bool chief_;
   const uint64_t steps_per_epoch_, total_steps_;
   TrainSummary* const summary_;
@@ -74,9 +87,18 @@ class Evaluation {
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
 };
 
+// --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).
+struct EvaluateOptions {
+  std::string init_params;               // --init-params: the saved model's directory
+  std::string model;                     // --model; empty: the MLP of `hidden`
+  std::vector<int> hidden = {256, 128};  // --hidden
+  DataOptions data;                      // the test set (data.classes 0: the saved model's classes)
+  BackendOptions backend;
+};
+
 // --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
 // data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
 // The number of classes is --classes, else the length of the saved last layer's bias.
-BatchStats evaluate_saved_model(const JobOptions& options);
+BatchStats evaluate_saved_model(const EvaluateOptions& options);
 
 }  // namespace pstrain

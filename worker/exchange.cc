@@ -17,8 +17,8 @@ uint64_t micros(Clock::duration d) {
 
 class PsExchange final : public Exchange {
  public:
-  PsExchange(const JobOptions& o, uint64_t total, Endpoint& servers, Replica& replica)
-      : o_(o), client_(o, total, servers), replica_(replica) {}
+  PsExchange(const ExchangeOptions& o, uint64_t total, Endpoint& servers, Replica& replica)
+      : o_(o), client_(o.client, total, servers), replica_(replica) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     const uint64_t first = client_.hello(total_steps);
@@ -38,7 +38,7 @@ class PsExchange final : public Exchange {
       replica_.compute_from(area);
       PSLOG(INFO) << "w" << o_.index << ": computing from ps0's parameter area (plain sync: no copy per step)";
     }
-    PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.num_ps << " PS shard(s) in "
+    PSLOG(INFO) << "w" << o_.index << ": registered with " << o_.client.num_ps << " PS shard(s) in "
                 << client_.num_chunks() << " chunk(s)"
                 << (first > 0 ? "; the first step is " + std::to_string(first) + " (resumed, or replacing a worker)" : "");
     return first;
@@ -75,20 +75,20 @@ class PsExchange final : public Exchange {
   void done() override { client_.done(); }
 
  private:
-  const JobOptions o_;
+  const ExchangeOptions o_;
   PsClient client_;
   Replica& replica_;
 };
 
 class AllreduceExchange final : public Exchange {
  public:
-  AllreduceExchange(const JobOptions& o, uint64_t total, std::unique_ptr<Collective> collective, Replica& replica)
+  AllreduceExchange(const ExchangeOptions& o, uint64_t total, std::unique_ptr<Collective> collective, Replica& replica)
       : o_(o),
         total_(total),
         collective_(std::move(collective)),
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)),
-        store_(o_, "w" + std::to_string(o.index)) {}
+        store_(o.checkpoint, "w" + std::to_string(o.index)) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch. On --resume every worker
@@ -173,7 +173,7 @@ class AllreduceExchange final : public Exchange {
     store_.write(c);
   }
 
-  const JobOptions o_;
+  const ExchangeOptions o_;
   const uint64_t total_;
   uint64_t total_steps_ = 0;
   std::unique_ptr<Collective> collective_;
@@ -185,12 +185,12 @@ class AllreduceExchange final : public Exchange {
 
 }  // namespace
 
-std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers,
+std::unique_ptr<Exchange> make_ps_exchange(const ExchangeOptions& options, uint64_t total, Endpoint& servers,
                                            Replica& replica) {
   return std::make_unique<PsExchange>(options, total, servers, replica);
 }
 
-std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
+std::unique_ptr<Exchange> make_allreduce_exchange(const ExchangeOptions& options, uint64_t total,
                                                   std::unique_ptr<Collective> collective, Replica& replica) {
   return std::make_unique<AllreduceExchange>(options, total, std::move(collective), replica);
 }

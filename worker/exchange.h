@@ -7,13 +7,26 @@
 #include <functional>
 #include <memory>
 
-#include "worker/collective/collective.h"
-#include "shared/config/options.h"
+#include "shared/checkpoint/checkpoint_options.h"
+#include "shared/util/modes.h"
 #include "shared/net/transport.h"
+#include "shared/train/optimizer.h"
+#include "worker/collective/collective.h"
 #include "worker/ps_client.h"
 #include "worker/replica.h"
 
 namespace pstrain {
+
+// What an exchange needs of the job (filled from the job's flags in main: worker/options_from_job.h).
+struct ExchangeOptions {
+  int index = 0;                 // this worker's index (0, the chief: INIT; allreduce: the checkpoints)
+  Mode mode = Mode::kSync;       // the version a PULL asks for (allreduce: all-reduces instead)
+  int staleness = 2;             // ssp: a PULL asks for at least step + 1 - staleness
+  int backup_workers = 0;        // sync: a late worker goes on from the version it received
+  OptimizerOptions optimizer;    // allreduce: applied here
+  CheckpointOptions checkpoint;  // allreduce: the chief's whole-vector checkpoints; --resume on every worker
+  PsClientOptions client;        // the PS modes: the client's
+};
 
 class Exchange {
  public:
@@ -52,12 +65,12 @@ class Exchange {
 // Makes the exchange once the model's size (floats) and the worker's replica are known.
 using ExchangeFactory = std::function<std::unique_ptr<Exchange>(uint64_t total, Replica& replica)>;
 
-std::unique_ptr<Exchange> make_ps_exchange(const JobOptions& options, uint64_t total, Endpoint& servers,
+std::unique_ptr<Exchange> make_ps_exchange(const ExchangeOptions& options, uint64_t total, Endpoint& servers,
                                            Replica& replica);
 // In allreduce mode: push_us is the all-reduce, pull_us the local optimizer update, wait_us 0.
 // A collective that is on_device() (NCCL) sums replica.grad() where the backend keeps it; the
 // ring sums the host copy.
-std::unique_ptr<Exchange> make_allreduce_exchange(const JobOptions& options, uint64_t total,
+std::unique_ptr<Exchange> make_allreduce_exchange(const ExchangeOptions& options, uint64_t total,
                                                   std::unique_ptr<Collective> collective, Replica& replica);
 
 }  // namespace pstrain

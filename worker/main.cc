@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shared/config/cluster_env.h"
+#include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
@@ -24,6 +25,7 @@
 #include "worker/cuda/nccl_collective.h"
 #include "worker/evaluation.h"
 #include "worker/layers.h"
+#include "worker/options_from_job.h"
 #include "worker/push_jitter.h"
 #include "worker/trainer.h"
 
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
     if (o.evaluate) {
-      pstrain::evaluate_saved_model(o);
+      pstrain::evaluate_saved_model(pstrain::evaluate_options(o));
       return 0;
     }
     // Before any work, the chief claims the checkpoint directory (a second job there is refused
@@ -142,7 +144,7 @@ int main(int argc, char** argv) {
     zmq::context_t context(1);
     std::vector<std::string> addresses = o.ps_hosts;
     if (o.mode == pstrain::Mode::kAllreduce) addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
-    const pstrain::Security security = pstrain::resolve_security(o, addresses);
+    const pstrain::Security security = pstrain::resolve_security(pstrain::security_options(o), addresses);
     const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
     const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
@@ -152,18 +154,20 @@ int main(int argc, char** argv) {
                                     "on the CPU use --collective ring");
         }
         auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
-        return pstrain::make_allreduce_exchange(o, total, std::move(nccl), replica);
+        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(nccl),
+                                                replica);
       }
       if (o.mode == pstrain::Mode::kAllreduce) {
         auto ring = pstrain::make_shared_memory_collective(join_ring(context, o, security), o.timeout_s,
                                                            o.shared_memory);
-        return pstrain::make_allreduce_exchange(o, total, std::move(ring), replica);
+        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(ring),
+                                                replica);
       }
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
       if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), worker_fault_rules(o));
-      return pstrain::make_ps_exchange(o, total, *servers, replica);
+      return pstrain::make_ps_exchange(pstrain::exchange_options(o), total, *servers, replica);
     };
-    pstrain::train(o, [&](uint64_t total, pstrain::Replica& replica) {
+    pstrain::train(pstrain::train_options(o), [&](uint64_t total, pstrain::Replica& replica) {
       auto exchange = make_exchange(total, replica);
       return o.push_jitter_ms > 0 ? pstrain::with_push_jitter(std::move(exchange), o.push_jitter_ms) : std::move(exchange);
     }, &g_stop_requested);

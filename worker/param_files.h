@@ -3,9 +3,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "shared/train/layout.h"
-#include "shared/config/options.h"
 
 namespace pstrain {
 
@@ -16,8 +16,9 @@ void save_params(const std::string& dir, const Layout& layout, const float* para
 // pstrain::Error naming the file for a missing file or a shape that is not the model's.
 void load_params(const std::string& dir, const Layout& layout, float* params);
 
-// The number of classes a saved model (--init-params) was trained for: what a --model ending in
-// dense K says, else the length of the saved last layer's bias.
-int saved_classes(const JobOptions& options);
+// The number of classes a model saved in `dir` (--init-params) was trained for: what a `model`
+// (--model) ending in dense K says, else the length of the saved last layer's bias (`hidden`:
+// --hidden, the MLP's widths when `model` is empty).
+int saved_classes(const std::string& model, const std::vector<int>& hidden, const std::string& dir);
 
 }  // namespace pstrain

@@ -81,7 +81,7 @@ std::string StepStats::straggler() const {
   return line;
 }
 
-Progress::Progress(const JobOptions& o, uint64_t steps_per_epoch)
+Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch)
     : o_(o), steps_per_epoch_(steps_per_epoch), interval_(o.num_workers), run_(o.num_workers) {
   start_ = interval_start_ = Clock::now();
 }

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/config/options.h"
+#include "shared/util/modes.h"
 #include "shared/net/transport.h"
 #include "worker/ps_client.h"
 
@@ -57,13 +57,23 @@ class StepStats {  // sums over a run of global steps
   std::vector<uint64_t> slowest_count_;
 };
 
+// What the progress lines need of the job (filled from the job's flags in main:
+// worker/options_from_job.h).
+struct ProgressOptions {
+  Mode mode = Mode::kSync;  // named in the summary line
+  int num_workers = 1;      // N
+  int num_ps = 1;           // S (named in the summary line but in allreduce)
+  int epochs = 10;          // --epochs
+  int log_every = 100;      // --log-every: a progress line every this many steps
+};
+
 // A worker's figures of the progress interval and of the whole run, from every step's results;
 // the chief prints them: a progress line every --log-every steps, at each epoch's end and after
 // the last step, and the summary line at the end.
 class Progress {
  public:
   // Starts the run's clock and the first interval's.
-  Progress(const JobOptions& o, uint64_t steps_per_epoch);
+  Progress(const ProgressOptions& o, uint64_t steps_per_epoch);
 
   void add(const StepMetrics& m);
   // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step): the
@@ -76,7 +86,7 @@ class Progress {
   const StepStats& run() const { return run_; }
 
  private:
-  const JobOptions& o_;
+  const ProgressOptions o_;
   const uint64_t steps_per_epoch_;
   Clock::time_point start_, interval_start_;
   StepStats interval_, run_;

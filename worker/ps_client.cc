@@ -30,14 +30,13 @@ StepMetrics metrics_of(const Header& h) {
 
 }  // namespace
 
-PsClient::PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint)
+PsClient::PsClient(const PsClientOptions& options, uint64_t total, Endpoint& endpoint)
     : options_(options),
       total_(total),
       endpoint_(endpoint),
       slices_(balance_slices(total, options.num_ps)),
-      exact_versions_(options.mode == Mode::kSync && options.backup_workers == 0) {
-  for (int b : worker_shares(options)) global_batch_ += static_cast<uint64_t>(b);
-}
+      exact_versions_(options.mode == Mode::kSync && options.backup_workers == 0),
+      global_batch_(options.samples_per_step) {}
 
 Header PsClient::request(Op op, uint64_t step, int shard) const {
   Header h;

@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "shared/train/layout.h"
-#include "shared/config/options.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/shared_memory.h"
 #include "shared/net/transport.h"
+#include "worker/ps_client_options.h"
 
 namespace pstrain {
 
@@ -58,7 +58,7 @@ struct PushInfo {  // what rides along with this worker's gradient chunks
 class PsClient {
  public:
   // `total` = floats of the flat parameter vector. `endpoint` has one peer per shard.
-  PsClient(const JobOptions& options, uint64_t total, Endpoint& endpoint);
+  PsClient(const PsClientOptions& options, uint64_t total, Endpoint& endpoint);
 
   // Registers with every shard, logging "waiting for ps<s> at host:port" while one has not
   // answered (after 1 s, then every 5 s), up to --start-timeout. `total_steps` is the length of
@@ -115,7 +115,7 @@ class PsClient {
   // segment, or the message's payload frame. Throws when the PS used another path than asked.
   const float* values_of(const Message& msg, const Header& h) const;
 
-  const JobOptions options_;
+  const PsClientOptions options_;
   const uint64_t total_;
   Endpoint& endpoint_;
   std::vector<Slice> slices_;

@@ -7,7 +7,6 @@
 #include <memory>
 #include <string>
 
-#include "shared/config/options.h"
 #include "worker/backend.h"
 
 namespace pstrain {

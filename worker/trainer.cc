@@ -6,7 +6,6 @@
 #include <sstream>
 #include <thread>
 
-#include "shared/config/cluster_env.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
@@ -43,12 +42,12 @@ std::string mib_text(double mib) {
 
 // What the worker will allocate on its device for batches of up to `rows` samples, computed
 // before allocating anything but the backend's own workspace (already held).
-MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, const Network& net, int rows) {
+MemoryPlan plan_memory(const Backend& backend, bool recompute, const Network& net, int rows) {
   const size_t total = net.layout().total();
   const size_t input_dim = net.input().size();
   MemoryPlan plan;
   plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = net.activation_floats(rows, o.recompute) * sizeof(float) / kMiB;
+  plan.activations = net.activation_floats(rows, recompute) * sizeof(float) / kMiB;
   plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
   plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
   return plan;
@@ -57,7 +56,7 @@ MemoryPlan plan_memory(const Backend& backend, const JobOptions& o, const Networ
 // One worker's training run: the parts of train(), in the order they happen.
 class Trainer {
  public:
-  Trainer(const JobOptions& o, const std::atomic<bool>* stop_requested)
+  Trainer(const TrainOptions& o, const std::atomic<bool>* stop_requested)
       : o_(o), chief_(o.index == 0), tag_("w" + std::to_string(o.index) + ": "), stop_requested_(stop_requested) {}
 
   TrainSummary run(const ExchangeFactory& make_exchange) {
@@ -73,20 +72,20 @@ class Trainer {
  private:
   // The datasets, this worker's share of every global step, and the job's length.
   void open_data() {
-    train_data_ = open_training_data(o_);
+    train_data_ = open_training_data(o_.data);
     std::unique_ptr<Dataset> test_data;
-    if (chief_) test_data = open_test_data(o_, train_data_->num_classes());  // its errors first
-    shares_ = worker_shares(o_);
+    if (chief_) test_data = open_test_data(o_.data, train_data_->num_classes());  // its errors first
+    shares_ = o_.worker_batches;
     share_ = shares_[static_cast<size_t>(o_.index)];
     global_batch_ = std::accumulate(shares_.begin(), shares_.end(), uint64_t{0},
                                     [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
     steps_per_epoch_ = ShardSampler(train_data_->size(), o_.index, shares_, share_, o_.seed, o_.shuffle).steps_per_epoch();
     total_steps_ = steps_per_epoch_ * static_cast<uint64_t>(o_.epochs);
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
-    evaluation_ = std::make_unique<Evaluation>(o_, std::move(test_data), train_data_->num_classes(), steps_per_epoch_,
-                                               total_steps_, &summary_);
+    evaluation_ = std::make_unique<Evaluation>(o_.evaluation, o_.data, std::move(test_data), train_data_->num_classes(),
+                                               steps_per_epoch_, total_steps_, &summary_);
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
-    PSLOG(INFO) << tag_ << "data " << training_data_source(o_) << ": " << train_data_->size() << " training records; each global step "
+    PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
                 << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
                 << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_
@@ -100,14 +99,14 @@ class Trainer {
 
   // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.
   void plan_device() {
-    backend_ = make_backend(o_);
-    PSLOG(INFO) << tag_ << describe_placement(o_, backend_->name());
+    backend_ = make_backend(o_.backend);
+    if (o_.placement) PSLOG(INFO) << tag_ << o_.placement(backend_->name());
     const int input_dim = static_cast<int>(train_data_->feature_dim());
     const int classes = train_data_->num_classes();
     Network network(Network::spec_of(o_.model, o_.hidden, classes), train_data_->sample_shape(), classes);
-    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_, network, rows); };
+    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
     if (o_.batch_auto) {
-      double limit = o_.gpu_memory_limit_mib;
+      double limit = o_.backend.gpu_memory_limit_mib;
       if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
       batch_ = choose_batch(share_, kEvalBatch, evaluation_->evaluates(), limit, plan_for);
       PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
@@ -115,7 +114,7 @@ class Trainer {
                   << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
                   << (evaluation_->evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
     } else {
-      batch_.micro = std::min(micro_batch(o_, share_), share_);
+      batch_.micro = std::min(o_.micro_batch, share_);
       batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
       batch_.eval_batch = kEvalBatch;
     }
@@ -128,9 +127,10 @@ class Trainer {
     const MemoryPlan plan = plan_for(max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
-    if (o_.gpu_memory_limit_mib > 0 && !backend_->host_accessible() && plan.total() > o_.gpu_memory_limit_mib) {
+    const double memory_limit = o_.backend.gpu_memory_limit_mib;
+    if (memory_limit > 0 && !backend_->host_accessible() && plan.total() > memory_limit) {
       throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
-                  fixed(o_.gpu_memory_limit_mib, 2) + " MiB (" + plan.text() +
+                  fixed(memory_limit, 2) + " MiB (" + plan.text() +
                   "); --batch-size auto picks a micro-batch that fits");
     }
     if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
@@ -160,9 +160,12 @@ class Trainer {
                     << model_->layout().tensors().size() << " variables)";
       }
     }
-    checkpoints_ = std::make_unique<ChiefCheckpoints>(o_, model_->layout(), total_steps_, stop_requested_);
+    checkpoints_ = std::make_unique<ChiefCheckpoints>(o_.checkpoint, chief_, o_.checkpoint_shards, model_->layout(),
+                                                      total_steps_, stop_requested_);
     first_step_ = exchange_->start(replica_->host_params(), total_steps_);
-    if (checkpoints_->enabled() && o_.resume && first_step_ > 0) checkpoints_->check_resumed(first_step_);
+    if (checkpoints_->enabled() && o_.checkpoint.resume && first_step_ > 0) {
+      checkpoints_->check_resumed(first_step_);
+    }
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
@@ -188,7 +191,7 @@ class Trainer {
   void loop() {
     bind_cpu();
     start_prefetch(first_step_);
-    progress_ = std::make_unique<Progress>(o_, steps_per_epoch_);  // the run's clock starts here
+    progress_ = std::make_unique<Progress>(o_.progress, steps_per_epoch_);  // the run's clock starts here
     uint64_t step = first_step_;
     while (step < total_steps_) {
       const StepMetrics m = run_step(step);
@@ -302,7 +305,7 @@ class Trainer {
     return summary_;
   }
 
-  const JobOptions& o_;
+  const TrainOptions& o_;
   const bool chief_;
   const std::string tag_;
   const std::atomic<bool>* stop_requested_;
@@ -334,7 +337,8 @@ class Trainer {
 
 }  // namespace
 
-TrainSummary train(const JobOptions& o, const ExchangeFactory& make_exchange, const std::atomic<bool>* stop_requested) {
+TrainSummary train(const TrainOptions& o, const ExchangeFactory& make_exchange,
+                   const std::atomic<bool>* stop_requested) {
   Trainer trainer(o, stop_requested);
   return trainer.run(make_exchange);
 }

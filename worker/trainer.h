@@ -10,17 +10,59 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
 
-#include "shared/config/options.h"
+#include "shared/checkpoint/checkpoint_options.h"
+#include "worker/backend.h"
+#include "worker/data/open.h"
+#include "worker/evaluation.h"
 #include "worker/exchange.h"
 #include "worker/progress.h"  // TrainSummary
 
 namespace pstrain {
 
+// What the training loop needs of the job: its own fields and the options of the parts it makes
+// (filled from the job's flags in main: worker/options_from_job.h). The trainer touches most of
+// the job, hence one struct of many fields; each part it hands them to sees only its own.
+struct TrainOptions {
+  int index = 0;                // this worker's index (0: the chief)
+  int num_workers = 1;          // N
+  std::vector<int> worker_batches = {64};  // samples per step of each worker, in worker order
+  int micro_batch = 64;         // this worker's micro-batch, unless batch_auto (the job's micro_batch())
+  bool batch_auto = false;      // --batch-size auto: the largest micro-batch whose memory plan fits
+  std::string model;            // --model: layer list (docs/models.md); empty: the MLP of `hidden`
+  std::vector<int> hidden = {256, 128};  // --hidden
+  bool recompute = false;       // --recompute: keep only block inputs in forward
+  int epochs = 10;              // passes over the training set
+  int64_t steps = 0;            // stop after this many global steps (0 = no limit)
+  uint64_t seed = 42;           // initialisation, shuffling and dropout
+  bool shuffle = true;          // reshuffle every epoch
+  int prefetch = 4;             // batches queued ahead of the loop
+  int bind_cpu = -1;            // --bind-cpu: the loop's thread runs on this CPU only (-1: anywhere)
+  double slowdown = 1;          // debugging: the compute takes this many times as long
+  std::string init_params;      // start from DIR/<variable>.npy
+  std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
+  DataOptions data;
+  // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
+  // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).
+  BackendOptions backend;
+  CheckpointOptions checkpoint;  // the chief's checkpoint decisions and manifests; --resume
+  int checkpoint_shards = 1;    // a checkpoint's shard files: the PS shards' (allreduce: the chief's one)
+  EvaluationOptions evaluation;
+  ProgressOptions progress;
+  // This process's start line for the device it computes on (main gives describe_placement of
+  // shared/config/cluster_env.h: role, index, host, local rank, device, where each came from;
+  // unset: no start line).
+  std::function<std::string(const std::string& device)> placement;
+};
+
 // Runs the whole job for this worker; throws pstrain::Error on failure. `stop_requested` (may be
 // null) is the chief's SIGTERM flag: with --checkpoint-dir it ends the job after a final
 // checkpoint (docs/checkpoints.md).
-TrainSummary train(const JobOptions& options, const ExchangeFactory& make_exchange,
+TrainSummary train(const TrainOptions& options, const ExchangeFactory& make_exchange,
                    const std::atomic<bool>* stop_requested = nullptr);
 
 }  // namespace pstrain

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <utility>
 
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
@@ -16,10 +17,10 @@ namespace pstrain {
 
 void CheckpointStore::write(const ShardCheckpoint& c) const {
   const auto start = std::chrono::steady_clock::now();
-  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, c.version);
+  const std::string dir = checkpoint_version_dir(o_.dir, c.version);
   const std::string path = dir + "/" + shard_file_name(c.shard, c.num_shards);
   try {
-    for (const std::string& d : {o_.checkpoint_dir, dir}) {
+    for (const std::string& d : {o_.dir, dir}) {
       if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
         throw Error("cannot create '" + d + "': " + std::strerror(errno));
       }
@@ -28,7 +29,7 @@ void CheckpointStore::write(const ShardCheckpoint& c) const {
   } catch (const Error& e) {
     const std::string why = who_ + ": checkpoint of version " + std::to_string(c.version) +
                             " failed: " + e.what() + "; earlier checkpoints are intact";
-    if (o_.checkpoint_errors == OnError::kWarn) {
+    if (o_.errors == OnError::kWarn) {
       PSLOG(WARN) << why << " (--checkpoint-errors warn: training goes on)";
       return;
     }
@@ -42,31 +43,32 @@ void CheckpointStore::write(const ShardCheckpoint& c) const {
 bool CheckpointStore::resuming() const {
   if (!o_.resume) return false;
   if (!o_.resume_auto) return true;
-  for (uint64_t v : checkpoint_versions(o_.checkpoint_dir)) {
+  for (uint64_t v : checkpoint_versions(o_.dir)) {
     struct stat st {};
-    if (::stat((checkpoint_version_dir(o_.checkpoint_dir, v) + "/MANIFEST").c_str(), &st) == 0) return true;
+    if (::stat((checkpoint_version_dir(o_.dir, v) + "/MANIFEST").c_str(), &st) == 0) return true;
   }
-  PSLOG(INFO) << who_ << ": --resume=auto: no complete checkpoint in '" << o_.checkpoint_dir << "': starting fresh";
+  PSLOG(INFO) << who_ << ": --resume=auto: no complete checkpoint in '" << o_.dir << "': starting fresh";
   return false;
 }
 
 bool CheckpointStore::load(uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
                              ShardCheckpoint* out, std::string* error) const {
-  const auto versions = checkpoint_versions(o_.checkpoint_dir);
+  const auto versions = checkpoint_versions(o_.dir);
   std::string reasons;
   for (uint64_t v : versions) {
     const std::string why = try_version(v, total, total_steps, slice, num_slots, out);
     if (why.empty()) return true;
-    PSLOG(WARN) << who_ << ": --resume: skipping checkpoint " << checkpoint_version_dir(o_.checkpoint_dir, v)
+    PSLOG(WARN) << who_ << ": --resume: skipping checkpoint " << checkpoint_version_dir(o_.dir, v)
                 << ": " << why;
     reasons += "; v" + std::to_string(v) + ": " + why;
   }
-  *error = "--resume: no usable checkpoint in '" + o_.checkpoint_dir + "'" +
+  *error = "--resume: no usable checkpoint in '" + o_.dir + "'" +
            (versions.empty() ? std::string(" (it holds none)") : reasons);
   return false;
 }
 
-CheckpointStore::CheckpointStore(const JobOptions& options, std::string who) : o_(options), who_(std::move(who)) {
+CheckpointStore::CheckpointStore(CheckpointOptions options, std::string who)
+    : o_(std::move(options)), who_(std::move(who)) {
   const auto& keys = fingerprint_keys();
   for (const std::string& key : o_.resume_allow) {
     if (key != "all" && std::find(keys.begin(), keys.end(), key) == keys.end()) {
@@ -79,7 +81,7 @@ CheckpointStore::CheckpointStore(const JobOptions& options, std::string who) : o
 
 std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice,
                                            size_t num_slots, ShardCheckpoint* out) const {
-  const std::string dir = checkpoint_version_dir(o_.checkpoint_dir, v);
+  const std::string dir = checkpoint_version_dir(o_.dir, v);
   std::string text, error;
   if (!read_whole_file(dir + "/MANIFEST", &text, &error)) return "incomplete: MANIFEST " + error;
   CheckpointManifest m;
@@ -96,7 +98,8 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
     PSLOG(WARN) << who_ << ": --resume: " << dir << " records no job fingerprint (written before pstrain recorded "
                 << "one): only its model size and steps are checked";
   } else {
-    const std::string differs = fingerprint_differences(m.job, job_fingerprint(o_), o_.resume_allow, &accepted);
+    const std::string differs =
+        fingerprint_differences(m.job, job_fingerprint(o_.job), o_.resume_allow, &accepted);
     if (!differs.empty()) return "of another job: " + differs + " (--resume-allow KEY,... accepts a difference)";
   }
   // The saved shards are read in order; each contributes the part of `slice` it holds.
@@ -114,8 +117,8 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
     if (!decode_shard_checkpoint(bytes, &c, &error)) return f.name + ": " + error;
     if (file_crc(bytes) != f.crc) return f.name + ": not the file the manifest records (checksum differs)";
     if (c.version != v || c.total != total || c.offset != next) return f.name + ": does not belong to this checkpoint";
-    if (c.optimizer != o_.optimizer.kind || c.slots.size() != num_slots) {
-      return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.optimizer.kind;
+    if (c.optimizer != o_.job.optimizer.kind || c.slots.size() != num_slots) {
+      return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.job.optimizer.kind;
     }
     next = c.offset + c.values.size();
     const uint64_t lo = std::max<uint64_t>(c.offset, slice.offset), hi = std::min<uint64_t>(next, slice.end());
@@ -131,7 +134,7 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   result.total = total;
   result.total_steps = total_steps;
   result.offset = slice.offset;
-  result.optimizer = o_.optimizer.kind;
+  result.optimizer = o_.job.optimizer.kind;
   *out = std::move(result);
   if (!accepted.empty()) PSLOG(WARN) << who_ << ": --resume: accepted (--resume-allow): " << accepted;
   if (m.total_steps != total_steps) {

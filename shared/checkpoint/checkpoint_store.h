@@ -8,8 +8,8 @@
 #include <string>
 
 #include "shared/checkpoint/checkpoint.h"
+#include "shared/checkpoint/checkpoint_options.h"
 #include "shared/train/layout.h"
-#include "shared/config/options.h"
 
 namespace pstrain {
 
@@ -17,7 +17,7 @@ class CheckpointStore {
  public:
   // `who` names this process in log lines and errors ("ps1", "w0"). Throws pstrain::UsageError
   // for a --resume-allow key that no fingerprint has.
-  CheckpointStore(const JobOptions& options, std::string who);
+  CheckpointStore(CheckpointOptions options, std::string who);
 
   // Writes DIR/v<version>/shard<s>of<S>.ckpt durably. Throws pstrain::Error when the write fails
   // and --checkpoint-errors is stop (the file is then absent and earlier checkpoints intact);
@@ -42,7 +42,7 @@ class CheckpointStore {
   std::string try_version(uint64_t v, uint64_t total, uint64_t total_steps, const Slice& slice, size_t num_slots,
                           ShardCheckpoint* out) const;
 
-  const JobOptions& o_;
+  const CheckpointOptions o_;
   const std::string who_;
 };
 

@@ -33,7 +33,7 @@ const std::vector<std::string>& fingerprint_keys() {
   return keys;
 }
 
-Fingerprint job_fingerprint(const JobOptions& o) {
+Fingerprint job_fingerprint(const JobIdentity& o) {
   const OptimizerOptions& opt = o.optimizer;
   std::string mode = mode_name(o.mode);
   if (o.mode == Mode::kSsp) mode += " staleness " + std::to_string(o.staleness);
@@ -56,7 +56,7 @@ Fingerprint job_fingerprint(const JobOptions& o) {
   f.emplace_back("shuffle", o.shuffle ? "true" : "false");
   f.emplace_back("data", !o.train_data.empty() ? o.train_data : o.data_dir.empty() ? "(default)" : o.data_dir);
   f.emplace_back("num-workers", std::to_string(o.num_workers));
-  f.emplace_back("worker-batches", joined(worker_shares(o)));
+  f.emplace_back("worker-batches", joined(o.worker_batches));
   return f;
 }
 

@@ -5,17 +5,36 @@
 // the number of PS shards are not in it: a resumed job may run on another shard count.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "shared/config/options.h"
+#include "shared/util/modes.h"
+#include "shared/train/optimizer.h"
 
 namespace pstrain {
 
+// The job's options a fingerprint is made of (filled from the job's flags in main); the defaults
+// are the flags'.
+struct JobIdentity {
+  Mode mode = Mode::kSync;
+  int staleness = 2;                     // ssp only
+  int backup_workers = 0;                // sync only, when > 0
+  std::string model;                     // --model; empty: the MLP of `hidden`
+  std::vector<int> hidden = {256, 128};
+  OptimizerOptions optimizer;
+  uint64_t seed = 42;
+  bool shuffle = true;
+  std::string train_data;                // --train-data; empty: data_dir's IDX files
+  std::string data_dir;                  // empty: the default directory
+  int num_workers = 1;
+  std::vector<int> worker_batches = {64};  // each worker's samples per step (worker_shares)
+};
+
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order
 
-Fingerprint job_fingerprint(const JobOptions& o);
+Fingerprint job_fingerprint(const JobIdentity& o);
 // Every key job_fingerprint can give (what --resume-allow accepts, besides "all").
 const std::vector<std::string>& fingerprint_keys();
 

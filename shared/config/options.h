@@ -1,7 +1,10 @@
 // Options of a training job. Both binaries (pstrain-ps, pstrain-worker) accept the same flags
 // and config files, so launch/launch.sh can hand every process the same job description; each
-// process uses the part it needs. Boost.Program_options stays in options.cc: the rest of the
-// code sees only these structs. Every field's comment gives its default.
+// process uses the part it needs. Boost.Program_options stays in options.cc. JobOptions is seen
+// only by shared/config/ and the mains: each part takes its own small options struct, which the
+// mains fill from this one through the converters (shared/config/part_options.h for the parts in
+// shared/, ps/options_from_job.h, worker/options_from_job.h; docs/architecture.md, "Options: one
+// struct per part"). Every field's comment gives its default.
 #pragma once
 
 #include <cstddef>
@@ -12,15 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "shared/config/data_files.h"
+#include "shared/util/modes.h"
+#include "shared/train/optimizer.h"  // OptimizerOptions
+
 namespace pstrain {
 
 enum class Role { kPs, kWorker };
-
-// --mode, --collective, --checkpoint-errors: parsed once into these, never compared as text.
-enum class Mode { kSync, kAsync, kSsp, kAllreduce };
-enum class CollectiveKind { kRing, kNccl };
-enum class OnError { kStop, kWarn };
-const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
 
 struct HostPort {
   std::string host;
@@ -34,17 +35,6 @@ struct ClusterOrigin {
   bool evaluator = false;       // TF_CONFIG's task is an evaluator: this process has nothing to do
   std::string role_from = "default", index_from = "default", counts_from = "default";
   std::string peers_from = "default", local_rank_from = "default";
-};
-
-struct OptimizerOptions {
-  std::string kind = "adam";    // sgd | momentum | adam
-  double lr = 1e-3;             // learning rate
-  double momentum = 0.9;        // momentum coefficient (momentum)
-  double beta1 = 0.9;           // Adam first-moment decay
-  double beta2 = 0.999;         // Adam second-moment decay
-  double epsilon = 1e-8;        // Adam denominator epsilon
-  double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
-  std::string schedule = "constant";  // constant | cosine (lr decays to 0 over the job's steps)
 };
 
 struct JobOptions {
@@ -138,17 +128,6 @@ std::vector<int> worker_shares(const JobOptions& o);
 // ceil(share / accum_steps); else batch_size.
 int micro_batch(const JobOptions& o, int share);
 
-// A --train-data / --test-data value split by its grammar (docs/data.md): one CSV file
-// (FILE.csv or FILE.csv.gz), or FEATURES,LABELS naming two .npy files (.npy or .npy.gz) or two
-// IDX files (any other names; gzip allowed).
-struct DataFiles {
-  std::string format;    // "csv" | "npy" | "idx"
-  std::string features;  // csv: the one file
-  std::string labels;    // empty for csv
-};
-// Throws pstrain::UsageError naming `flag` for a value outside the grammar.
-DataFiles parse_data_files(const std::string& value, const std::string& flag);
-
 using EnvMap = std::map<std::string, std::string>;
 
 // Which options the command line and the config file gave (their long names).
@@ -169,9 +148,6 @@ std::optional<JobOptions> parse_job_options(Role role, int argc, const char* con
 // check (throws pstrain::UsageError).
 std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* argv, GivenOptions* given);
 void finish_job_options(JobOptions* o);
-
-// The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).
-constexpr size_t kMaxIpcName = 107;
 
 // "host:port" -> HostPort; throws pstrain::UsageError. Port 0 ("any free port") only if allowed.
 HostPort parse_host_port(const std::string& text, bool allow_port_zero = false);

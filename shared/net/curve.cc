@@ -102,7 +102,7 @@ bool is_loopback(const std::string& address) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
-Security resolve_security(const JobOptions& o, const std::vector<std::string>& addresses) {
+Security resolve_security(const SecurityOptions& o, const std::vector<std::string>& addresses) {
   bool remote = false;
   for (const auto& a : addresses) remote = remote || (!a.empty() && !is_loopback(a));
   if (o.insecure) {
@@ -113,7 +113,7 @@ Security resolve_security(const JobOptions& o, const std::vector<std::string>& a
     return Security{};
   }
   if (!o.curve && !remote) return Security{};
-  std::string file = o.curve_key_file;
+  std::string file = o.key_file;
   if (file.empty() && std::getenv("PSTRAIN_CURVE_KEY_FILE") != nullptr) file = std::getenv("PSTRAIN_CURVE_KEY_FILE");
   const char* secret = std::getenv("PSTRAIN_CURVE_SECRET_KEY");
   if (!file.empty() || secret != nullptr) {

@@ -14,9 +14,15 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/config/options.h"
-
 namespace pstrain {
+
+// The security flags (filled from the job's options in main).
+struct SecurityOptions {
+  bool curve = false;     // --curve: CURVE also on loopback
+  bool insecure = false;  // --insecure: CURVE off, even off loopback (a warning)
+  // --curve-key-file: the job's key file (else $PSTRAIN_CURVE_KEY_FILE / $PSTRAIN_CURVE_SECRET_KEY).
+  std::string key_file;
+};
 
 // Security of a process's sockets. `curve` off: plain TCP/ipc.
 struct Security {
@@ -42,7 +48,7 @@ bool is_loopback(const std::string& address);
 // PSTRAIN_CURVE_SECRET_KEY): --insecure: off (a WARN when `addresses` has a non-loopback one);
 // --curve: on; default: on when any of `addresses` (what it binds and connects to) is not
 // loopback. On without a key is a UsageError saying how to make one.
-Security resolve_security(const JobOptions& options, const std::vector<std::string>& addresses);
+Security resolve_security(const SecurityOptions& options, const std::vector<std::string>& addresses);
 
 // Admits CURVE clients whose public key is the job's, refuses (and logs, once per address)
 // every other. One per context, created before its first CURVE server socket; its own thread

@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "shared/util/error.h"
-#include "shared/config/options.h"
 
 namespace pstrain {
 

@@ -1,6 +1,7 @@
 // Small ZeroMQ helpers shared by the PS transport and the ring collective.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -8,6 +9,9 @@
 #include "shared/net/transport.h"
 
 namespace pstrain {
+
+// The longest ipc:// name the kernel accepts (sockaddr_un's path, less its terminating NUL).
+constexpr size_t kMaxIpcName = 107;
 
 // Makes malloc keep the memory of freed ZeroMQ messages for reuse. ZeroMQ allocates every large
 // received message with malloc (in its I/O thread) and the application frees it; with glibc's

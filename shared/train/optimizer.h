@@ -6,11 +6,22 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "shared/config/options.h"
-
 namespace pstrain {
+
+// --optimizer and its hyper-parameters (filled from the job's flags in main).
+struct OptimizerOptions {
+  std::string kind = "adam";    // sgd | momentum | adam
+  double lr = 1e-3;             // learning rate
+  double momentum = 0.9;        // momentum coefficient (momentum)
+  double beta1 = 0.9;           // Adam first-moment decay
+  double beta2 = 0.999;         // Adam second-moment decay
+  double epsilon = 1e-8;        // Adam denominator epsilon
+  double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
+  std::string schedule = "constant";  // constant | cosine (lr decays to 0 over the job's steps)
+};
 
 class Optimizer {
  public:

@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "shared/util/error.h"
-#include "shared/config/options.h"
+#include "shared/util/modes.h"
 
 namespace pstrain {
 namespace {

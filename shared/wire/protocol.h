@@ -94,7 +94,7 @@ struct Header {
   double eval_loss = 0;
 };
 
-enum class Mode;  // --mode (shared/config/options.h)
+enum class Mode;  // --mode (shared/util/modes.h)
 
 // HELLO's `mode` field.
 enum class ModeCode : uint64_t { kSync = 0, kAsync = 1, kSsp = 2 };

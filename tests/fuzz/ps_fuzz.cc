@@ -106,7 +106,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  pstrain::JobOptions o;
+  pstrain::ServerOptions o;
   o.num_workers = 2;
   o.num_ps = 2;
   o.index = 1;

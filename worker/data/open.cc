@@ -1,5 +1,6 @@
 #include "worker/data/open.h"
 
+#include "shared/config/data_files.h"
 #include "shared/util/error.h"
 #include "worker/data/npy_format.h"
 #include "worker/data/csv_dataset.h"
@@ -12,10 +13,12 @@ namespace {
 
 constexpr int kIdxClasses = 10;  // IDX data without --classes: Fashion-MNIST's 10
 
-std::string data_dir(const JobOptions& o) { return o.data_dir.empty() ? default_data_dir() : o.data_dir; }
-std::string cache_dir(const JobOptions& o) { return o.cache_dir.empty() ? default_cache_dir() : o.cache_dir; }
+std::string data_dir(const DataOptions& o) { return o.data_dir.empty() ? default_data_dir() : o.data_dir; }
+std::string cache_dir(const DataOptions& o) {
+  return o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+}
 
-std::unique_ptr<Dataset> open_files(const DataFiles& f, const JobOptions& o, const LabelRange& range) {
+std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, const LabelRange& range) {
   if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
   if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
   return Dataset::open_idx(f.features, f.labels, cache_dir(o),
@@ -24,7 +27,7 @@ std::unique_ptr<Dataset> open_files(const DataFiles& f, const JobOptions& o, con
 
 // The training records' shape from the headers alone (the training set was opened and checked
 // before; this does not stream it again).
-std::vector<size_t> training_sample_shape(const JobOptions& o) {
+std::vector<size_t> training_sample_shape(const DataOptions& o) {
   if (o.train_data.empty()) {
     return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale)
@@ -39,7 +42,7 @@ std::vector<size_t> training_sample_shape(const JobOptions& o) {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_training_data(const JobOptions& o) {
+std::unique_ptr<Dataset> open_training_data(const DataOptions& o) {
   if (o.train_data.empty()) {
     return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale);
@@ -48,7 +51,7 @@ std::unique_ptr<Dataset> open_training_data(const JobOptions& o) {
   return open_files(parse_data_files(o.train_data, "--train-data"), o, range);
 }
 
-std::unique_ptr<Dataset> open_test_data(const JobOptions& o, int classes) {
+std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
   const LabelRange range{classes, o.classes > 0 ? "--classes " + std::to_string(o.classes)
                                   : o.evaluate  ? "the classes of the model in --init-params"
                                                 : "the training set's classes; --classes sets their number"};
@@ -66,7 +69,7 @@ std::unique_ptr<Dataset> open_test_data(const JobOptions& o, int classes) {
   return test;
 }
 
-std::string training_data_source(const JobOptions& o) {
+std::string training_data_source(const DataOptions& o) {
   return o.train_data.empty() ? data_dir(o) : o.train_data;
 }
 

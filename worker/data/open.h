@@ -5,19 +5,30 @@
 #include <memory>
 #include <string>
 
-#include "shared/config/options.h"
 #include "worker/data/dataset.h"
 
 namespace pstrain {
 
+// The data flags (filled from the job's flags in main: worker/options_from_job.h).
+struct DataOptions {
+  std::string data_dir;      // --data-dir: IDX files; empty: $FASHION_MNIST_DIR or Debian's package dir
+  std::string cache_dir;     // --cache-dir: uncompressed data cache; empty: $XDG_CACHE_HOME/pstrain
+  std::string train_data;    // --train-data FEATURES,LABELS (.npy or IDX) or one .csv; empty: data_dir's IDX
+  std::string test_data;     // --test-data: the same for the test set
+  double scale = 0;          // --scale: uint8 features are multiplied by this (0: 1/255)
+  std::string label_column;  // --label-column: CSV: the label's column, by name or 0-based index ("": last)
+  int classes = 0;           // --classes: number of classes (0: from the training labels; 10 for IDX)
+  bool evaluate = false;     // --evaluate: no training set (the test set is checked against the model)
+};
+
 // The training set. Throws pstrain::Error naming the file and what is wrong.
-std::unique_ptr<Dataset> open_training_data(const JobOptions& o);
+std::unique_ptr<Dataset> open_training_data(const DataOptions& o);
 // The test set, whose labels must be below `classes` (the training set's num_classes()) and
 // whose records must have the training set's sample_shape() (checked from the training files'
 // headers; not under --evaluate, which has no training set). Throws pstrain::Error naming the
 // file and what is wrong.
-std::unique_ptr<Dataset> open_test_data(const JobOptions& o, int classes);
+std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes);
 // Where the training data comes from, for the worker's log ("directory D", "F,L", "file.csv").
-std::string training_data_source(const JobOptions& o);
+std::string training_data_source(const DataOptions& o);
 
 }  // namespace pstrain

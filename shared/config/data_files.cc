@@ -1,0 +1,49 @@
+#include "shared/config/data_files.h"
+
+#include <algorithm>
+#include <cctype>
+#include <vector>
+
+#include "shared/util/error.h"
+
+namespace pstrain {
+namespace {
+
+// `name` ends in `ext` or `ext`.gz, in any case.
+bool has_extension(const std::string& name, const std::string& ext) {
+  std::string lower(name.size(), ' ');
+  std::transform(name.begin(), name.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.size() > 3 && lower.compare(lower.size() - 3, 3, ".gz") == 0) lower.resize(lower.size() - 3);
+  return lower.size() > ext.size() && lower.compare(lower.size() - ext.size(), ext.size(), ext) == 0;
+}
+
+}  // namespace
+
+DataFiles parse_data_files(const std::string& value, const std::string& flag) {
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    const size_t comma = value.find(',', start);
+    parts.push_back(value.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  const std::string quoted = "'" + value + "'";
+  if (parts.size() == 1) {
+    if (has_extension(value, ".csv")) return {"csv", value, ""};
+    throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns); give "
+                     ".npy or IDX data as FEATURES,LABELS");
+  }
+  if (parts.size() != 2) {
+    throw UsageError(flag + " " + quoted + ": names " + std::to_string(parts.size()) +
+                     " files; give FEATURES,LABELS or one .csv file (file names may not contain commas)");
+  }
+  if (parts[0].empty() || parts[1].empty()) throw UsageError(flag + " " + quoted + ": an empty file name in FEATURES,LABELS");
+  if (has_extension(parts[0], ".csv") || has_extension(parts[1], ".csv")) {
+    throw UsageError(flag + " " + quoted + ": a .csv file holds the features and the labels: give it alone");
+  }
+  const int npy = has_extension(parts[0], ".npy") + has_extension(parts[1], ".npy");
+  if (npy == 1) throw UsageError(flag + " " + quoted + ": FEATURES and LABELS must both be .npy files, or both IDX files");
+  return {npy == 2 ? "npy" : "idx", parts[0], parts[1]};
+}
+
+}  // namespace pstrain

@@ -1,0 +1,44 @@
+#include "shared/config/part_options.h"
+
+namespace pstrain {
+
+SecurityOptions security_options(const JobOptions& o) {
+  SecurityOptions s;
+  s.curve = o.curve;
+  s.insecure = o.insecure;
+  s.key_file = o.curve_key_file;
+  return s;
+}
+
+JobIdentity job_identity(const JobOptions& o) {
+  JobIdentity j;
+  j.mode = o.mode;
+  j.staleness = o.staleness;
+  j.backup_workers = o.backup_workers;
+  j.model = o.model;
+  j.hidden = o.hidden;
+  j.optimizer = o.optimizer;
+  j.seed = o.seed;
+  j.shuffle = o.shuffle;
+  j.train_data = o.train_data;
+  j.data_dir = o.data_dir;
+  j.num_workers = o.num_workers;
+  j.worker_batches = worker_shares(o);
+  return j;
+}
+
+CheckpointOptions checkpoint_options(const JobOptions& o) {
+  CheckpointOptions c;
+  c.dir = o.checkpoint_dir;
+  c.every = o.checkpoint_every;
+  c.secs = o.checkpoint_secs;
+  c.keep = o.keep_checkpoints;
+  c.resume = o.resume;
+  c.resume_auto = o.resume_auto;
+  c.resume_allow = o.resume_allow;
+  c.errors = o.checkpoint_errors;
+  c.job = job_identity(o);
+  return c;
+}
+
+}  // namespace pstrain

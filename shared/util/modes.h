@@ -1,0 +1,16 @@
+// The job's choices that the parts act on (--mode, --collective, --checkpoint-errors): parsed
+// once into these enums by shared/config/options.cc, never compared as text elsewhere. A part
+// includes this header, not options.h: it needs the words of the job, not its flags. Here in
+// util/, which every room may include, so that shared/config/ stays at the edge (no other room of
+// shared/ includes it).
+#pragma once
+
+namespace pstrain {
+
+enum class Mode { kSync, kAsync, kSsp, kAllreduce };
+enum class CollectiveKind { kRing, kNccl };
+enum class OnError { kStop, kWarn };
+
+const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
+
+}  // namespace pstrain

@@ -1,0 +1,99 @@
+#include "worker/options_from_job.h"
+
+#include <numeric>
+
+#include "shared/config/cluster_env.h"
+#include "shared/config/part_options.h"
+
+namespace pstrain {
+
+BackendOptions backend_options(const JobOptions& o) {
+  BackendOptions b;
+  b.device = o.device;
+  b.threads = o.threads;
+  b.local_rank = o.local_rank;
+  b.gpu_memory_limit_mib = o.gpu_memory_limit_mib;
+  return b;
+}
+
+DataOptions data_options(const JobOptions& o) {
+  DataOptions d;
+  d.data_dir = o.data_dir;
+  d.cache_dir = o.cache_dir;
+  d.train_data = o.train_data;
+  d.test_data = o.test_data;
+  d.scale = o.scale;
+  d.label_column = o.label_column;
+  d.classes = o.classes;
+  d.evaluate = o.evaluate;
+  return d;
+}
+
+PsClientOptions ps_client_options(const JobOptions& o) {
+  PsClientOptions c;
+  c.index = o.index;
+  c.num_workers = o.num_workers;
+  c.num_ps = o.num_ps;
+  c.mode = o.mode;
+  c.backup_workers = o.backup_workers;
+  const std::vector<int> shares = worker_shares(o);
+  c.samples_per_step = std::accumulate(shares.begin(), shares.end(), uint64_t{0},
+                                       [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
+  c.timeout_s = o.timeout_s;
+  c.start_timeout_s = o.start_timeout_s;
+  c.shared_memory = o.shared_memory;
+  return c;
+}
+
+ExchangeOptions exchange_options(const JobOptions& o) {
+  ExchangeOptions e;
+  e.index = o.index;
+  e.mode = o.mode;
+  e.staleness = o.staleness;
+  e.backup_workers = o.backup_workers;
+  e.optimizer = o.optimizer;
+  e.checkpoint = checkpoint_options(o);
+  e.client = ps_client_options(o);
+  return e;
+}
+
+EvaluateOptions evaluate_options(const JobOptions& o) {
+  EvaluateOptions e;
+  e.init_params = o.init_params;
+  e.model = o.model;
+  e.hidden = o.hidden;
+  e.data = data_options(o);
+  e.backend = backend_options(o);
+  return e;
+}
+
+TrainOptions train_options(const JobOptions& o) {
+  TrainOptions t;
+  t.index = o.index;
+  t.num_workers = o.num_workers;
+  t.worker_batches = worker_shares(o);
+  t.micro_batch = micro_batch(o, t.worker_batches[static_cast<size_t>(o.index)]);
+  t.batch_auto = o.batch_auto;
+  t.model = o.model;
+  t.hidden = o.hidden;
+  t.recompute = o.recompute;
+  t.epochs = o.epochs;
+  t.steps = o.steps;
+  t.seed = o.seed;
+  t.shuffle = o.shuffle;
+  t.prefetch = o.prefetch;
+  t.bind_cpu = o.bind_cpu;
+  t.slowdown = o.slowdown;
+  t.init_params = o.init_params;
+  t.save_params = o.save_params;
+  t.data = data_options(o);
+  t.backend = backend_options(o);
+  t.checkpoint = checkpoint_options(o);
+  t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 : o.num_ps;  // allreduce: the chief's one file
+  t.evaluation = EvaluationOptions{o.index, o.num_workers, o.mode, o.backup_workers};
+  t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every};
+  t.placement = [o](const std::string& device) { return describe_placement(o, device); };
+  return t;
+}
+
+}  // namespace pstrain

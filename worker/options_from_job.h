@@ -1,0 +1,23 @@
+// The job's parsed flags as the options of a worker's parts: the one place in worker/, besides
+// main, that sees JobOptions (shared/config/options.h). Each function fills one part's struct.
+#pragma once
+
+#include "shared/config/options.h"
+#include "worker/backend.h"
+#include "worker/data/open.h"
+#include "worker/evaluation.h"
+#include "worker/exchange.h"
+#include "worker/progress.h"
+#include "worker/ps_client_options.h"
+#include "worker/trainer.h"
+
+namespace pstrain {
+
+BackendOptions backend_options(const JobOptions& o);
+DataOptions data_options(const JobOptions& o);
+PsClientOptions ps_client_options(const JobOptions& o);
+ExchangeOptions exchange_options(const JobOptions& o);
+EvaluateOptions evaluate_options(const JobOptions& o);  // --evaluate
+TrainOptions train_options(const JobOptions& o);
+
+}  // namespace pstrain
