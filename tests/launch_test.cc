@@ -41,7 +41,9 @@ pid_t pid_of(const std::string& run_dir, const std::string& name) {
 }
 
 // SIGTERM to a checkpointing job's launcher while worker w2 is paused, so that the job cannot
-// end before the launcher has passed the signal on to the chief, however fast the machine.
+// end before the launcher has passed the signal on to the chief, however fast the machine; w2
+// goes on as soon as the launcher says so (one stopped for 2 s would make it give up the final
+// checkpoint).
 void stop_with_sigterm(pid_t launcher, const std::string& run_dir) {
   const pid_t w2 = pid_of(run_dir, "w2");
   ASSERT_GT(w2, 0) << read_file(run_dir + "/cmd.txt");
@@ -51,14 +53,6 @@ void stop_with_sigterm(pid_t launcher, const std::string& run_dir) {
   ASSERT_EQ(kill(w2, SIGCONT), 0);
   ASSERT_TRUE(sent);
   ASSERT_TRUE(passed_on) << read_file(run_dir + ".log");
-}
-
-// Alive = exists and is not a zombie (orphans may stay unreaped in a container).
-bool alive(pid_t pid) {
-  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-  if (stat.empty()) return false;
-  const size_t close = stat.rfind(')');
-  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
 
 class LaunchTest : public ::testing::Test {
@@ -109,6 +103,29 @@ TEST_F(LaunchTest, KilledWorkerStopsTheJobNamingIt) {
   EXPECT_LT(seconds, 30);
   EXPECT_NE(out.find("w1 (pid " + std::to_string(w1) + ") died: killed by signal 9"), std::string::npos) << out;
   for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived the launcher";
+}
+
+// kill -9 of the PS: the job stops naming it, and the name of the PS's parameter area in
+// /dev/shm, which the PS itself removes only when a catchable signal ends it, goes too.
+TEST_F(LaunchTest, KilledServerStopsTheJobAndTheLauncherRemovesItsSharedMemoryName) {
+  const std::string run = dir_ + "/kill-ps";
+  const pid_t launcher = spawn(launch("kill-ps", {"--num-workers", "2"}, {"--epochs", "1000", "--batch-size", "4"}),
+                               dir_ + "/kill-ps.log");
+  ASSERT_TRUE(wait_for_text(run + "/ps0.log", "values in shared memory (/pstrain-ps0-params-", 60))
+      << read_file(dir_ + "/kill-ps.log");
+  const pid_t ps0 = pid_of(run, "ps0");
+  ASSERT_FALSE(shm_segments_of(ps0).empty());
+  ASSERT_EQ(kill(ps0, SIGKILL), 0);
+  const ExitStatus status = wait_for(launcher, 30);
+  const std::string out = read_file(dir_ + "/kill-ps.log");
+  EXPECT_EQ(status.code, 1) << out;
+  EXPECT_NE(out.find("ps0 (pid " + std::to_string(ps0) + ") died: killed by signal 9"), std::string::npos) << out;
+  EXPECT_NE(out.find("launch: removed /dev/shm/pstrain-ps0-params-" + std::to_string(ps0) + "-"), std::string::npos)
+      << out;
+  for (pid_t pid : launched_pids(run)) {
+    EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived the launcher";
+    EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << "pid " << pid;
+  }
 }
 
 // The one-worker reference runs over TCP, the sharded run over the launcher's default ipc://.
@@ -185,6 +202,73 @@ TEST_F(LaunchTest, ConvolutionalModelWithDropoutKeepsTheMirroredContract) {
     const double rel = relative_difference(one, p);
     EXPECT_LE(rel, 1e-5) << run;
     std::printf("CNN with dropout, S=%d N=%d: max |difference| / max |parameter| = %.3g\n", ps, workers, rel);
+  }
+}
+
+// SIGTERM or SIGINT to the launcher while processes of its job are stopped (SIGSTOP): it exits
+// 143 or 130 within seconds, and leaves no process and no /dev/shm name of the job behind. The
+// stopped ones get SIGCONT with their SIGTERM; a checkpointing job gives up its final checkpoint
+// when a process stays stopped for 2 s. One case stops ps1 before it answered any worker, so
+// that the workers' segments for it are still named in /dev/shm.
+TEST_F(LaunchTest, SignalledLauncherExitsPromptlyWhileProcessesAreStopped) {
+  struct Case {
+    std::string name;
+    int signal;
+    std::vector<std::string> stopped;
+    bool checkpointing;
+    bool before_workers_registered;
+  };
+  const std::vector<Case> cases = {{"ps0-term", SIGTERM, {"ps0"}, false, false},
+                                   {"w1-int", SIGINT, {"w1"}, false, false},
+                                   {"ps1-w2-ckpt-term", SIGTERM, {"ps1", "w2"}, true, false},
+                                   {"ps0-ckpt-int", SIGINT, {"ps0"}, true, false},
+                                   {"ps1-at-start-term", SIGTERM, {"ps1"}, false, true}};
+  for (const Case& c : cases) {
+    const std::string run_dir = dir_ + "/" + c.name;
+    std::vector<std::string> flags = {"--steps", "100000", "--batch-size", "8", "--log-every", "1"};
+    if (c.checkpointing) flags.insert(flags.end(), {"--checkpoint-dir", run_dir + "-ckpt", "--checkpoint-every", "50"});
+    const pid_t launcher = spawn(launch(c.name, {"--num-ps", "2", "--num-workers", "3"}, flags), run_dir + ".log");
+    if (c.before_workers_registered) {
+      wait_for_file(run_dir + "/ps1.addr", 60);  // ps1 is bound; the launcher starts no worker before it reads this
+      ASSERT_EQ(kill(pid_of(run_dir, "ps1"), SIGSTOP), 0);
+    } else {
+      ASSERT_TRUE(wait_for_text(run_dir + "/w0.log", "(global 20)", 60)) << read_file(run_dir + ".log");
+      for (const std::string& name : c.stopped) ASSERT_EQ(kill(pid_of(run_dir, name), SIGSTOP), 0) << name;
+    }
+    ASSERT_TRUE(wait_for_text(run_dir + "/cmd.txt", "\nw2\t", 60)) << read_file(run_dir + ".log");
+    const std::vector<pid_t> pids = launched_pids(run_dir);
+    size_t segments = 0;
+    if (c.before_workers_registered) {
+      for (int w = 0; w < 3; ++w) {  // each worker waits for ps1's answer with its segment for ps1 named
+        const pid_t worker = pid_of(run_dir, "w" + std::to_string(w));
+        ASSERT_TRUE(wait_for_text(run_dir + "/w" + std::to_string(w) + ".log", "connecting to ps1", 60));
+        wait_until([&] { return !shm_segments_of(worker).empty(); }, 60);
+        segments += shm_segments_of(worker).size();
+      }
+      EXPECT_GT(segments, 0u) << "no worker's segment was named before the signal";
+    }
+    const auto start = std::chrono::steady_clock::now();
+    ASSERT_EQ(kill(launcher, c.signal), 0);
+    const ExitStatus status = wait_for(launcher, 30);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string log = read_file(run_dir + ".log");
+    EXPECT_EQ(status.code, 128 + c.signal) << c.name << "\n" << log;
+    EXPECT_LT(seconds, 10) << c.name << "\n" << log;
+    EXPECT_NE(log.find(std::string("received ") + (c.signal == SIGTERM ? "SIGTERM" : "SIGINT")), std::string::npos)
+        << log;
+    if (c.checkpointing) {
+      EXPECT_NE(log.find("stopped (SIGSTOP or a debugger) for 2s: no final checkpoint; stopping all"),
+                std::string::npos) << log;
+    }
+    EXPECT_EQ(log.find("sending SIGKILL"), std::string::npos) << "the stopped processes did not act on SIGTERM\n" << log;
+    for (pid_t pid : pids) {
+      EXPECT_FALSE(alive(pid)) << c.name << ": pid " << pid << " survived the launcher";
+      EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << c.name << ": pid " << pid;
+      if (alive(pid)) kill(pid, SIGKILL);
+    }
+    std::printf("%s: %s to the launcher with %zu process(es) stopped%s: exit %d after %.2f s\n", c.name.c_str(),
+                c.signal == SIGTERM ? "SIGTERM" : "SIGINT", c.stopped.size(),
+                c.before_workers_registered ? " before the workers registered" : "", status.code, seconds);
   }
 }
 

@@ -3,12 +3,9 @@
 // the names of the worker's shared-memory segments go with it. A checkpointing chief takes a
 // first SIGTERM as the request for a final checkpoint and a second as "stop now".
 #include <gtest/gtest.h>
-#include <dirent.h>
 #include <signal.h>
 
-#include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "test_util/idx_writer.h"
@@ -16,29 +13,6 @@
 
 namespace pstrain::test {
 namespace {
-
-// Names in /dev/shm created by process `pid` (SharedMemory::create puts the creator's pid in).
-std::vector<std::string> segments_of(pid_t pid) {
-  std::vector<std::string> names;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return names;
-  const std::string mark = "-" + std::to_string(pid) + "-";
-  while (const dirent* e = readdir(dir)) {
-    const std::string name = e->d_name;
-    if (name.rfind("pstrain-", 0) == 0 && name.find(mark) != std::string::npos) names.push_back(name);
-  }
-  closedir(dir);
-  return names;
-}
-
-bool has_segment_soon(pid_t pid, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!segments_of(pid).empty()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return false;
-}
 
 class WorkerSignalTest : public ::testing::Test {
  protected:
@@ -67,7 +41,7 @@ class WorkerSignalTest : public ::testing::Test {
     flags.insert(flags.end(), extra.begin(), extra.end());
     const pid_t pid = spawn(worker_argv(job_, index, flags), log);
     EXPECT_TRUE(wait_for_text(log, "connecting to ps0", 60)) << read_file(log);
-    EXPECT_TRUE(has_segment_soon(pid, 60)) << read_file(log);
+    EXPECT_TRUE(wait_until([&] { return !shm_segments_of(pid).empty(); }, 60)) << read_file(log);
     return pid;
   }
 
@@ -84,7 +58,7 @@ TEST_F(WorkerSignalTest, EverySignalThatEndsAWorkerRemovesItsSegments) {
     ASSERT_EQ(kill(worker, sig), 0);
     const ExitStatus status = wait_for(worker, 30);
     EXPECT_EQ(status.signal, sig) << read_file(log);
-    EXPECT_EQ(segments_of(worker), std::vector<std::string>{}) << "signal " << sig;
+    EXPECT_EQ(shm_segments_of(worker), std::vector<std::string>{}) << "signal " << sig;
   }
 }
 
@@ -98,7 +72,7 @@ TEST_F(WorkerSignalTest, ACheckpointingChiefStopsAtTheSecondSigterm) {
   const ExitStatus status = wait_for(chief, 30);
   EXPECT_EQ(status.signal, SIGTERM) << read_file(log);
   EXPECT_NE(read_file(log).find("w0: a second SIGTERM: stopping now"), std::string::npos) << read_file(log);
-  EXPECT_EQ(segments_of(chief), std::vector<std::string>{});
+  EXPECT_EQ(shm_segments_of(chief), std::vector<std::string>{});
 }
 
 }  // namespace

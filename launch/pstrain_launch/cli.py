@@ -26,6 +26,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 FORWARDED_ENV = ("PSTRAIN_LOG_LEVEL", "FASHION_MNIST_DIR", "XDG_CACHE_HOME", "PSTRAIN_CURVE_KEY_FILE")
 # --dry-run's check: a port only known once bound (a local PS's) is given to the binaries as this.
 STAND_IN_PORT = "65535"
+# Seconds a process may stay stopped (SIGSTOP, a debugger) while the final checkpoint is awaited
+# before the launcher gives up on it: the job cannot take a step while one of its processes is
+# stopped, and the launcher is to exit promptly when signalled.
+STOPPED_GIVE_UP_S = 2
 
 
 def usage():
@@ -288,6 +292,7 @@ class Run:
         self.commands = {}  # name -> (proc, command) of every process started
         self.restarts = 0
         self.final = None  # (signal name, exit code, deadline) while the final checkpoint is written
+        self.stopped_since = {}  # name -> when it was first seen stopped while the final checkpoint is awaited
         self.secret = ""  # the job's CURVE secret key, for processes on other hosts
         self.received = None  # (name, exit code) of a signal to act on
 
@@ -401,6 +406,8 @@ class Run:
     def check_signal(self):
         if self.final and time.monotonic() >= self.final[2]:
             raise Stop(f"no final checkpoint within {self.s.checkpoint_grace}s", self.final[1])
+        if self.final:
+            self.check_stopped()
         if not self.received:
             return
         name, code = self.received
@@ -422,9 +429,25 @@ class Run:
         except OSError as e:
             raise Stop(f"received {name}; could not reach w0 ({e})", code) from e
 
+    def check_stopped(self):
+        """While the final checkpoint is awaited: a process stopped for STOPPED_GIVE_UP_S (SIGSTOP,
+        a debugger) holds every step back, so there will be no final checkpoint: stop now."""
+        now = time.monotonic()
+        stopped = self.sup.stopped_groups()
+        self.stopped_since = {c.name: self.stopped_since.get(c.name, now) for c in stopped}
+        held = [c for c in stopped if now - self.stopped_since[c.name] >= STOPPED_GIVE_UP_S]
+        if held:
+            who = ", ".join(f"{c.label} (pid {c.pid})" for c in held)
+            raise Stop(f"{who} stopped (SIGSTOP or a debugger) for {STOPPED_GIVE_UP_S}s: no final checkpoint",
+                       self.final[1])
+
     def reap(self, phase):
         """Handles every process that exited. Non-zero status: stop everything."""
         for child in self.sup.reap():
+            if child.status != 0 and self.final:
+                # Stopping already, on a signal: no restart, and the exit status stays the signal's.
+                raise Stop(f"{child.label} (pid {child.pid}) died: {describe_status(child.status)}; "
+                           "no final checkpoint", self.final[1])
             if child.status != 0 and self.step is not None:
                 raise Stop(self.step.describe_failure(child.status), EXIT_FAILED)
             if child.status != 0:

@@ -1,11 +1,13 @@
 """Starts the job's processes, prefixes and logs their output, and stops all of them together.
 
 Every process runs in its own session and process group (start_new_session), so its pid is the
-real binary's pid and the id of its group; stopping = SIGTERM to every group, SIGKILL after the
-grace period. Each child's stdout and stderr go to one pipe read by a thread of this process,
-which writes the unprefixed log file RUNDIR/<name>.log and the "[label] " prefixed copy on our
-stdout. Children get SIGTERM when this launcher dies, even by SIGKILL (setpriv --pdeathsig), and
-default SIGINT/SIGQUIT (a background job of a shell script has them ignored).
+real binary's pid and the id of its group; stopping = SIGTERM and SIGCONT to every group (a
+stopped process acts on its SIGTERM), SIGKILL after the grace period, and the /dev/shm names of
+a SIGKILLed process removed for it. Each child's stdout and stderr go to one pipe read by a
+thread of this process, which writes the unprefixed log file RUNDIR/<name>.log and the
+"[label] " prefixed copy on our stdout. Children get SIGTERM when this launcher dies, even by
+SIGKILL (setpriv --pdeathsig), and default SIGINT/SIGQUIT (a background job of a shell script
+has them ignored).
 
 A child may be given a stdin pipe (the ssh starter): closing it is how a remote process is told
 to stop (launch/remote.sh stops its process when its standard input ends), and the pipe closes
@@ -13,6 +15,7 @@ by itself when this launcher dies, whatever kills it.
 """
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -76,9 +79,10 @@ def _wrapper():
     return wrap
 
 
-def _non_zombie_groups(pgids):
-    """The process groups among `pgids` that still have a member that is not a zombie (an
-    orphaned zombie waits for init, which in a container may never reap it)."""
+def _group_states(pgids):
+    """pgid -> the states (/proc/PID/stat's letters: R, S, D, T, t, ...) of the members of each
+    group among `pgids` that still has one; a zombie is not counted (an orphaned zombie waits
+    for init, which in a container may never reap it). Without /proc: '?' for a live group."""
     alive = set()
     for pgid in pgids:
         try:
@@ -87,8 +91,8 @@ def _non_zombie_groups(pgids):
         except OSError:
             pass
     if not alive or not os.path.isdir("/proc/self"):
-        return alive
-    found = set()
+        return {pgid: {"?"} for pgid in alive}
+    states = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -99,8 +103,26 @@ def _non_zombie_groups(pgids):
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # state ppid pgrp ...
         if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) in alive:
-            found.add(int(fields[2]))
-    return found
+            states.setdefault(int(fields[2]), set()).add(fields[0])
+    return states
+
+
+def remove_segments(pid):
+    """Removes the names /dev/shm/pstrain-*-PID-* that process `pid` created and could not remove
+    (it was SIGKILLed: shared/net/shared_memory.h removes them on SIGTERM, SIGINT and SIGHUP)."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if re.fullmatch(rf"pstrain-.+-{pid}-[0-9a-f]+", name):
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
 
 
 class Supervisor:
@@ -155,14 +177,26 @@ class Supervisor:
         for child in self.live():
             code = child.popen.poll()
             if code is not None:
-                child.status = code
+                self._reaped(child, code)
                 done.append(child)
         return done
 
+    def _reaped(self, child, code):
+        child.status = code
+        if code == -signal.SIGKILL:
+            for name in remove_segments(child.pid):
+                self.out.say(f"removed /dev/shm/{name} of {child.label} (pid {child.pid}, killed by SIGKILL)")
+
     def running_groups(self):
         """Labels of the children whose process group still has a live (non-zombie) member."""
-        groups = _non_zombie_groups([c.pid for c in self.children.values()])
+        groups = _group_states([c.pid for c in self.children.values()])
         return [c.label for c in self.children.values() if c.pid in groups]
+
+    def stopped_groups(self):
+        """The live children whose process group has a stopped member (SIGSTOP, SIGTSTP, a
+        debugger): one that cannot make progress until it is continued."""
+        groups = _group_states([c.pid for c in self.live()])
+        return [c for c in self.live() if groups.get(c.pid, set()) & {"T", "t"}]
 
     def _signal_groups(self, sig, local_only=False):
         for child in self.children.values():
@@ -172,6 +206,12 @@ class Supervisor:
                 os.killpg(child.pid, sig)
             except OSError:
                 pass
+
+    def _terminate_groups(self):
+        """SIGTERM, then SIGCONT: a stopped process wakes up to act on the SIGTERM (remove its
+        shared-memory names, exit) instead of waiting for SIGKILL."""
+        self._signal_groups(signal.SIGTERM, local_only=True)
+        self._signal_groups(signal.SIGCONT, local_only=True)
 
     def kill_all(self):
         self._signal_groups(signal.SIGKILL)
@@ -184,7 +224,9 @@ class Supervisor:
         return self.running_groups()
 
     def stop_all(self):
-        """Closes remote processes' stdin, SIGTERM to every group (twice), SIGKILL after the grace."""
+        """Closes remote processes' stdin, SIGTERM and SIGCONT to every group (the SIGTERM twice),
+        SIGKILL after the grace; returns within about grace + 4 s however the processes are stuck
+        (stopped, ignoring SIGTERM; one in uninterruptible sleep is left to the kernel)."""
         if not self.children:
             return
         for child in self.children.values():
@@ -193,11 +235,11 @@ class Supervisor:
                     child.popen.stdin.close()
                 except OSError:
                     pass
-        self._signal_groups(signal.SIGTERM, local_only=True)
+        self._terminate_groups()
         # A second SIGTERM to what still runs a moment later: a checkpointing chief takes the
         # first as a request for a final checkpoint (worker/main.cc), the second as "stop now".
         if self._wait_groups(0.3):
-            self._signal_groups(signal.SIGTERM, local_only=True)
+            self._terminate_groups()
         # A remote process gets launch/remote.sh's own grace (the same) and its SIGKILL before
         # its ssh client is given up on: the client ends when the remote process has.
         remote = any(c.popen.stdin is not None for c in self.children.values())
@@ -206,9 +248,10 @@ class Supervisor:
             self.out.say(f"{' '.join(left)} still running {self.stop_grace}s after SIGTERM; sending SIGKILL")
             self._signal_groups(signal.SIGKILL)
             self._wait_groups(2)
-        for child in self.children.values():
+        deadline = time.monotonic() + 1
+        for child in self.live():
             try:
-                child.popen.wait(timeout=1)
+                self._reaped(child, child.popen.wait(timeout=max(0.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 pass
         self.drain()

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
-# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher, --devices and batch= in a hostfile
-# (in dry-run form too), --dry-run's check with the binaries (--check-config), a run directory in
-# use, and that no process of a run survives it. Each case marks its processes with a unique string and checks with pgrep.
+# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher (also while processes are stopped),
+# --devices and batch= in a hostfile (in dry-run form too), --dry-run's check with the binaries
+# (--check-config), a run directory in use, and that no process of a run survives it. Each case
+# marks its processes with a unique string and checks with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -111,6 +112,18 @@ case_term_ignored() {
   case_launcher_signalled term_ignored TERM 143 FAKE_IGNORE_TERM=1 PSTRAIN_STOP_GRACE=1
   check "escalates to SIGKILL, naming the processes" \
     out_has '^launch: (w[01] ){2}still running 1s after SIGTERM; sending SIGKILL$'
+}
+
+case_stopped_processes() {  # SIGSTOPped processes get SIGCONT with their SIGTERM: no grace waited out
+  start stopped_processes FAKE_HANG=1 -- --num-ps 2 --num-workers 2
+  if ! wait_for '^\[w1\] fake w1: hanging' || ! wait_for '^\[w0\] fake w0: hanging'; then
+    flunk "workers never started hanging"
+  fi
+  kill -STOP "$(pid_of ps1)" "$(pid_of w0)"
+  kill -TERM "$lpid"
+  finish 15
+  expect_exit 143 3
+  check "no SIGKILL needed" eval "! out_has 'sending SIGKILL'"
 }
 
 case_launcher_killed() {
@@ -265,6 +278,7 @@ main() {
   case_launcher_signalled sigterm TERM 143
   case_launcher_signalled sigint INT 130
   case_term_ignored
+  case_stopped_processes
   case_launcher_killed
   case_leftover_child
   case_ps_fails_at_start

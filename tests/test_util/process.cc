@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -243,13 +244,37 @@ JobResult run_allreduce_job(const Job& job, const std::string& collective) {
   return collect(job, worker_pids, {});
 }
 
-bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (read_file(path).find(text) != std::string::npos) return true;
+std::vector<std::string> shm_segments_of(pid_t pid) {
+  std::vector<std::string> names;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return names;
+  const std::string mark = "-" + std::to_string(pid) + "-";
+  while (const dirent* e = readdir(dir)) {
+    const std::string name = e->d_name;
+    if (name.rfind("pstrain-", 0) == 0 && name.find(mark) != std::string::npos) names.push_back(name);
+  }
+  closedir(dir);
+  return names;
+}
+
+bool alive(pid_t pid) {
+  const std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (stat.empty()) return false;
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+bool wait_until(const std::function<bool()>& condition, double timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+bool wait_for_text(const std::string& path, const std::string& text, double timeout_s) {
+  return wait_until([&] { return read_file(path).find(text) != std::string::npos; }, timeout_s);
 }
 
 long child_peak_rss_kib(const std::function<void()>& body) {

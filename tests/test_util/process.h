@@ -33,8 +33,15 @@ std::string read_file(const std::string& path);
 std::vector<int> free_tcp_ports(int n, bool consecutive = false);
 // Waits (bounded) until `path` contains `text`: another process's progress, not a sleep.
 bool wait_for_text(const std::string& path, const std::string& text, double timeout_s);
+// Polls `condition` (about another process's state) until it holds or timeout_s has passed.
+bool wait_until(const std::function<bool()>& condition, double timeout_s);
 // Waits until `path` exists and is non-empty (a PS's --port-file); returns its first line.
 std::string wait_for_file(const std::string& path, double timeout_s);
+// Names in /dev/shm that process `pid` created (SharedMemory::create puts the creator's pid in
+// every name: pstrain-<what>-<pid>-<random>).
+std::vector<std::string> shm_segments_of(pid_t pid);
+// Whether `pid` exists and is not a zombie (an orphan may stay unreaped in a container).
+bool alive(pid_t pid);
 
 // A whole job: S pstrain-ps and N pstrain-worker processes, all with `args`.
 struct Job {
