@@ -214,7 +214,10 @@ class Supervisor:
         self._signal_groups(signal.SIGCONT, local_only=True)
 
     def kill_all(self):
+        """SIGKILL to every group (a second signal while stopping), and their /dev/shm names go."""
         self._signal_groups(signal.SIGKILL)
+        for child in self.live():
+            remove_segments(child.pid)
 
     def _wait_groups(self, seconds):
         deadline = time.monotonic() + seconds

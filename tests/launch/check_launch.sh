@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Exercises launch/launch.sh with the fake binaries beside this file (no build needed): output
 # prefixes and logs, counts from flags and config, start-up and exit deadlines, a worker that
-# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher (also while processes are stopped),
-# --devices and batch= in a hostfile (in dry-run form too), --dry-run's check with the binaries
-# (--check-config), a run directory in use, and that no process of a run survives it. Each case
-# marks its processes with a unique string and checks with pgrep.
+# fails, a worker SIGKILLed, SIGTERM/SIGINT to the launcher (also while processes are stopped, and
+# a second one while it stops them), --devices and batch= in a hostfile (in dry-run form too),
+# --dry-run's check with the binaries (--check-config), a run directory in use, and that no
+# process of a run survives it. Each case marks its processes with a unique string and checks
+# with pgrep.
 #
 #   tests/launch/check_launch.sh        prints one line per check, exits 1 if any failed
 set -uo pipefail
@@ -124,6 +125,18 @@ case_stopped_processes() {  # SIGSTOPped processes get SIGCONT with their SIGTER
   finish 15
   expect_exit 143 3
   check "no SIGKILL needed" eval "! out_has 'sending SIGKILL'"
+}
+
+case_second_signal() {  # a second signal while stopping: SIGKILL at once, not after the grace
+  start second_signal FAKE_HANG=1 FAKE_IGNORE_TERM=1 PSTRAIN_STOP_GRACE=60 -- --num-workers 2
+  if ! wait_for '^\[w1\] fake w1: hanging' || ! wait_for '^\[w0\] fake w0: hanging'; then
+    flunk "workers never started hanging"
+  fi
+  kill -TERM "$lpid"
+  wait_for '^launch: received SIGTERM; stopping all$' || flunk "the first signal was not taken"
+  kill -INT "$lpid"
+  finish 15
+  expect_exit 130 3
 }
 
 case_launcher_killed() {
@@ -279,6 +292,7 @@ main() {
   case_launcher_signalled sigint INT 130
   case_term_ignored
   case_stopped_processes
+  case_second_signal
   case_launcher_killed
   case_leftover_child
   case_ps_fails_at_start
