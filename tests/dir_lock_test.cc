@@ -9,7 +9,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <vector>
 #include <string>
 
 #include "shared/util/error.h"
@@ -86,6 +89,40 @@ TEST(DirLockTest, UnwritableDirectoriesNameThePathAndTheReason) {
   std::filesystem::create_directories(dir.path + "/c");
   check_writable_dir(dir.path + "/c", "--save-params");
   EXPECT_TRUE(std::filesystem::is_empty(dir.path + "/c"));  // kept, and the probe file is gone
+}
+
+// The PS shards of a job check one new checkpoint directory at the same moment: none may fail
+// because another removed the directory it had just made, and nothing one of them put there is
+// removed by the others' checks.
+TEST(DirLockTest, ProcessesCheckingOneNewDirectoryAtOnceAllSucceed) {
+  TempDir dir("dirlock-race");
+  const std::string shared = dir.path + "/ckpt/sub";
+  std::vector<pid_t> children;
+  for (int c = 0; c < 4; ++c) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      for (int i = 0; i < 200; ++i) {
+        try {
+          check_writable_dir(shared, "--checkpoint-dir");
+        } catch (const Error& e) {
+          std::fprintf(stderr, "check %d: %s\n", i, e.what());
+          _exit(1);
+        }
+      }
+      _exit(0);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a check failed: status " << status;
+  }
+  std::filesystem::create_directories(shared);
+  std::ofstream(shared + "/.pstrain-checkpoint.lock") << "held\n";
+  check_writable_dir(dir.path + "/ckpt/sub/deeper", "--checkpoint-dir");
+  EXPECT_TRUE(std::filesystem::exists(shared + "/.pstrain-checkpoint.lock"));
 }
 
 // Two jobs on one checkpoint directory: the second chief is refused at once (exit 2), naming

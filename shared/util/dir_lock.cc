@@ -9,6 +9,7 @@
 #include <ctime>
 #include <filesystem>
 #include <utility>
+#include <vector>
 
 #include "shared/util/error.h"
 
@@ -86,23 +87,37 @@ DirLock& DirLock::operator=(DirLock&& other) noexcept {
 }
 
 void check_writable_dir(const std::string& dir, const std::string& flag) {
-  // The directories made for the check go again: a job that ends before it saves leaves none.
-  std::filesystem::path made;
+  // The directories made for the check go again while they are empty: a job that ends before it
+  // saves leaves none, and nothing another process put there is touched. Several processes of a
+  // job check one directory at once (the PS shards): one may remove it between another's mkdir
+  // and its probe, which then makes it again (ENOENT).
+  std::vector<std::filesystem::path> made;  // deepest first
   for (std::filesystem::path p = std::filesystem::absolute(dir); !p.empty() && !std::filesystem::exists(p);
        p = p.parent_path()) {
-    made = p;
+    made.push_back(p);
     if (p == p.parent_path()) break;
   }
-  make_dir(dir, flag);
   const std::string probe = dir + "/.pstrain-write-check." + std::to_string(getpid());
-  const int fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  const int err = errno;
+  int fd = -1, err = 0;
+  std::error_code made_error;
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    made_error.clear();
+    std::filesystem::create_directories(dir, made_error);
+    if (made_error == std::errc::no_such_file_or_directory) continue;  // a parent went meanwhile
+    if (made_error) break;
+    fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    err = errno;
+    if (fd >= 0 || err != ENOENT) break;
+  }
+  if (made_error) throw Error(flag + ": cannot create directory " + dir + ": " + made_error.message());
   if (fd >= 0) {
     close(fd);
     unlink(probe.c_str());
   }
-  std::error_code ec;
-  if (!made.empty()) std::filesystem::remove_all(made, ec);
+  for (const std::filesystem::path& p : made) {
+    std::error_code ec;
+    std::filesystem::remove(p, ec);  // rmdir: fails, harmlessly, where something is in it
+  }
   if (fd < 0) throw Error(flag + ": cannot write into " + dir + ": " + std::strerror(err));
 }
 
