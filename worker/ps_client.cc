@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
@@ -11,6 +12,13 @@ namespace {
 
 constexpr double kWaitReportSeconds = 5;  // log a line this often while a reply is missing
 constexpr double kFirstHelloReportSeconds = 1;  // at start, the first line comes sooner
+
+// "3 s", "0.5 s" (as --timeout was given), not std::to_string's "3.000000 s".
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s << " s";
+  return os.str();
+}
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
@@ -98,7 +106,7 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, report))) {
       if (Clock::now() >= deadline) {
-        throw Error("timed out after " + std::to_string(timeout_s) + " s waiting for " + what + " from" + missing() +
+        throw Error("timed out after " + seconds_text(timeout_s) + " waiting for " + what + " from" + missing() +
                     (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : ""));
       }
       if (hello) {
@@ -359,7 +367,7 @@ void PsClient::report_waiting(const std::vector<bool>& received, Clock::time_poi
     if (!received[i] && shards.find(name) == std::string::npos) shards += name;
   }
   if (Clock::now() >= deadline) {
-    throw Error("timed out after " + std::to_string(options_.timeout_s) + " s waiting for parameters from" + shards);
+    throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for parameters from" + shards);
   }
   PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards;
 }
