@@ -4,7 +4,9 @@
 # ssh. Checks: a job spread over 3 hosts equals the same job run locally; kill -9 of a remote
 # worker stops everything everywhere, naming it; SIGKILL of the launcher leaves no process on
 # any host; an unreachable host and a port taken on a host are clear errors naming the host; an
-# allreduce job across hosts equals the local one; 32 workers and 4 PS shards on 4 hosts complete.
+# allreduce job across hosts equals the local one; a 2 s network partition between a worker's
+# host and the PS's host is ridden out, bit-identical, with the time it cost printed (a line
+# "partition: ..."); 32 workers and 4 PS shards on 4 hosts complete.
 #
 #   tests/cluster/check_ssh_cluster.sh     one line per check; exit 1 if any failed,
 #                                          77 (skipped, with the reason) without root/netns
@@ -187,6 +189,94 @@ case_allreduce_across_hosts() {
     "$work/ring-hosts-params"
 }
 
+# A network partition of 2 s between w1's host and ps0's host (netns_cut: every packet, both
+# ways), from a step in the middle of the run: TCP retransmits carry the job over it, and its
+# parameters are the bits of the same job run without a cut. The payloads go through the sockets
+# (--shared-memory off): the test hosts share this machine's /dev/shm, real hosts do not.
+# Printed, not checked (they depend on the machine's load): how long no step completed, how long
+# after the heal the first one did, and steps/s before the cut and after that step, with the
+# uncut run's over the same steps.
+case_partition() {
+  local why cut_at healed_at drops figures stood cut_s=2
+  why=$(netns_cut_unavailable)
+  if [[ -n $why ]]; then
+    echo "skip  partition: $why"
+    return
+  fi
+  printf '%s\n%s\n%s\n' "$B" "$C" "$A" >"$work/hosts_cut"  # w0 on B, w1 on C, ps0 alone on A
+  local -a flags=(--hostfile "$work/hosts_cut" --ps-hosts-list "$A" --base-port "$base_port" --num-workers 2
+    -- "${job[@]}" --shared-memory off --timeout 30 --steps 1500 --batch-size 32 --log-every 1)
+  start uncut -- "${flags[@]}" --save-params "$work/uncut-params"
+  finish 120
+  check "the uncut job exits 0 (got $rc)" test "$rc" -eq 0
+  local uncut_out=$out
+  start partition -- "${flags[@]}" --save-params "$work/cut-params"
+  if wait_for "^\[w0@$B\] .* \(global 500\) " 60; then
+    netns_cut 2 0 || flunk "could not cut host C off from host A"
+    cut_at=$(time_of_day)
+    sleep "$cut_s"
+    healed_at=$(time_of_day)
+    netns_heal 2 0 || flunk "could not heal the cut, or host C cannot reach host A after it"
+    drops=$(netns_cut_drops 2)
+  else
+    flunk "the chief never logged step 500"
+  fi
+  finish 120
+  expect_remote_exit 0 120
+  check "the cut dropped packets of the job (${drops:-none})" test "${drops:-0}" -gt 0
+  check "parameters are bit-identical to the uncut job's" same_files "$work/uncut-params" "$work/cut-params"
+  figures=$(partition_figures "$uncut_out" "$out" "^\\[w0@$B\\] " "$cut_at" "$healed_at")
+  echo "partition: $cut_s s cut $figures"
+  stood=$(sed -nE 's/.*no step for ([0-9.]+) s.*/\1/p' <<<"$figures")
+  check "no step completed during the cut (none for ${stood:-?} s)" \
+    awk -v stood="${stood:-0}" -v cut="$cut_s" 'BEGIN { exit !(stood >= cut - 0.1) }'
+}
+
+# Local time of day with microseconds, as the binaries' log lines give it (theirs: milliseconds).
+time_of_day() {
+  local now=$EPOCHREALTIME
+  printf '%(%H:%M:%S)T.%s\n' "${now%.*}" "${now#*.}"
+}
+
+# same_files DIR1 DIR2: the same file names, each pair identical byte for byte.
+same_files() {
+  [[ $(cd "$1" && ls) == "$(cd "$2" && ls)" ]] || return 1
+  local f
+  for f in "$1"/*; do cmp -s "$f" "$2/${f##*/}" || return 1; done
+}
+
+# partition_figures UNCUT_OUT CUT_OUT PREFIX CUT_AT HEALED_AT: from the chief's step lines (the
+# lines matching PREFIX; --log-every 1), the longest time without a step, the time from the heal
+# to the first step after it, and steps/s over the 100 steps up to the cut, over the 100 from that
+# first step, and the uncut run's over the same 100.
+partition_figures() {
+  awk -v prefix="$3" -v cut="$4" -v healed="$5" '
+    function seconds(t,  p, s) {  # of the day; past midnight (seen from the cut) goes on counting
+      split(t, p, ":")
+      s = p[1] * 3600 + p[2] * 60 + p[3]
+      return s < start - 43200 ? s + 86400 : s
+    }
+    function rate(at, from, to) {
+      return (from in at && to in at && at[to] > at[from]) ? sprintf("%.0f", (to - from) / (at[to] - at[from])) : "?"
+    }
+    BEGIN { start = seconds(cut); end = seconds(healed) }
+    FNR == 1 { file++ }
+    $0 ~ prefix && match($0, /\(global [0-9]+\)/) {
+      step = substr($0, RSTART + 8, RLENGTH - 9) + 0
+      t = seconds($2)
+      if (file == 1) { uncut[step] = t; next }
+      at[step] = t
+      if (last != "" && t - last > stood) stood = t - last
+      last = t
+      if (t <= start) before = step
+      if (!after && t > end) { after = step; back = t - end }
+    }
+    END {
+      printf "from step %d: no step for %.2f s; the first %.2f s after the heal; steps/s %s before, %s after (uncut run: %s)\n",
+        before, stood, back, rate(at, before - 100, before), rate(at, after, after + 100), rate(uncut, after, after + 100)
+    }' "$1" "$2"
+}
+
 case_scale() {
   printf '%s slots=8\n%s slots=8\n%s slots=8\n%s slots=8\n' "$A" "$B" "$C" "$D" >"$work/hosts4"
   start scale -- --hostfile "$work/hosts4" --base-port "$base_port" --num-ps 4 --num-workers 32 \
@@ -207,6 +297,7 @@ main() {
   case_unreachable_host
   case_port_taken
   case_allreduce_across_hosts
+  case_partition
   case_scale
   report_and_exit check_ssh_cluster
 }
