@@ -1,11 +1,14 @@
 #include "worker/evaluation.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <numeric>
 #include <vector>
 
 #include "shared/util/log.h"
+#include "worker/metrics_file.h"
 #include "worker/data/open.h"
 #include "worker/model.h"
 #include "worker/param_files.h"
@@ -134,6 +137,16 @@ void Evaluation::report_epoch(uint64_t epoch, const EvalSums& test, const std::s
   PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4) << " acc "
               << fixed(summary_->train_accuracy, 4) << "; test loss " << fixed(summary_->test_loss, 4) << " acc "
               << fixed(summary_->test_accuracy, 4) << " " << how;
+  if (metrics_ == nullptr) return;
+  nlohmann::ordered_json r;
+  r["kind"] = "epoch";
+  r["epoch"] = epoch;
+  r["train_loss"] = summary_->train_loss;
+  r["train_accuracy"] = summary_->train_accuracy;
+  r["test_loss"] = summary_->test_loss;
+  r["test_accuracy"] = summary_->test_accuracy;
+  r["test_samples"] = test.samples;
+  metrics_->write(r);
 }
 
 BatchStats evaluate_saved_model(const EvaluateOptions& o) {

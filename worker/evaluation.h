@@ -16,6 +16,8 @@
 
 namespace pstrain {
 
+class MetricsFile;
+
 class Model;
 class Replica;
 
@@ -52,6 +54,8 @@ class Evaluation {
   bool evaluates() const { return chief_ || shared_; }
   // What it evaluates, in batches of up to `eval_batch` records.
   void set_model(Model& model, Replica& replica, int eval_batch);
+  // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_file.h).
+  void set_metrics(MetricsFile* metrics) { metrics_ = metrics; }
 
   // Every step's results, for the training figures of its epoch's report.
   void add(const StepMetrics& m) { epoch_.add(m); }
@@ -85,6 +89,7 @@ class Evaluation {
   EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
   uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
+  MetricsFile* metrics_ = nullptr;
 };
 
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).

@@ -1,5 +1,6 @@
 #include "worker/options_from_job.h"
 
+#include <cstdlib>
 #include <numeric>
 
 #include "shared/config/cluster_env.h"
@@ -67,6 +68,19 @@ EvaluateOptions evaluate_options(const JobOptions& o) {
   return e;
 }
 
+namespace {
+
+// --metrics-file; by default RUNDIR/metrics.jsonl for a process launch.sh started on its own
+// host (PSTRAIN_RUN_DIR), none otherwise; "none" turns it off.
+std::string metrics_file_of(const JobOptions& o) {
+  if (o.metrics_file == "none") return "";
+  if (!o.metrics_file.empty()) return o.metrics_file;
+  const char* run_dir = std::getenv("PSTRAIN_RUN_DIR");
+  return run_dir != nullptr && *run_dir != '\0' ? std::string(run_dir) + "/metrics.jsonl" : std::string();
+}
+
+}  // namespace
+
 TrainOptions train_options(const JobOptions& o) {
   TrainOptions t;
   t.index = o.index;
@@ -86,6 +100,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.slowdown = o.slowdown;
   t.init_params = o.init_params;
   t.save_params = o.save_params;
+  t.metrics_file = metrics_file_of(o);
   t.data = data_options(o);
   t.backend = backend_options(o);
   t.checkpoint = checkpoint_options(o);

@@ -6,7 +6,10 @@
 #include <iomanip>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "shared/util/log.h"
+#include "worker/metrics_file.h"
 
 namespace pstrain {
 
@@ -67,6 +70,33 @@ std::string StepStats::consistency() const {
   return out;
 }
 
+nlohmann::ordered_json StepStats::breakdown_record() const {
+  nlohmann::ordered_json r = nlohmann::ordered_json::object();
+  if (timed_steps_ == 0) return r;
+  const double per = 1e3 * static_cast<double>(timed_steps_) * static_cast<double>(slowest_count_.size());
+  r["step_ms"] = times_.total_us() / per;
+  r["data_ms"] = times_.data_us / per;
+  r["compute_ms"] = times_.compute_us / per;
+  r["push_ms"] = times_.push_us / per;
+  r["wait_ms"] = times_.wait_us / per;
+  r["pull_ms"] = times_.pull_us / per;
+  r["eval_ms"] = times_.eval_us / per;
+  r["ckpt_ms"] = times_.ckpt_us / per;
+  return r;
+}
+
+nlohmann::ordered_json StepStats::consistency_record() const {
+  nlohmann::ordered_json r = nlohmann::ordered_json::object();
+  if (stale_count_ > 0) {
+    r["staleness_mean"] = static_cast<double>(stale_sum_) / static_cast<double>(stale_count_);
+    r["staleness_max"] = stale_max_;
+    r["staleness_updates"] = stale_count_;
+  }
+  if (lead_max_ > 0) r["lead_max"] = lead_max_;
+  if (dropped_ > 0) r["late_pushes_dropped"] = dropped_;
+  return r;
+}
+
 std::string StepStats::straggler() const {
   const size_t workers = slowest_count_.size();
   if (workers < 2 || timed_steps_ == 0) return "";
@@ -81,8 +111,8 @@ std::string StepStats::straggler() const {
   return line;
 }
 
-Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch)
-    : o_(o), steps_per_epoch_(steps_per_epoch), interval_(o.num_workers), run_(o.num_workers) {
+Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsFile* metrics)
+    : o_(o), steps_per_epoch_(steps_per_epoch), metrics_(metrics), interval_(o.num_workers), run_(o.num_workers) {
   start_ = interval_start_ = Clock::now();
 }
 
@@ -103,6 +133,22 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
                 << interval_.breakdown() << interval_.consistency();
     const std::string slow = interval_.straggler();
     if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
+    if (metrics_ != nullptr) {
+      nlohmann::ordered_json r;
+      r["kind"] = "progress";
+      r["step"] = step + 1;
+      r["epoch"] = epoch + 1;
+      r["epoch_step"] = step % steps_per_epoch_ + 1;
+      r["loss"] = interval_.mean_loss();
+      r["accuracy"] = interval_.accuracy();
+      r["samples_per_s"] = interval_.samples() / std::max(secs, 1e-9);
+      r["ms_per_step"] = 1e3 * secs / static_cast<double>(interval_.steps());
+      r["breakdown"] = interval_.breakdown_record();
+      const nlohmann::ordered_json consistency = interval_.consistency_record();
+      for (const auto& [key, value] : consistency.items()) r[key] = value;
+      if (!slow.empty()) r["straggler"] = slow;
+      metrics_->write(r);
+    }
     interval_.reset();
     interval_start_ = Clock::now();
   }
@@ -117,6 +163,24 @@ void Progress::print_summary(const TrainSummary& s) const {
               << " train_accuracy=" << fixed(s.train_accuracy, 4)
               << " test_loss=" << fixed(s.test_loss, 4) << " test_accuracy=" << fixed(s.test_accuracy, 4)
               << " | " << run_.breakdown() << run_.consistency();
+  if (metrics_ == nullptr) return;
+  nlohmann::ordered_json r;
+  r["kind"] = "summary";
+  r["mode"] = mode_name(o_.mode);
+  r["workers"] = o_.num_workers;
+  if (o_.mode != Mode::kAllreduce) r["ps"] = o_.num_ps;
+  r["steps"] = s.steps;
+  r["seconds"] = s.seconds;
+  r["samples_per_s"] = s.samples_per_second;
+  r["train_loss"] = s.train_loss;
+  r["train_accuracy"] = s.train_accuracy;
+  r["test_loss"] = s.test_loss;
+  r["test_accuracy"] = s.test_accuracy;
+  r["stopped"] = s.stopped;
+  r["breakdown"] = run_.breakdown_record();
+  const nlohmann::ordered_json consistency = run_.consistency_record();
+  for (const auto& [key, value] : consistency.items()) r[key] = value;
+  metrics_->write(r);
 }
 
 double Progress::seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }

@@ -7,11 +7,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "shared/util/modes.h"
 #include "shared/net/transport.h"
 #include "worker/ps_client.h"
 
 namespace pstrain {
+
+class MetricsFile;
 
 // One worker's run: what train() returns and the chief's summary line prints.
 struct TrainSummary {
@@ -47,6 +51,10 @@ class StepStats {  // sums over a run of global steps
   // "; staleness mean 1.20 max 3 over 1200 updates" (async, ssp), "; ssp lead max 2",
   // "; 5 late pushes dropped" (backup workers); "" in plain sync.
   std::string consistency() const;
+  // The same figures for the metrics file: the per-step means in ms ("step_ms", "data_ms", ...;
+  // empty before any timed step), and the consistency counters where there are any.
+  nlohmann::ordered_json breakdown_record() const;
+  nlohmann::ordered_json consistency_record() const;
 
  private:
   uint64_t steps_ = 0, timed_steps_ = 0, samples_ = 0, correct_ = 0;
@@ -72,8 +80,9 @@ struct ProgressOptions {
 // the last step, and the summary line at the end.
 class Progress {
  public:
-  // Starts the run's clock and the first interval's.
-  Progress(const ProgressOptions& o, uint64_t steps_per_epoch);
+  // Starts the run's clock and the first interval's. `metrics` (may be null: none) gets a record
+  // of every progress line and of the summary (worker/metrics_file.h).
+  Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsFile* metrics = nullptr);
 
   void add(const StepMetrics& m);
   // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step): the
@@ -88,6 +97,7 @@ class Progress {
  private:
   const ProgressOptions o_;
   const uint64_t steps_per_epoch_;
+  MetricsFile* metrics_;
   Clock::time_point start_, interval_start_;
   StepStats interval_, run_;
 };

@@ -19,6 +19,7 @@
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
 #include "worker/memory_plan.h"
+#include "worker/metrics_file.h"
 #include "worker/model.h"
 #include "worker/param_files.h"
 #include "worker/progress.h"
@@ -84,6 +85,11 @@ class Trainer {
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
     evaluation_ = std::make_unique<Evaluation>(o_.evaluation, o_.data, std::move(test_data), train_data_->num_classes(),
                                                steps_per_epoch_, total_steps_, &summary_);
+    if (chief_ && !o_.metrics_file.empty()) {  // an unwritable path fails here, before any step
+      metrics_ = MetricsFile(o_.metrics_file, "--metrics-file");
+      evaluation_->set_metrics(&metrics_);
+      PSLOG(INFO) << tag_ << "metrics to " << o_.metrics_file;
+    }
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
@@ -191,7 +197,7 @@ class Trainer {
   void loop() {
     bind_cpu();
     start_prefetch(first_step_);
-    progress_ = std::make_unique<Progress>(o_.progress, steps_per_epoch_);  // the run's clock starts here
+    progress_ = std::make_unique<Progress>(o_.progress, steps_per_epoch_, &metrics_);  // the run's clock starts here
     uint64_t step = first_step_;
     while (step < total_steps_) {
       const StepMetrics m = run_step(step);
@@ -332,6 +338,7 @@ class Trainer {
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
   TrainSummary summary_;
   std::unique_ptr<Evaluation> evaluation_;
+  MetricsFile metrics_;                 // the chief's, if any: opened before the first step
   std::unique_ptr<Progress> progress_;  // from the loop's start
 };
 

@@ -45,6 +45,7 @@ struct TrainOptions {
   double slowdown = 1;          // debugging: the compute takes this many times as long
   std::string init_params;      // start from DIR/<variable>.npy
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
+  std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
   // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).

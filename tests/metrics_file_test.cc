@@ -1,0 +1,144 @@
+// The chief's metrics file (worker/metrics_file.h, docs/operations.md "Metrics file"): a real
+// 3-worker job writes one JSON object per progress line, per epoch's evaluation and for the
+// summary, whose figures are the ones those log lines print (here rounded as they are); a path
+// that cannot be written stops the job before its first step, naming the path.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "test_util/idx_writer.h"
+#include "test_util/process.h"
+
+namespace pstrain::test {
+namespace {
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> records;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) records.push_back(nlohmann::json::parse(line));  // throws if not JSON
+  return records;
+}
+
+std::vector<nlohmann::json> of_kind(const std::vector<nlohmann::json>& records, const std::string& kind) {
+  std::vector<nlohmann::json> out;
+  for (const auto& r : records) {
+    if (r.at("kind") == kind) out.push_back(r);
+  }
+  return out;
+}
+
+// `value` as the log lines print it: 4 decimals.
+std::string four(double value) {
+  std::ostringstream os;
+  os << std::fixed;
+  os.precision(4);
+  os << value;
+  return os.str();
+}
+
+Job job_in(const TempDir& dir, const TempDir& data) {
+  Job job;
+  job.num_workers = 3;
+  job.dir = dir.path;
+  job.args = {"--data-dir", data.path, "--cache-dir", dir.path, "--hidden", "16", "--epochs", "2", "--batch-size",
+              "8", "--optimizer", "adam", "--lr", "0.01", "--log-every", "3", "--device", "cpu"};
+  return job;
+}
+
+TEST(MetricsFileTest, EveryProgressLineEpochAndTheSummaryAsJsonWithTheFiguresTheLogPrints) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  const std::string path = dir.path + "/out/metrics.jsonl";  // its directory is made
+  job.args.insert(job.args.end(), {"--metrics-file", path});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const std::vector<nlohmann::json> records = read_lines(path);
+
+  // Progress: "epoch 1/2 step 3/10 (global 3) loss 2.2816 acc 0.1250 samples/s ..."
+  const std::regex progress_line(R"(epoch (\d+)/2 step (\d+)/(\d+) \(global (\d+)\) loss ([0-9.]+) acc ([0-9.]+))");
+  std::vector<std::smatch> lines;
+  for (auto it = std::sregex_iterator(result.logs.begin(), result.logs.end(), progress_line);
+       it != std::sregex_iterator(); ++it) {
+    lines.push_back(*it);
+  }
+  const std::vector<nlohmann::json> progress = of_kind(records, "progress");
+  ASSERT_EQ(progress.size(), lines.size()) << result.logs;
+  ASSERT_GE(progress.size(), 6u);  // 10 steps an epoch: steps 3, 6, 9, 10 of each
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const nlohmann::json& r = progress[i];
+    EXPECT_EQ(r.at("epoch").get<int>(), std::stoi(lines[i][1])) << r;
+    EXPECT_EQ(r.at("epoch_step").get<int>(), std::stoi(lines[i][2])) << r;
+    EXPECT_EQ(r.at("step").get<int>(), std::stoi(lines[i][4])) << r;
+    EXPECT_EQ(four(r.at("loss").get<double>()), lines[i][5].str()) << r;
+    EXPECT_EQ(four(r.at("accuracy").get<double>()), lines[i][6].str()) << r;
+    EXPECT_GT(r.at("samples_per_s").get<double>(), 0) << r;
+    for (const char* part : {"step_ms", "compute_ms", "push_ms", "wait_ms", "pull_ms"}) {
+      if (r.at("step").get<int>() > 3) EXPECT_TRUE(r.at("breakdown").contains(part)) << part << " in " << r;
+    }
+  }
+
+  // Epochs: "epoch 1 done: train loss 2.1 acc 0.2; test loss 2.0 acc 0.3 (...)"
+  const std::regex epoch_line(
+      R"(epoch (\d+) done: train loss ([0-9.]+) acc ([0-9.]+); test loss ([0-9.]+) acc ([0-9.]+))");
+  const std::vector<nlohmann::json> epochs = of_kind(records, "epoch");
+  ASSERT_EQ(epochs.size(), 2u) << result.logs;
+  size_t e = 0;
+  for (auto it = std::sregex_iterator(result.logs.begin(), result.logs.end(), epoch_line);
+       it != std::sregex_iterator(); ++it, ++e) {
+    ASSERT_LT(e, epochs.size());
+    const nlohmann::json& r = epochs[e];
+    EXPECT_EQ(r.at("epoch").get<int>(), std::stoi((*it)[1])) << r;
+    EXPECT_EQ(four(r.at("train_loss").get<double>()), (*it)[2].str()) << r;
+    EXPECT_EQ(four(r.at("train_accuracy").get<double>()), (*it)[3].str()) << r;
+    EXPECT_EQ(four(r.at("test_loss").get<double>()), (*it)[4].str()) << r;
+    EXPECT_EQ(four(r.at("test_accuracy").get<double>()), (*it)[5].str()) << r;
+    EXPECT_EQ(r.at("test_samples").get<int>(), 40) << r;
+  }
+  EXPECT_EQ(e, 2u);
+
+  // The summary, last: "summary: mode=sync workers=3 ps=1 steps=20 ... test_accuracy=0.4500 | ..."
+  const std::vector<nlohmann::json> summary = of_kind(records, "summary");
+  ASSERT_EQ(summary.size(), 1u);
+  EXPECT_EQ(records.back(), summary[0]);
+  const nlohmann::json& s = summary[0];
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(result.logs, m,
+                                std::regex(R"(summary: mode=sync workers=3 ps=1 steps=(\d+) .* train_loss=([0-9.]+) )"
+                                           R"(train_accuracy=([0-9.]+) test_loss=([0-9.]+) test_accuracy=([0-9.]+))")))
+      << result.logs;
+  EXPECT_EQ(s.at("mode"), "sync");
+  EXPECT_EQ(s.at("workers").get<int>(), 3);
+  EXPECT_EQ(s.at("steps").get<int>(), std::stoi(m[1]));
+  EXPECT_EQ(four(s.at("train_loss").get<double>()), m[2].str());
+  EXPECT_EQ(four(s.at("train_accuracy").get<double>()), m[3].str());
+  EXPECT_EQ(four(s.at("test_loss").get<double>()), m[4].str());
+  EXPECT_EQ(four(s.at("test_accuracy").get<double>()), m[5].str());
+  // Time runs forward through the file.
+  for (size_t i = 1; i < records.size(); ++i) {
+    EXPECT_GE(records[i].at("time_s").get<double>(), records[i - 1].at("time_s").get<double>());
+  }
+}
+
+TEST(MetricsFileTest, AnUnwritablePathStopsTheJobBeforeItsFirstStepNamingIt) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  job.args.insert(job.args.end(), {"--metrics-file", "/proc/pstrain-no-such/metrics.jsonl", "--timeout", "2"});
+  const JobResult result = run_job_stopping_servers(job);
+  EXPECT_FALSE(result.ok());
+  EXPECT_NE(result.logs.find("--metrics-file: cannot create directory /proc/pstrain-no-such: "), std::string::npos)
+      << result.logs;
+  EXPECT_EQ(result.logs.find("epoch 1/2 step"), std::string::npos) << "a step ran:\n" << result.logs;
+}
+
+}  // namespace
+}  // namespace pstrain::test
