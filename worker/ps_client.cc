@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <sstream>
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
@@ -13,12 +12,6 @@ namespace {
 constexpr double kWaitReportSeconds = 5;  // log a line this often while a reply is missing
 constexpr double kFirstHelloReportSeconds = 1;  // at start, the first line comes sooner
 
-// "3 s", "0.5 s" (as --timeout was given), not std::to_string's "3.000000 s".
-std::string seconds_text(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());

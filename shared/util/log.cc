@@ -40,6 +40,12 @@ const char* level_tag(LogLevel level) {
 
 }  // namespace
 
+std::string seconds_text(double seconds) {
+  std::ostringstream os;
+  os << seconds << " s";
+  return os.str();
+}
+
 void set_log_level(LogLevel level) { current_level().store(level); }
 LogLevel log_level() { return current_level().load(); }
 

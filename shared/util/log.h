@@ -14,6 +14,9 @@ void set_log_level(LogLevel level);
 LogLevel log_level();
 void log_line(LogLevel level, const std::string& text);
 
+// A duration in messages as the flags give it: "3 s", "0.5 s" (not std::to_string's "3.000000").
+std::string seconds_text(double seconds);
+
 class LogLine {
  public:
   explicit LogLine(LogLevel level) : level_(level) {}

@@ -24,12 +24,6 @@ constexpr double kDrainGraceSeconds = 0.2;
 constexpr double kDropWaitSeconds = 5;
 constexpr double kCloseLingerSeconds = 2;  // see make_zmq_link
 
-std::string seconds(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
-
 // Frame count and sizes of a message whose header matched `want`; "" when they fit.
 std::string frame_size_error(const std::vector<Frame>& frames, const RingHeader& want,
                              size_t payload_bytes, size_t scalar_bytes) {
@@ -297,7 +291,7 @@ class RingCollective final : public Collective {
 
   void send_right(std::vector<Frame>* frames) {
     if (!link_->send(frames, deadline_after(options_.timeout_s))) {
-      throw Error(operation_ + " timed out after " + seconds(options_.timeout_s) + ": " + right_neighbour() +
+      throw Error(operation_ + " timed out after " + seconds_text(options_.timeout_s) + ": " + right_neighbour() +
                   " is not taking messages");
     }
   }
@@ -309,7 +303,7 @@ class RingCollective final : public Collective {
       if (link_->wait(true, false, std::min(deadline, report))) continue;
       const auto now = Clock::now();
       if (now >= deadline) {
-        throw Error(operation_ + " timed out after " + seconds(options_.timeout_s) + ": no " + what +
+        throw Error(operation_ + " timed out after " + seconds_text(options_.timeout_s) + ": no " + what +
                     " from " + left_neighbour());
       }
       if (now >= report) {
@@ -462,7 +456,7 @@ void AllreducePass::accept(std::vector<Frame>& frames) {
 void AllreducePass::stalled(bool waiting_for_left) const {
   std::ostringstream os;
   os << ring_.operation() << " (" << n_ << " floats, " << k_ << " scalars) timed out after "
-     << seconds(ring_.options().timeout_s) << ": ";
+     << seconds_text(ring_.options().timeout_s) << ": ";
   if (waiting_for_left) {
     os << "no data from " << ring_.left_neighbour() << " for step " << recv_.step << " chunk " << recv_.chunk;
   } else {

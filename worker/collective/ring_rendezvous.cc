@@ -18,12 +18,6 @@ constexpr double kWaitReportSeconds = 5;
 constexpr int64_t kMaxCoordinatorFrame = 64 << 10;
 constexpr int kAbortLingerMillis = 1000;  // lets ABORT reach the others although we are closing
 
-std::string seconds(double s) {
-  std::ostringstream os;
-  os << s << " s";
-  return os.str();
-}
-
 // The rendezvous waits for peers that may still be starting.
 double rendezvous_timeout(const RingOptions& o) { return o.start_timeout_s > 0 ? o.start_timeout_s : o.timeout_s; }
 
@@ -101,7 +95,7 @@ class Coordinator {
       }
       const auto now = Clock::now();
       if (now >= deadline) {
-        abort_all("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) + ": " + rank_list(missing()) +
+        abort_all("ring rendezvous timed out after " + seconds_text(rendezvous_timeout(o_)) + ": " + rank_list(missing()) +
                   " did not join (coordinator rank 0 at " + bound_ + ")");
       }
       if (now >= report) {
@@ -273,7 +267,7 @@ class Member {
       }
       const auto now = Clock::now();
       if (now >= deadline)
-        throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) + ": " + problem());
+        throw Error("ring rendezvous timed out after " + seconds_text(rendezvous_timeout(o_)) + ": " + problem());
       if (now >= report) {
         PSLOG(INFO) << "ring rank " << o_.rank << ": waiting for " << waiting_for();
         report = deadline_after(kWaitReportSeconds);
@@ -298,7 +292,7 @@ class Member {
   void send(Message&& msg, Clock::time_point deadline) {
     std::string error;
     if (!endpoint_->send(std::move(msg), deadline, &error)) {
-      throw Error("ring rendezvous timed out after " + seconds(rendezvous_timeout(o_)) +
+      throw Error("ring rendezvous timed out after " + seconds_text(rendezvous_timeout(o_)) +
                   ": cannot reach rank 0 (the coordinator at " + o_.coordinator + "): " + error);
     }
   }
