@@ -143,8 +143,10 @@ TEST_F(LaunchTest, KilledWorkerStopsTheJobNamingIt) {
   for (pid_t pid : pids) EXPECT_FALSE(alive(pid)) << "pid " << pid << " survived the launcher";
 }
 
-// kill -9 of the PS: the job stops naming it, and the name of the PS's parameter area in
-// /dev/shm, which the PS itself removes only when a catchable signal ends it, goes too.
+// kill -9 of the PS: the job stops naming it, and the names in /dev/shm that the PS had made
+// and not removed yet, which it removes itself only when a catchable signal ends it, go too.
+// (The PS's own names live from its start until every worker has mapped them, a millisecond or
+// so: the test makes one in its name, "pstrain-ps0-params-PID-...", for a window it can hit.)
 TEST_F(LaunchTest, KilledServerStopsTheJobAndTheLauncherRemovesItsSharedMemoryName) {
   const std::string run = dir_ + "/kill-ps";
   const pid_t launcher =
@@ -153,6 +155,8 @@ TEST_F(LaunchTest, KilledServerStopsTheJobAndTheLauncherRemovesItsSharedMemoryNa
   ASSERT_TRUE(wait_for_text(run + "/ps0.log", "values in shared memory (/pstrain-ps0-params-", 60))
       << read_file(dir_ + "/kill-ps.log");
   const pid_t ps0 = pid_of(run, "ps0");
+  const std::string left = "/dev/shm/pstrain-ps0-params-" + std::to_string(ps0) + "-0123456789abcdef";
+  std::ofstream(left) << "x";
   ASSERT_FALSE(shm_segments_of(ps0).empty());
   ASSERT_EQ(kill(ps0, SIGKILL), 0);
   const ExitStatus status = wait_for(launcher, 30);
