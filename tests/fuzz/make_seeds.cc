@@ -65,8 +65,8 @@ int main(int argc, char** argv) {
     h.seq = 1;
     h.length = 16;
     h.total = 48;
-    const zmq::message_t m = pstrain::encode_ring_header(h);
-    write(dir / "ring_fuzz", n++, std::string(static_cast<const char*>(m.data()), m.size()));
+    const pstrain::Frame m = pstrain::encode_ring_header(h);
+    write(dir / "ring_fuzz", n++, m.to_string());
   }
   // A PS (shard 1 of 2 of a 700-float model: [350, +350) in chunks of 256) through a whole step:
   // both workers say HELLO, the chief initialises both chunks, both push step 0, pull, are done.

@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (error.empty()) std::abort();
     return 0;
   }
-  const zmq::message_t again = pstrain::encode_ring_header(h);
+  const pstrain::Frame again = pstrain::encode_ring_header(h);
   pstrain::RingHeader h2;
   if (!pstrain::decode_ring_header(again.data(), again.size(), &h2, &error)) std::abort();
   if (!pstrain::ring_header_matches(h2, h, &error)) std::abort();
