@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,23 @@ class FaultTest : public ::testing::Test {
   // 2 workers, 1 PS, 30 steps of Adam; every process gets `faults` (a worker sends PUSH and PULL,
   // the PS PARAMS). A failed job's PS is stopped once its workers have ended.
   static Run train(const std::string& faults, const std::string& shared_memory = "off") {
+    return run_with(shared_memory, [&](Job* job) {
+      if (!faults.empty()) job->args.insert(job->args.end(), {"--inject-faults", faults});
+      return run_job_stopping_servers(*job);
+    });
+  }
+
+  // The same job in --mode allreduce over the ring (--shared-memory off: the ring, not the
+  // same-host segment), with `faults` on worker 0's link to worker 1 (one faulty link).
+  static Run train_ring(const std::string& faults) {
+    return run_with("off", [&](Job* job) {
+      if (!faults.empty()) job->worker_args[0] = {"--inject-faults", faults};
+      return run_allreduce_job(*job);
+    });
+  }
+
+  // The job both run, given its faults and started by `start`; its time, logs and parameters.
+  static Run run_with(const std::string& shared_memory, const std::function<JobResult(Job*)>& start) {
     TempDir dir("faults");
     Job job;
     job.num_workers = 2;
@@ -49,32 +67,10 @@ class FaultTest : public ::testing::Test {
     job.args = {"--data-dir", data_->path, "--cache-dir", dir.path, "--hidden", "16", "--steps", "30",
                 "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--timeout",
                 std::to_string(kTimeoutS), "--shared-memory", shared_memory, "--save-params", dir.path + "/params"};
-    if (!faults.empty()) job.args.insert(job.args.end(), {"--inject-faults", faults});
-    const auto start = std::chrono::steady_clock::now();
-    const JobResult result = run_job_stopping_servers(job);
+    const auto t0 = std::chrono::steady_clock::now();
+    const JobResult result = start(&job);
     Run run;
-    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    run.ok = result.ok();
-    run.logs = result.logs;
-    if (run.ok && std::filesystem::exists(dir.path + "/params")) run.params = load_saved_params(dir.path + "/params");
-    return run;
-  }
-
-  // The same job in --mode allreduce over the ring (--shared-memory off: the ring, not the
-  // same-host segment), with `faults` on worker 0's link to worker 1 (one faulty link).
-  static Run train_ring(const std::string& faults) {
-    TempDir dir("ring-faults");
-    Job job;
-    job.num_workers = 2;
-    job.dir = dir.path;
-    job.args = {"--data-dir", data_->path, "--cache-dir", dir.path, "--hidden", "16", "--steps", "30",
-                "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--timeout",
-                std::to_string(kTimeoutS), "--shared-memory", "off", "--save-params", dir.path + "/params"};
-    if (!faults.empty()) job.worker_args[0] = {"--inject-faults", faults};
-    const auto start = std::chrono::steady_clock::now();
-    const JobResult result = run_allreduce_job(job);
-    Run run;
-    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    run.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     run.ok = result.ok();
     run.logs = result.logs;
     if (run.ok && std::filesystem::exists(dir.path + "/params")) run.params = load_saved_params(dir.path + "/params");
