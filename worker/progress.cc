@@ -85,8 +85,8 @@ nlohmann::ordered_json StepStats::breakdown_record() const {
   return r;
 }
 
-nlohmann::ordered_json StepStats::consistency_record() const {
-  nlohmann::ordered_json r = nlohmann::ordered_json::object();
+void StepStats::add_consistency(nlohmann::ordered_json* record) const {
+  nlohmann::ordered_json& r = *record;
   if (stale_count_ > 0) {
     r["staleness_mean"] = static_cast<double>(stale_sum_) / static_cast<double>(stale_count_);
     r["staleness_max"] = stale_max_;
@@ -94,7 +94,6 @@ nlohmann::ordered_json StepStats::consistency_record() const {
   }
   if (lead_max_ > 0) r["lead_max"] = lead_max_;
   if (dropped_ > 0) r["late_pushes_dropped"] = dropped_;
-  return r;
 }
 
 std::string StepStats::straggler() const {
@@ -144,8 +143,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
       r["samples_per_s"] = interval_.samples() / std::max(secs, 1e-9);
       r["ms_per_step"] = 1e3 * secs / static_cast<double>(interval_.steps());
       r["breakdown"] = interval_.breakdown_record();
-      const nlohmann::ordered_json consistency = interval_.consistency_record();
-      for (const auto& [key, value] : consistency.items()) r[key] = value;
+      interval_.add_consistency(&r);
       if (!slow.empty()) r["straggler"] = slow;
       metrics_->write(r);
     }
@@ -178,8 +176,7 @@ void Progress::print_summary(const TrainSummary& s) const {
   r["test_accuracy"] = s.test_accuracy;
   r["stopped"] = s.stopped;
   r["breakdown"] = run_.breakdown_record();
-  const nlohmann::ordered_json consistency = run_.consistency_record();
-  for (const auto& [key, value] : consistency.items()) r[key] = value;
+  run_.add_consistency(&r);
   metrics_->write(r);
 }
 

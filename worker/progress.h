@@ -52,9 +52,10 @@ class StepStats {  // sums over a run of global steps
   // "; 5 late pushes dropped" (backup workers); "" in plain sync.
   std::string consistency() const;
   // The same figures for the metrics file: the per-step means in ms ("step_ms", "data_ms", ...;
-  // empty before any timed step), and the consistency counters where there are any.
+  // empty before any timed step), and the consistency counters, where there are any, added to
+  // *record.
   nlohmann::ordered_json breakdown_record() const;
-  nlohmann::ordered_json consistency_record() const;
+  void add_consistency(nlohmann::ordered_json* record) const;
 
  private:
   uint64_t steps_ = 0, timed_steps_ = 0, samples_ = 0, correct_ = 0;

@@ -48,15 +48,6 @@ std::vector<std::string> split(const std::string& text, char sep) {
   return parts;
 }
 
-Message copy_of(const Message& msg) {
-  Message copy;
-  copy.route = msg.route;
-  copy.shard = msg.shard;
-  copy.local = msg.local;
-  for (const Frame& f : msg.frames) copy.frames.emplace_back(f.data(), f.size());
-  return copy;
-}
-
 std::vector<Frame> copy_of(const std::vector<Frame>& frames) {
   std::vector<Frame> copy;
   for (const Frame& f : frames) copy.emplace_back(f.data(), f.size());
@@ -74,6 +65,15 @@ void corrupt_first(std::vector<Frame>* frames) {
   Frame& header = frames->front();
   header = Frame(header.data(), header.size());
   if (header.size() > 0) header.data()[std::min<size_t>(5, header.size() - 1)] ^= 0x10;
+}
+
+Message copy_of(const Message& msg) {
+  Message copy;
+  copy.route = msg.route;
+  copy.shard = msg.shard;
+  copy.local = msg.local;
+  copy.frames = copy_of(msg.frames);
+  return copy;
 }
 
 class FaultyEndpoint final : public Endpoint {

@@ -49,10 +49,7 @@ class ZmqLink final : public Link {
   }
 
   bool send(std::vector<Frame>* frames, Clock::time_point deadline) override {
-    std::vector<zmq::message_t> out;
-    out.reserve(frames->size());
-    for (Frame& f : *frames) out.push_back(to_zmq(std::move(f)));
-    frames->clear();
+    std::vector<zmq::message_t> out = to_zmq(frames);
     std::string error;
     return send_frames(right_, out, 0, deadline, &error);
   }

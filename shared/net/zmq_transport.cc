@@ -32,14 +32,6 @@ std::string random_routing_id() {
 zmq::pollitem_t poll_fd(int fd) { return zmq::pollitem_t{nullptr, fd, ZMQ_POLLIN, 0}; }
 
 
-std::vector<zmq::message_t> to_zmq(std::vector<Frame>& frames, const std::string* route = nullptr) {
-  std::vector<zmq::message_t> out;
-  out.reserve(frames.size() + 1);
-  if (route != nullptr) out.emplace_back(route->data(), route->size());
-  for (Frame& f : frames) out.push_back(to_zmq(std::move(f)));
-  return out;
-}
-
 class ZmqServer final : public Endpoint {
  public:
   ZmqServer(zmq::context_t& context, const ZmqServerOptions& o)
@@ -68,7 +60,7 @@ class ZmqServer final : public Endpoint {
       if (send_packet(local->second, msg.frames[0].data(), msg.frames[0].size(), error)) return true;
       if (*error != kPeerQueueFull) named_.erase(local);
     }
-    std::vector<zmq::message_t> frames = to_zmq(msg.frames, &msg.route);
+    std::vector<zmq::message_t> frames = to_zmq(&msg.frames, &msg.route);
     return send_frames(socket_, frames, 0, deadline, error);
   }
 
@@ -198,7 +190,7 @@ class ZmqClient final : public Endpoint {
       // ZeroMQ, and nothing depends on its order: pulls wait for it at the PS.
       return send_packet(local, msg.frames[0].data(), msg.frames[0].size(), error, &deadline);
     }
-    std::vector<zmq::message_t> frames = to_zmq(msg.frames);
+    std::vector<zmq::message_t> frames = to_zmq(&msg.frames);
     return send_frames(sockets_[msg.shard], frames, 0, deadline, error);
   }
 

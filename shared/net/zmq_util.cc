@@ -122,6 +122,15 @@ zmq::message_t to_zmq(Frame&& frame) {
   }
 }
 
+std::vector<zmq::message_t> to_zmq(std::vector<Frame>* frames, const std::string* route) {
+  std::vector<zmq::message_t> out;
+  out.reserve(frames->size() + 1);
+  if (route != nullptr) out.emplace_back(route->data(), route->size());
+  for (Frame& f : *frames) out.push_back(to_zmq(std::move(f)));
+  frames->clear();
+  return out;
+}
+
 Frame from_zmq(zmq::message_t&& message) {
   if (message.size() < kCopyBelow) return Frame(message.data(), message.size());
   auto kept = std::make_shared<zmq::message_t>(std::move(message));

@@ -42,6 +42,8 @@ void recv_multipart(zmq::socket_t& socket, std::vector<Frame>* frames);
 // the frame's keeper, and a frame to send lends ZeroMQ its bytes, its keeper held until ZeroMQ is
 // done with them (a view is not held: its owner keeps it unchanged, see Frame::view).
 zmq::message_t to_zmq(Frame&& frame);
+// A message's frames, `route` first where given (a ROUTER's routing id); the frames are consumed.
+std::vector<zmq::message_t> to_zmq(std::vector<Frame>* frames, const std::string* route = nullptr);
 Frame from_zmq(zmq::message_t&& message);
 
 // Sends frames[first..] as the rest of one multipart message, waiting for queue space until
