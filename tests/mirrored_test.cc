@@ -7,7 +7,10 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <string>
 #include <tuple>
+#include <vector>
 
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
@@ -41,13 +44,14 @@ class MirroredBase : public ::testing::Test {
   static SavedParams train_with(int num_ps, int num_workers, const std::vector<std::string>& batching,
                                 const std::string& optimizer, const std::string& tag,
                                 const std::string& collective = "ring", std::string* logs = nullptr,
-                                bool ipc = false) {
+                                bool ipc = false, const std::map<int, std::vector<std::string>>& worker_args = {}) {
     const std::string dir = make_temp_dir("mirrored-" + tag);
     Job job;
     job.num_ps = std::max(num_ps, 1);
     job.num_workers = num_workers;
     job.dir = dir;
     job.ipc = ipc;
+    job.worker_args = worker_args;
     const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
     job.args = {"--data-dir", *data_dir_, "--cache-dir", dir, "--hidden", "16,8", "--steps", std::to_string(kSteps),
                 "--epochs", "5", "--optimizer", optimizer, "--lr", lr, "--weight-decay", "0.01", "--seed", "7",
@@ -110,6 +114,23 @@ TEST_P(MirroredTest, NcclAllreduceEqualsOneWorkerOnTheConcatenatedBatch) {
   const double rel = relative_difference(reference, p);
   EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " nccl";
   std::printf("%s N=%d NCCL all-reduce: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, rel);
+}
+
+// Workers on different devices keep the contract (what launch.sh --devices cuda:0,cpu starts):
+// even-numbered workers on the GPU, odd ones on the CPU, against one CPU worker.
+TEST_P(MirroredTest, GpuAndCpuWorkersEqualOneWorkerOnTheConcatenatedBatch) {
+  const auto& [optimizer, n] = GetParam();
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const double tolerance = optimizer == "adam" ? 1e-4 : 1e-5;
+  const SavedParams reference =
+      train_with(1, 1, {"--batch-size", std::to_string(n * kBatch), "--device", "cpu"}, optimizer, optimizer + "-cpu");
+  std::map<int, std::vector<std::string>> devices;
+  for (int w = 0; w < n; ++w) devices[w] = {"--device", w % 2 == 0 ? "cuda" : "cpu"};
+  const SavedParams p = train_with(1, n, {"--batch-size", std::to_string(kBatch)}, optimizer,
+                                   optimizer + "-mixed" + std::to_string(n), "ring", nullptr, false, devices);
+  const double rel = relative_difference(reference, p);
+  EXPECT_LE(rel, tolerance) << optimizer << " N=" << n << " GPU and CPU workers";
+  std::printf("%s N=%d GPU and CPU workers: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), n, rel);
 }
 
 // The check must be able to fail: a different global batch gives clearly different parameters.

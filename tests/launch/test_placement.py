@@ -233,7 +233,8 @@ class DevicesCommandLineTest(unittest.TestCase):
         with mock.patch.dict(os.environ, env):
             with_devices = settings("-H", "a", "--devices", "cuda:1", env=env)
             ssh = cli.Run(with_devices, cli.Output()).remote_argv(with_devices.procs[1], ["w"])
-            self.assertIn("env CUDA_VISIBLE_DEVICES=2,3 w", ssh[-1])
+            # Other forwarded variables (FASHION_MNIST_DIR, where set) may stand between env and it.
+            self.assertRegex(ssh[-1], r" env( [A-Z_]+=\S*)* CUDA_VISIBLE_DEVICES=2,3 w$")
             mpi = settings("--launcher", "mpirun", "--devices", "cuda:1", env=env)
             argv = cli.Run(mpi, cli.Output()).make_step().argv()
             self.assertEqual(argv[argv.index("CUDA_VISIBLE_DEVICES") - 1], "-x")

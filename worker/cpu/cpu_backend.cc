@@ -342,10 +342,17 @@ class CpuBackend final : public Backend {
   void gemm_sum(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
                 const float* b, size_t stride_b, float beta, float* c, int count) override {
     const int lda = trans_a ? m : k, ldb = trans_b ? k : n;
-    pool_.run(static_cast<size_t>(m), [&](size_t lo, size_t hi) {
-      for (int i = 0; i < count; ++i) {
-        sgemm(trans_a, trans_b, static_cast<int>(hi - lo), n, k, alpha, a + i * stride_a + (trans_a ? lo : lo * k), lda,
-              b + i * stride_b, ldb, i == 0 ? beta : 1.0f, c + lo * n, n);
+    // Every thread count makes the same sgemm calls, one per block of kSumRowBlock rows: OpenBLAS's
+    // result for a row depends on the shape of the call it is in (Haswell's and Zen's sgemm round
+    // differently for any other row count), so splitting the rows by threads would change bits.
+    const size_t blocks = (static_cast<size_t>(m) + kSumRowBlock - 1) / kSumRowBlock;
+    pool_.run(blocks, [&](size_t first, size_t last) {
+      for (size_t block = first; block < last; ++block) {
+        const size_t lo = block * kSumRowBlock, rows = std::min(kSumRowBlock, static_cast<size_t>(m) - lo);
+        for (int i = 0; i < count; ++i) {
+          sgemm(trans_a, trans_b, static_cast<int>(rows), n, k, alpha, a + i * stride_a + (trans_a ? lo : lo * k), lda,
+                b + i * stride_b, ldb, i == 0 ? beta : 1.0f, c + lo * n, n);
+        }
       }
     });
   }
@@ -439,6 +446,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<size_t> allocated_ = std::make_shared<size_t>(0);
   // Below these sizes a kernel runs on the calling thread alone (waking a helper costs more).
   static constexpr size_t kMinElements = 1 << 15, kMinRows = 16, kMinGemmProduct = 1 << 18;
+  static constexpr size_t kSumRowBlock = 16;  // gemm_sum's rows per sgemm call
   int threads_;
   ThreadPool pool_;
 };

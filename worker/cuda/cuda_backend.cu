@@ -120,7 +120,13 @@ class CudaBackend final : public Backend {
                   << (free_with_context_ - free_at_start_) / 1048576.0 << " MiB of device memory (outside the plan)";
     }
     const size_t bytes = cublas_workspace_bytes(device_);
+    if (limit_ != 0 && bytes > limit_) {  // the plan's first term: no plan could fit
+      throw Error(name_ + ": the memory plan needs at least the cuBLAS workspace of " + bytes_text(bytes) +
+                  " (the GPU's generation asks for that much), more than --gpu-memory-limit " + bytes_text(limit_) +
+                  ", before parameters and activations");
+    }
     workspace_ = allocate_floats(bytes / sizeof(float), "the cuBLAS workspace");
+    sum_terms_ = allocate_floats(kSumTermFloats, "gemm_sum's products");
     ScopedDevice guard(device_);
     // Set after cublasSetStream, which would reset it to cuBLAS's own (uncounted) pool.
     PSTRAIN_CUBLAS_CHECK(cublasSetWorkspace(blas_.get(), workspace_.get(), bytes));
@@ -201,6 +207,27 @@ class CudaBackend final : public Backend {
         blas_.get(), trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
         std::max(ldb, 1), static_cast<long long>(stride_b), a, std::max(lda, 1), static_cast<long long>(stride_a),
         &beta, c, n, static_cast<long long>(stride_c), count));
+  }
+
+  // The products in batches (one strided-batched GEMM each, into sum_terms_), then added in order
+  // by one kernel: a convolution's weight gradient in two launches per batch of samples instead of
+  // one GEMM per sample. Where one product does not leave room for two, a GEMM per term.
+  void gemm_sum(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, size_t stride_a,
+                const float* b, size_t stride_b, float beta, float* c, int count) override {
+    PSTRAIN_CHECK(m >= 0 && n >= 0 && k >= 0 && count >= 0);
+    const size_t product = static_cast<size_t>(m) * static_cast<size_t>(n);
+    const size_t per_batch = product == 0 ? 0 : kSumTermFloats / product;
+    if (count < 2 || per_batch < 2) {
+      Backend::gemm_sum(trans_a, trans_b, m, n, k, alpha, a, stride_a, b, stride_b, beta, c, count);
+      return;
+    }
+    for (int first = 0; first < count; first += static_cast<int>(per_batch)) {
+      const int terms = static_cast<int>(std::min<size_t>(per_batch, static_cast<size_t>(count - first)));
+      gemm_batched(trans_a, trans_b, m, n, k, alpha, a + first * stride_a, stride_a, b + first * stride_b, stride_b,
+                   0.0f, sum_terms_.get(), product, terms);
+      ScopedDevice guard(device_);
+      kernels::ordered_sum(sum_terms_.get(), terms, product, first == 0 ? beta : 1.0f, c, stream_.get());
+    }
   }
 
   void add_bias(float* y, const float* bias, int outer, int channels, int inner) override {
@@ -310,7 +337,7 @@ class CudaBackend final : public Backend {
     const size_t held = allocated_->load();
     if (limit_ != 0 && (bytes > limit_ || held > limit_ - bytes)) {
       throw Error(label() + ": allocating " + what + " of " + bytes_text(bytes) +
-                  " would exceed the GPU memory limit of " + bytes_text(limit_) + "; " + bytes_text(held) +
+                  " would exceed --gpu-memory-limit " + bytes_text(limit_) + "; " + bytes_text(held) +
                   " are already allocated");
     }
     ScopedDevice guard(device_);
@@ -392,6 +419,9 @@ class CudaBackend final : public Backend {
   CudaStream stream_;
   BufferPtr workspace_;
   CublasHandle blas_;
+  // gemm_sum's products of one batch of terms: 4 MiB, in every plan's workspace.
+  static constexpr size_t kSumTermFloats = size_t{1} << 20;
+  BufferPtr sum_terms_;
   BufferPtr xent_scratch_;
   int xent_rows_ = 0;
   BufferPtr keys_scratch_;

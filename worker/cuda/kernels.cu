@@ -35,6 +35,18 @@ __global__ void column_sums_kernel(const float* dy, int rows, int cols, float* d
   }
 }
 
+// ---- ordered sums: one thread per element, the terms in order ----
+
+constexpr int kOrderedSumThreads = 256;
+
+__global__ void ordered_sum_kernel(const float* terms, int count, size_t elems, float beta, float* c) {
+  const size_t i = static_cast<size_t>(blockIdx.x) * kOrderedSumThreads + threadIdx.x;
+  if (i >= elems) return;
+  float acc = beta == 0.0f ? 0.0f : beta * c[i];
+  for (int t = 0; t < count; ++t) acc = __fadd_rn(acc, terms[static_cast<size_t>(t) * elems + i]);
+  c[i] = acc;
+}
+
 // ---- softmax cross-entropy: one warp per row, then one block sums the rows ----
 
 constexpr int kXentRowsPerBlock = 4;
@@ -125,6 +137,13 @@ void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumul
   if (cols <= 0) return;
   const unsigned grid = static_cast<unsigned>((static_cast<size_t>(cols) + kSumCols - 1) / kSumCols);
   column_sums_kernel<<<grid, dim3(kSumCols, kSumLanes), 0, stream>>>(dy, rows, cols, dbias, accumulate);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void ordered_sum(const float* terms, int count, size_t elems, float beta, float* c, cudaStream_t stream) {
+  if (elems == 0) return;
+  const unsigned grid = static_cast<unsigned>((elems + kOrderedSumThreads - 1) / kOrderedSumThreads);
+  ordered_sum_kernel<<<grid, kOrderedSumThreads, 0, stream>>>(terms, count, elems, beta, c);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,6 +15,11 @@ namespace kernels {
 // dbias[c] = sum over rows of dy[r, c] (+ dbias[c] when accumulate).
 void column_sums(const float* dy, int rows, int cols, float* dbias, bool accumulate, cudaStream_t stream);
 
+// c[i] = beta * c[i] (0 when beta is 0) + terms[0][i] + terms[1][i] + ..., added in that order,
+// for i < elems; terms is [count, elems]. gemm_sum's per-sample products, summed as the loop of
+// gemms with beta 1 would add them.
+void ordered_sum(const float* terms, int count, size_t elems, float beta, float* c, cudaStream_t stream);
+
 struct XentTotals {
   double loss_sum;
   long long correct;
