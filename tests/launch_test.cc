@@ -653,5 +653,49 @@ TEST_F(LaunchTest, DryRunRefusesWhatTheBinariesRefuse) {
   EXPECT_NE(ring_out.find("--backup-workers applies to --mode sync only"), std::string::npos) << ring_out;
 }
 
+// launch.sh status and stop, from another terminal, on a running checkpointing job: status names
+// every process alive, the step out of the total with an ETA and the last checkpoint; stop ends
+// the job as SIGTERM to its launcher does (a final checkpoint, exit 143) and waits for it; then
+// status says the job has ended. A directory without a job is said to hold none.
+TEST_F(LaunchTest, StatusAndStopARunningJob) {
+  const std::string ckpt = checkpoint_dir("status");
+  const std::string run_dir = dir_ + "/status";
+  const pid_t launcher = spawn(launch("status", {"--num-ps", "1", "--num-workers", "2"},
+                                      {"--steps", "100000", "--epochs", "100000", "--batch-size", "8", "--log-every", "20",
+                                       "--checkpoint-dir", ckpt, "--checkpoint-every", "100"}),
+                               log_of("status"));
+  ASSERT_TRUE(wait_for_step(launcher, run_dir, 200)) << read_file(log_of("status"));
+  ASSERT_TRUE(wait_until([&] { return read_file(run_dir + "/metrics.jsonl").find("\"kind\":\"progress\"") !=
+                                      std::string::npos; }, 30));
+  const auto command = [&](const std::string& name, const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"/bin/bash", PSTRAIN_LAUNCH_SH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const ExitStatus status = wait_for(spawn(argv, log_of(name)), 150);
+    return std::pair{status, read_file(log_of(name))};
+  };
+  const auto [running, shown] = command("status-running", {"status", run_dir});
+  EXPECT_EQ(running.code, 0) << shown;
+  for (const std::string& want : std::vector<std::string>{"state: running for ", "progress: step ", "/100000 (", ", ETA ",
+                                 "last checkpoint: " + ckpt + "/v", "ps0  on localhost  pid ", "alive"}) {
+    EXPECT_NE(shown.find(want), std::string::npos) << "no '" << want << "' in:\n" << shown;
+  }
+  const auto [stopped, stop_out] = command("stop", {"stop", run_dir});
+  EXPECT_EQ(stopped.code, 0) << stop_out;
+  EXPECT_NE(stop_out.find("exit status 143 (stopped by SIGTERM after the final checkpoint)"), std::string::npos)
+      << stop_out;
+  EXPECT_EQ(wait_for(launcher, 10).code, 143) << read_file(log_of("status"));
+  EXPECT_NE(read_file(log_of("status")).find("launch: stopped after the final checkpoint (SIGTERM)"),
+            std::string::npos);
+  const auto [ended, ended_out] = command("status-ended", {"status", run_dir});
+  EXPECT_EQ(ended.code, 1) << ended_out;
+  EXPECT_NE(ended_out.find("state: not running: ended "), std::string::npos) << ended_out;
+  const auto [again, again_out] = command("stop-again", {"stop", run_dir});
+  EXPECT_EQ(again.code, 1) << again_out;
+  EXPECT_NE(again_out.find("holds no running job"), std::string::npos) << again_out;
+  const auto [none, none_out] = command("status-none", {"status", ckpt});
+  EXPECT_EQ(none.code, 1) << none_out;
+  EXPECT_NE(none_out.find("no job started by launch.sh here"), std::string::npos) << none_out;
+}
+
 }  // namespace
 }  // namespace pstrain::test

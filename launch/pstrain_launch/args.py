@@ -28,7 +28,9 @@ def _formatter(prog):
 
 
 def parser(repo, forwarded_env):
-    p = _Parser(prog="launch/launch.sh", usage="%(prog)s [options] [-- job flags for every process]",
+    p = _Parser(prog="launch/launch.sh", usage="%(prog)s [options] [-- job flags for every process]\n"
+                                               "       %(prog)s status [RUNDIR]     (a running job: processes, step, ETA)\n"
+                                               "       %(prog)s stop [RUNDIR]       (stop it as SIGTERM does)",
                 add_help=False, allow_abbrev=False, formatter_class=_formatter,
                 description="Runs S parameter servers and N workers of pstrain on this machine or across hosts, "
                             "prefixes and\nlogs their output, stops all of them as soon as one fails, and exits "

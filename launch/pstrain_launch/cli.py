@@ -16,7 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from . import args, check, devices, placement, steps
+from . import args, check, devices, jobstate, placement, status, steps
 from .args import DEFAULT_BASE_PORT, UsageError
 from .supervisor import Output, Supervisor, describe_status
 
@@ -295,6 +295,7 @@ class Run:
         self.stopped_since = {}  # name -> when it was first seen stopped while the final checkpoint is awaited
         self.secret = ""  # the job's CURVE secret key, for processes on other hosts
         self.received = None  # (name, exit code) of a signal to act on
+        self.state = None  # RUNDIR/job.json (jobstate.JobState), once main() runs
 
     # -------------------------------------------------------------- commands
 
@@ -359,8 +360,10 @@ class Run:
             # (launch/remote.sh reads this first line).
             child.popen.stdin.write(f"KEY {self.secret}\n".encode() if self.secret else b"NOKEY\n")
             child.popen.stdin.flush()
-            return child
-        return self.sup.spawn(proc.name, proc.label, command)
+        else:
+            child = self.sup.spawn(proc.name, proc.label, command)
+        self.state.started([proc], child.pid, self.s.launcher)
+        return child
 
     def make_job_key(self):
         """CURVE (docs/security.md): the job's key pair, made in RUNDIR/job.key (0600) unless the
@@ -444,6 +447,7 @@ class Run:
     def reap(self, phase):
         """Handles every process that exited. Non-zero status: stop everything."""
         for child in self.sup.reap():
+            self.state.exited([p.name for p in self.s.procs] if self.step is not None else [child.name], child.status)
             if child.status != 0 and self.final:
                 # Stopping already, on a signal: no restart, and the exit status stays the signal's.
                 raise Stop(f"{child.label} (pid {child.pid}) died: {describe_status(child.status)}; "
@@ -636,7 +640,9 @@ class Run:
         for name, text in self.step.files().items():
             with open(os.path.join(self.s.run_dir, name), "w", encoding="utf-8") as f:
                 f.write(text)
-        self.sup.spawn(self.s.launcher, self.s.launcher, self.step.argv(), env=self.step.env(), demux=self.step.relay)
+        child = self.sup.spawn(self.s.launcher, self.s.launcher, self.step.argv(), env=self.step.env(),
+                               demux=self.step.relay)
+        self.state.started(self.s.procs, child.pid, self.s.launcher)
 
     def dry_run(self):
         """Prints every command, then has the binaries check them; returns the exit status."""
@@ -682,17 +688,13 @@ class Run:
             print(f"launch: {binary} refuses the command of {who} (config {self.s.config}): {why}", file=sys.stderr)
         return not any(r.refused for r in results)
 
+    def checkpoint_dir(self):
+        return job_flag(self.s.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.s.config)
+
     def last_checkpoint(self):
         """The newest complete checkpoint directory of the job (with its MANIFEST), or None."""
-        ckpt = job_flag(self.s.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.s.config)
-        try:
-            versions = sorted(d for d in os.listdir(ckpt) if re.fullmatch(r"v[0-9]{10}", d))
-        except OSError:
-            return None
-        for name in reversed(versions):
-            if os.path.isfile(os.path.join(ckpt, name, "MANIFEST")):
-                return os.path.join(ckpt, name)
-        return None
+        found = status.last_checkpoint(self.checkpoint_dir())
+        return found[0] if found else None
 
     def start_job(self):
         s = self.s
@@ -710,6 +712,16 @@ class Run:
             self.start_workers(self.start_ps())
 
     def main(self):
+        s = self.s
+        self.state = jobstate.JobState(s.run_dir, s.launcher, s.mode, s.num_ps, s.num_workers, s.config,
+                                       self.checkpoint_dir())
+        self.state.save()
+        code, why = self.run()
+        self.state.ended(code, why)
+        return code
+
+    def run(self):
+        """Runs the job: (exit status, what ended it)."""
         s = self.s
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, self.on_signal)
@@ -736,15 +748,15 @@ class Run:
             if self.final:
                 self.out.say(f"stopped after the final checkpoint ({self.final[0]}); resume with --resume; "
                              f"logs in {s.run_dir}")
-                return self.final[1]
+                return self.final[1], f"stopped by {self.final[0]} after the final checkpoint"
         except Stop as stop:
             self.stopping = True
             self.out.say(f"{stop}; stopping all")
             self.sup.stop_all()
             self.out.say(f"stopped; logs in {s.run_dir}")
-            return stop.code
+            return stop.code, str(stop)
         self.out.say(f"training completed; logs in {s.run_dir}")
-        return EXIT_OK
+        return EXIT_OK, "training completed"
 
     def check_binaries(self):
         if self.s.launcher == "ssh":
@@ -799,6 +811,8 @@ def make_run_dir(path):
 
 
 def main(argv):
+    if argv and argv[0] in ("status", "stop"):
+        return status.main(argv, REPO)
     try:
         flags, extra = parse_args(argv)
         if flags.help:

@@ -59,6 +59,10 @@ case_salloc() {
   check "auto picks slurm inside the allocation" out_has '^launch: placement \(1 host\(s\), one srun step\):$'
   check "chief's summary with test_accuracy" out_has '^\[w0@[^]]+\] .*summary: .*test_accuracy='
   check "per-process logs in the run directory" file_has "$work/salloc-run/w1.log" 'w1: done'
+  local shown
+  shown=$(bash "$launch" status "$work/salloc-run")
+  check "status: every process through the one srun step, ended" \
+    eval 'grep -Eq "^  w1@[^ ]+ +on [^ ]+  pid [0-9]+ \(its slurm pid\)  exited with status 0\$" <<<"$shown"'
 }
 
 case_salloc_worker_fails() {

@@ -83,6 +83,11 @@ case_matches_local() {
   check "CURVE is on by default across hosts" out_has "^\[ps1@$B\] .*security: CURVE \(encrypted, peers authenticated by the job's key from PSTRAIN_CURVE_SECRET_KEY\)"
   check "the job key was made in the run directory, 0600" test "$(stat -c %a "$run/job.key")" = 600
   check "the key never appears on a command line" eval "! grep -q \"\$(sed -n 's/^secret = //p' '$run/job.key')\" '$run/cmd.txt'"
+  local shown
+  shown=$(bash "$launch" status "$run")
+  check "status: ended, every process by host through its ssh client" eval \
+    'grep -q "^state: not running: ended .* with exit status 0 (training completed)" <<<"$shown" &&
+     grep -Eq "^  w3@$C +on $C  pid [0-9]+ \(its ssh pid\)  exited with status 0\$" <<<"$shown"'
 }
 
 case_insecure() {
