@@ -1,6 +1,7 @@
 #include "ps/server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "shared/util/file_util.h"
@@ -20,6 +21,9 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
 namespace {
 
 constexpr double kCloseSeconds = 5;
+// How often workers waiting at a barrier are told what it waits for (WAITING): a worker whose PS
+// is reachable keeps waiting for a peer that is not, and only the worker cut off times out.
+constexpr double kWaitingEverySeconds = 1;
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -65,6 +69,7 @@ void ParameterServer::serve() {
     const auto tick = deadline_after(std::min(1.0, options_.stall_report_s));
     if (endpoint_.recv(&msg, tick)) handle(msg);
     report_stall();
+    tell_waiting();
   }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
@@ -293,6 +298,31 @@ void ParameterServer::report_stall() {
   for (int w : missing) os << " " << w;
   PSLOG(WARN) << os.str();
   last_stall_report_ = now;
+}
+
+// Each parked PULL of a worker waiting at a barrier that has waited a second or more gets a WAITING
+// naming the pushes the barrier lacks, once a second: the worker then knows its PS is there, and
+// waits on (docs/operations.md, "Partitions").
+void ParameterServer::tell_waiting() {
+  if (store_ == nullptr || parked_.empty()) return;
+  const auto now = Clock::now();
+  const auto every = std::chrono::duration<double>(kWaitingEverySeconds);
+  Barrier b;
+  if (now - last_waiting_ < every || !store_->oldest_barrier(&b) || now - b.since < every) return;
+  std::string missing;
+  for (int i = 0; i < options_.num_workers; ++i) {
+    if (!b.pushed[static_cast<size_t>(i)]) missing += (missing.empty() ? "w" : ", w") + std::to_string(i);
+  }
+  Header h;
+  h.op = Op::kWaiting;
+  h.step = b.step;
+  h.message = "the push of " + missing + " for step " + std::to_string(b.step) + " (waited " +
+              seconds_text(std::floor(std::chrono::duration<double>(now - b.since).count())) + " so far)";
+  for (const Parked& p : parked_) {
+    h.request_id = p.request_id;
+    reply(p.route, h, nullptr);
+  }
+  last_waiting_ = now;
 }
 
 std::string ParameterServer::mode_text() const {

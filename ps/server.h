@@ -49,6 +49,7 @@ class ParameterServer {
   void reject(const std::string& route, uint64_t request_id, const std::string& why);
   void reply(const std::string& route, Header h, Frame* payload);
   void report_stall();
+  void tell_waiting();
   std::string mode_text() const;
 
   const ServerOptions options_;
@@ -59,6 +60,7 @@ class ParameterServer {
   std::vector<Parked> parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
+  Clock::time_point last_waiting_;  // when the parked pulls were last told what their barrier waits for
   ShardCheckpoints checkpoints_;
 };
 

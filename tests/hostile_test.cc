@@ -561,7 +561,7 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
                std::to_string(kProtocolVersion) + ")",
            "version bit flipped");
   f.reject(1, {encode_header(f.push(1, step, 2)).substr(0, 40), bytes_of(g)}, kTruncated, "truncated header");
-  for (Op op : {Op::kWelcome, Op::kError}) {
+  for (Op op : {Op::kWelcome, Op::kError, Op::kWaiting}) {
     f.reject(1, message(f.request(op, 1, step)), std::string(op_name(op)) + " is not a request", op_name(op));
   }
   f.reject(1, message(f.request(Op::kParams, 1, step), &g), "PARAMS is not a request", "PARAMS");

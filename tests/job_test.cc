@@ -55,8 +55,12 @@ TEST_F(JobTest, StalledBarrierNamesTheMissingWorker) {
   const std::string w_log = read_file(dir_ + "/w0.log");
   EXPECT_FALSE(worker.timed_out);
   EXPECT_EQ(worker.code, 1) << w_log;
-  EXPECT_NE(w_log.find("timed out after 2"), std::string::npos) << w_log;
-  EXPECT_NE(w_log.find("waiting for parameters from ps0"), std::string::npos) << w_log;
+  // ps0 answers (WAITING, once a second): w0 waits on for the missing worker, 4 x --timeout in all,
+  // then gives up naming it; a worker cut off from its PS would time out after --timeout.
+  EXPECT_NE(w_log.find("gave up after 8 s (4 x --timeout) waiting for parameters of version 1 from ps0 at "),
+            std::string::npos) << w_log;
+  EXPECT_NE(w_log.find("; ps0 waits for the push of w1 for step 0 (waited "), std::string::npos) << w_log;
+  EXPECT_NE(w_log.find("w0: waiting for parameters of version 1 from ps0 at "), std::string::npos) << w_log;
   EXPECT_NE(ps_log.find("stall: barrier of step 0 has waited"), std::string::npos) << ps_log;
   EXPECT_NE(ps_log.find("for worker(s) 1\n"), std::string::npos) << ps_log;
 }

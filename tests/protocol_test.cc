@@ -27,7 +27,7 @@ constexpr const char* kTruncated = "header is not valid MessagePack (insufficien
 
 const std::vector<Op>& all_ops() {
   static const std::vector<Op> ops = {Op::kHello, Op::kWelcome, Op::kInit, Op::kPush,
-                                      Op::kPull,  Op::kParams,  Op::kDone, Op::kError};
+                                      Op::kPull,  Op::kParams,  Op::kDone, Op::kError, Op::kWaiting};
   return ops;
 }
 
@@ -180,7 +180,7 @@ class MapBuilder {
 };
 
 TEST(ProtocolTest, OpNamesAndPayloadOps) {
-  const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR"};
+  const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR", "WAITING"};
   for (size_t i = 0; i < all_ops().size(); ++i) EXPECT_EQ(op_name(all_ops()[i]), names[i]);
   for (Op op : all_ops()) {
     EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams) << op_name(op);
@@ -325,7 +325,7 @@ TEST(ProtocolCorruptionTest, WrongVersion) {
 
 TEST(ProtocolCorruptionTest, UnknownOpAndRole) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 0).bytes()), "unknown op 0");
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 9).bytes()), "unknown op 9");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 10).bytes()), "unknown op 10");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", uint64_t{1} << 32 | 4).bytes()), "unknown op 4294967300");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("role", 2).bytes()), "unknown role 2");
 }

@@ -1,7 +1,10 @@
 #include "worker/ps_client.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <ctime>
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
@@ -11,6 +14,22 @@ namespace {
 
 constexpr double kWaitReportSeconds = 5;  // log a line this often while a reply is missing
 constexpr double kFirstHelloReportSeconds = 1;  // at start, the first line comes sooner
+// A worker waits for parameters while its PS says (WAITING) that the barrier waits for another
+// worker, but at most this many --timeout in all: long enough for a replacement of a worker cut
+// off (it times out after one --timeout, then the new one registers), never forever.
+constexpr double kPatienceTimeouts = 4;
+
+// "16:02:03": when `then` (steady clock) was, on the wall clock, as log lines print it.
+std::string wall_time_of(Clock::time_point then) {
+  using namespace std::chrono;
+  const auto wall = system_clock::now() - duration_cast<system_clock::duration>(Clock::now() - then);
+  const std::time_t secs = system_clock::to_time_t(wall);
+  std::tm tm{};
+  localtime_r(&secs, &tm);
+  char text[16];
+  std::snprintf(text, sizeof text, "%02d:%02d:%02d", tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return text;
+}
 
 
 uint64_t micros(Clock::duration d) {
@@ -112,6 +131,7 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     }
     const Header h = decode(msg);
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
+    if (h.op == Op::kWaiting) continue;  // about a PULL answered since (it crossed the PARAMS)
     const auto s = static_cast<size_t>(msg.shard);
     if (h.request_id != request_id || h.op != want || !waiting[s]) {
       throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(msg.shard));
@@ -289,16 +309,31 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   StepMetrics metrics;
   bool stop = false;
   uint64_t write_us = 0, version = UINT64_MAX;
-  const auto deadline = deadline_after(options_.timeout_s);
+  Silence silence{std::vector<Clock::time_point>(static_cast<size_t>(options_.num_ps), start),
+                  std::vector<std::string>(static_cast<size_t>(options_.num_ps)),
+                  start + std::chrono::duration_cast<Clock::duration>(
+                              std::chrono::duration<double>(kPatienceTimeouts * options_.timeout_s))};
+  auto report = deadline_after(kWaitReportSeconds);
   while (left > 0) {
     Message msg;
-    if (!endpoint_.recv(&msg, std::min(deadline, deadline_after(kWaitReportSeconds)))) {
-      report_waiting(received, deadline);
+    const auto deadline = wait_deadline(received, silence);
+    if (!endpoint_.recv(&msg, std::min(deadline, report))) {
+      report_waiting(received, silence);
+      report = deadline_after(kWaitReportSeconds);
       continue;
     }
+    silence.heard[static_cast<size_t>(msg.shard)] = Clock::now();
     if (left == chunks_.size()) first = Clock::now();
     const Header h = decode(msg);
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected parameters: " + h.message);
+    if (h.op == Op::kWaiting) {  // the PS is there; its barrier waits for another worker
+      if (h.request_id == pull_request_) silence.barrier[static_cast<size_t>(msg.shard)] = h.message;
+      if (Clock::now() >= report) {
+        report_waiting(received, silence);
+        report = deadline_after(kWaitReportSeconds);
+      }
+      continue;
+    }
     const auto it = std::find_if(chunks_.begin(), chunks_.end(), [&](const ChunkRef& c) {
       return c.shard == msg.shard && c.range.offset == h.offset && c.range.length == h.length;
     });
@@ -353,16 +388,43 @@ const float* PsClient::values_of(const Message& msg, const Header& h) const {
   return values;
 }
 
-void PsClient::report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const {
-  std::string shards;
+Clock::time_point PsClient::wait_deadline(const std::vector<bool>& received, const Silence& silence) const {
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  Clock::time_point deadline = silence.give_up;
   for (size_t i = 0; i < chunks_.size(); ++i) {
-    const std::string name = " ps" + std::to_string(chunks_[i].shard) + " at " + endpoint_.address(chunks_[i].shard);
-    if (!received[i] && shards.find(name) == std::string::npos) shards += name;
+    if (!received[i]) deadline = std::min(deadline, silence.heard[static_cast<size_t>(chunks_[i].shard)] + timeout);
   }
-  if (Clock::now() >= deadline) {
-    throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for parameters from" + shards);
+  return deadline;
+}
+
+void PsClient::report_waiting(const std::vector<bool>& received, const Silence& silence) const {
+  std::vector<bool> pending(static_cast<size_t>(options_.num_ps), false);
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    if (!received[i]) pending[static_cast<size_t>(chunks_[i].shard)] = true;
   }
-  PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards;
+  const auto now = Clock::now();
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.timeout_s));
+  std::string shards, waits;
+  for (int s = 0; s < options_.num_ps; ++s) {
+    const auto i = static_cast<size_t>(s);
+    if (!pending[i]) continue;
+    const std::string name = "ps" + std::to_string(s);
+    if (now >= silence.heard[i] + timeout) {  // nothing from it, not even a WAITING: cut off, or gone
+      throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for parameters from " + name +
+                  " at " + endpoint_.address(s) + ": w" + std::to_string(options_.index) + " cannot reach " + name +
+                  " since " + wall_time_of(silence.heard[i]) + " (nothing from it for " +
+                  seconds_text(options_.timeout_s) + ")");
+    }
+    shards += " " + name + " at " + endpoint_.address(s);
+    if (!silence.barrier[i].empty()) waits += "; " + name + " waits for " + silence.barrier[i];
+  }
+  if (now >= silence.give_up) {
+    throw Error("gave up after " + seconds_text(kPatienceTimeouts * options_.timeout_s) + " (" +
+                std::to_string(static_cast<int>(kPatienceTimeouts)) + " x --timeout) waiting for parameters of version " +
+                std::to_string(pull_version_) + " from" + shards + waits);
+  }
+  PSLOG(INFO) << "w" << options_.index << ": waiting for parameters of version " << pull_version_ << " from" << shards
+              << waits;
 }
 
 StepMetrics PsClient::pull(uint64_t version, float* params) {

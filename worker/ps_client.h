@@ -108,9 +108,18 @@ class PsClient {
   void send_hello(int s, uint64_t rid, uint64_t total_steps);
   void welcome(int s, const Header& h);
   void use_local_channels();
-  // receive_params without a message before the next report: throws after `deadline`, else logs
-  // which shards the chunks not `received` yet are waited for from.
-  void report_waiting(const std::vector<bool>& received, Clock::time_point deadline) const;
+  // While receive_params waits: when each shard was last heard from (any message, WAITING
+  // included), what its barrier waits for (its last WAITING), and when to give up regardless.
+  struct Silence {
+    std::vector<Clock::time_point> heard;
+    std::vector<std::string> barrier;
+    Clock::time_point give_up;
+  };
+  // The earliest of: --timeout after the last word from a shard that still owes chunks, give_up.
+  Clock::time_point wait_deadline(const std::vector<bool>& received, const Silence& silence) const;
+  // Throws when a shard owing chunks has been silent for --timeout (it cannot be reached), or at
+  // give_up (naming what the shards' barriers wait for); else logs what is waited for.
+  void report_waiting(const std::vector<bool>& received, const Silence& silence) const;
   // Where the values of a received PARAMS are: its shard's parameter area, this worker's
   // segment, or the message's payload frame. Throws when the PS used another path than asked.
   const float* values_of(const Message& msg, const Header& h) const;

@@ -458,6 +458,9 @@ class Run:
                 why = describe_status(child.status)
                 if self.s.launcher == "ssh" and child.status == 255:
                     why = "ssh failed with status 255 (host unreachable, connection lost or login refused; see its log)"
+                error = self.last_error(child)
+                if error:
+                    why += f" ({error})"
                 if child.name.startswith("ps") and self.restarts < self.s.max_restarts and self.s.checkpointing:
                     self.restarts += 1
                     where = self.last_checkpoint()
@@ -471,12 +474,39 @@ class Run:
                     self.restarts += 1
                     self.out.say(f"{child.label} (pid {child.pid}) died: {why}; restarting it with the same index "
                                  f"(restart {self.restarts} of {self.s.max_restarts})")
-                    self.start(*self.commands[child.name])
+                    proc, command = self.commands[child.name]
+                    self.start(proc, self.replacement_command(command))
                     continue
                 raise Stop(f"{child.label} (pid {child.pid}) died: {why}", EXIT_FAILED)
             if phase == "start" and child.name.startswith("ps") and self.s.launcher == "local":
                 raise Stop(f"{child.label} (pid {child.pid}) exited with status 0 before reporting its address", EXIT_START)
             self.out.say(f"{child.label} exited 0")
+
+    def replacement_command(self, command):
+        """A restarted worker's command: the same, waiting for its PS shards up to 3 x --timeout
+        (unless --start-timeout is given): a worker cut off from its PS dies after --timeout, and
+        its replacement must outlast the cut as long as the others wait at the barrier for it (4 x
+        --timeout in all, docs/operations.md "Partitions")."""
+        if "--start-timeout" in command or any(a.startswith("--start-timeout=") for a in command) or \
+                config_value("start-timeout", self.s.config) is not None:
+            return command
+        timeout = float(job_flag(self.s.extra, "timeout") or config_value("timeout", self.s.config) or 60)
+        return command + ["--start-timeout", f"{3 * timeout:g}"]
+
+    def last_error(self, child):
+        """The last error line (`HH:MM:SS.mmm E text`) in a process's log, as text, or ""."""
+        child.reader.join(timeout=1)  # its last lines: the pipe ends when the process has
+        try:
+            with open(os.path.join(self.s.run_dir, f"{child.name}.log"), "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - 65536))
+                lines = f.read().decode("utf-8", "replace").splitlines()
+        except OSError:
+            return ""
+        for line in reversed(lines):
+            match = re.match(r"^[0-9:.]+ E (.*)$", line)
+            if match:
+                return match.group(1).strip()
+        return ""
 
     def tick(self, phase):
         self.check_signal()

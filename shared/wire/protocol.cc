@@ -192,7 +192,7 @@ struct Decoder {
       return fail("protocol version " + std::to_string(version) + " is not supported (expected " +
                   std::to_string(kProtocolVersion) + ")");
     }
-    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kError)) {
+    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kWaiting)) {
       return fail("unknown op " + std::to_string(op));
     }
     if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
@@ -239,6 +239,7 @@ const char* op_name(Op op) {
     case Op::kParams: return "PARAMS";
     case Op::kDone: return "DONE";
     case Op::kError: return "ERROR";
+    case Op::kWaiting: return "WAITING";
   }
   return "?";
 }

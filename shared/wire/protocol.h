@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 8;
+constexpr uint32_t kProtocolVersion = 9;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -25,6 +25,9 @@ enum class Op : uint32_t {
   kParams = 6,   // PS -> worker: one chunk at version `step` (payload) + metrics of step-1
   kDone = 7,     // worker -> PS: this worker has finished training; PS -> worker: acknowledged
   kError = 8,    // PS -> worker: request `request_id` failed; `message` says why
+  kWaiting = 9,  // PS -> worker: PULL `request_id` still waits for step `step`, whose missing pushes
+                 // `message` names (sent once a second while a barrier waits; keeps the worker's
+                 // deadline from expiring while its PS is reachable)
 };
 const char* op_name(Op op);
 

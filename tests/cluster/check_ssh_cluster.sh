@@ -237,6 +237,48 @@ case_partition() {
     awk -v stood="${stood:-0}" -v cut="$cut_s" 'BEGIN { exit !(stood >= cut - 0.1) }'
 }
 
+# A cut longer than --timeout (60 s, --timeout 20) of the same job as case_partition's (its uncut
+# run's parameters are the reference): only the worker cut off times out, naming itself and its PS
+# (w0, whose PS answers it once a second while the barrier waits, waits on); the launcher names
+# that pair and restarts that worker (--max-restarts 1), whose replacement registers within a
+# second or two of the heal and redoes the step: the job ends bit-identical to the uncut one.
+case_long_partition() {
+  local why cut_at healed_at figures after cut_s=60
+  why=$(netns_cut_unavailable)
+  if [[ -n $why ]]; then
+    echo "skip  long_partition: $why"
+    return
+  fi
+  [[ -d $work/uncut-params ]] || { flunk "no uncut run to compare with (case_partition)"; return; }
+  start long_partition -- --hostfile "$work/hosts_cut" --ps-hosts-list "$A" --base-port "$base_port" \
+    --num-workers 2 --max-restarts 1 -- "${job[@]}" --shared-memory off --timeout 20 --steps 1500 \
+    --batch-size 32 --log-every 1 --save-params "$work/long-cut-params"
+  if wait_for "^\[w0@$B\] .* \(global 500\) " 60; then
+    netns_cut 2 0 || flunk "could not cut host C off from host A"
+    cut_at=$(time_of_day)
+    local cut_epoch=$EPOCHSECONDS
+    wait_for "^launch: w1@$C .* died: " 40 || flunk "w1 did not die within 40 s of the cut"
+    while ((EPOCHSECONDS < cut_epoch + cut_s)); do sleep 0.2; done  # the cut's length, not a wait for an event
+    healed_at=$(time_of_day)
+    netns_heal 2 0 || flunk "could not heal the cut, or host C cannot reach host A after it"
+  else
+    flunk "the chief never logged step 500"
+  fi
+  finish 150
+  expect_remote_exit 0 150
+  check "the launcher names the worker cut off and its PS, and restarts it" \
+    out_has "^launch: w1@$C \(pid [0-9]+\) died: exited with status 1 \(pstrain-worker: timed out after 20 s waiting for parameters from ps0 at $A:$base_port: w1 cannot reach ps0 since [0-9:]+ \(nothing from it for 20 s\)\); restarting it with the same index \(restart 1 of 1\)\$"
+  check "the worker that could reach its PS was neither failed nor restarted" eval "! out_has '^launch: w0@$B .* died'"
+  check "w0 heard why it waited" out_has "^\[w0@$B\] .* w0: waiting for parameters of version [0-9]+ from ps0 at $A:$base_port; ps0 waits for the push of w1 for step [0-9]+"
+  check "the replacement redid the step" out_has "^\[ps0@$A\] .*worker 1 registered again from a new peer: a replacement"
+  check "parameters are bit-identical to the uncut job's" same_files "$work/uncut-params" "$work/long-cut-params"
+  figures=$(partition_figures "$work/uncut.out" "$out" "^\\[w0@$B\\] " "$cut_at" "$healed_at")
+  echo "long partition: $cut_s s cut $figures"
+  after=$(sed -nE 's/.*the first ([0-9.]+) s after the heal.*/\1/p' <<<"$figures")
+  check "the first step came within 2 s of the heal (${after:-?} s)" \
+    awk -v after="${after:-99}" 'BEGIN { exit !(after <= 2) }'
+}
+
 # Local time of day with microseconds, as the binaries' log lines give it (theirs: milliseconds).
 time_of_day() {
   local now=$EPOCHREALTIME
@@ -303,6 +345,7 @@ main() {
   case_port_taken
   case_allreduce_across_hosts
   case_partition
+  case_long_partition
   case_scale
   report_and_exit check_ssh_cluster
 }

@@ -89,8 +89,10 @@ class StatusTest(unittest.TestCase):
 
     def test_stop_signals_a_running_launcher(self):
         # A stand-in launcher: its command line names pstrain_launch; it exits on SIGTERM.
-        child = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)", "pstrain_launch"])
+        child = subprocess.Popen([sys.executable, "-c", "import time\nprint('ready', flush=True)\nwhile True: time.sleep(1)",
+                                  "pstrain_launch"], stdout=subprocess.PIPE)
         try:
+            self.assertEqual(child.stdout.readline(), b"ready\n")  # exec'd: its command line is its own
             self.write_state(child.pid)
             code, out = run(status.show, self.dir)
             self.assertEqual(code, 0, out)
@@ -106,6 +108,7 @@ class StatusTest(unittest.TestCase):
             if child.poll() is None:
                 child.kill()
                 child.wait()
+            child.stdout.close()
 
 
 if __name__ == "__main__":
