@@ -75,7 +75,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
   model.add_options()
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
-      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
       ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
