@@ -601,13 +601,13 @@ TEST(DataFlags, Grammar) {
     return message;
   };
   EXPECT_EQ(error("x.npy"),
-            "--train-data 'x.npy': one file must be a .csv (features and label columns); give .npy "
-            "or IDX data as FEATURES,LABELS");
+            "--train-data 'x.npy': one file must be a .csv (features and label columns) or Criteo data "
+            "(.tsv or .txt, or any name with --data-format criteo); give .npy or IDX data as FEATURES,LABELS");
   EXPECT_EQ(error("x.npy,y"),
             "--train-data 'x.npy,y': FEATURES and LABELS must both be .npy files, or both IDX files");
   EXPECT_EQ(error("a,b,c"),
-            "--train-data 'a,b,c': names 3 files; give FEATURES,LABELS or one .csv file (file names "
-            "may not contain commas)");
+            "--train-data 'a,b,c': names 3 files; give FEATURES,LABELS or one .csv or Criteo file (file "
+            "names may not contain commas)");
   EXPECT_EQ(error("x.npy,"), "--train-data 'x.npy,': an empty file name in FEATURES,LABELS");
   EXPECT_EQ(error("f.csv,l.csv"),
             "--train-data 'f.csv,l.csv': a .csv file holds the features and the labels: give it alone");
@@ -622,8 +622,8 @@ TEST(DataFlags, CombinationsAreChecked) {
       "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
   EXPECT_EQ(
       usage_error_of({"--train-data", "a.npy,b.npy", "--test-data", "c.npy"}),
-      "--test-data 'c.npy': one file must be a .csv (features and label columns); give .npy or IDX data as "
-      "FEATURES,LABELS");
+      "--test-data 'c.npy': one file must be a .csv (features and label columns) or Criteo data (.tsv or "
+      ".txt, or any name with --data-format criteo); give .npy or IDX data as FEATURES,LABELS");
   EXPECT_EQ(
       usage_error_of({"--train-data", "a.npy,b.npy", "--test-data", "c.npy,d.npy", "--label-column", "3"}),
       "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");

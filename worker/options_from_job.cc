@@ -25,6 +25,8 @@ DataOptions data_options(const JobOptions& o) {
   d.test_data = o.test_data;
   d.scale = o.scale;
   d.label_column = o.label_column;
+  d.data_format = o.data_format;
+  d.skip_bad_lines = o.skip_bad_lines;
   d.classes = o.classes;
   d.evaluate = o.evaluate;
   return d;

@@ -19,7 +19,11 @@ bool has_extension(const std::string& name, const std::string& ext) {
 
 }  // namespace
 
-DataFiles parse_data_files(const std::string& value, const std::string& flag) {
+bool is_data_format(const std::string& data_format) {
+  return data_format == "auto" || data_format == "criteo";
+}
+
+DataFiles parse_data_files(const std::string& value, const std::string& flag, const std::string& data_format) {
   std::vector<std::string> parts;
   for (size_t start = 0;;) {
     const size_t comma = value.find(',', start);
@@ -28,14 +32,23 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag) {
     start = comma + 1;
   }
   const std::string quoted = "'" + value + "'";
+  if (data_format == "criteo") {
+    if (parts.size() == 1 && !value.empty()) return {"criteo", value, ""};
+    throw UsageError(flag + " " + quoted + ": --data-format criteo reads one file (file names may not contain commas)");
+  }
+  if (!data_format.empty() && data_format != "auto") {
+    throw UsageError("--data-format: '" + data_format + "' is not one of auto, criteo");
+  }
   if (parts.size() == 1) {
     if (has_extension(value, ".csv")) return {"csv", value, ""};
-    throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns); give "
-                     ".npy or IDX data as FEATURES,LABELS");
+    if (has_extension(value, ".tsv") || has_extension(value, ".txt")) return {"criteo", value, ""};
+    throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns) or Criteo "
+                     "data (.tsv or .txt, or any name with --data-format criteo); give .npy or IDX data as "
+                     "FEATURES,LABELS");
   }
   if (parts.size() != 2) {
     throw UsageError(flag + " " + quoted + ": names " + std::to_string(parts.size()) +
-                     " files; give FEATURES,LABELS or one .csv file (file names may not contain commas)");
+                     " files; give FEATURES,LABELS or one .csv or Criteo file (file names may not contain commas)");
   }
   if (parts[0].empty() || parts[1].empty()) throw UsageError(flag + " " + quoted + ": an empty file name in FEATURES,LABELS");
   if (has_extension(parts[0], ".csv") || has_extension(parts[1], ".csv")) {

@@ -1,5 +1,6 @@
 // The grammar of a --train-data / --test-data value (docs/data.md): one CSV file (FILE.csv or
-// FILE.csv.gz), or FEATURES,LABELS naming two .npy files (.npy or .npy.gz) or two IDX files (any
+// FILE.csv.gz), one Criteo TSV file (FILE.tsv or FILE.txt, optionally .gz; any name with
+// --data-format criteo), or FEATURES,LABELS naming two .npy files (.npy or .npy.gz) or two IDX files (any
 // other names; gzip allowed). Checked when the flags are parsed (options.cc) and used again
 // where the data is opened (worker/data/open.cc).
 #pragma once
@@ -9,12 +10,17 @@
 namespace pstrain {
 
 struct DataFiles {
-  std::string format;    // "csv" | "npy" | "idx"
-  std::string features;  // csv: the one file
-  std::string labels;    // empty for csv
+  std::string format;    // "csv" | "criteo" | "npy" | "idx"
+  std::string features;  // csv, criteo: the one file
+  std::string labels;    // empty for csv and criteo
 };
 
-// Throws pstrain::UsageError naming `flag` for a value outside the grammar.
-DataFiles parse_data_files(const std::string& value, const std::string& flag);
+// The values of --data-format: "auto" (by the file names' extensions) or "criteo".
+bool is_data_format(const std::string& data_format);
+
+// `data_format`: --data-format ("auto", or "" for the same). Throws pstrain::UsageError naming
+// `flag` for a value outside the grammar.
+DataFiles parse_data_files(const std::string& value, const std::string& flag,
+                           const std::string& data_format = "auto");
 
 }  // namespace pstrain

@@ -75,13 +75,15 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
   model.add_options()
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
-      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
+      ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
-      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files) or one FILE.csv (features and a label column); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
+      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
       ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
       ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features (.npy and IDX) are multiplied by this (0: 1/255); float32 and CSV features are used as they are")
       ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features")
+      ("data-format", po::value(&o.data_format)->default_value(o.data_format), "auto: --train-data / --test-data's format from their extensions (.npy pairs, IDX pairs, .csv, Criteo .tsv/.txt, each optionally .gz); criteo: each is one Criteo TSV file whatever its name (docs/data.md, \"Criteo (CTR) data\")")
+      ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
       ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
       ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them; shapes are checked against the model): fine-tuning, or --evaluate")
       ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
@@ -220,10 +222,17 @@ void validate(const JobOptions& o, Role role) {
   require(std::isfinite(o.scale) && o.scale >= 0, "--scale must be a number >= 0");
   require(o.classes >= 0 && o.classes != 1 && o.classes <= (1 << 24), "--classes must be 0 (from the data) or in [2, 2^24]");
   require(!o.evaluate || !o.init_params.empty(), "--evaluate needs --init-params DIR (the model to evaluate)");
-  bool csv = false;
+  require(is_data_format(o.data_format), "--data-format: '" + o.data_format + "' is not one of auto, criteo");
+  bool csv = false, criteo = false;
   for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
-    if (!value.empty()) csv = parse_data_files(value, flag).format == "csv" || csv;
+    if (value.empty()) continue;
+    const std::string format = parse_data_files(value, flag, o.data_format).format;
+    csv = csv || format == "csv";
+    criteo = criteo || format == "criteo";
   }
+  require(o.data_format == "auto" || !o.train_data.empty() || !o.test_data.empty(),
+          "--data-format " + o.data_format + " applies to --train-data / --test-data, and neither is given");
+  require(!o.skip_bad_lines || criteo, "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
   require(o.train_data.empty() || !o.test_data.empty(),
           "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
   require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");

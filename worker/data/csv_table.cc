@@ -2,7 +2,6 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <cerrno>
 #include <charconv>
@@ -14,6 +13,7 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/data/file_io.h"
+#include "worker/data/line_reader.h"
 
 namespace pstrain {
 namespace {
@@ -23,69 +23,7 @@ namespace {
 // lines; then rows * columns float32, row by row. Native byte order: the cache is local.
 constexpr char kMagic[8] = {'P', 'S', 'C', 'S', 'V', '0', '1', '\n'};
 constexpr size_t kFixedBytes = sizeof kMagic + 5 * 8;
-constexpr size_t kReadChunk = 64 << 10;
 constexpr size_t kWriteFloats = 16 << 10;
-
-// Lines of a plain or gzip file, read in fixed-size chunks.
-class LineReader {
- public:
-  explicit LineReader(const std::string& path) : path_(path) {
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) throw Error(path + ": cannot open: " + errno_text(errno != 0 ? errno : ENOMEM));
-    gzbuffer(file_, kReadChunk);
-  }
-  ~LineReader() { gzclose(file_); }
-  LineReader(const LineReader&) = delete;
-  LineReader& operator=(const LineReader&) = delete;
-
-  // The next line without its "\n" or "\r\n"; false at the end of the file.
-  bool next(std::string& line) {
-    line.clear();
-    for (;;) {
-      if (at_ == len_ && !fill()) {
-        if (line.empty()) return false;
-        break;
-      }
-      const char* start = buf_.data() + at_;
-      const void* nl = std::memchr(start, '\n', len_ - at_);
-      if (nl == nullptr) {
-        line.append(start, len_ - at_);
-        at_ = len_;
-        continue;
-      }
-      const size_t n = static_cast<size_t>(static_cast<const char*>(nl) - start);
-      line.append(start, n);
-      at_ += n + 1;
-      break;
-    }
-    ++number_;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    return true;
-  }
-  uint64_t number() const { return number_; }  // 1-based number of the line last returned
-
- private:
-  bool fill() {
-    const int n = gzread(file_, buf_.data(), static_cast<unsigned>(buf_.size()));
-    int err = Z_OK;
-    const char* message = gzerror(file_, &err);
-    if (n < 0 || (err != Z_OK && err != Z_STREAM_END)) {
-      throw Error(path_ + ": " +
-                  (err == Z_BUF_ERROR ? std::string("truncated gzip data")
-                   : err == Z_ERRNO   ? "read failed: " + errno_text(errno)
-                                      : "corrupt gzip data: " + std::string(message)));
-    }
-    at_ = 0;
-    len_ = static_cast<size_t>(n);
-    return n > 0;
-  }
-
-  std::string path_;
-  gzFile file_ = nullptr;
-  std::vector<char> buf_ = std::vector<char>(kReadChunk);
-  size_t at_ = 0, len_ = 0;
-  uint64_t number_ = 0;
-};
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

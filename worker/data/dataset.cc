@@ -149,6 +149,10 @@ std::unique_ptr<Dataset> Dataset::open_mnist_dir(const std::string& dir, const s
   return open_idx(images, labels, cache_dir, num_classes, scale);
 }
 
+void Dataset::read_ids(const size_t*, size_t, uint64_t*) const {
+  throw Error("this data has no categorical IDs (only Criteo data has them: docs/data.md)");
+}
+
 std::string default_data_dir() {
   const std::string env = env_or_empty("FASHION_MNIST_DIR");
   return env.empty() ? "/usr/share/datasets/fashion-mnist" : env;

@@ -38,6 +38,13 @@ class Dataset {
   // object; one thread may call it while others only read sizes.
   virtual void read(const size_t* records, size_t count, float* features,
                     int32_t* labels) const = 0;
+  // Categorical IDs per record, for embedding layers: 26 for Criteo data, 0 for the formats
+  // without them.
+  virtual size_t id_fields() const { return 0; }
+  // Reads records[i]'s id_fields() IDs for i < count into ids (count * id_fields() values, record
+  // by record). Throws pstrain::Error for a record index >= size(), a read failure, or a format
+  // without IDs (id_fields() 0). Thread rules as read().
+  virtual void read_ids(const size_t* records, size_t count, uint64_t* ids) const;
 
  protected:
   Dataset() = default;

@@ -3,6 +3,8 @@
 #include "shared/config/data_files.h"
 #include "shared/util/error.h"
 #include "worker/data/npy_format.h"
+#include "worker/data/criteo.h"
+#include "worker/data/criteo_dataset.h"
 #include "worker/data/csv_dataset.h"
 #include "worker/data/csv_table.h"
 #include "worker/data/idx.h"
@@ -21,6 +23,7 @@ std::string cache_dir(const DataOptions& o) {
 std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, const LabelRange& range) {
   if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
   if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
+  if (f.format == "criteo") return open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, range);
   return Dataset::open_idx(f.features, f.labels, cache_dir(o),
                            range.classes > 0 ? range.classes : kIdxClasses, o.scale);
 }
@@ -33,7 +36,8 @@ std::vector<size_t> training_sample_shape(const DataOptions& o) {
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale)
         ->sample_shape();
   }
-  const DataFiles f = parse_data_files(o.train_data, "--train-data");
+  const DataFiles f = parse_data_files(o.train_data, "--train-data", o.data_format);
+  if (f.format == "criteo") return {kCriteoDense};
   if (f.format == "npy") return npy_sample_shape(f.features, cache_dir(o));
   if (f.format == "csv") return {CsvTable(f.features, cache_dir(o)).columns() - 1};
   const IdxFile images(f.features, cache_dir(o), 3);
@@ -48,7 +52,7 @@ std::unique_ptr<Dataset> open_training_data(const DataOptions& o) {
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale);
   }
   const LabelRange range{o.classes, o.classes > 0 ? "--classes " + std::to_string(o.classes) : ""};
-  return open_files(parse_data_files(o.train_data, "--train-data"), o, range);
+  return open_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, range);
 }
 
 std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
@@ -57,7 +61,7 @@ std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
                                                 : "the training set's classes; --classes sets their number"};
   std::unique_ptr<Dataset> test =
       o.test_data.empty() ? Dataset::open_mnist_dir(data_dir(o), "t10k", cache_dir(o), classes, o.scale)
-                          : open_files(parse_data_files(o.test_data, "--test-data"), o, range);
+                          : open_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, range);
   if (!o.evaluate) {
     const std::vector<size_t> expected = training_sample_shape(o);
     if (test->sample_shape() != expected) {

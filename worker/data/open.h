@@ -1,5 +1,5 @@
 // Opening the job's training and test data from its options: --train-data / --test-data (.npy
-// pairs, IDX pairs, CSV), else the IDX files of --data-dir (docs/data.md).
+// pairs, IDX pairs, CSV, Criteo TSV), else the IDX files of --data-dir (docs/data.md).
 #pragma once
 
 #include <memory>
@@ -17,6 +17,8 @@ struct DataOptions {
   std::string test_data;     // --test-data: the same for the test set
   double scale = 0;          // --scale: uint8 features are multiplied by this (0: 1/255)
   std::string label_column;  // --label-column: CSV: the label's column, by name or 0-based index ("": last)
+  std::string data_format = "auto";  // --data-format: auto (by extension) | criteo
+  bool skip_bad_lines = false;       // --skip-bad-lines: Criteo lines that do not parse are skipped and counted
   int classes = 0;           // --classes: number of classes (0: from the training labels; 10 for IDX)
   bool evaluate = false;     // --evaluate: no training set (the test set is checked against the model)
 };

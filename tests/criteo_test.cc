@@ -1,0 +1,432 @@
+// Tests of Criteo TSV data (docs/data.md, "Criteo (CTR) data"): the line parser, every kind of
+// malformed input with its exact message, --skip-bad-lines, gzip, random access against a
+// sequential parse, the categorical IDs, the flags, and whole jobs on tools/ctr_gen.py's data.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "shared/config/data_files.h"
+#include "shared/config/options.h"
+#include "shared/util/error.h"
+#include "test_util/idx_writer.h"
+#include "test_util/process.h"
+#include "worker/data/criteo.h"
+#include "worker/data/criteo_dataset.h"
+#include "worker/data/csv_dataset.h"
+
+namespace pstrain {
+namespace {
+
+namespace fs = std::filesystem;
+
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
+std::string error_of(const std::function<void()>& f, bool* usage = nullptr) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    if (usage != nullptr) *usage = true;
+    return e.what();
+  } catch (const Error& e) {
+    if (usage != nullptr) *usage = false;
+    return e.what();
+  }
+  return "(no pstrain::Error thrown)";
+}
+
+void write_text(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+void write_gzip(const std::string& path, const std::string& text) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  gzclose(f);
+}
+
+// A line of 40 fields: `fields` replaces the first ones of a valid default line.
+std::string line_of(const std::vector<std::string>& fields) {
+  std::vector<std::string> all = {"1", "5", "-1", "", "0", "12", "", "3", "4", "", "7", "0", "1", "9"};
+  for (size_t c = 0; c < kCriteoCategorical; ++c) all.push_back(c % 5 == 4 ? "" : "68fd1e64");
+  for (size_t i = 0; i < fields.size(); ++i) all[i] = fields[i];
+  std::string line;
+  for (size_t i = 0; i < all.size(); ++i) line += (i > 0 ? "\t" : "") + all[i];
+  return line;
+}
+
+// n random valid lines, deterministic in seed.
+std::string random_lines(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string text;
+  char hex[24];
+  for (size_t r = 0; r < n; ++r) {
+    text += std::to_string(rng() % 2);
+    for (size_t j = 0; j < kCriteoDense; ++j) {
+      text += '\t';
+      if (rng() % 7 != 0) text += std::to_string(static_cast<int>(rng() % 1000) - 3);
+    }
+    for (size_t c = 0; c < kCriteoCategorical; ++c) {
+      text += '\t';
+      if (rng() % 9 == 0) continue;
+      std::snprintf(hex, sizeof hex, "%08x", static_cast<unsigned>(rng()));
+      text += hex;
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < text.size();) {
+    const size_t nl = text.find('\n', at);
+    lines.push_back(text.substr(at, nl - at));
+    at = nl + 1;
+  }
+  return lines;
+}
+
+TEST(CriteoParse, GoodLinesWithEmptiesNegativesAndHexCases) {
+  std::vector<std::string> fields = {"0", "", "-7", "0", "1", "9223372036854775807", "-9223372036854775808"};
+  fields.resize(kCriteoFields);
+  fields[14] = "68FD1e64";
+  fields[15] = "0";
+  fields[16] = "fffffffffffffffe";
+  fields[17] = "";
+  fields[39] = "A";
+  CriteoRecord r;
+  ASSERT_EQ(parse_criteo_line(line_of(fields), r), "");
+  EXPECT_EQ(r.label, 0);
+  EXPECT_EQ(r.dense[0], 0.0f);  // empty
+  EXPECT_EQ(r.dense[1], 0.0f);  // negative: log(1 + max(-7, 0))
+  EXPECT_EQ(r.dense[2], 0.0f);
+  EXPECT_EQ(r.dense[3], static_cast<float>(std::log(2.0)));
+  EXPECT_EQ(r.dense[4], static_cast<float>(std::log1p(9223372036854775807.0)));
+  EXPECT_EQ(r.dense[5], 0.0f);
+  EXPECT_EQ(r.ids[0], 0x68fd1e64u);
+  EXPECT_EQ(r.ids[1], 0u);
+  EXPECT_EQ(r.ids[2], 0xfffffffffffffffeull);
+  EXPECT_EQ(r.ids[3], kCriteoMissingId);
+  EXPECT_EQ(r.ids[25], 0xau);
+  ASSERT_EQ(parse_criteo_line(line_of({"1", "100"}), r), "");
+  EXPECT_EQ(r.label, 1);
+  EXPECT_EQ(r.dense[0], static_cast<float>(std::log1p(100.0)));
+  EXPECT_EQ(criteo_field_name(0), "label");
+  EXPECT_EQ(criteo_field_name(13), "I13");
+  EXPECT_EQ(criteo_field_name(14), "C1");
+  EXPECT_EQ(criteo_field_name(39), "C26");
+}
+
+class CriteoData : public ::testing::Test {
+ protected:
+  std::string open_error(const std::string& path, bool skip = false) {
+    return error_of([&] { open_criteo_dataset(path, cache_, skip, {}); });
+  }
+  size_t cache_files() const {
+    if (!fs::exists(cache_)) return 0;
+    return static_cast<size_t>(std::distance(fs::directory_iterator(cache_), fs::directory_iterator()));
+  }
+
+  TempDir dir_{"criteo-data"};
+  std::string cache_ = dir_.path + "/cache";
+};
+
+TEST_F(CriteoData, EachMalformedLineIsAnErrorNamingFileAndLine) {
+  std::string long_line = line_of({"1"});
+  long_line.insert(5, 5000, '7');
+  std::vector<std::string> fields39 = split_lines(line_of({}) + "\n");
+  const std::string good = line_of({}) + "\n" + line_of({"0"}) + "\n";
+  const std::string nul_field = std::string("68fd") + '\0' + "1e64";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {line_of({}).substr(0, line_of({}).rfind('\t')), "39 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
+      {line_of({}) + "\tab", "41 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
+      {"", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
+      {"1,2,3", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
+      {line_of({"2"}), "field 1 (label) \"2\" is not 0 or 1"},
+      {line_of({""}), "field 1 (label) \"\" is not 0 or 1"},
+      {line_of({"1", "2", "3", "4", "x1"}), "field 5 (I4) \"x1\" is not an integer"},
+      {line_of({"1", "1.5"}), "field 2 (I1) \"1.5\" is not an integer"},
+      {line_of({"1", "+3"}), "field 2 (I1) \"+3\" is not an integer"},
+      {line_of({"1", "-"}), "field 2 (I1) \"-\" is not an integer"},
+      {line_of({"1", "99999999999999999999"}), "field 2 (I1) \"99999999999999999999\" is outside the int64 range"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "68fd1e6g"}),
+       "field 15 (C1) \"68fd1e6g\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "0x1e64"}),
+       "field 15 (C1) \"0x1e64\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "12345678901234567"}),
+       "field 15 (C1) \"12345678901234567\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "ffffffffffffffff"}),
+       "field 15 (C1) \"ffffffffffffffff\" is the ID reserved for an empty field"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", nul_field}),
+       "field 15 (C1) \"68fd\\x001e64\" is not 1 to 16 hex digits"},
+      {long_line, "line longer than 4096 bytes"},
+  };
+  for (const auto& [line, message] : cases) {
+    const std::string path = dir_.path + "/t.tsv";
+    write_text(path, good + line + "\n" + line_of({}) + "\n");
+    EXPECT_EQ(open_error(path), path + ":3: " + message);
+    EXPECT_EQ(cache_files(), 0u) << message;
+  }
+  const std::string empty = dir_.path + "/empty.tsv";
+  write_text(empty, "");
+  EXPECT_EQ(open_error(empty), empty + ":1: no records (the file is empty)");
+  EXPECT_EQ(open_error(empty, true), empty + ":1: no records (the file is empty)");
+  const std::string gz = dir_.path + "/cut.tsv.gz";
+  write_gzip(gz, random_lines(3000, 1));
+  fs::resize_file(gz, fs::file_size(gz) / 2);
+  const std::string truncated = open_error(gz, true);
+  EXPECT_EQ(truncated.rfind(gz + ":", 0), 0u) << truncated;
+  EXPECT_CONTAINS(truncated, ": truncated gzip data");
+  EXPECT_EQ(std::count(truncated.begin(), truncated.end(), ':'), 2) << truncated;  // file:line: ...
+  EXPECT_EQ(open_error(dir_.path + "/missing.tsv"), dir_.path + "/missing.tsv: cannot open: No such file or directory");
+  EXPECT_EQ(cache_files(), 0u);
+}
+
+TEST_F(CriteoData, SkipBadLinesLeavesThemOutAndCountsThem) {
+  const std::string path = dir_.path + "/mixed.tsv";
+  write_text(path, line_of({"1", "3"}) + "\n" + line_of({"2"}) + "\n" + line_of({"0", "8"}) + "\n\n" +
+                       line_of({"1", "x"}) + "\n" + line_of({"0", "1"}) + "\r\n");
+  const auto data = open_criteo_dataset(path, cache_, true, {});
+  ASSERT_EQ(data->size(), 3u);
+  std::vector<size_t> all = {0, 1, 2};
+  std::vector<float> x(3 * kCriteoDense);
+  std::vector<int32_t> y(3);
+  data->read(all.data(), 3, x.data(), y.data());
+  EXPECT_EQ(y, (std::vector<int32_t>{1, 0, 0}));
+  EXPECT_EQ(x[0], criteo_dense_value(3));
+  EXPECT_EQ(x[kCriteoDense], criteo_dense_value(8));
+  EXPECT_EQ(x[2 * kCriteoDense], criteo_dense_value(1));
+  // The cache the skipping run wrote: without --skip-bad-lines its first bad line is the error.
+  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1");
+  fs::remove_all(cache_);
+  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1");
+  // A cache written without bad lines serves both.
+  const std::string clean = dir_.path + "/clean.tsv";
+  write_text(clean, random_lines(10, 4));
+  EXPECT_EQ(open_criteo_dataset(clean, cache_, false, {})->size(), 10u);
+  EXPECT_EQ(open_criteo_dataset(clean, cache_, true, {})->size(), 10u);
+  const std::string bad = dir_.path + "/bad.tsv";
+  write_text(bad, "1\n2\n");
+  EXPECT_EQ(open_error(bad, true),
+            bad + ": no records: all 2 lines are bad (skipped by --skip-bad-lines; the first: " + bad +
+                ":1: 1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs))");
+}
+
+// Every record of `data`: features, labels and IDs, read in one sequential call.
+struct Records {
+  std::vector<float> x;
+  std::vector<int32_t> y;
+  std::vector<uint64_t> ids;
+  bool operator==(const Records& o) const { return x == o.x && y == o.y && ids == o.ids; }
+};
+
+Records read_all(const Dataset& data, const std::vector<size_t>& order) {
+  Records r;
+  r.x.resize(order.size() * kCriteoDense);
+  r.y.resize(order.size());
+  r.ids.resize(order.size() * kCriteoCategorical);
+  data.read(order.data(), order.size(), r.x.data(), r.y.data());
+  data.read_ids(order.data(), order.size(), r.ids.data());
+  return r;
+}
+
+TEST_F(CriteoData, RandomAccessReadsEqualASequentialParseAndGzipEqualsPlain) {
+  const size_t n = 1000;
+  const std::string text = random_lines(n, 7);
+  write_text(dir_.path + "/d.tsv", text);
+  write_gzip(dir_.path + "/d.tsv.gz", text);
+  const auto plain = open_criteo_dataset(dir_.path + "/d.tsv", cache_, false, {});
+  const auto gz = open_criteo_dataset(dir_.path + "/d.tsv.gz", cache_, false, {});
+  ASSERT_EQ(plain->size(), n);
+  EXPECT_EQ(plain->feature_dim(), kCriteoDense);
+  EXPECT_EQ(plain->sample_shape(), std::vector<size_t>{kCriteoDense});
+  EXPECT_EQ(plain->num_classes(), 2);
+  EXPECT_EQ(plain->id_fields(), kCriteoCategorical);
+
+  Records expected;
+  for (const std::string& line : split_lines(text)) {
+    CriteoRecord r;
+    ASSERT_EQ(parse_criteo_line(line, r), "");
+    expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
+    expected.y.push_back(r.label);
+    expected.ids.insert(expected.ids.end(), r.ids, r.ids + kCriteoCategorical);
+  }
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_TRUE(read_all(*plain, order) == expected);  // runs longer than one 64 KiB read
+  EXPECT_TRUE(read_all(*gz, order) == expected);
+
+  // A shuffled order, and two workers' shards of it, read record by record.
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  const Records shuffled = read_all(*plain, order);
+  for (size_t i = 0; i < n; i += 97) {
+    const size_t rec = order[i];
+    EXPECT_EQ(shuffled.y[i], expected.y[rec]);
+    EXPECT_TRUE(std::equal(shuffled.x.begin() + i * kCriteoDense, shuffled.x.begin() + (i + 1) * kCriteoDense,
+                           expected.x.begin() + rec * kCriteoDense));
+    EXPECT_TRUE(std::equal(shuffled.ids.begin() + i * kCriteoCategorical,
+                           shuffled.ids.begin() + (i + 1) * kCriteoCategorical,
+                           expected.ids.begin() + rec * kCriteoCategorical));
+  }
+  for (size_t shard = 0; shard < 2; ++shard) {
+    std::vector<size_t> mine;
+    for (size_t i = shard; i < n; i += 2) mine.push_back(order[i]);
+    const Records part = read_all(*gz, mine);
+    for (size_t i = 0; i < mine.size(); ++i) EXPECT_EQ(part.y[i], expected.y[mine[i]]);
+  }
+  const size_t out_of_range = n;
+  float x[kCriteoDense];
+  int32_t y = 0;
+  EXPECT_EQ(error_of([&] { plain->read(&out_of_range, 1, x, &y); }),
+            dir_.path + "/d.tsv: record 1000 out of range (1000 records)");
+}
+
+// Reads every record in batches of 64, as the trainer does: features, labels and IDs.
+void read_one_epoch(const Dataset& data) {
+  std::vector<size_t> batch(64);
+  std::vector<float> x(batch.size() * kCriteoDense);
+  std::vector<int32_t> y(batch.size());
+  std::vector<uint64_t> ids(batch.size() * kCriteoCategorical);
+  for (size_t first = 0; first + batch.size() <= data.size(); first += batch.size()) {
+    std::iota(batch.begin(), batch.end(), first);
+    data.read(batch.data(), batch.size(), x.data(), y.data());
+    data.read_ids(batch.data(), batch.size(), ids.data());
+  }
+}
+
+TEST_F(CriteoData, MemoryDoesNotGrowWithTheFile) {
+  constexpr long kSlackKib = 2048;
+  constexpr size_t kControlBytes = 8 << 20;
+  for (int times : {1, 10}) {  // in pieces: freed heap pages the children inherit would hide growth
+    gzFile f = gzopen((dir_.path + "/m" + std::to_string(times) + ".tsv.gz").c_str(), "wb1");
+    ASSERT_NE(f, nullptr);
+    for (int piece = 0; piece < 15 * times; ++piece) {
+      const std::string text = random_lines(1000, static_cast<uint32_t>(piece));
+      gzwrite(f, text.data(), static_cast<unsigned>(text.size()));
+    }
+    gzclose(f);
+  }
+  const auto open = [&](int times) {
+    return open_criteo_dataset(dir_.path + "/m" + std::to_string(times) + ".tsv.gz", cache_, false, {});
+  };
+  const long base = test::child_peak_rss_kib([&] { read_one_epoch(*open(1)); });
+  const long grown = test::child_peak_rss_kib([&] { read_one_epoch(*open(10)); });  // 150k lines, 40 MB cached
+  const long control = test::child_peak_rss_kib([&] {
+    std::vector<char> held(kControlBytes, 1);
+    read_one_epoch(*open(1));
+    volatile char sink = held[held.size() / 2];
+    (void)sink;
+  });
+  std::printf("Criteo peak RSS: 1x %ld KiB, 10x %ld KiB, 1x + 8 MiB held %ld KiB\n", base, grown, control);
+  if (control <= base + kSlackKib) GTEST_SKIP() << "peak RSS here does not resolve 8 MiB";
+  EXPECT_LE(grown, base + kSlackKib) << "memory grows with the file";
+}
+
+TEST_F(CriteoData, OtherFormatsHaveNoIds) {
+  write_text(dir_.path + "/t.csv", "a,label\n1,0\n2,1\n");
+  const auto csv = open_csv_dataset(dir_.path + "/t.csv", "", cache_, {});
+  EXPECT_EQ(csv->id_fields(), 0u);
+  const size_t rec = 0;
+  uint64_t id = 0;
+  EXPECT_EQ(error_of([&] { csv->read_ids(&rec, 1, &id); }),
+            "this data has no categorical IDs (only Criteo data has them: docs/data.md)");
+}
+
+std::optional<JobOptions> parse(std::vector<const char*> args) {
+  args.insert(args.begin(), {"prog", "--ps-hosts", "127.0.0.1:5000"});
+  return parse_job_options(Role::kWorker, static_cast<int>(args.size()), args.data(), EnvMap{});
+}
+
+std::string usage_error_of(std::vector<const char*> args) {
+  bool usage = false;
+  const std::string message = error_of([&] { parse(args); }, &usage);
+  EXPECT_TRUE(usage) << message;
+  return message;
+}
+
+TEST(CriteoFlags, ExtensionsAndDataFormat) {
+  EXPECT_EQ(parse_data_files("d/day_0.tsv", "--train-data").format, "criteo");
+  EXPECT_EQ(parse_data_files("d/Train.TXT.gz", "--train-data").format, "criteo");
+  const DataFiles forced = parse_data_files("d/day_0", "--train-data", "criteo");
+  EXPECT_EQ(forced.format, "criteo");
+  EXPECT_EQ(forced.features, "d/day_0");
+  EXPECT_EQ(parse_data_files("x.npy,y.npy", "--train-data").format, "npy");  // unchanged
+  EXPECT_EQ(parse_data_files("i.txt,l.txt", "--train-data").format, "idx");  // a pair stays IDX
+  bool usage = false;
+  EXPECT_EQ(error_of([&] { parse_data_files("a,b", "--test-data", "criteo"); }, &usage),
+            "--test-data 'a,b': --data-format criteo reads one file (file names may not contain commas)");
+  EXPECT_TRUE(usage);
+  EXPECT_TRUE(parse({"--train-data", "a.tsv", "--test-data", "b.tsv.gz", "--skip-bad-lines"}));
+  EXPECT_TRUE(parse({"--train-data", "a.dat", "--test-data", "b.dat", "--data-format", "criteo"}));
+  EXPECT_EQ(usage_error_of({"--train-data", "a.csv", "--test-data", "b.csv", "--skip-bad-lines"}),
+            "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
+  EXPECT_EQ(usage_error_of({"--train-data", "a.tsv", "--test-data", "b.tsv", "--data-format", "tsv"}),
+            "--data-format: 'tsv' is not one of auto, criteo");
+  EXPECT_EQ(usage_error_of({"--data-format", "criteo"}),
+            "--data-format criteo applies to --train-data / --test-data, and neither is given");
+}
+
+// tools/ctr_gen.py's data, trained on by a real job; and bad files through a real worker.
+class CriteoJob : public ::testing::Test {
+ protected:
+  void generate(const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {PSTRAIN_PYTHON, std::string(PSTRAIN_SOURCE_DIR) + "/tools/ctr_gen.py",
+                                     "--out-dir", dir_.path};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    const std::string log = dir_.path + "/gen.log";
+    const test::ExitStatus status = test::wait_for(test::spawn(argv, log), 120);
+    ASSERT_TRUE(status.ok()) << test::read_file(log);
+    EXPECT_CONTAINS(test::read_file(log), "ceiling_auc=");
+  }
+
+  TempDir dir_{"criteo-job"};
+};
+
+TEST_F(CriteoJob, TrainsOnGeneratedDataAndSkipsOrRejectsABadLine) {
+  generate({"--train-lines", "3000", "--test-lines", "500", "--gzip", "--seed", "5"});
+  const std::string train = dir_.path + "/train.tsv.gz";
+  const std::string bad = dir_.path + "/bad.tsv";
+  write_text(bad, line_of({}) + "\n" + line_of({"1", "2", "3", "4", "x1"}) + "\n" + line_of({"0"}) + "\n");
+
+  test::Job job;
+  job.num_workers = 2;
+  job.dir = dir_.path;
+  // The generated test file is not used: the test set is `bad`, whose bad line is skipped.
+  job.args = {"--train-data", train,  "--test-data", bad,    "--skip-bad-lines", "--cache-dir", dir_.path + "/cache",
+              "--hidden",     "16",   "--batch-size", "32",  "--epochs",         "2",           "--optimizer",
+              "adam",         "--lr", "0.01",         "--seed", "3",             "--timeout",   "30",
+              "--log-every",  "1000"};
+  const test::JobResult result = test::run_job(job);
+  EXPECT_TRUE(result.ok()) << result.logs;
+  EXPECT_CONTAINS(result.logs, "test_accuracy=");
+  EXPECT_CONTAINS(result.logs, bad + ": skipped 1 of 3 lines (--skip-bad-lines); the first: " + bad +
+                                   ":2: field 5 (I4) \"x1\" is not an integer");
+
+  // The same bad file without --skip-bad-lines: a lone worker exits 1 at open with the message.
+  const std::vector<std::string> argv = {PSTRAIN_WORKER_BIN, "--ps-hosts", "127.0.0.1:1", "--timeout", "1",
+                                         "--cache-dir", dir_.path + "/cache2", "--train-data", train,
+                                         "--test-data", bad};
+  const std::string log = dir_.path + "/lone.log";
+  const test::ExitStatus status = test::wait_for(test::spawn(argv, log), 60);
+  const std::string text = test::read_file(log);
+  EXPECT_EQ(status.code, 1) << text;
+  EXPECT_CONTAINS(text, "E pstrain-worker: " + bad + ":2: field 5 (I4) \"x1\" is not an integer");
+  for (const char* crash : {"terminate called", "Aborted", "check failed", "Segmentation"}) {
+    EXPECT_EQ(text.find(crash), std::string::npos) << crash << " in:\n" << text;
+  }
+}
+
+}  // namespace
+}  // namespace pstrain

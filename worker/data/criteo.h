@@ -1,0 +1,41 @@
+// Criteo's CTR text format (docs/data.md, "Criteo (CTR) data"): one record a line, 40 fields
+// separated by tabs: the label (0 or 1), 13 integer features I1..I13 and 26 categorical features
+// C1..C26 written as hex strings; any feature may be empty.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace pstrain {
+
+constexpr size_t kCriteoDense = 13;
+constexpr size_t kCriteoCategorical = 26;
+constexpr size_t kCriteoFields = 1 + kCriteoDense + kCriteoCategorical;
+// The longest line accepted: a valid one is at most 39 tabs + 1 + 13 * 20 + 26 * 16 = 716 bytes.
+constexpr size_t kCriteoMaxLine = 4096;
+// The ID of an empty categorical field, in every field. The 16-digit value that equals it
+// ("ffffffffffffffff") is refused, so no written ID is read as missing.
+constexpr uint64_t kCriteoMissingId = UINT64_MAX;
+
+struct CriteoRecord {
+  int32_t label = 0;                // 0 or 1
+  float dense[kCriteoDense] = {};   // criteo_dense_value(I1..I13)
+  uint64_t ids[kCriteoCategorical] = {};  // C1..C26 as hex numbers; kCriteoMissingId when empty
+};
+
+// The dense feature the model sees for an integer field, DLRM's transform: log(1 + max(x, 0)),
+// so negative values (Criteo has some -1, -2 in I2) count as 0; an empty field is 0 too.
+float criteo_dense_value(int64_t x);
+
+// Parses one line (without its newline) into `out`. Returns "" when it is valid, else what is
+// wrong, without file or line: `field 5 (I4) "x1" is not an integer`. Strict: exactly 40 fields,
+// the label "0" or "1", an integer field empty or an int64 in decimal (optional '-', digits
+// only), a categorical field empty or 1 to 16 hex digits (either case), no other characters.
+std::string parse_criteo_line(std::string_view line, CriteoRecord& out);
+
+// "label", "I1".."I13", "C1".."C26" for field 0..39.
+std::string criteo_field_name(size_t field);
+
+}  // namespace pstrain
