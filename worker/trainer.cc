@@ -24,6 +24,7 @@
 #include "worker/model.h"
 #include "worker/param_files.h"
 #include "worker/progress.h"
+#include "worker/tensorboard.h"
 #include "worker/replica.h"
 
 namespace pstrain {
@@ -101,6 +102,7 @@ class Trainer {
       metrics_.add(std::make_unique<MetricsFile>(o_.metrics_file, "--metrics-file"));
       PSLOG(INFO) << tag_ << "metrics to " << o_.metrics_file;
     }
+    if (!o_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(o_.tensorboard_dir, "--tensorboard-dir"));
     if (!metrics_.empty()) evaluation_->set_metrics(&metrics_);
   }
 
