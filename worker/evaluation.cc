@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "shared/util/log.h"
-#include "worker/metrics_file.h"
+#include "worker/metrics_sink.h"
 #include "worker/data/open.h"
 #include "worker/model.h"
 #include "worker/param_files.h"
@@ -80,6 +80,7 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     // Every worker evaluates its share now; the sums come back with the next step's results.
     evaluate_share(times);
     awaited_epoch_ = epoch + 1;
+    awaited_step_ = step + 1;
     awaited_train_ = {epoch_.mean_loss(), epoch_.accuracy()};
     epoch_.reset();
   } else if (epoch_end || last) {
@@ -88,7 +89,7 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     times->eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
     summary_->train_loss = epoch_.mean_loss();
     summary_->train_accuracy = epoch_.accuracy();
-    report_epoch(epoch + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
+    report_epoch(epoch + 1, step + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
                  "(evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)");
     epoch_.reset();
   }
@@ -125,13 +126,13 @@ void Evaluation::report_shared_evaluation(const StepMetrics& m) {
   }
   summary_->train_loss = awaited_train_.first;
   summary_->train_accuracy = awaited_train_.second;
-  report_epoch(epoch, m.eval,
+  report_epoch(epoch, awaited_step_, m.eval,
                "(evaluated by " + std::to_string(o_.num_workers) + " workers, " +
                    fixed(m.times.eval_us / 1e3 / static_cast<double>(o_.num_workers), 1) + " ms each on average)");
 }
 
 // "epoch N done: train loss .. acc ..; test loss .. acc .. (how)", and the summary's test values.
-void Evaluation::report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how) {
+void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how) {
   summary_->test_loss = test.loss_sum / static_cast<double>(test.samples);
   summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
   PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4) << " acc "
@@ -141,6 +142,7 @@ void Evaluation::report_epoch(uint64_t epoch, const EvalSums& test, const std::s
   nlohmann::ordered_json r;
   r["kind"] = "epoch";
   r["epoch"] = epoch;
+  r["step"] = step;
   r["train_loss"] = summary_->train_loss;
   r["train_accuracy"] = summary_->train_accuracy;
   r["test_loss"] = summary_->test_loss;

@@ -16,7 +16,7 @@
 
 namespace pstrain {
 
-class MetricsFile;
+class MetricsSink;
 
 class Model;
 class Replica;
@@ -54,8 +54,8 @@ class Evaluation {
   bool evaluates() const { return chief_ || shared_; }
   // What it evaluates, in batches of up to `eval_batch` records.
   void set_model(Model& model, Replica& replica, int eval_batch);
-  // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_file.h).
-  void set_metrics(MetricsFile* metrics) { metrics_ = metrics; }
+  // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_sink.h).
+  void set_metrics(MetricsSink* metrics) { metrics_ = metrics; }
 
   // Every step's results, for the training figures of its epoch's report.
   void add(const StepMetrics& m) { epoch_.add(m); }
@@ -74,7 +74,7 @@ class Evaluation {
   bool evaluates_share_after(uint64_t step) const;
   void evaluate_share(StepTimes* times);
   void report_shared_evaluation(const StepMetrics& m);
-  void report_epoch(uint64_t epoch, const EvalSums& test, const std::string& how);
+  void report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how);
 
   const EvaluationOptions o_;
   const bool chief_;
@@ -88,8 +88,9 @@ class Evaluation {
   StepStats epoch_;             // the training figures of the epoch so far
   EvalSums pending_eval_;       // this worker's share, to send with the next step's pushes
   uint64_t awaited_epoch_ = 0;  // the chief: the epoch whose shared evaluation comes with the next step
+  uint64_t awaited_step_ = 0;   // the global step (from 1) after which it was made
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
-  MetricsFile* metrics_ = nullptr;
+  MetricsSink* metrics_ = nullptr;
 };
 
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).

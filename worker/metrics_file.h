@@ -10,9 +10,11 @@
 #include <nlohmann/json_fwd.hpp>
 #include <string>
 
+#include "worker/metrics_sink.h"
+
 namespace pstrain {
 
-class MetricsFile {
+class MetricsFile final : public MetricsSink {
  public:
   MetricsFile() = default;  // no file: write() does nothing
   // Opens `path` to append to (a chief that replaces a killed one, or a resumed job's, goes on
@@ -24,7 +26,7 @@ class MetricsFile {
   const std::string& path() const { return path_; }
   // Appends `record` as one line, with "time_s" (seconds since the file was opened) first among
   // its keys when it has none; a failed write is logged once, never fatal.
-  void write(const nlohmann::ordered_json& record);
+  void write(const nlohmann::ordered_json& record) override;
 
  private:
   struct Closer {

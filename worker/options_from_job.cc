@@ -72,13 +72,13 @@ EvaluateOptions evaluate_options(const JobOptions& o) {
 
 namespace {
 
-// --metrics-file; by default RUNDIR/metrics.jsonl for a process launch.sh started on its own
-// host (PSTRAIN_RUN_DIR), none otherwise; "none" turns it off.
-std::string metrics_file_of(const JobOptions& o) {
-  if (o.metrics_file == "none") return "";
-  if (!o.metrics_file.empty()) return o.metrics_file;
+// --metrics-file or --tensorboard-dir (`flag_value`); by default RUNDIR/`in_run_dir` for a
+// process launch.sh started on its own host (PSTRAIN_RUN_DIR), none otherwise; "none" turns it off.
+std::string chief_output_of(const std::string& flag_value, const char* in_run_dir) {
+  if (flag_value == "none") return "";
+  if (!flag_value.empty()) return flag_value;
   const char* run_dir = std::getenv("PSTRAIN_RUN_DIR");
-  return run_dir != nullptr && *run_dir != '\0' ? std::string(run_dir) + "/metrics.jsonl" : std::string();
+  return run_dir != nullptr && *run_dir != '\0' ? std::string(run_dir) + "/" + in_run_dir : std::string();
 }
 
 }  // namespace
@@ -102,7 +102,8 @@ TrainOptions train_options(const JobOptions& o) {
   t.slowdown = o.slowdown;
   t.init_params = o.init_params;
   t.save_params = o.save_params;
-  t.metrics_file = metrics_file_of(o);
+  t.metrics_file = chief_output_of(o.metrics_file, "metrics.jsonl");
+  t.tensorboard_dir = chief_output_of(o.tensorboard_dir, "tensorboard");
   t.data = data_options(o);
   t.backend = backend_options(o);
   t.checkpoint = checkpoint_options(o);

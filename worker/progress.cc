@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "shared/util/log.h"
-#include "worker/metrics_file.h"
+#include "worker/metrics_sink.h"
 
 namespace pstrain {
 
@@ -110,7 +110,7 @@ std::string StepStats::straggler() const {
   return line;
 }
 
-Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsFile* metrics)
+Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsSink* metrics)
     : o_(o), steps_per_epoch_(steps_per_epoch), metrics_(metrics), interval_(o.num_workers), run_(o.num_workers) {
   start_ = interval_start_ = Clock::now();
 }

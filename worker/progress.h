@@ -15,7 +15,7 @@
 
 namespace pstrain {
 
-class MetricsFile;
+class MetricsSink;
 
 // One worker's run: what train() returns and the chief's summary line prints.
 struct TrainSummary {
@@ -82,8 +82,8 @@ struct ProgressOptions {
 class Progress {
  public:
   // Starts the run's clock and the first interval's. `metrics` (may be null: none) gets a record
-  // of every progress line and of the summary (worker/metrics_file.h).
-  Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsFile* metrics = nullptr);
+  // of every progress line and of the summary (worker/metrics_sink.h).
+  Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsSink* metrics = nullptr);
 
   void add(const StepMetrics& m);
   // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step): the
@@ -98,7 +98,7 @@ class Progress {
  private:
   const ProgressOptions o_;
   const uint64_t steps_per_epoch_;
-  MetricsFile* metrics_;
+  MetricsSink* metrics_;
   Clock::time_point start_, interval_start_;
   StepStats interval_, run_;
 };

@@ -20,9 +20,11 @@
 #include "worker/exchange.h"
 #include "worker/memory_plan.h"
 #include "worker/metrics_file.h"
+#include "worker/metrics_sink.h"
 #include "worker/model.h"
 #include "worker/param_files.h"
 #include "worker/progress.h"
+#include "worker/tensorboard.h"
 #include "worker/replica.h"
 
 namespace pstrain {
@@ -85,17 +87,23 @@ class Trainer {
     if (o_.steps > 0) total_steps_ = std::min(total_steps_, static_cast<uint64_t>(o_.steps));
     evaluation_ = std::make_unique<Evaluation>(o_.evaluation, o_.data, std::move(test_data), train_data_->num_classes(),
                                                steps_per_epoch_, total_steps_, &summary_);
-    if (chief_ && !o_.metrics_file.empty()) {  // an unwritable path fails here, before any step
-      metrics_ = MetricsFile(o_.metrics_file, "--metrics-file");
-      evaluation_->set_metrics(&metrics_);
-      PSLOG(INFO) << tag_ << "metrics to " << o_.metrics_file;
-    }
+    if (chief_) open_metrics();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
                 << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
                 << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_
                 << " steps per epoch";
+  }
+
+  // The chief's metrics sinks; a path that cannot be written fails here, before any step.
+  void open_metrics() {
+    if (!o_.metrics_file.empty()) {
+      metrics_.add(std::make_unique<MetricsFile>(o_.metrics_file, "--metrics-file"));
+      PSLOG(INFO) << tag_ << "metrics to " << o_.metrics_file;
+    }
+    if (!o_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(o_.tensorboard_dir, "--tensorboard-dir"));
+    if (!metrics_.empty()) evaluation_->set_metrics(&metrics_);
   }
 
   uint64_t shard_offset() const {
@@ -338,7 +346,7 @@ class Trainer {
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
   TrainSummary summary_;
   std::unique_ptr<Evaluation> evaluation_;
-  MetricsFile metrics_;                 // the chief's, if any: opened before the first step
+  MetricsSinks metrics_;                // the chief's, if any: opened before the first step
   std::unique_ptr<Progress> progress_;  // from the loop's start
 };
 

@@ -46,6 +46,7 @@ struct TrainOptions {
   std::string init_params;      // start from DIR/<variable>.npy
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
+  std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); empty: none
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
   // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).

@@ -115,7 +115,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)")
-      ("metrics-file", po::value(&o.metrics_file), "chief: write a JSON object per progress line, per epoch's evaluation and for the summary to PATH, as the run goes (JSON Lines; docs/operations.md, \"Metrics file\"); default under launch.sh: RUNDIR/metrics.jsonl; none: no file");
+      ("metrics-file", po::value(&o.metrics_file), "chief: write a JSON object per progress line, per epoch's evaluation and for the summary to PATH, as the run goes (JSON Lines; docs/operations.md, \"Metrics file\"); default under launch.sh: RUNDIR/metrics.jsonl; none: no file")
+      ("tensorboard-dir", po::value(&o.tensorboard_dir), "chief: write the same figures as TensorBoard scalars (train/loss, test/accuracy, step_ms/compute, ...) to an event file in DIR, as the run goes; view them with `tensorboard --logdir DIR` (docs/operations.md, \"TensorBoard\"); default under launch.sh: RUNDIR/tensorboard; none: no event file");
   po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
   ckpt.add_options()
       ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state there, the chief a manifest once all shards wrote (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")

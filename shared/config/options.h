@@ -120,6 +120,7 @@ struct JobOptions {
   int log_every = 100;          // chief: progress line every this many steps
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
   std::string metrics_file;     // chief: JSON Lines of the progress ("": RUNDIR/metrics.jsonl under launch.sh; "none")
+  std::string tensorboard_dir;  // chief: TensorBoard event files ("": RUNDIR/tensorboard under launch.sh; "none")
 };
 
 // Samples each worker contributes to one global step, in worker order (docs/operations.md,
