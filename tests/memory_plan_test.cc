@@ -31,10 +31,14 @@ TEST(MemoryPlan, AutoPicksTheLargestFittingMicroBatchAndKeepsTheShare) {
         ASSERT_LE(c.micro, share) << what;
         EXPECT_LE(linear_plan(c.micro).total(), limit) << what;
         EXPECT_LE(linear_plan(c.eval_batch).total(), limit) << what;
-        if (c.micro < share) EXPECT_GT(linear_plan(c.micro + 1).total(), limit) << what;  // the largest
+        if (c.micro < share) {
+          EXPECT_GT(linear_plan(c.micro + 1).total(), limit) << what;  // the largest
+        }
         EXPECT_GE(c.micro * c.micro_batches, share) << what;                                // keeps the share
         EXPECT_LT((c.micro_batches - 1) * c.micro, share) << what;                         // no empty one
-        if (chief && c.eval_batch < 500) EXPECT_GT(linear_plan(c.eval_batch + 1).total(), limit) << what;
+        if (chief && c.eval_batch < 500) {
+          EXPECT_GT(linear_plan(c.eval_batch + 1).total(), limit) << what;
+        }
       }
     }
   }

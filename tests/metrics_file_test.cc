@@ -81,7 +81,9 @@ TEST(MetricsFileTest, EveryProgressLineEpochAndTheSummaryAsJsonWithTheFiguresThe
     EXPECT_EQ(four(r.at("accuracy").get<double>()), lines[i][6].str()) << r;
     EXPECT_GT(r.at("samples_per_s").get<double>(), 0) << r;
     for (const char* part : {"step_ms", "compute_ms", "push_ms", "wait_ms", "pull_ms"}) {
-      if (r.at("step").get<int>() > 3) EXPECT_TRUE(r.at("breakdown").contains(part)) << part << " in " << r;
+      if (r.at("step").get<int>() > 3) {
+        EXPECT_TRUE(r.at("breakdown").contains(part)) << part << " in " << r;
+      }
     }
   }
 
