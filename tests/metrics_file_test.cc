@@ -80,6 +80,7 @@ TEST(MetricsFileTest, EveryProgressLineEpochAndTheSummaryAsJsonWithTheFiguresThe
     EXPECT_EQ(four(r.at("loss").get<double>()), lines[i][5].str()) << r;
     EXPECT_EQ(four(r.at("accuracy").get<double>()), lines[i][6].str()) << r;
     EXPECT_GT(r.at("samples_per_s").get<double>(), 0) << r;
+    EXPECT_DOUBLE_EQ(r.at("lr").get<double>(), 0.01) << r;  // --lr 0.01, the constant schedule
     for (const char* part : {"step_ms", "compute_ms", "push_ms", "wait_ms", "pull_ms"}) {
       if (r.at("step").get<int>() > 3) {
         EXPECT_TRUE(r.at("breakdown").contains(part)) << part << " in " << r;

@@ -109,7 +109,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.checkpoint = checkpoint_options(o);
   t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 : o.num_ps;  // allreduce: the chief's one file
   t.evaluation = EvaluationOptions{o.index, o.num_workers, o.mode, o.backup_workers};
-  t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every};
+  t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every, o.optimizer};
   t.placement = [o](const std::string& device) { return describe_placement(o, device); };
   return t;
 }

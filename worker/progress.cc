@@ -110,8 +110,13 @@ std::string StepStats::straggler() const {
   return line;
 }
 
-Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsSink* metrics)
-    : o_(o), steps_per_epoch_(steps_per_epoch), metrics_(metrics), interval_(o.num_workers), run_(o.num_workers) {
+Progress::Progress(const ProgressOptions& o, uint64_t steps_per_epoch, uint64_t total_steps, MetricsSink* metrics)
+    : o_(o),
+      steps_per_epoch_(steps_per_epoch),
+      total_steps_(total_steps),
+      metrics_(metrics),
+      interval_(o.num_workers),
+      run_(o.num_workers) {
   start_ = interval_start_ = Clock::now();
 }
 
@@ -142,6 +147,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
       r["accuracy"] = interval_.accuracy();
       r["samples_per_s"] = interval_.samples() / std::max(secs, 1e-9);
       r["ms_per_step"] = 1e3 * secs / static_cast<double>(interval_.steps());
+      r["lr"] = scheduled_lr(o_.optimizer, step, total_steps_);  // the line's last step's
       r["breakdown"] = interval_.breakdown_record();
       interval_.add_consistency(&r);
       if (!slow.empty()) r["straggler"] = slow;

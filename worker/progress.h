@@ -9,6 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "shared/train/optimizer.h"
 #include "shared/util/modes.h"
 #include "shared/net/transport.h"
 #include "worker/ps_client.h"
@@ -74,6 +75,7 @@ struct ProgressOptions {
   int num_ps = 1;           // S (named in the summary line but in allreduce)
   int epochs = 10;          // --epochs
   int log_every = 100;      // --log-every: a progress line every this many steps
+  OptimizerOptions optimizer;  // its learning-rate schedule, for the metrics records' "lr"
 };
 
 // A worker's figures of the progress interval and of the whole run, from every step's results;
@@ -83,7 +85,8 @@ class Progress {
  public:
   // Starts the run's clock and the first interval's. `metrics` (may be null: none) gets a record
   // of every progress line and of the summary (worker/metrics_sink.h).
-  Progress(const ProgressOptions& o, uint64_t steps_per_epoch, MetricsSink* metrics = nullptr);
+  // total_steps: the job's, for the learning rate's schedule.
+  Progress(const ProgressOptions& o, uint64_t steps_per_epoch, uint64_t total_steps, MetricsSink* metrics = nullptr);
 
   void add(const StepMetrics& m);
   // The chief after `step` of epoch `epoch` (both from 0; `last`: the job's last step): the
@@ -98,6 +101,7 @@ class Progress {
  private:
   const ProgressOptions o_;
   const uint64_t steps_per_epoch_;
+  const uint64_t total_steps_;
   MetricsSink* metrics_;
   Clock::time_point start_, interval_start_;
   StepStats interval_, run_;

@@ -205,7 +205,7 @@ class Trainer {
   void loop() {
     bind_cpu();
     start_prefetch(first_step_);
-    progress_ = std::make_unique<Progress>(o_.progress, steps_per_epoch_, &metrics_);  // the run's clock starts here
+    progress_ = std::make_unique<Progress>(o_.progress, steps_per_epoch_, total_steps_, &metrics_);  // the run's clock starts here
     uint64_t step = first_step_;
     while (step < total_steps_) {
       const StepMetrics m = run_step(step);
