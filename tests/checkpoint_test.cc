@@ -276,6 +276,15 @@ TEST(JobFingerprintTest, RecordsWhatMakesTheJobAndRoundTripsThroughTheManifest) 
   EXPECT_EQ(value("optimizer"), "adam");
   EXPECT_EQ(value("beta2"), "0.999");
   EXPECT_EQ(value("momentum"), "(absent)");  // not adam's
+  EXPECT_EQ(value("warmup-steps"), "(absent)");  // none: as in checkpoints from before the flag
+  // A warm-up recorded by the checkpoint and not in this job (or the other way) is a difference.
+  JobOptions warm = o;
+  warm.optimizer.warmup_steps = 100;
+  const Fingerprint w = job_fingerprint(job_identity(warm));
+  std::string accepted;
+  EXPECT_EQ(fingerprint_differences(w, f, {}, &accepted), "warmup-steps 100 (this job: none)");
+  EXPECT_EQ(fingerprint_differences(f, w, {}, &accepted), "warmup-steps (not recorded) (this job: 100)");
+  EXPECT_EQ(fingerprint_differences(w, f, {"warmup-steps"}, &accepted), "");
   for (const auto& [key, v] : f) {
     EXPECT_NE(std::find(fingerprint_keys().begin(), fingerprint_keys().end(), key), fingerprint_keys().end()) << key;
   }

@@ -88,6 +88,49 @@ TEST(OptimizerTest, CosineScheduleDecaysToZero) {
   EXPECT_NEAR(scheduled_lr(o, 100, 100), 0.0, 1e-12);
 }
 
+// Warm-up, then each schedule over the steps after it (the values by their definitions).
+TEST(OptimizerTest, WarmupStepDecayAndCosineRestarts) {
+  OptimizerOptions o = opts("sgd");  // lr 0.1
+  o.warmup_steps = 4;
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 0, 100), 0.025);
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 3, 100), 0.1);
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 50, 100), 0.1);  // constant after it
+  o.schedule = "cosine";  // over the 96 steps after the warm-up
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 4, 100), 0.1);
+  EXPECT_NEAR(scheduled_lr(o, 52, 100), 0.05, 1e-12);
+  EXPECT_NEAR(scheduled_lr(o, 100, 100), 0.0, 1e-12);
+  o.schedule = "step";
+  o.decay_steps = 10;
+  o.decay_rate = 0.5;
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 13, 100), 0.1);   // s = 9
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 14, 100), 0.05);  // s = 10
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 38, 100), 0.0125);
+  o.schedule = "cosine-restarts";
+  o.warmup_steps = 0;
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 0, 100), 0.1);
+  EXPECT_NEAR(scheduled_lr(o, 5, 100), 0.05, 1e-12);
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 10, 100), 0.1);  // the second cycle starts over
+  EXPECT_NEAR(scheduled_lr(o, 25, 100), 0.05, 1e-12);
+  o.cycle_mult = 2;  // cycles of 10, 20, 40 steps: [0, 10), [10, 30), [30, 70)
+  EXPECT_NEAR(scheduled_lr(o, 20, 100), 0.05, 1e-12);
+  EXPECT_DOUBLE_EQ(scheduled_lr(o, 30, 100), 0.1);
+  EXPECT_NEAR(scheduled_lr(o, 50, 100), 0.05, 1e-12);
+  EXPECT_GE(scheduled_lr(o, 1000000000000ull, 2000000000000ull), 0.0);  // cycles found in log time
+}
+
+TEST(OptimizerTest, AdamwIsAdam) {
+  OptimizerOptions a = opts("adam"), w = opts("adamw");
+  a.weight_decay = w.weight_decay = 0.01;
+  auto adam = make_optimizer(a, 3), adamw = make_optimizer(w, 3);
+  std::vector<float> p1 = {1, -2, 3}, p2 = p1;
+  const std::vector<float> g = {0.5f, 0.25f, -1};
+  for (uint64_t step = 0; step < 3; ++step) {
+    adam->apply(0, 3, p1.data(), g.data(), 1.0f, 0.1, step);
+    adamw->apply(0, 3, p2.data(), g.data(), 1.0f, 0.1, step);
+  }
+  EXPECT_EQ(p1, p2);
+}
+
 TEST(OptimizerTest, UnknownKindIsAnError) { EXPECT_THROW(make_optimizer(opts("rmsprop"), 1), Error); }
 
 }  // namespace

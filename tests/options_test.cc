@@ -92,6 +92,12 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   EXPECT_NE(message({"--no-such-flag"}).find("no-such-flag"), std::string::npos);
   EXPECT_NE(message({"--config", "/nonexistent/job.cfg"}).find("--config"), std::string::npos);
   EXPECT_NE(message({"--shuffle", "maybe"}).find("--shuffle"), std::string::npos);
+  EXPECT_EQ(message({"--lr-schedule", "step"}), "--lr-schedule step needs --lr-decay-steps (at least 1)");
+  EXPECT_EQ(message({"--lr-schedule", "cosine-restarts"}), "--lr-schedule cosine-restarts needs --lr-decay-steps (at least 1)");
+  EXPECT_EQ(message({"--lr-schedule", "linear"}), "--lr-schedule: 'linear' is not one of constant, cosine, step, cosine-restarts");
+  EXPECT_EQ(message({"--lr-decay-rate", "0"}), "--lr-decay-rate must be in (0, 1]");
+  EXPECT_EQ(message({"--lr-cycle-mult", "0.5"}), "--lr-cycle-mult must be in [1, 100]");
+  EXPECT_EQ(message({"--optimizer", "adamw", "--weight-decay", "0.01", "--warmup-steps", "100"}), "no error");
   EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "nohostport"}), UsageError);
   EXPECT_THROW(parse(Role::kWorker, {"--num-ps", "2", "--ps-hosts", "h:1"}), UsageError);
   EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "ipc://"}), UsageError);

@@ -27,7 +27,8 @@ void add_sep(std::string* to, const std::string& text) {
 }  // namespace
 
 const std::vector<std::string>& fingerprint_keys() {
-  static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "momentum",
+  static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "warmup-steps",
+                                                "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "momentum",
                                                 "beta1", "beta2", "epsilon", "weight-decay", "seed", "shuffle",
                                                 "data", "num-workers", "worker-batches"};
   return keys;
@@ -45,8 +46,15 @@ Fingerprint job_fingerprint(const JobIdentity& o) {
       {"lr", number(opt.lr)},
       {"lr-schedule", opt.schedule},
   };
+  // Written only where they matter, so that checkpoints of earlier versions (without them) match.
+  if (opt.warmup_steps > 0) f.emplace_back("warmup-steps", std::to_string(opt.warmup_steps));
+  if (opt.schedule == "step" || opt.schedule == "cosine-restarts") {
+    f.emplace_back("lr-decay-steps", std::to_string(opt.decay_steps));
+  }
+  if (opt.schedule == "step") f.emplace_back("lr-decay-rate", number(opt.decay_rate));
+  if (opt.schedule == "cosine-restarts") f.emplace_back("lr-cycle-mult", number(opt.cycle_mult));
   if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
-  if (opt.kind == "adam") {
+  if (opt.kind == "adam" || opt.kind == "adamw") {
     f.emplace_back("beta1", number(opt.beta1));
     f.emplace_back("beta2", number(opt.beta2));
     f.emplace_back("epsilon", number(opt.epsilon));
@@ -70,6 +78,14 @@ std::string fingerprint_differences(const Fingerprint& saved, const Fingerprint&
     const std::string was = it == theirs.end() ? "(not recorded)" : it->second;
     if (was == value) continue;
     const std::string text = key + " " + was + " (this job: " + value + ")";
+    const bool ok = all || std::find(allowed.begin(), allowed.end(), key) != allowed.end();
+    add_sep(ok ? accepted : &refused, text);
+  }
+  // A key the checkpoint has and this job does not (a warm-up this job lacks, say).
+  const std::map<std::string, std::string> mine(ours.begin(), ours.end());
+  for (const auto& [key, was] : saved) {
+    if (mine.count(key) != 0) continue;
+    const std::string text = key + " " + was + " (this job: none)";
     const bool ok = all || std::find(allowed.begin(), allowed.end(), key) != allowed.end();
     add_sep(ok ? accepted : &refused, text);
   }

@@ -105,13 +105,17 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
       ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
-      ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam (applied on the PS)")
+      ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam | adamw (applied on the PS; adamw is Adam, whose --weight-decay is decoupled as AdamW's: give it, e.g. 0.01, PyTorch's AdamW default)")
       ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
       ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
       ("beta1", po::value(&o.optimizer.beta1)->default_value(o.optimizer.beta1), "Adam first-moment decay")
       ("beta2", po::value(&o.optimizer.beta2)->default_value(o.optimizer.beta2), "Adam second-moment decay")
       ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
-      ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine: cosine decays the learning rate to 0 over the job's steps")
+      ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine | step | cosine-restarts, after --warmup-steps: cosine decays the learning rate to 0 over the job's steps; step multiplies it by --lr-decay-rate every --lr-decay-steps steps; cosine-restarts decays it to 0 over a cycle of --lr-decay-steps steps, then starts again, each cycle --lr-cycle-mult times as long as the one before (SGDR)")
+      ("warmup-steps", po::value(&o.optimizer.warmup_steps)->default_value(o.optimizer.warmup_steps), "raise the learning rate linearly from lr/W to lr over the first W steps, then follow --lr-schedule over the rest")
+      ("lr-decay-steps", po::value(&o.optimizer.decay_steps)->default_value(o.optimizer.decay_steps), "--lr-schedule step: steps between decays; cosine-restarts: the first cycle's length (both need it)")
+      ("lr-decay-rate", po::value(&o.optimizer.decay_rate)->default_value(o.optimizer.decay_rate), "--lr-schedule step: the factor applied at each decay, in (0, 1]")
+      ("lr-cycle-mult", po::value(&o.optimizer.cycle_mult)->default_value(o.optimizer.cycle_mult), "--lr-schedule cosine-restarts: each cycle is this many times as long as the one before (>= 1)")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)")
@@ -239,11 +243,16 @@ void validate(const JobOptions& o, Role role) {
   require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
-  require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam",
-          "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam");
+  require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam" || opt.kind == "adamw",
+          "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam, adamw");
   require(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive number");
-  require(opt.schedule == "constant" || opt.schedule == "cosine",
-          "--lr-schedule: '" + opt.schedule + "' is not one of constant, cosine");
+  require(opt.schedule == "constant" || opt.schedule == "cosine" || opt.schedule == "step" ||
+              opt.schedule == "cosine-restarts",
+          "--lr-schedule: '" + opt.schedule + "' is not one of constant, cosine, step, cosine-restarts");
+  require(opt.decay_steps >= 1 || (opt.schedule != "step" && opt.schedule != "cosine-restarts"),
+          "--lr-schedule " + opt.schedule + " needs --lr-decay-steps (at least 1)");
+  require(opt.decay_rate > 0 && opt.decay_rate <= 1, "--lr-decay-rate must be in (0, 1]");
+  require(opt.cycle_mult >= 1 && opt.cycle_mult <= 100, "--lr-cycle-mult must be in [1, 100]");
   require(opt.momentum >= 0 && opt.momentum < 1, "--momentum must be in [0, 1)");
   require(opt.beta1 >= 0 && opt.beta1 < 1, "--beta1 must be in [0, 1)");
   require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");

@@ -96,16 +96,38 @@ class Adam final : public OptimizerBase {
 }  // namespace
 
 double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t total_steps) {
-  if (options.schedule != "cosine" || total_steps == 0) return options.lr;
-  const double progress = std::min(1.0, static_cast<double>(step) / static_cast<double>(total_steps));
-  return options.lr * 0.5 * (1.0 + std::cos(M_PI * progress));
+  const uint64_t warmup = options.warmup_steps;
+  if (step < warmup) return options.lr * static_cast<double>(step + 1) / static_cast<double>(warmup);
+  const uint64_t s = step - warmup;
+  const auto cosine = [&](double done, double length) {
+    return options.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, done / length)));
+  };
+  if (options.schedule == "cosine") {
+    return total_steps > warmup ? cosine(static_cast<double>(s), static_cast<double>(total_steps - warmup))
+                                : options.lr;
+  }
+  if (options.schedule == "step" && options.decay_steps > 0) {
+    return options.lr * std::pow(options.decay_rate, static_cast<double>(s / options.decay_steps));
+  }
+  if (options.schedule == "cosine-restarts" && options.decay_steps > 0) {
+    if (options.cycle_mult <= 1.0) {
+      return cosine(static_cast<double>(s % options.decay_steps), static_cast<double>(options.decay_steps));
+    }
+    double at = static_cast<double>(s), length = static_cast<double>(options.decay_steps);
+    while (at >= length) {  // a logarithmic number of cycles: each is longer than the one before
+      at -= length;
+      length *= options.cycle_mult;
+    }
+    return cosine(at, length);
+  }
+  return options.lr;
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, size_t n) {
   if (options.kind == "sgd") return std::make_unique<Sgd>(options, n);
   if (options.kind == "momentum") return std::make_unique<Momentum>(options, n);
-  if (options.kind == "adam") return std::make_unique<Adam>(options, n);
-  throw Error("unknown optimizer '" + options.kind + "' (expected sgd, momentum or adam)");
+  if (options.kind == "adam" || options.kind == "adamw") return std::make_unique<Adam>(options, n);
+  throw Error("unknown optimizer '" + options.kind + "' (expected sgd, momentum, adam or adamw)");
 }
 
 }  // namespace pstrain

@@ -13,14 +13,18 @@ namespace pstrain {
 
 // --optimizer and its hyper-parameters (filled from the job's flags in main).
 struct OptimizerOptions {
-  std::string kind = "adam";    // sgd | momentum | adam
+  std::string kind = "adam";    // sgd | momentum | adam | adamw (Adam: its weight decay is decoupled)
   double lr = 1e-3;             // learning rate
   double momentum = 0.9;        // momentum coefficient (momentum)
   double beta1 = 0.9;           // Adam first-moment decay
   double beta2 = 0.999;         // Adam second-moment decay
   double epsilon = 1e-8;        // Adam denominator epsilon
   double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
-  std::string schedule = "constant";  // constant | cosine (lr decays to 0 over the job's steps)
+  std::string schedule = "constant";  // constant | cosine | step | cosine-restarts (scheduled_lr)
+  uint64_t warmup_steps = 0;  // lr rises linearly over the first this many steps, then the schedule
+  uint64_t decay_steps = 0;   // step: decay every this many steps; cosine-restarts: the first cycle
+  double decay_rate = 0.1;    // step: the factor of each decay
+  double cycle_mult = 1.0;    // cosine-restarts: each cycle this many times as long as the one before
 };
 
 class Optimizer {
@@ -38,7 +42,10 @@ class Optimizer {
   virtual std::vector<std::vector<float>*> state() { return {}; }
 };
 
-// The learning rate of update `step` (0-based) of a job of `total_steps` updates.
+// The learning rate of update `step` (0-based) of a job of `total_steps` updates: lr * (step + 1) /
+// warmup_steps during the warm-up, then over the steps after it (s from 0): constant; cosine to 0
+// at the job's end; step, lr * decay_rate^floor(s / decay_steps); cosine-restarts, a cosine from
+// lr to 0 over each cycle, the first decay_steps long, each next cycle_mult times longer (SGDR).
 double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t total_steps);
 
 // Creates the optimizer for a range of `n` parameters with zeroed state; throws pstrain::Error
