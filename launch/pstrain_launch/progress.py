@@ -29,12 +29,15 @@ _STRAGGLER = re.compile(r"\b(w[0-9]+) is the slowest in ([0-9.]+%)")
 
 
 def shown(text):
-    """Where a process's line goes in bar mode: "result" (stdout), "log" (stderr: warnings,
-    errors, and lines not in the log format, such as a usage error) or None (the log file only)."""
+    """Where a process's line goes in bar mode: "result" (stdout), "log" (stderr: warnings but
+    the straggler's, errors, and lines not in the log format, such as a usage error) or None (the
+    log file only)."""
     match = _LOG_LINE.match(text)
     if match is None:
         return "log"
     level, body = match.group(1), match.group(2)
+    if level == b"W" and body.startswith(b"straggler: "):
+        return None  # the bar names the slowest worker; each progress line would repeat it
     if level in (b"W", b"E"):
         return "log"
     if level == b"I" and _RESULT.search(body):
