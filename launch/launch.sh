@@ -3,7 +3,8 @@
 # (ssh), started in order, watched together and stopped together, with one exit code. With no
 # arguments it installs what is missing, builds pstrain and runs the default job
 # (configs/fashion_mlp.cfg). See --help, docs/operations.md and docs/cluster.md. `launch.sh status
-# [RUNDIR]` and `launch.sh stop [RUNDIR]` look at and stop a running job (pstrain_launch/status.py).
+# [RUNDIR]` and `launch.sh stop [RUNDIR]` look at and stop a running job (pstrain_launch/status.py);
+# `launch.sh plot [RUNDIR]` draws its curves (pstrain_launch/plot.py).
 #
 # This script does the setup (launch/setup.sh: packages and build), then hands over to the
 # launcher's core, the Python package launch/pstrain_launch (placement, commands, supervision).
@@ -14,7 +15,7 @@ readonly REPO EXIT_SETUP=3
 
 no_setup=${PSTRAIN_NO_SETUP:-0}
 case ${1:-} in
-  status | stop) no_setup=1 ;;  # a running job's: nothing to build
+  status | stop | plot) no_setup=1 ;;  # a job's run directory: nothing to build
 esac
 for arg in "$@"; do
   case $arg in

@@ -16,6 +16,9 @@ PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 declare -ga PSTRAIN_PACKAGES=(python3 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist)
+# Wanted, not needed: matplotlib for the launcher's plots (launch.sh plot). A failed install is a
+# warning, never a failed setup.
+declare -ga PSTRAIN_OPTIONAL_PACKAGES=(python3-matplotlib)
 # Tools: only installed when the command is missing (a cmake from elsewhere is fine).
 declare -gA PSTRAIN_TOOLS=([cmake]=cmake [g++]=g++ [make]=make)
 
@@ -79,6 +82,26 @@ pstrain_install_packages() {
   return 1
 }
 
+# Installs PSTRAIN_OPTIONAL_PACKAGES where it can; says what it could not, and returns 0.
+pstrain_install_optional() {
+  local -a missing=()
+  local pkg
+  for pkg in "${PSTRAIN_OPTIONAL_PACKAGES[@]}"; do
+    [[ $(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null) == installed ]] || missing+=("$pkg")
+  done
+  ((${#missing[@]})) || return 0
+  if ((EUID != 0)) && ! sudo -n true 2>/dev/null </dev/null; then
+    echo "setup: optional packages missing (plots): ${missing[*]}; sudo apt-get install ${missing[*]}"
+  elif ! pstrain_apt_knows "${missing[@]}"; then
+    echo "setup: warning: apt knows no ${missing[*]} (optional: plots); going on without" >&2
+  else
+    echo "setup: installing optional packages (plots): ${missing[*]}"
+    pstrain_apt_get install --no-install-recommends "${missing[@]}" ||
+      echo "setup: warning: could not install ${missing[*]} (optional: plots); going on without" >&2
+  fi
+  return 0
+}
+
 pstrain_check_packages() {
   if [[ ${PSTRAIN_NO_INSTALL:-0} == 1 ]]; then
     echo "setup: PSTRAIN_NO_INSTALL=1: not checking packages"
@@ -87,7 +110,7 @@ pstrain_check_packages() {
          "${PSTRAIN_PACKAGES[*]} cmake g++ make"
   else
     echo "setup: checking packages (dpkg-query)"
-    pstrain_install_packages
+    pstrain_install_packages && pstrain_install_optional
   fi
 }
 

@@ -30,7 +30,8 @@ def _formatter(prog):
 def parser(repo, forwarded_env):
     p = _Parser(prog="launch/launch.sh", usage="%(prog)s [options] [-- job flags for every process]\n"
                                                "       %(prog)s status [RUNDIR]     (a running job: processes, step, ETA)\n"
-                                               "       %(prog)s stop [RUNDIR]       (stop it as SIGTERM does)",
+                                               "       %(prog)s stop [RUNDIR]       (stop it as SIGTERM does)\n"
+                                               "       %(prog)s plot [RUNDIR]       (RUNDIR/curves.png and breakdown.png)",
                 add_help=False, allow_abbrev=False, formatter_class=_formatter,
                 description="Runs S parameter servers and N workers of pstrain on this machine or across hosts, "
                             "prefixes and\nlogs their output, stops all of them as soon as one fails, and exits "
@@ -77,6 +78,14 @@ def parser(repo, forwarded_env):
         "job). The replacement gets the current parameters and redoes the step its predecessor left, so nothing "
         "is lost or counted twice. A PS shard that dies restarts the whole job from its last complete checkpoint "
         "(needs the job's --checkpoint-dir). Sync mode, local or ssh launcher."))
+    job.add_argument("--progress", metavar="MODE", default="auto", help=(
+        "auto (default) | bar | lines. bar: one live status line at the bottom of the terminal (bar, "
+        "percentage, step/total, samples/s, loss, the slowest worker if there is a straggler, ETA), from the "
+        "chief's metrics file; above it the results (summary, evaluations, saved files, plots) on stdout and "
+        "the launcher's lines and the processes' warnings and errors on stderr; the processes' other lines go "
+        "to RUNDIR/<name>.log only. lines: every line on stdout, each process's prefixed with [name]. auto: "
+        "bar when stdout is a terminal (not TERM=dumb), the launcher is local and the metrics file is not "
+        "'none'; else lines (pipes, CI, Slurm)"))
     job.add_argument("--no-setup", action="store_true", help="do not install packages or build (same as PSTRAIN_NO_SETUP=1)")
     job.add_argument("-h", "--help", action="store_true", help="this help")
 

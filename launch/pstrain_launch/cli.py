@@ -5,6 +5,7 @@ docs/operations.md (one host), docs/cluster.md (several hosts).
 """
 
 import fcntl
+import importlib.util
 import os
 import re
 import shlex
@@ -16,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
-from . import args, check, devices, jobstate, placement, status, steps
+from . import args, check, devices, jobstate, placement, plot, progress, status, steps
 from .args import DEFAULT_BASE_PORT, UsageError
 from .supervisor import Output, Supervisor, describe_status
 
@@ -30,6 +31,8 @@ STAND_IN_PORT = "65535"
 # before the launcher gives up on it: the job cannot take a step while one of its processes is
 # stopped, and the launcher is to exit promptly when signalled.
 STOPPED_GIVE_UP_S = 2
+# Seconds the plots at the end of a run may take (matplotlib's first import builds a font cache).
+PLOT_TIMEOUT_S = 120
 
 
 def usage():
@@ -161,12 +164,37 @@ class Settings:
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
         self.worker_batch = self._worker_batch(flags)
+        self.metrics_flag = job_flag(self.extra, "metrics-file") or config_value("metrics-file", self.config)
+        self.progress = self._progress(flags.progress)
         try:
             own = job_flag(self.extra, "bind-cpu") is not None or config_value("bind-cpu", self.config) is not None
             self.worker_cpus = [] if own else placement.worker_cpus(
                 flags.cpu_bind, self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
+
+    def _progress(self, mode):
+        """--progress: True for the live status line (bar mode), False for today's lines."""
+        if mode not in ("auto", "bar", "lines"):
+            raise UsageError(f"--progress: '{mode}' is not auto, bar or lines")
+        if mode == "lines":
+            return False
+        why_not = ("the chief's metrics file is on its own host (--launcher " + self.launcher + ")"
+                   if self.launcher != "local" else "the job says --metrics-file none" if self.metrics_flag == "none"
+                   else None)
+        if mode == "auto":
+            return why_not is None and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+        if why_not:
+            raise UsageError(f"--progress bar reads the chief's metrics file, but {why_not}; "
+                             "use --progress lines (or auto)")
+        return True
+
+    def metrics_path(self):
+        """The chief's metrics file as this host sees it (a relative --metrics-file is from the
+        launcher's directory, which local processes share), or None for --metrics-file none."""
+        if self.metrics_flag == "none":
+            return None
+        return os.path.abspath(self.metrics_flag) if self.metrics_flag else os.path.join(self.run_dir, "metrics.jsonl")
 
     def _devices(self, flags):
         """--devices: every host runs one worker per entry, so the number of workers follows."""
@@ -296,6 +324,7 @@ class Run:
         self.secret = ""  # the job's CURVE secret key, for processes on other hosts
         self.received = None  # (name, exit code) of a signal to act on
         self.state = None  # RUNDIR/job.json (jobstate.JobState), once main() runs
+        self.bar = None  # progress.ProgressBar in bar mode (--progress), once main() runs
 
     # -------------------------------------------------------------- commands
 
@@ -616,6 +645,8 @@ class Run:
             if deadline is not None and time.monotonic() >= deadline:
                 raise Stop(f"{' '.join(c.label for c in live)} still running {self.s.ps_exit_timeout}s "
                            "after the workers finished", EXIT_FAILED)
+            if self.bar:
+                self.bar.tick()
             time.sleep(0.1)
         left = self.sup.running_groups()
         if left:
@@ -746,6 +777,9 @@ class Run:
         self.state = jobstate.JobState(s.run_dir, s.launcher, s.mode, s.num_ps, s.num_workers, s.config,
                                        self.checkpoint_dir())
         self.state.save()
+        if s.progress:
+            self.bar = progress.ProgressBar(self.out, s.metrics_path(), s.run_dir,
+                                            lambda: progress.terminal_columns(sys.stdout))
         code, why = self.run()
         self.state.ended(code, why)
         return code
@@ -775,18 +809,48 @@ class Run:
                     self.sup.stop_all()
                     # From its checkpoint: --resume=auto becomes --resume (none is an error now).
                     s.extra = [a for a in s.extra if a != "--resume" and not a.startswith("--resume=")] + ["--resume"]
+            self.end_progress()
             if self.final:
                 self.out.say(f"stopped after the final checkpoint ({self.final[0]}); resume with --resume; "
                              f"logs in {s.run_dir}")
                 return self.final[1], f"stopped by {self.final[0]} after the final checkpoint"
         except Stop as stop:
             self.stopping = True
+            self.end_progress()
             self.out.say(f"{stop}; stopping all")
             self.sup.stop_all()
             self.out.say(f"stopped; logs in {s.run_dir}")
             return stop.code, str(stop)
+        self.write_plots()
         self.out.say(f"training completed; logs in {s.run_dir}")
         return EXIT_OK, "training completed"
+
+    def end_progress(self):
+        if self.bar:
+            self.bar.finish()
+            self.bar = None
+
+    def write_plots(self):
+        """After a completed run, when matplotlib can be imported: `launch.sh plot`'s PNGs, in a
+        process of their own with a deadline. Plots are a convenience: nothing here fails the run."""
+        metrics = self.s.metrics_path()
+        if metrics is None or not os.path.isfile(metrics) or importlib.util.find_spec("matplotlib") is None:
+            return
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (os.path.join(REPO, "launch"), os.environ.get("PYTHONPATH")) if p))
+        argv = [sys.executable, "-m", "pstrain_launch", "plot", self.s.run_dir, "--metrics-file", metrics]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                                  timeout=PLOT_TIMEOUT_S)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            self.out.say(f"no plots ({e})")
+            return
+        if done.returncode == 0:
+            self.out.say(f"plots: {' '.join(plot.outputs(self.s.run_dir))} (redraw: launch/launch.sh plot "
+                         f"{self.s.run_dir})", result=True)
+        else:
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            self.out.say(f"no plots: {said.removeprefix('launch: plot: ')}")
 
     def check_binaries(self):
         if self.s.launcher == "ssh":
@@ -843,6 +907,8 @@ def make_run_dir(path):
 def main(argv):
     if argv and argv[0] in ("status", "stop"):
         return status.main(argv, REPO)
+    if argv and argv[0] == "plot":
+        return plot.main(argv[1:], REPO)
     try:
         flags, extra = parse_args(argv)
         if flags.help:
@@ -858,6 +924,6 @@ def main(argv):
         print(f"launch: {e} (see launch/launch.sh --help)", file=sys.stderr)
         return EXIT_USAGE
     os.environ["PSTRAIN_RUN_DIR"] = settings.run_dir
-    output = Output(settings.run_dir)
+    output = Output(settings.run_dir, progress.shown if settings.progress else None)
     output.say(f"run directory {settings.run_dir}")
     return Run(settings, output).main()

@@ -119,13 +119,17 @@ def last_records(run_dir):
     return progress, summary, age
 
 
+# The chief's line giving the job's length (worker/trainer.cc).
+TOTAL_STEPS = re.compile(r"\btraining ([0-9]+) steps")
+
+
 def total_steps(run_dir):
     """The chief's "training N steps" (its last, after a restart), or None."""
     total = None
     try:
         with open(os.path.join(run_dir, "w0.log"), encoding="utf-8", errors="replace") as f:
             for line in f:
-                match = re.search(r"\btraining ([0-9]+) steps", line)
+                match = TOTAL_STEPS.search(line)
                 if match:
                     total = int(match.group(1))
     except OSError:
@@ -147,6 +151,15 @@ def last_checkpoint(checkpoint_dir):
     return None
 
 
+def eta_s(progress, total, age):
+    """Seconds left: the steps left at the progress record's ms per step, less the `age` (s) of
+    the record; None without a total or a step time."""
+    ms = progress.get("ms_per_step")
+    if not total or not ms:
+        return None
+    return max(total - progress.get("step", 0), 0) * ms / 1000.0 - age
+
+
 def progress_line(run_dir):
     progress, summary, age = last_records(run_dir)
     if summary is not None:
@@ -159,9 +172,9 @@ def progress_line(run_dir):
     text += f", epoch {progress.get('epoch')}, {progress.get('samples_per_s', 0):,.0f} samples/s"
     if progress.get("loss") is not None:
         text += f", loss {progress['loss']:.4f}"
-    ms = progress.get("ms_per_step")
-    if total and ms:
-        text += f", ETA {duration(max(total - step, 0) * ms / 1000.0 - age)}"
+    eta = eta_s(progress, total, age)
+    if eta is not None:
+        text += f", ETA {duration(eta)}"
     if progress.get("straggler"):
         text += f"; {progress['straggler']}"
     return text + f" (as of {duration(age)} ago)"

@@ -38,23 +38,60 @@ def describe_status(code):
 
 
 class Output:
-    """Our stdout and RUNDIR/launch.log, shared by the main thread and the readers."""
+    """Our stdout and RUNDIR/launch.log, shared by the main thread and the readers.
 
-    def __init__(self, run_dir=None):
+    Lines mode (the default): every line goes to stdout, a process's with its "[label] " prefix.
+    Bar mode (`shown` given: progress.shown): a live status line stays at the bottom of stdout; the
+    launcher's lines and the processes' warnings and errors go to stderr, results (a process's
+    summary and evaluations, where plots were written) to stdout, above it; the processes'
+    other lines only to their log files, as `shown` (a line -> "result", "log" or None) says."""
+
+    def __init__(self, run_dir=None, shown=None):
         self.lock = threading.Lock()
         self.run_dir = run_dir
+        self.shown = shown
+        self.bar = shown is not None
+        self.live = ""  # bar mode: the status line shown at the bottom of stdout ("": none yet)
 
-    def say(self, message):
-        self.write(f"launch: {message}\n".encode())
+    def say(self, message, result=False):
+        self._line(f"launch: {message}\n".encode(), to_stdout=result or not self.bar)
         if self.run_dir:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S")
             with open(os.path.join(self.run_dir, "launch.log"), "a", encoding="utf-8") as log:
                 log.write(f"{stamp} {message}\n")
 
-    def write(self, data):
+    def relay(self, label, text):
+        """A process's line (ending in a newline)."""
+        where = self.shown(text) if self.bar else "result"
+        if where is not None:
+            self._line(f"[{label}] ".encode() + text, to_stdout=where == "result")
+
+    def show(self, line):
+        """Bar mode: replaces the status line."""
         with self.lock:
-            sys.stdout.buffer.write(data)
+            self.live = line
+            sys.stdout.buffer.write(b"\r\x1b[K" + line.encode())
             sys.stdout.buffer.flush()
+
+    def end_live(self):
+        """Bar mode: leaves the status line on the screen; later lines go below it."""
+        with self.lock:
+            if self.live:
+                sys.stdout.buffer.write(b"\n")
+                sys.stdout.buffer.flush()
+            self.live = ""
+
+    def _line(self, data, to_stdout):
+        with self.lock:
+            if self.live:
+                sys.stdout.buffer.write(b"\r\x1b[K")
+                sys.stdout.buffer.flush()
+            stream = sys.stdout if to_stdout else sys.stderr
+            stream.buffer.write(data)
+            stream.buffer.flush()
+            if self.live:
+                sys.stdout.buffer.write(self.live.encode())
+                sys.stdout.buffer.flush()
 
 
 class Child:
@@ -162,7 +199,7 @@ class Supervisor:
                     logs[who] = open(os.path.join(self.run_dir, f"{who}.log"), "ab")
                 logs[who].write(text)
                 logs[who].flush()
-                self.out.write(f"[{tag}] ".encode() + text)
+                self.out.relay(tag, text)
         finally:
             for log in logs.values():
                 log.close()

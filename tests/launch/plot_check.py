@@ -1,0 +1,129 @@
+"""`launch.sh plot RUNDIR` (launch/pstrain_launch/plot.py) on finished run directories of the
+default job's shape (configs/fashion_mlp.cfg: 2 workers x 64, 10 epochs of 468 steps, a progress
+record every 100 steps and at each epoch's end) and of the CNN's (configs/fashion_cnn.cfg: 8
+epochs), their metrics files written here as the chief writes them: both PNG files exist, are PNG
+files and are not trivially small. Exits 77 (ctest's skip) when matplotlib cannot be imported.
+
+    python3 tests/launch/plot_check.py [-v]
+"""
+
+import importlib.util
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LAUNCH = os.path.join(HERE, "..", "..", "launch", "launch.sh")
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+MIN_PNG_BYTES = 8 * 1024  # an empty 900 x 700 figure with axes and text is well above this
+
+
+def write_metrics(path, epochs, steps_per_epoch, compute_ms, log_every=100):
+    """A metrics file as the chief writes it: progress records every `log_every` steps and at each
+    epoch's end, an epoch record after each epoch, a summary; losses falling, accuracies rising."""
+    with open(path, "w", encoding="utf-8") as f:
+        def put(record):
+            f.write(json.dumps(record) + "\n")
+        step, t = 0, 0.0
+        for epoch in range(1, epochs + 1):
+            for epoch_step in range(1, steps_per_epoch + 1):
+                step += 1
+                if epoch_step % log_every and epoch_step != steps_per_epoch:
+                    continue
+                loss = 0.3 + 2.0 * math.exp(-step / 400.0)
+                wait = 1.2 + 0.2 * math.sin(step / 50.0)
+                parts = {"data_ms": 0.07, "compute_ms": compute_ms, "push_ms": 0.15, "wait_ms": wait,
+                         "pull_ms": 0.06, "eval_ms": 3.0 if epoch_step <= log_every and epoch > 1 else 0.0,
+                         "ckpt_ms": 0.0}
+                step_ms = sum(parts.values())
+                t += step_ms * log_every / 1000.0
+                put({"time_s": t, "kind": "progress", "step": step, "epoch": epoch, "epoch_step": epoch_step,
+                     "loss": loss, "accuracy": 1.0 - loss / 3.0, "samples_per_s": 128000.0 / step_ms,
+                     "ms_per_step": step_ms, "lr": 0.001, "breakdown": dict(step_ms=step_ms, **parts)})
+            test_loss = 0.35 + 2.0 * math.exp(-step / 500.0)
+            put({"time_s": t, "kind": "epoch", "epoch": epoch, "step": step, "train_loss": test_loss - 0.05,
+                 "train_accuracy": 0.95 - test_loss / 3.0, "test_loss": test_loss,
+                 "test_accuracy": 0.9 - test_loss / 3.0, "test_samples": 10000})
+        put({"time_s": t, "kind": "summary", "mode": "sync", "workers": 2, "ps": 1, "steps": step, "seconds": t,
+             "samples_per_s": 50000.0, "train_loss": 0.3, "train_accuracy": 0.9, "test_loss": 0.35,
+             "test_accuracy": 0.89, "stopped": False, "breakdown": {}})
+
+
+class PlotTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="pstrain-plot-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def plot(self, run_dir, *flags):
+        # launch.sh runs the python3 first on PATH: this one, which can import matplotlib.
+        env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+        return subprocess.run(["bash", LAUNCH, "plot", run_dir, *flags], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, timeout=120, env=env)
+
+    def check_pngs(self, run_dir):
+        for name in ("curves.png", "breakdown.png"):
+            path = os.path.join(run_dir, name)
+            self.assertTrue(os.path.isfile(path), f"{path} is missing")
+            with open(path, "rb") as f:
+                data = f.read()
+            self.assertEqual(data[:8], PNG_SIGNATURE, f"{path} is not a PNG file")
+            self.assertGreater(len(data), MIN_PNG_BYTES, f"{path} is only {len(data)} bytes")
+
+    def run_dir(self, name):
+        path = os.path.join(self.dir, name)
+        os.mkdir(path)
+        return path
+
+    def test_default_job(self):
+        run_dir = self.run_dir("default")
+        write_metrics(os.path.join(run_dir, "metrics.jsonl"), epochs=10, steps_per_epoch=468, compute_ms=0.82)
+        done = self.plot(run_dir)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(f"wrote {run_dir}/curves.png and {run_dir}/breakdown.png", done.stdout)
+        self.check_pngs(run_dir)
+
+    def test_cnn(self):
+        run_dir = self.run_dir("cnn")
+        write_metrics(os.path.join(run_dir, "metrics.jsonl"), epochs=8, steps_per_epoch=468, compute_ms=14.0)
+        done = self.plot(run_dir)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.check_pngs(run_dir)
+
+    def test_metrics_file_elsewhere_and_a_line_being_written(self):
+        run_dir = self.run_dir("elsewhere")
+        metrics = os.path.join(self.dir, "m.jsonl")
+        write_metrics(metrics, epochs=1, steps_per_epoch=300, compute_ms=1.0)
+        with open(metrics, "a", encoding="utf-8") as f:
+            f.write('{"kind": "progr')
+        done = self.plot(run_dir, "--metrics-file", metrics)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.check_pngs(run_dir)
+
+    def test_nothing_to_plot(self):
+        run_dir = self.run_dir("empty")
+        done = self.plot(run_dir)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(f"cannot read {run_dir}/metrics.jsonl", done.stderr)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w", encoding="utf-8") as f:
+            f.write("")
+        done = self.plot(run_dir)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("no progress record", done.stderr)
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "curves.png")))
+
+    def test_usage(self):
+        done = self.plot(os.path.join(self.dir, "missing"))
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("is not a directory", done.stderr)
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("matplotlib") is None:
+        print("skipped: python3 cannot import matplotlib (Debian: python3-matplotlib)")
+        sys.exit(77)
+    unittest.main()
