@@ -831,10 +831,12 @@ class Run:
             self.bar = None
 
     def write_plots(self):
-        """After a completed run, when matplotlib can be imported: `launch.sh plot`'s PNGs, in a
-        process of their own with a deadline. Plots are a convenience: nothing here fails the run."""
+        """After a completed run shown with the progress bar (someone at a terminal), when
+        matplotlib can be imported: `launch.sh plot`'s PNGs, in a process of their own with a
+        deadline. Plots are a convenience: nothing here fails the run. Runs without the bar
+        (scripts, CI, Slurm) get none unasked: `launch.sh plot RUNDIR` draws them."""
         metrics = self.s.metrics_path()
-        if metrics is None or not os.path.isfile(metrics) or importlib.util.find_spec("matplotlib") is None:
+        if not self.s.progress or metrics is None or not os.path.isfile(metrics) or importlib.util.find_spec("matplotlib") is None:
             return
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (os.path.join(REPO, "launch"), os.environ.get("PYTHONPATH")) if p))
