@@ -202,7 +202,7 @@ TEST_F(CudaBackendTest, ReluBackwardMatchesCpuExactly) {
   const auto dy = random_floats(n, 7);
   const auto run = [&](Backend& backend) {
     BufferPtr ddy = put(backend, dy), dyv = put(backend, y);
-    backend.activation_backward(Activation::kRelu, dyv.get(), ddy.get(), ddy.get(), n);
+    backend.activation_backward(Activation::kRelu, nullptr, dyv.get(), ddy.get(), ddy.get(), n);
     return get(backend, ddy.get(), n);
   };
   expect_within(run(*gpu_), run(*cpu_), 0.0, "relu backward");
@@ -509,7 +509,7 @@ TEST_F(CudaBackendTest, BiasActivationAndDropoutOpsMatchCpu) {
   const auto act = [&](Backend& backend) {
     BufferPtr dx = put(backend, y), dout = backend.allocate(n), ddy = put(backend, dy);
     backend.activation(Activation::kTanh, dx.get(), dout.get(), n);
-    backend.activation_backward(Activation::kTanh, dout.get(), ddy.get(), ddy.get(), n);
+    backend.activation_backward(Activation::kTanh, nullptr, dout.get(), ddy.get(), ddy.get(), n);
     std::vector<float> out = get(backend, dout.get(), n);
     const std::vector<float> grad = get(backend, ddy.get(), n);
     out.insert(out.end(), grad.begin(), grad.end());
@@ -538,6 +538,25 @@ TEST_F(CudaBackendTest, BiasActivationAndDropoutOpsMatchCpu) {
     return get(backend, dx.get(), n);
   };
   expect_within(drop(*gpu_), drop(*cpu_), 0.0, "dropout");  // the same mask, the same product
+}
+
+// sigmoid and gelu (erf-based) on both backends: expf/erff and glibc's are within a few ulp, so
+// forward and backward agree within a few 1e-7 at inputs in [-4, 4].
+TEST_F(CudaBackendTest, SigmoidAndGeluMatchCpu) {
+  const size_t n = 4099;
+  const auto x = random_floats(n, 51, -4.0f, 4.0f), dy = random_floats(n, 52);
+  for (const Activation f : {Activation::kSigmoid, Activation::kGelu}) {
+    const auto run = [&](Backend& backend) {
+      BufferPtr dx = put(backend, x), dout = backend.allocate(n), ddy = put(backend, dy);
+      backend.activation(f, dx.get(), dout.get(), n);
+      backend.activation_backward(f, dx.get(), dout.get(), ddy.get(), ddy.get(), n);
+      std::vector<float> out = get(backend, dout.get(), n);
+      const std::vector<float> grad = get(backend, ddy.get(), n);
+      out.insert(out.end(), grad.begin(), grad.end());
+      return out;
+    };
+    expect_within(run(*gpu_), run(*cpu_), 2e-6, f == Activation::kSigmoid ? "sigmoid" : "gelu");
+  }
 }
 
 TEST_F(CudaBackendTest, BatchedGemmMatchesCpu) {

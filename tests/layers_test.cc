@@ -209,16 +209,32 @@ TEST(LayerOpsTest, ActivationsAndTheirGradients) {
   const auto dy = random_floats(1000, 8);
   std::vector<float> y(x.size()), dx(x.size());
   backend->activation(Activation::kTanh, x.data(), y.data(), x.size());
-  backend->activation_backward(Activation::kTanh, y.data(), dy.data(), dx.data(), x.size());
+  backend->activation_backward(Activation::kTanh, nullptr, y.data(), dy.data(), dx.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_NEAR(y[i], std::tanh(double{x[i]}), 1e-6);
     ASSERT_NEAR(dx[i], dy[i] / std::pow(std::cosh(double{x[i]}), 2), 1e-5);
   }
   backend->activation(Activation::kRelu, x.data(), y.data(), x.size());
-  backend->activation_backward(Activation::kRelu, y.data(), dy.data(), dx.data(), x.size());
+  backend->activation_backward(Activation::kRelu, nullptr, y.data(), dy.data(), dx.data(), x.size());
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_EQ(y[i], std::max(x[i], 0.0f));
     ASSERT_EQ(dx[i], x[i] > 0 ? dy[i] : 0.0f);
+  }
+  backend->activation(Activation::kSigmoid, x.data(), y.data(), x.size());
+  backend->activation_backward(Activation::kSigmoid, nullptr, y.data(), dy.data(), dx.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double s = 1 / (1 + std::exp(-double{x[i]}));
+    ASSERT_NEAR(y[i], s, 1e-6);
+    ASSERT_NEAR(dx[i], dy[i] * s * (1 - s), 1e-6);
+  }
+  // gelu: x Phi(x), and its derivative Phi(x) + x phi(x), in double; its backward reads x.
+  backend->activation(Activation::kGelu, x.data(), y.data(), x.size());
+  std::vector<float> junk(x.size(), 7.0f);  // not y: gelu's backward must not need its output
+  backend->activation_backward(Activation::kGelu, x.data(), junk.data(), dy.data(), dx.data(), x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const double v = x[i], cdf = 0.5 * (1 + std::erf(v / std::sqrt(2.0)));
+    ASSERT_NEAR(y[i], v * cdf, 1e-6);
+    ASSERT_NEAR(dx[i], dy[i] * (cdf + v * std::exp(-v * v / 2) / std::sqrt(2 * M_PI)), 1e-5);
   }
 }
 
@@ -249,8 +265,8 @@ TEST(LayerOpsTest, DropoutMaskDependsOnTheSampleAndTheSaltOnly) {
 // --- Whole models ----------------------------------------------------------------------------
 
 const char* const kEveryLayer =
-    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, relu, avgpool 2 stride=1, flatten, dense 6, relu, "
-    "dropout 0.3, dense 3";
+    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, gelu, avgpool 2 stride=1, flatten, dense 6, sigmoid, "
+    "dense 5, relu, dropout 0.3, dense 3";
 
 // The backward pass of a model with every kind of layer against central finite differences of
 // the summed loss (dropout's mask fixed by the keys, so the loss is a function of the parameters).

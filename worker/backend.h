@@ -20,7 +20,9 @@ using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
 #define PSTRAIN_HOST_DEVICE
 #endif
 
-enum class Activation { kRelu, kTanh };
+// relu, tanh, sigmoid (logistic), gelu (exact: x * Phi(x), Phi the standard normal CDF, erf-based,
+// as PyTorch's nn.GELU() by default).
+enum class Activation { kRelu, kTanh, kSigmoid, kGelu };
 enum class PoolKind { kMax, kAverage };
 
 // A 2-D convolution's input and output sizes (per sample; NCHW).
@@ -111,8 +113,10 @@ class Backend {
   virtual void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) = 0;
   // y = f(x) element-wise; y may be x.
   virtual void activation(Activation f, const float* x, float* y, size_t n) = 0;
-  // dx = dy * f'(.) given the activation's output y; dx may be dy.
-  virtual void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) = 0;
+  // dx = dy * f'(x): from the activation's output y (relu, tanh, sigmoid; x may then be null) or
+  // its input x (gelu); dx may be dy.
+  virtual void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                                   size_t n) = 0;
   // col[b] = the [C*K*K, OH*OW] patch matrix of sample b of x[batch, C, H, W] (zero padding):
   // row (c*K + ki)*K + kj, column oy*OW + ox holds x[b, c, oy*S - P + ki, ox*S - P + kj].
   virtual void im2col(const float* x, int batch, const ConvGeometry& g, float* col) = 0;

@@ -67,6 +67,8 @@ const std::vector<KindRule>& kinds() {
       {"flatten", 0, {nullptr, nullptr}, {}},
       {"relu", 0, {nullptr, nullptr}, {}},
       {"tanh", 0, {nullptr, nullptr}, {}},
+      {"sigmoid", 0, {nullptr, nullptr}, {}},
+      {"gelu", 0, {nullptr, nullptr}, {}},
       {"dropout", 1, {"the rate", nullptr}, {}},
       {"softmax", 0, {nullptr, nullptr}, {}},
   };
@@ -256,13 +258,14 @@ class Flatten final : public Layer {
 class Act final : public Layer {
  public:
   explicit Act(Activation f) : f_(f) {}
-  bool elementwise() const override { return true; }
+  // In place over its input, but gelu: its backward needs the input (no closed form from y).
+  bool elementwise() const override { return f_ != Activation::kGelu; }
   void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
     ctx.backend.activation(f_, x, y, static_cast<size_t>(batch) * in_.size());
   }
-  void backward(LayerContext& ctx, const float*, const float*, const float* y, const float* dy, float* dx, float*,
+  void backward(LayerContext& ctx, const float*, const float* x, const float* y, const float* dy, float* dx, float*,
                 int batch, bool) override {
-    if (dx != nullptr) ctx.backend.activation_backward(f_, y, dy, dx, static_cast<size_t>(batch) * in_.size());
+    if (dx != nullptr) ctx.backend.activation_backward(f_, x, y, dy, dx, static_cast<size_t>(batch) * in_.size());
   }
 
  private:
@@ -358,8 +361,11 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
   } else if (spec.kind == "flatten") {
     layer = std::make_unique<Flatten>();
     out = Shape::vector(in.size());
-  } else if (spec.kind == "relu" || spec.kind == "tanh") {
-    layer = std::make_unique<Act>(spec.kind == "relu" ? Activation::kRelu : Activation::kTanh);
+  } else if (spec.kind == "relu" || spec.kind == "tanh" || spec.kind == "sigmoid" || spec.kind == "gelu") {
+    layer = std::make_unique<Act>(spec.kind == "relu"      ? Activation::kRelu
+                                  : spec.kind == "tanh"    ? Activation::kTanh
+                                  : spec.kind == "sigmoid" ? Activation::kSigmoid
+                                                           : Activation::kGelu);
   } else if (spec.kind == "dropout") {
     layer = std::make_unique<Dropout>(static_cast<float>(spec.args[0]));
   } else {

@@ -251,9 +251,10 @@ class CudaBackend final : public Backend {
     kernels::activation(f, x, y, n, stream_.get());
   }
 
-  void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n) override {
+  void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                           size_t n) override {
     ScopedDevice guard(device_);
-    kernels::activation_backward(f, y, dy, dx, n, stream_.get());
+    kernels::activation_backward(f, x, y, dy, dx, n, stream_.get());
   }
 
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {

@@ -43,12 +43,31 @@ __global__ void channel_sums_kernel(const float* dy, int outer, int channels, in
 }
 
 __global__ void activation_kernel(Activation f, const float* x, float* y, size_t n) {
-  PSTRAIN_FOR_EACH(i, n) { y[i] = f == Activation::kRelu ? fmaxf(x[i], 0.0f) : tanhf(x[i]); }
+  PSTRAIN_FOR_EACH(i, n) {
+    const float v = x[i];
+    switch (f) {
+      case Activation::kRelu: y[i] = fmaxf(v, 0.0f); break;
+      case Activation::kTanh: y[i] = tanhf(v); break;
+      case Activation::kSigmoid: y[i] = 1.0f / (1.0f + expf(-v)); break;
+      case Activation::kGelu: y[i] = 0.5f * v * (1.0f + erff(v * 0.70710678118654752f)); break;
+    }
+  }
 }
 
-__global__ void activation_backward_kernel(Activation f, const float* y, const float* dy, float* dx, size_t n) {
+__global__ void activation_backward_kernel(Activation f, const float* x, const float* y, const float* dy, float* dx,
+                                           size_t n) {
   PSTRAIN_FOR_EACH(i, n) {
-    dx[i] = f == Activation::kRelu ? (y[i] > 0.0f ? dy[i] : 0.0f) : dy[i] * (1.0f - y[i] * y[i]);
+    switch (f) {
+      case Activation::kRelu: dx[i] = y[i] > 0.0f ? dy[i] : 0.0f; break;
+      case Activation::kTanh: dx[i] = dy[i] * (1.0f - y[i] * y[i]); break;
+      case Activation::kSigmoid: dx[i] = dy[i] * y[i] * (1.0f - y[i]); break;
+      case Activation::kGelu: {
+        const float v = x[i];
+        dx[i] = dy[i] * (0.5f * (1.0f + erff(v * 0.70710678118654752f)) +
+                         v * 0.3989422804014327f * expf(-0.5f * v * v));
+        break;
+      }
+    }
   }
 }
 
@@ -178,9 +197,10 @@ void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t s
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n, cudaStream_t stream) {
+void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx, size_t n,
+                         cudaStream_t stream) {
   if (n == 0) return;
-  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, y, dy, dx, n);
+  activation_backward_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, y, dy, dx, n);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

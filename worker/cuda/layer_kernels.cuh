@@ -20,7 +20,8 @@ void add_bias(float* y, const float* bias, int outer, int channels, int inner, c
 void channel_sums(const float* dy, int outer, int channels, int inner, float* db, bool accumulate,
                   cudaStream_t stream);
 void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t stream);
-void activation_backward(Activation f, const float* y, const float* dy, float* dx, size_t n, cudaStream_t stream);
+void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx, size_t n,
+                         cudaStream_t stream);
 void im2col(const float* x, int batch, const ConvGeometry& g, float* col, cudaStream_t stream);
 void col2im(const float* col, int batch, const ConvGeometry& g, float* dx, cudaStream_t stream);
 void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y, cudaStream_t stream);
