@@ -270,10 +270,12 @@ const char* const kEveryLayer =
 
 // The backward pass of a model with every kind of layer against central finite differences of
 // the summed loss (dropout's mask fixed by the keys, so the loss is a function of the parameters).
-TEST(ModelGradientTest, EveryLayerKindMatchesFiniteDifferences) {
+// The backward pass of `spec` on [2, 8, 8] inputs against central finite differences; returns the
+// number of parameters.
+size_t check_finite_differences(const char* spec) {
   auto backend = make_cpu_backend(1);
   const int batch = 4, classes = 3;
-  Model model(kEveryLayer, {2, 8, 8}, classes, batch, false, *backend);
+  Model model(spec, {2, 8, 8}, classes, batch, false, *backend);
   const size_t n = model.layout().total();
   std::vector<float> params(n), grad(n), scratch(n);
   model.init(3, params.data());
@@ -301,8 +303,42 @@ TEST(ModelGradientTest, EveryLayerKindMatchesFiniteDifferences) {
     worst = std::max(worst, err);
     bad += err > 5e-3;  // a max-pool or ReLU kink crossed by the step
   }
-  EXPECT_LE(bad, 2) << "worst " << worst;
-  EXPECT_GT(n, 150u);
+  EXPECT_LE(bad, 2) << spec << ": worst " << worst;
+  return n;
+}
+
+TEST(ModelGradientTest, EveryLayerKindMatchesFiniteDifferences) { EXPECT_GT(check_finite_differences(kEveryLayer), 150u); }
+
+// Global average pooling (a GEMM against a column of 1/(H*W)) and its backward, in a ResNet-style
+// head: convolutions, then each channel's mean, then a dense layer.
+TEST(ModelGradientTest, GlobalAveragePoolingMatchesFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("conv 4 3 pad=1, gelu, conv 6 3 stride=2 pad=1, tanh, globalavgpool, dense 3"),
+            100u);
+}
+
+TEST(LayerOpsTest, GlobalAveragePoolingIsEachChannelsMean) {
+  auto backend = make_cpu_backend(1);
+  const auto layer = make_layer(parse_model("globalavgpool")[0], Shape::image(3, 4, 5), 0);
+  EXPECT_EQ(layer->out().text(), "3");
+  std::vector<float> col(layer->col_floats(2));
+  LayerContext ctx{*backend, col.data()};
+  const auto x = random_floats(2 * 3 * 4 * 5, 21), dy = random_floats(2 * 3, 22);
+  std::vector<float> y(2 * 3), dx(x.size());
+  layer->forward(ctx, nullptr, x.data(), y.data(), 2);
+  layer->backward(ctx, nullptr, x.data(), y.data(), dy.data(), dx.data(), nullptr, 2, false);
+  for (size_t p = 0; p < 6; ++p) {
+    double sum = 0;
+    for (size_t i = 0; i < 20; ++i) sum += x[p * 20 + i];
+    EXPECT_NEAR(y[p], sum / 20, 1e-6) << p;
+    for (size_t i = 0; i < 20; ++i) EXPECT_FLOAT_EQ(dx[p * 20 + i], dy[p] / 20) << p;
+  }
+  try {
+    Model flat("dense 8, globalavgpool", {3, 4, 5}, 3, 2, false, *backend);
+    ADD_FAILURE() << "globalavgpool on a vector was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("'globalavgpool' needs an image input (channels x height x width), not 8"),
+              std::string::npos) << e.what();
+  }
 }
 
 // Gradients accumulate over micro-batches: two halves with accumulate equal the whole batch.

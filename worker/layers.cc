@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <vector>
 
 #include "shared/util/error.h"
 
@@ -65,6 +66,7 @@ const std::vector<KindRule>& kinds() {
       {"maxpool", 1, {"the window size", nullptr}, {"stride"}},
       {"avgpool", 1, {"the window size", nullptr}, {"stride"}},
       {"flatten", 0, {nullptr, nullptr}, {}},
+      {"globalavgpool", 0, {nullptr, nullptr}, {}},
       {"relu", 0, {nullptr, nullptr}, {}},
       {"tanh", 0, {nullptr, nullptr}, {}},
       {"sigmoid", 0, {nullptr, nullptr}, {}},
@@ -82,6 +84,7 @@ std::string kind_of(const std::string& word) {
   if (k == "linear") return "dense";
   if (k == "maxpool2d") return "maxpool";
   if (k == "avgpool2d") return "avgpool";
+  if (k == "gap" || k == "adaptiveavgpool2d") return "globalavgpool";
   return k;
 }
 
@@ -255,6 +258,30 @@ class Flatten final : public Layer {
                 bool) override {}
 };
 
+// Each channel's mean over its plane ([C, H, W] -> [C]), as a GEMM against a column of 1/(H*W)
+// put in the layer's scratch: no kernel of its own on any backend. Backward spreads dy / (H*W).
+class GlobalAvgPool final : public Layer {
+ public:
+  size_t col_floats(int) const override { return plane(); }
+  void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
+    fill_scale(ctx);
+    ctx.backend.gemm(false, false, batch * in_.c, 1, static_cast<int>(plane()), 1.0f, x, ctx.col, 0.0f, y);
+  }
+  void backward(LayerContext& ctx, const float*, const float*, const float*, const float* dy, float* dx, float*,
+                int batch, bool) override {
+    if (dx == nullptr) return;
+    fill_scale(ctx);
+    ctx.backend.gemm(false, false, batch * in_.c, static_cast<int>(plane()), 1, 1.0f, dy, ctx.col, 0.0f, dx);
+  }
+
+ private:
+  size_t plane() const { return static_cast<size_t>(in_.h) * static_cast<size_t>(in_.w); }
+  void fill_scale(LayerContext& ctx) const {
+    const std::vector<float> scale(plane(), 1.0f / static_cast<float>(plane()));
+    ctx.backend.upload(ctx.col, scale.data(), scale.size());
+  }
+};
+
 class Act final : public Layer {
  public:
   explicit Act(Activation f) : f_(f) {}
@@ -358,6 +385,10 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
       layer = std::make_unique<Pool>(spec.kind == "maxpool" ? PoolKind::kMax : PoolKind::kAverage, g);
       out = Shape::image(in.c, oh, ow);
     }
+  } else if (spec.kind == "globalavgpool") {
+    if (in.flat) throw UsageError(where + "needs an image input (channels x height x width), not " + in.text());
+    layer = std::make_unique<GlobalAvgPool>();
+    out = Shape::vector(static_cast<size_t>(in.c));
   } else if (spec.kind == "flatten") {
     layer = std::make_unique<Flatten>();
     out = Shape::vector(in.size());

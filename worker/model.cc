@@ -101,7 +101,10 @@ Network::Plan Network::plan(bool recompute) const {
     // every pooling or flatten layer (the resolution changes), so a block is a stage of
     // convolutions and their activations up to its pooling.
     const std::string& before = l == 0 ? layer.kind() : layers_[l - 1]->kind();
-    if (l == 0 || layer.kind() == "dense" || before == "maxpool" || before == "avgpool" || before == "flatten") ++block;
+    if (l == 0 || layer.kind() == "dense" || before == "maxpool" || before == "avgpool" || before == "flatten" ||
+        before == "globalavgpool") {
+      ++block;
+    }
     p.block_of[l] = block;
     if (layer.identity()) {
       p.buffer_of[l] = l == 0 ? -1 : p.buffer_of[l - 1];
