@@ -559,6 +559,30 @@ TEST_F(CudaBackendTest, SigmoidAndGeluMatchCpu) {
   }
 }
 
+// Layer normalisation and its backward on both backends (the GPU's row sums by a tree in float,
+// the CPU's in order in double): within a few 1e-6.
+TEST_F(CudaBackendTest, LayerNormMatchesCpu) {
+  for (const int cols : {7, 300, 3000}) {
+    const int rows = 9;
+    const size_t n = static_cast<size_t>(rows) * cols;
+    const auto x = random_floats(n, 61, -2.0f, 3.0f), dy = random_floats(n, 62);
+    const auto gamma = random_floats(static_cast<size_t>(cols), 63), beta = random_floats(static_cast<size_t>(cols), 64);
+    const auto run = [&](Backend& backend) {
+      BufferPtr dx = put(backend, x), ddy = put(backend, dy), dg = put(backend, gamma), db = put(backend, beta);
+      BufferPtr y = backend.allocate(n), grad = backend.allocate(n), dyx = backend.allocate(n);
+      backend.layer_norm(dx.get(), rows, cols, dg.get(), db.get(), 1e-5f, y.get());
+      backend.layer_norm_backward(dx.get(), ddy.get(), rows, cols, dg.get(), 1e-5f, grad.get(), dyx.get());
+      std::vector<float> out = get(backend, y.get(), n);
+      for (const BufferPtr* b : {&grad, &dyx}) {
+        const std::vector<float> part = get(backend, b->get(), n);
+        out.insert(out.end(), part.begin(), part.end());
+      }
+      return out;
+    };
+    expect_within(run(*gpu_), run(*cpu_), 1e-5, "layer_norm, " + std::to_string(cols) + " columns");
+  }
+}
+
 TEST_F(CudaBackendTest, BatchedGemmMatchesCpu) {
   const int m = 17, n = 33, k = 29, count = 6;
   const auto a = random_floats(static_cast<size_t>(m) * k, 28);  // shared by all (stride 0)

@@ -265,8 +265,8 @@ TEST(LayerOpsTest, DropoutMaskDependsOnTheSampleAndTheSaltOnly) {
 // --- Whole models ----------------------------------------------------------------------------
 
 const char* const kEveryLayer =
-    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, gelu, avgpool 2 stride=1, flatten, dense 6, sigmoid, "
-    "dense 5, relu, dropout 0.3, dense 3";
+    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, gelu, avgpool 2 stride=1, flatten, dense 6, layernorm, "
+    "sigmoid, dense 5, relu, dropout 0.3, dense 3";
 
 // The backward pass of a model with every kind of layer against central finite differences of
 // the summed loss (dropout's mask fixed by the keys, so the loss is a function of the parameters).
@@ -314,6 +314,43 @@ TEST(ModelGradientTest, EveryLayerKindMatchesFiniteDifferences) { EXPECT_GT(chec
 TEST(ModelGradientTest, GlobalAveragePoolingMatchesFiniteDifferences) {
   EXPECT_GT(check_finite_differences("conv 4 3 pad=1, gelu, conv 6 3 stride=2 pad=1, tanh, globalavgpool, dense 3"),
             100u);
+}
+
+// Layer normalisation in a conv stage (over C x H x W), after a dense layer, and as the first
+// layer (its input needs no gradient; its scale and shift do).
+TEST(ModelGradientTest, LayerNormMatchesFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("conv 3 3 pad=1, layernorm, tanh, maxpool 2, flatten, dense 6, layernorm, gelu, "
+                                     "dense 3"),
+            100u);
+  EXPECT_GT(check_finite_differences("layernorm, dense 5, tanh, dense 3"), 100u);
+}
+
+TEST(LayerOpsTest, LayerNormIsItsDefinition) {
+  auto backend = make_cpu_backend(2);
+  const int rows = 5, cols = 37;
+  const auto x = random_floats(rows * cols, 31, -2.0f, 3.0f), gamma = random_floats(cols, 32),
+             beta = random_floats(cols, 33);
+  std::vector<float> y(x.size());
+  backend->layer_norm(x.data(), rows, cols, gamma.data(), beta.data(), 1e-5f, y.data());
+  for (int r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (int j = 0; j < cols; ++j) mean += x[r * cols + j] / double{cols};
+    for (int j = 0; j < cols; ++j) var += (x[r * cols + j] - mean) * (x[r * cols + j] - mean) / cols;
+    for (int j = 0; j < cols; ++j) {
+      const double want = (x[r * cols + j] - mean) / std::sqrt(var + 1e-5) * gamma[j] + beta[j];
+      ASSERT_NEAR(y[r * cols + j], want, 2e-6) << r << " " << j;
+    }
+  }
+  // A fresh model's layer norm starts as the plain normalisation: scale 1, shift 0.
+  Model model("dense 4, layernorm, dense 3", {6}, 3, 1, false, *backend);
+  std::vector<float> params(model.layout().total());
+  model.init(1, params.data());
+  const TensorSpec& scale = model.layout().at("layer1.weight");
+  const TensorSpec& shift = model.layout().at("layer1.bias");
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(params[scale.offset + i], 1.0f);
+    EXPECT_EQ(params[shift.offset + i], 0.0f);
+  }
 }
 
 TEST(LayerOpsTest, GlobalAveragePoolingIsEachChannelsMean) {

@@ -133,6 +133,16 @@ class Backend {
   virtual void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys,
                        uint64_t salt) = 0;
 
+  // Layer normalisation of each row of x[rows, cols]: y = (x - mean) / sqrt(var + eps) * gamma +
+  // beta, the mean and (biased) variance over the row. y may not be x.
+  virtual void layer_norm(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
+                          float* y) = 0;
+  // Its backward, the row's statistics recomputed from x: dx = rstd (g - mean(g) - xhat mean(g
+  // xhat)) with g = dy gamma and xhat = (x - mean) rstd; and dy_xhat = dy * xhat, whose column
+  // sums are gamma's gradient (beta's: dy's). dx may not alias x or dy.
+  virtual void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
+                                   float* dx, float* dy_xhat) = 0;
+
   // Softmax cross-entropy of logits[rows, cols] against host labels. If dlogits is not null it
   // receives the gradient of the summed loss (softmax - onehot), per sample.
   virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,

@@ -67,6 +67,7 @@ const std::vector<KindRule>& kinds() {
       {"avgpool", 1, {"the window size", nullptr}, {"stride"}},
       {"flatten", 0, {nullptr, nullptr}, {}},
       {"globalavgpool", 0, {nullptr, nullptr}, {}},
+      {"layernorm", 0, {nullptr, nullptr}, {}},
       {"relu", 0, {nullptr, nullptr}, {}},
       {"tanh", 0, {nullptr, nullptr}, {}},
       {"sigmoid", 0, {nullptr, nullptr}, {}},
@@ -85,6 +86,7 @@ std::string kind_of(const std::string& word) {
   if (k == "maxpool2d") return "maxpool";
   if (k == "avgpool2d") return "avgpool";
   if (k == "gap" || k == "adaptiveavgpool2d") return "globalavgpool";
+  if (k == "layer_norm") return "layernorm";
   return k;
 }
 
@@ -282,6 +284,35 @@ class GlobalAvgPool final : public Layer {
   }
 };
 
+// Layer normalisation over each sample's features (all of C x H x W for an image, as PyTorch's
+// LayerNorm([C, H, W])), with a scale (weight, 1 at start) and shift (bias, 0) per feature.
+class LayerNorm final : public Layer {
+ public:
+  explicit LayerNorm(float eps) : eps_(eps) {}
+  bool has_params() const override { return true; }
+  // dy * xhat, and for the first layer of a model (no dx wanted) a place for the dx computed anyway.
+  size_t col_floats(int batch) const override { return 2 * static_cast<size_t>(batch) * in_.size(); }
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.add("layer" + std::to_string(p) + ".weight", {in_.size()}, 1.0f).offset;
+    bias_ = layout.add("layer" + std::to_string(p) + ".bias", {in_.size()}).offset;
+  }
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    ctx.backend.layer_norm(x, batch, features(), params + weight_, params + bias_, eps_, y);
+  }
+  void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    float* dy_xhat = ctx.col;  // [batch, features]
+    float* into = dx != nullptr ? dx : ctx.col + static_cast<size_t>(batch) * in_.size();
+    ctx.backend.layer_norm_backward(x, dy, batch, features(), params + weight_, eps_, into, dy_xhat);
+    ctx.backend.bias_grad(dy_xhat, batch, features(), 1, grad + weight_, accumulate);
+    ctx.backend.bias_grad(dy, batch, features(), 1, grad + bias_, accumulate);
+  }
+
+ private:
+  int features() const { return static_cast<int>(in_.size()); }
+  float eps_;
+};
+
 class Act final : public Layer {
  public:
   explicit Act(Activation f) : f_(f) {}
@@ -385,6 +416,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
       layer = std::make_unique<Pool>(spec.kind == "maxpool" ? PoolKind::kMax : PoolKind::kAverage, g);
       out = Shape::image(in.c, oh, ow);
     }
+  } else if (spec.kind == "layernorm") {
+    layer = std::make_unique<LayerNorm>(1e-5f);  // PyTorch's default eps
   } else if (spec.kind == "globalavgpool") {
     if (in.flat) throw UsageError(where + "needs an image input (channels x height x width), not " + in.text());
     layer = std::make_unique<GlobalAvgPool>();

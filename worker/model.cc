@@ -152,7 +152,10 @@ void Network::init(uint64_t seed, float* host_params) const {
   std::fill(host_params, host_params + layout_.total(), 0.0f);
   uint64_t state = seed ^ 0x5eed5eed5eed5eedULL;
   for (const TensorSpec& t : layout_.tensors()) {
-    if (t.shape.size() < 2) continue;  // biases stay zero
+    if (t.shape.size() < 2) {  // biases 0, a normalisation's scale 1
+      std::fill(host_params + t.offset, host_params + t.offset + t.size, t.fill);
+      continue;
+    }
     const size_t fan_in = t.shape.size() == 2 ? t.shape[0] : t.size / t.shape[0];  // dense [in, out]; conv [out, ...]
     const double limit = std::sqrt(6.0 / static_cast<double>(fan_in));
     for (size_t i = 0; i < t.size; ++i) {

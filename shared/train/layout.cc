@@ -4,13 +4,13 @@
 
 namespace pstrain {
 
-const TensorSpec& Layout::add(const std::string& name, std::vector<size_t> shape) {
+const TensorSpec& Layout::add(const std::string& name, std::vector<size_t> shape, float fill) {
   for (const auto& t : tensors_) {
     if (t.name == name) throw Error("layout: duplicate variable '" + name + "'");
   }
   size_t size = 1;
   for (size_t d : shape) size *= d;
-  tensors_.push_back(TensorSpec{name, std::move(shape), total_, size});
+  tensors_.push_back(TensorSpec{name, std::move(shape), total_, size, fill});
   total_ += size;
   return tensors_.back();
 }

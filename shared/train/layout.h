@@ -13,12 +13,13 @@ struct TensorSpec {
   std::vector<size_t> shape;
   size_t offset = 0;  // in elements, into the flat buffer
   size_t size = 0;    // product of shape
+  float fill = 0.0f;  // a vector's initial value (biases 0; a normalisation's scale 1)
 };
 
 class Layout {
  public:
   // Appends a variable after the last one and returns its spec. Names must be unique.
-  const TensorSpec& add(const std::string& name, std::vector<size_t> shape);
+  const TensorSpec& add(const std::string& name, std::vector<size_t> shape, float fill = 0.0f);
   const TensorSpec& at(const std::string& name) const;  // throws pstrain::Error if absent
   const std::vector<TensorSpec>& tensors() const { return tensors_; }
   size_t total() const { return total_; }

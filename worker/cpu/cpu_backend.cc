@@ -108,6 +108,48 @@ void activation_backward_serial(Activation f, const float* x, const float* y, co
   }
 }
 
+// A row's mean and 1 / sqrt(variance + eps), summed in double in order.
+void row_stats(const float* x, int cols, float eps, float* mean, float* rstd) {
+  double sum = 0;
+  for (int j = 0; j < cols; ++j) sum += x[j];
+  const double m = sum / cols;
+  double sq = 0;
+  for (int j = 0; j < cols; ++j) sq += (x[j] - m) * (x[j] - m);
+  *mean = static_cast<float>(m);
+  *rstd = static_cast<float>(1.0 / std::sqrt(sq / cols + eps));
+}
+
+void layer_norm_serial(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * cols;
+    float* yr = y + static_cast<size_t>(r) * cols;
+    float mean = 0, rstd = 0;
+    row_stats(xr, cols, eps, &mean, &rstd);
+    for (int j = 0; j < cols; ++j) yr[j] = (xr[j] - mean) * rstd * gamma[j] + beta[j];
+  }
+}
+
+void layer_norm_backward_serial(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
+                                float* dx, float* dy_xhat) {
+  for (int r = 0; r < rows; ++r) {
+    const size_t at = static_cast<size_t>(r) * cols;
+    float mean = 0, rstd = 0;
+    row_stats(x + at, cols, eps, &mean, &rstd);
+    double g_sum = 0, gx_sum = 0;
+    for (int j = 0; j < cols; ++j) {
+      const float xhat = (x[at + j] - mean) * rstd, g = dy[at + j] * gamma[j];
+      g_sum += g;
+      gx_sum += static_cast<double>(g) * xhat;
+      dy_xhat[at + j] = dy[at + j] * xhat;
+    }
+    const auto g_mean = static_cast<float>(g_sum / cols), gx_mean = static_cast<float>(gx_sum / cols);
+    for (int j = 0; j < cols; ++j) {
+      const float xhat = (x[at + j] - mean) * rstd;
+      dx[at + j] = rstd * (dy[at + j] * gamma[j] - g_mean - xhat * gx_mean);
+    }
+  }
+}
+
 void im2col_serial(const float* x, int batch, const ConvGeometry& g, float* col) {
   const size_t positions = g.positions();
   for (int b = 0; b < batch; ++b) {
@@ -401,6 +443,21 @@ class CpuBackend final : public Backend {
     pool_.run(n, [&](size_t lo, size_t hi) {
       activation_backward_serial(f, x != nullptr ? x + lo : nullptr, y + lo, dy + lo, dx + lo, hi - lo);
     }, kMinElements);
+  }
+
+  void layer_norm(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
+                  float* y) override {
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      layer_norm_serial(x + lo * cols, static_cast<int>(hi - lo), cols, gamma, beta, eps, y + lo * cols);
+    });
+  }
+
+  void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
+                           float* dx, float* dy_xhat) override {
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      layer_norm_backward_serial(x + lo * cols, dy + lo * cols, static_cast<int>(hi - lo), cols, gamma, eps,
+                                 dx + lo * cols, dy_xhat + lo * cols);
+    });
   }
 
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {

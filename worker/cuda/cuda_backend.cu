@@ -257,6 +257,20 @@ class CudaBackend final : public Backend {
     kernels::activation_backward(f, x, y, dy, dx, n, stream_.get());
   }
 
+  void layer_norm(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps,
+                  float* y) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+    ScopedDevice guard(device_);
+    kernels::layer_norm(x, rows, cols, gamma, beta, eps, y, stream_.get());
+  }
+
+  void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
+                           float* dx, float* dy_xhat) override {
+    PSTRAIN_CHECK(rows >= 0 && cols >= 0);
+    ScopedDevice guard(device_);
+    kernels::layer_norm_backward(x, dy, rows, cols, gamma, eps, dx, dy_xhat, stream_.get());
+  }
+
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
     PSTRAIN_CHECK(batch >= 0);
     ScopedDevice guard(device_);

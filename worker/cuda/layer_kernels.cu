@@ -71,6 +71,62 @@ __global__ void activation_backward_kernel(Activation f, const float* x, const f
   }
 }
 
+// ---- layer normalisation: one block per row, sums by a fixed tree ----
+
+// The block's sum of v, returned to every thread.
+__device__ float block_sum(float v, float* shared) {
+  shared[threadIdx.x] = v;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) shared[threadIdx.x] += shared[threadIdx.x + half];
+    __syncthreads();
+  }
+  const float total = shared[0];
+  __syncthreads();  // before the next call overwrites shared
+  return total;
+}
+
+// This block's row's mean and 1 / sqrt(var + eps).
+__device__ void row_stats(const float* x, int cols, float eps, float* shared, float* mean, float* rstd) {
+  float sum = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += kThreads) sum += x[j];
+  const float m = block_sum(sum, shared) / static_cast<float>(cols);
+  float sq = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += kThreads) sq += (x[j] - m) * (x[j] - m);
+  *mean = m;
+  *rstd = 1.0f / sqrtf(block_sum(sq, shared) / static_cast<float>(cols) + eps);
+}
+
+__global__ void layer_norm_kernel(const float* x, int cols, const float* gamma, const float* beta, float eps,
+                                  float* y) {
+  __shared__ float shared[kThreads];
+  const size_t at = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(cols);
+  float mean = 0.0f, rstd = 0.0f;
+  row_stats(x + at, cols, eps, shared, &mean, &rstd);
+  for (int j = threadIdx.x; j < cols; j += kThreads) y[at + j] = (x[at + j] - mean) * rstd * gamma[j] + beta[j];
+}
+
+__global__ void layer_norm_backward_kernel(const float* x, const float* dy, int cols, const float* gamma, float eps,
+                                           float* dx, float* dy_xhat) {
+  __shared__ float shared[kThreads];
+  const size_t at = static_cast<size_t>(blockIdx.x) * static_cast<size_t>(cols);
+  float mean = 0.0f, rstd = 0.0f;
+  row_stats(x + at, cols, eps, shared, &mean, &rstd);
+  float g_sum = 0.0f, gx_sum = 0.0f;
+  for (int j = threadIdx.x; j < cols; j += kThreads) {
+    const float xhat = (x[at + j] - mean) * rstd, g = dy[at + j] * gamma[j];
+    g_sum += g;
+    gx_sum += g * xhat;
+    dy_xhat[at + j] = dy[at + j] * xhat;
+  }
+  const float g_mean = block_sum(g_sum, shared) / static_cast<float>(cols);
+  const float gx_mean = block_sum(gx_sum, shared) / static_cast<float>(cols);
+  for (int j = threadIdx.x; j < cols; j += kThreads) {
+    const float xhat = (x[at + j] - mean) * rstd;
+    dx[at + j] = rstd * (dy[at + j] * gamma[j] - g_mean - xhat * gx_mean);
+  }
+}
+
 // One thread per col entry: (b, patch row, position).
 __global__ void im2col_kernel(const float* x, int batch, ConvGeometry g, float* col) {
   const size_t positions = g.positions(), patch = g.patch();
@@ -188,6 +244,21 @@ void channel_sums(const float* dy, int outer, int channels, int inner, float* db
   if (channels <= 0) return;
   channel_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(dy, outer, channels, inner, db,
                                                                                 accumulate);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps, float* y,
+                cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  layer_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, cols, gamma, beta, eps, y);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps, float* dx,
+                         float* dy_xhat, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  layer_norm_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, dy, cols, gamma, eps, dx,
+                                                                                  dy_xhat);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 
