@@ -100,7 +100,9 @@ void check_writable_dir(const std::string& dir, const std::string& flag) {
   const std::string probe = dir + "/.pstrain-write-check." + std::to_string(getpid());
   int fd = -1, err = 0;
   std::error_code made_error;
-  for (int attempt = 0; attempt < 10; ++attempt) {
+  // Each failed attempt means another process removed the directory between this one's mkdir and
+  // its probe; under load (a sanitiser's, many shards) that can happen many times in a row.
+  for (int attempt = 0; attempt < 1000; ++attempt) {
     made_error.clear();
     std::filesystem::create_directories(dir, made_error);
     if (made_error == std::errc::no_such_file_or_directory) continue;  // a parent went meanwhile
