@@ -4,12 +4,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <filesystem>
 #include <regex>
 #include <string>
 #include <vector>
 
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
 #include "worker/data/npy_format.h"
+#include "worker/model_file.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -256,6 +260,51 @@ TEST_F(ExportTest, PredictFlagsAreChecked) {
     EXPECT_EQ(worker(args, &log).code, 2) << log;
     EXPECT_NE(log.find(why), std::string::npos) << log;
   }
+}
+
+// model.json read back: what was written, and a clear error for a file that is not one.
+TEST(ModelFileTest, ReadsWhatItWritesAndRefusesWhatIsNotOne) {
+  TempDir dir("model-file");
+  ModelDescription d;
+  d.spec = "conv 4 3 pad=1, relu, maxpool 2, flatten, dense 10";
+  d.input_shape = {1, 8, 8};
+  d.classes = 10;
+  d.training.optimizer = "adam";
+  d.training.steps = 7;
+  write_model_json(dir.path, d);
+  const std::optional<ModelDescription> back = read_model_json(dir.path);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->spec, d.spec);
+  EXPECT_EQ(back->input_shape, d.input_shape);
+  EXPECT_EQ(back->classes, 10);
+  EXPECT_EQ(back->training.steps, 7u);
+  EXPECT_EQ(layout_of(*back).total(), 4u * 9 + 4 + 4 * 4 * 4 * 10 + 10);
+  EXPECT_FALSE(read_model_json(dir.path + "/none").has_value());
+
+  const std::string path = dir.path + "/model.json", valid = read_file(path);
+  const auto error_for = [&](std::string text) {
+    write_file_atomically(path, text);
+    try {
+      read_model_json(dir.path);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string text = valid;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  EXPECT_EQ(error_for("[1, 2").rfind(path + ": not valid JSON: ", 0), 0u);  // then nlohmann's own words
+  EXPECT_EQ(error_for("{}"), path + ": not a pstrain model file (no \"format\": \"pstrain-model\")");
+  EXPECT_EQ(error_for(replaced("\"version\": 1", "\"version\": 2")),
+            path + ": version 2 is not supported (this pstrain reads version 1)");
+  EXPECT_EQ(error_for(replaced("\"model\": \"conv 4", "\"model\": \"conv 5")),
+            path + ": its variables are not its layer list's: layer0.weight has shape [4, 1, 3, 3] in " + path +
+                "'s variables, but the model needs [5, 1, 3, 3]");
+  EXPECT_EQ(error_for(replaced("\"classes\": 10", "\"classes\": 12")).rfind(path + ": its model does not fit its input shape and classes: ", 0), 0u);
+  EXPECT_EQ(error_for(replaced("\"input_shape\"", "\"input\"")).rfind(path + ": a field is missing or of the wrong type: ", 0), 0u);
 }
 
 }  // namespace
