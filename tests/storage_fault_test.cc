@@ -25,9 +25,10 @@ class StorageFaultTest : public ::testing::Test {
     write_synthetic_mnist(dir_.path, "t10k", 40, 8, 8, 62, false);
     small_ = dir_.path + "/small";
     std::filesystem::create_directories(small_);
-    // A checkpoint of this model is 3 x 1266 floats per shard (values and Adam's two slots):
-    // 48 KiB hold two complete ones and part of a third.
-    if (mount("tmpfs", small_.c_str(), "tmpfs", 0, "size=48k") != 0) {
+    // A checkpoint of this model is 3 x 1266 floats per shard (values and Adam's two slots, 4
+    // pages of tmpfs), a model.json and a manifest (a page each): 56 KiB hold two complete ones and
+    // part of a third.
+    if (mount("tmpfs", small_.c_str(), "tmpfs", 0, "size=56k") != 0) {
       GTEST_SKIP() << "cannot mount a tmpfs here (" << std::strerror(errno) << "): needs root";
     }
     mounted_ = true;

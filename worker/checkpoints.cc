@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <utility>
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/util/error.h"
@@ -12,11 +13,12 @@
 namespace pstrain {
 
 ChiefCheckpoints::ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards,
-                                   const Layout& layout, uint64_t total_steps,
+                                   const Layout& layout, ModelDescription model, uint64_t total_steps,
                                    const std::atomic<bool>* stop_requested)
     : o_(options),
       shards_(shards),
       layout_(layout),
+      model_(std::move(model)),
       total_steps_(total_steps),
       stop_requested_(stop_requested),
       enabled_(chief && !options.dir.empty()),
@@ -68,6 +70,9 @@ double ChiefCheckpoints::completed(uint64_t version) {
       f.crc = file_crc(bytes);
       m.shards.push_back(f);
     }
+    model_.training.steps = version;
+    model_.training.source = "checkpoint " + dir;
+    write_file_durably(dir + "/model.json", model_json_text(model_));  // before the manifest completes it
     write_file_durably(dir + "/MANIFEST", encode_manifest(m));
   } catch (const Error& e) {
     const std::string why = "w0: checkpoint of step " + std::to_string(version) + " is incomplete: " + e.what();

@@ -12,23 +12,25 @@
 
 #include "shared/checkpoint/checkpoint_options.h"
 #include "shared/train/layout.h"
+#include "worker/model_file.h"
 
 namespace pstrain {
 
 class ChiefCheckpoints {
  public:
   // Enabled on the chief when options.dir is set; a checkpoint is complete with `shards` shard
-  // files (the PS shards', or in allreduce the chief's one). `stop_requested` (may be null) is set
-  // by the worker's SIGTERM handler.
+  // files (the PS shards', or in allreduce the chief's one). `model` (whose layout is `layout`)
+  // goes into every checkpoint as model.json, for pstrain-export. `stop_requested` (may be null)
+  // is set by the worker's SIGTERM handler.
   ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards, const Layout& layout,
-                   uint64_t total_steps, const std::atomic<bool>* stop_requested);
+                   ModelDescription model, uint64_t total_steps, const std::atomic<bool>* stop_requested);
 
   bool enabled() const { return enabled_; }
   // Called before step `step`: whether version step+1 is to be checkpointed, and whether the
   // job stops after it (a stop was requested).
   void plan(uint64_t step, uint64_t* checkpoint, bool* stop);
-  // Version `version`, which was marked, has arrived from every shard: writes its manifest and
-  // prunes. Returns the seconds it took. Throws pstrain::Error when the checkpoint is incomplete
+  // Version `version`, which was marked, has arrived from every shard: writes its model.json,
+  // then its manifest, and prunes. Returns the seconds it took. Throws pstrain::Error when the checkpoint is incomplete
   // and --checkpoint-errors is stop.
   double completed(uint64_t version);
   // --resume: the checkpoint the shards resumed from must be of this model (its layout).
@@ -41,6 +43,7 @@ class ChiefCheckpoints {
   const CheckpointOptions o_;
   const int shards_;
   const Layout& layout_;
+  ModelDescription model_;
   const uint64_t total_steps_;
   const std::atomic<bool>* stop_requested_;
   const bool enabled_;

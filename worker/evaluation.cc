@@ -11,6 +11,7 @@
 #include "worker/metrics_sink.h"
 #include "worker/data/open.h"
 #include "worker/model.h"
+#include "worker/model_file.h"
 #include "worker/param_files.h"
 #include "worker/replica.h"
 
@@ -151,15 +152,42 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   metrics_->write(r);
 }
 
+LoadedModel::LoadedModel() = default;
+LoadedModel::LoadedModel(LoadedModel&&) noexcept = default;
+LoadedModel::~LoadedModel() = default;
+
+LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) {
+  SavedModelQuery q;
+  q.dir = o.init_params;
+  q.model_given = o.model_given;
+  q.model = o.model;
+  q.hidden = o.hidden;
+  q.classes = data.classes;
+  const SavedModel saved = resolve_saved_model(q);
+  LoadedModel m;
+  m.data = open_test_data(data, saved.classes);
+  if (saved.described) {  // the data's records must fit the saved model
+    q.classes = saved.classes;
+    q.sample_shape = m.data->sample_shape();
+    resolve_saved_model(q);
+  }
+  m.backend = make_backend(o.backend);
+  m.batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(m.data->size(), 1)));
+  m.model = std::make_unique<Model>(saved.spec, m.data->sample_shape(), saved.classes, m.batch, false, *m.backend);
+  m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
+                                        static_cast<size_t>(m.batch) * m.data->feature_dim());
+  load_params(o.init_params, m.model->layout(), m.replica->host_params());
+  m.replica->params_to_device();
+  return m;
+}
+
 BatchStats evaluate_saved_model(const EvaluateOptions& o) {
-  const int classes = o.data.classes > 0 ? o.data.classes : saved_classes(o.model, o.hidden, o.init_params);
-  const std::unique_ptr<Dataset> data = open_test_data(o.data, classes);
-  std::unique_ptr<Backend> backend = make_backend(o.backend);
-  const int batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(data->size(), 1)));
-  Model model(Network::spec_of(o.model, o.hidden, classes), data->sample_shape(), classes, batch, false, *backend);
-  Replica replica(*backend, model.layout().total(), static_cast<size_t>(batch) * data->feature_dim());
-  load_params(o.init_params, model.layout(), replica.host_params());
-  replica.params_to_device();
+  const LoadedModel loaded = load_saved_model(o, o.data);
+  Model& model = *loaded.model;
+  Replica& replica = *loaded.replica;
+  const Dataset* const data = loaded.data.get();
+  const Backend* const backend = loaded.backend.get();
+  const int batch = loaded.batch;
   PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
               << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
   const auto t0 = Clock::now();

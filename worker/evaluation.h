@@ -96,15 +96,32 @@ class Evaluation {
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).
 struct EvaluateOptions {
   std::string init_params;               // --init-params: the saved model's directory
+  bool model_given = false;              // --model or --hidden was given; else DIR/model.json's model
   std::string model;                     // --model; empty: the MLP of `hidden`
   std::vector<int> hidden = {256, 128};  // --hidden
   DataOptions data;                      // the test set (data.classes 0: the saved model's classes)
   BackendOptions backend;
 };
 
-// --evaluate: loads --init-params into the model of --model/--hidden, evaluates it on the test
-// data (--test-data, or --data-dir's test set) and prints loss and accuracy. No PS, no training.
-// The number of classes is --classes, else the length of the saved last layer's bias.
+// A saved model loaded for --evaluate or --predict, with the records it runs on.
+struct LoadedModel {
+  std::unique_ptr<Dataset> data;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Replica> replica;
+  int batch = 0;  // records per forward pass
+  LoadedModel();
+  LoadedModel(LoadedModel&&) noexcept;
+  ~LoadedModel();
+};
+// Loads --init-params (its model from DIR/model.json or the given one: worker/model_file.h) and
+// opens `data`'s test set for it. Throws pstrain::Error (UsageError for a model that disagrees).
+LoadedModel load_saved_model(const EvaluateOptions& options, const DataOptions& data);
+
+// --evaluate: loads --init-params into its model, evaluates it on the test data (--test-data, or
+// --data-dir's test set) and prints loss and accuracy. No PS, no training. The model is
+// DIR/model.json's, or --model/--hidden's; the number of classes is the saved model's, or
+// --classes, else the length of the saved last layer's bias.
 BatchStats evaluate_saved_model(const EvaluateOptions& options);
 
 }  // namespace pstrain

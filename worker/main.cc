@@ -133,6 +133,10 @@ int main(int argc, char** argv) {
       pstrain::evaluate_saved_model(pstrain::evaluate_options(o));
       return 0;
     }
+    if (!o.predict.empty()) {
+      pstrain::predict_saved_model(pstrain::predict_options(o));
+      return 0;
+    }
     // Before any work, the chief claims the checkpoint directory (a second job there is refused
     // at once) and checks that --save-params can be written.
     pstrain::DirLock checkpoint_lock;

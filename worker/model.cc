@@ -255,4 +255,11 @@ BatchStats Model::evaluate(const float* params, const float* x, const int32_t* y
   return backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), nullptr);
 }
 
+const float* Model::logits(const float* params, const float* x, int batch) {
+  LayerContext ctx = context(false, Keys{}, batch);
+  const size_t n = net_.layers().size();
+  forward_layers(ctx, params, x, batch, 0, n);
+  return output_of(n - 1, x);
+}
+
 }  // namespace pstrain

@@ -99,6 +99,9 @@ class Model {
                         const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {});
   // Forward only (dropout off).
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
+  // Forward only (dropout off): the logits, batch x classes in backend memory, valid until the
+  // next pass.
+  const float* logits(const float* params, const float* x, int batch);
 
  private:
   void forward_layers(LayerContext& ctx, const float* params, const float* x, int batch, size_t from, size_t to);

@@ -28,7 +28,7 @@ DataOptions data_options(const JobOptions& o) {
   d.data_format = o.data_format;
   d.skip_bad_lines = o.skip_bad_lines;
   d.classes = o.classes;
-  d.evaluate = o.evaluate;
+  d.evaluate = o.evaluate || !o.predict.empty();
   return d;
 }
 
@@ -63,6 +63,7 @@ ExchangeOptions exchange_options(const JobOptions& o) {
 EvaluateOptions evaluate_options(const JobOptions& o) {
   EvaluateOptions e;
   e.init_params = o.init_params;
+  e.model_given = !o.model.empty() || o.hidden_given;
   e.model = o.model;
   e.hidden = o.hidden;
   e.data = data_options(o);
@@ -83,6 +84,15 @@ std::string chief_output_of(const std::string& flag_value, const char* in_run_di
 
 }  // namespace
 
+PredictOptions predict_options(const JobOptions& o) {
+  PredictOptions p;
+  p.model = evaluate_options(o);
+  p.data = p.model.data;
+  p.data.test_data = o.predict;
+  p.output = o.predictions;
+  return p;
+}
+
 TrainOptions train_options(const JobOptions& o) {
   TrainOptions t;
   t.index = o.index;
@@ -101,6 +111,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.bind_cpu = o.bind_cpu;
   t.slowdown = o.slowdown;
   t.init_params = o.init_params;
+  t.model_given = !o.model.empty() || o.hidden_given;
   t.save_params = o.save_params;
   t.metrics_file = chief_output_of(o.metrics_file, "metrics.jsonl");
   t.tensorboard_dir = chief_output_of(o.tensorboard_dir, "tensorboard");

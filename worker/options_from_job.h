@@ -7,6 +7,7 @@
 #include "worker/data/open.h"
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
+#include "worker/prediction.h"
 #include "worker/progress.h"
 #include "worker/ps_client_options.h"
 #include "worker/trainer.h"
@@ -18,6 +19,7 @@ DataOptions data_options(const JobOptions& o);
 PsClientOptions ps_client_options(const JobOptions& o);
 ExchangeOptions exchange_options(const JobOptions& o);
 EvaluateOptions evaluate_options(const JobOptions& o);  // --evaluate
+PredictOptions predict_options(const JobOptions& o);    // --predict
 TrainOptions train_options(const JobOptions& o);
 
 }  // namespace pstrain

@@ -22,6 +22,7 @@
 #include "worker/metrics_file.h"
 #include "worker/metrics_sink.h"
 #include "worker/model.h"
+#include "worker/model_file.h"
 #include "worker/param_files.h"
 #include "worker/progress.h"
 #include "worker/tensorboard.h"
@@ -111,13 +112,43 @@ class Trainer {
                            [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
   }
 
+  // The model: --model / --hidden, or with --init-params DIR and neither given, DIR/model.json's
+  // (a given one must agree with it: worker/model_file.h).
+  ModelDescription describe_model() const {
+    ModelDescription d;
+    d.classes = train_data_->num_classes();
+    d.input_shape = train_data_->sample_shape();
+    d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
+    d.given_as = "--model";
+    if (o_.model.empty()) {
+      d.given_as = "--hidden ";
+      for (size_t i = 0; i < o_.hidden.size(); ++i) d.given_as += (i ? "," : "") + std::to_string(o_.hidden[i]);
+    }
+    if (!o_.init_params.empty()) {
+      SavedModelQuery q;
+      q.dir = o_.init_params;
+      q.model_given = o_.model_given;
+      q.model = o_.model;
+      q.hidden = o_.hidden;
+      q.sample_shape = d.input_shape;
+      q.classes = d.classes;
+      const SavedModel saved = resolve_saved_model(q);
+      d.spec = saved.spec;
+      if (!o_.model_given) d.given_as = "--init-params " + o_.init_params + " (its model.json)";
+    }
+    d.training.optimizer = o_.checkpoint.job.optimizer.kind;
+    d.training.lr = o_.checkpoint.job.optimizer.lr;
+    return d;
+  }
+
   // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.
   void plan_device() {
     backend_ = make_backend(o_.backend);
     if (o_.placement) PSLOG(INFO) << tag_ << o_.placement(backend_->name());
     const int input_dim = static_cast<int>(train_data_->feature_dim());
     const int classes = train_data_->num_classes();
-    Network network(Network::spec_of(o_.model, o_.hidden, classes), train_data_->sample_shape(), classes);
+    model_description_ = describe_model();
+    Network network(model_description_.spec, train_data_->sample_shape(), classes);
     const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
     if (o_.batch_auto) {
       double limit = o_.backend.gpu_memory_limit_mib;
@@ -175,7 +206,7 @@ class Trainer {
       }
     }
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_.checkpoint, chief_, o_.checkpoint_shards, model_->layout(),
-                                                      total_steps_, stop_requested_);
+                                                      model_description_, total_steps_, stop_requested_);
     first_step_ = exchange_->start(replica_->host_params(), total_steps_);
     if (checkpoints_->enabled() && o_.checkpoint.resume && first_step_ > 0) {
       checkpoints_->check_resumed(first_step_);
@@ -307,6 +338,13 @@ class Trainer {
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
       save_params(o_.save_params, model_->layout(), replica_->host_params());
+      TrainingRecord& t = model_description_.training;
+      t.source = "--save-params";
+      t.steps = summary_.steps;
+      t.evaluated = summary_.test_accuracy > 0 || summary_.test_loss > 0;
+      t.test_loss = summary_.test_loss;
+      t.test_accuracy = summary_.test_accuracy;
+      write_model_json(o_.save_params, model_description_);
     }
     exchange_->done();
     PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
@@ -332,6 +370,7 @@ class Trainer {
   std::unique_ptr<ShardSampler> sampler_;
 
   std::unique_ptr<Backend> backend_;
+  ModelDescription model_description_;  // what model.json records (--save-params, checkpoints)
   std::unique_ptr<Model> model_;
   size_t total_ = 0;
   std::unique_ptr<Replica> replica_;

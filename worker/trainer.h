@@ -43,8 +43,9 @@ struct TrainOptions {
   int prefetch = 4;             // batches queued ahead of the loop
   int bind_cpu = -1;            // --bind-cpu: the loop's thread runs on this CPU only (-1: anywhere)
   double slowdown = 1;          // debugging: the compute takes this many times as long
-  std::string init_params;      // start from DIR/<variable>.npy
-  std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
+  bool model_given = false;     // --model or --hidden was given; with init_params unset, DIR/model.json's model
+  std::string init_params;      // start from DIR/<variable>.npy (the model from DIR/model.json unless given)
+  std::string save_params;      // chief: write every variable as DIR/<name>.npy and DIR/model.json at the end
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
   std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); empty: none
   DataOptions data;

@@ -85,8 +85,10 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("data-format", po::value(&o.data_format)->default_value(o.data_format), "auto: --train-data / --test-data's format from their extensions (.npy pairs, IDX pairs, .csv, Criteo .tsv/.txt, each optionally .gz); criteo: each is one Criteo TSV file whatever its name (docs/data.md, \"Criteo (CTR) data\")")
       ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
       ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
-      ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them; shapes are checked against the model): fine-tuning, or --evaluate")
+      ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them): fine-tuning, --evaluate or --predict; the model is DIR/model.json's unless --model/--hidden is given, which must then agree with it")
       ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
+      ("predict", po::value(&o.predict), "worker: write the class probabilities (softmax) of --init-params' model for every record of INPUT (any form --test-data takes, labels included: they give the accuracy it prints) to --predictions, and exit; needs no PS")
+      ("predictions", po::value(&o.predictions), "with --predict: the output file, OUT.npy (float32, shape (records, classes)) or OUT.csv (header p0,p1,...; a row per record)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
@@ -145,6 +147,10 @@ T choose(const std::string& flag, const std::string& text, const std::vector<std
     names += (names.empty() ? "" : ", ") + std::string(name);
   }
   throw UsageError(flag + ": '" + text + "' is not one of " + names);
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool parse_bool(const std::string& text, const std::string& what) {
@@ -227,6 +233,14 @@ void validate(const JobOptions& o, Role role) {
   require(std::isfinite(o.scale) && o.scale >= 0, "--scale must be a number >= 0");
   require(o.classes >= 0 && o.classes != 1 && o.classes <= (1 << 24), "--classes must be 0 (from the data) or in [2, 2^24]");
   require(!o.evaluate || !o.init_params.empty(), "--evaluate needs --init-params DIR (the model to evaluate)");
+  require(o.predict.empty() || !o.init_params.empty(), "--predict needs --init-params DIR (the model to predict with)");
+  require(o.predict.empty() || !o.evaluate, "--predict and --evaluate are separate runs: give one of them");
+  require(o.predict.empty() == o.predictions.empty(),
+          o.predict.empty() ? "--predictions needs --predict INPUT (the records to predict)"
+                            : "--predict needs --predictions OUT (OUT.npy or OUT.csv)");
+  require(o.predictions.empty() || ends_with(o.predictions, ".npy") || ends_with(o.predictions, ".csv"),
+          "--predictions: '" + o.predictions + "' must end in .npy (float32 array) or .csv");
+  if (!o.predict.empty()) parse_data_files(o.predict, "--predict", o.data_format);
   require(is_data_format(o.data_format), "--data-format: '" + o.data_format + "' is not one of auto, criteo");
   bool csv = false, criteo = false;
   for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
@@ -266,7 +280,7 @@ void validate(const JobOptions& o, Role role) {
       const HostPort hp = parse_host_port(o.coordinator, /*allow_port_zero=*/true);
       require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
     }
-  } else if (role == Role::kWorker && !o.evaluate) {  // --evaluate talks to no PS
+  } else if (role == Role::kWorker && !o.evaluate && o.predict.empty()) {  // --evaluate, --predict: no PS
     require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
             "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
                 std::to_string(o.num_ps));
@@ -366,6 +380,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   // flags win, as everywhere); given together in one place they contradict each other.
   const bool batch_flags = given.command_line.count("worker-batch") || given.command_line.count("global-batch");
   o.batch_size_given = given.command_line.count("batch-size") || (given.config.count("batch-size") && !batch_flags);
+  o.hidden_given = given.command_line.count("hidden") || given.config.count("hidden");
   for (const auto& address : split(text.ps_hosts, ',')) {
     if (address.rfind("ipc://", 0) == 0) {
       const std::string name = address.substr(6);

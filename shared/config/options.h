@@ -82,6 +82,7 @@ struct JobOptions {
 
   // Model and data.
   std::vector<int> hidden = {256, 128};  // hidden layer widths of the MLP
+  bool hidden_given = false;    // --hidden was given (command line or config file), not its default
   std::string data_dir;         // IDX files; default $FASHION_MNIST_DIR or Debian's package dir
   std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
   std::string model;            // layer list (docs/models.md); empty: the MLP of `hidden`
@@ -95,6 +96,8 @@ struct JobOptions {
   int classes = 0;              // number of classes (0: from the training labels; 10 for IDX)
   std::string init_params;      // start from DIR/<variable>.npy (shapes checked against the model)
   bool evaluate = false;        // worker: evaluate --init-params on the test data, no training, no PS
+  std::string predict;          // worker: class probabilities of --init-params' model for these records ("": none)
+  std::string predictions;      // --predict's output: OUT.npy or OUT.csv
   std::string device = "auto";  // auto | cpu | cuda | cuda:K (auto: GPU index mod count if any)
   double gpu_memory_limit_mib = 0;  // refuse to start if the GPU memory plan exceeds this (0 = none);
                                     // --batch-size auto: the micro-batch's plan fits it (also on the CPU)

@@ -276,26 +276,30 @@ std::string shape_text(const std::vector<size_t>& shape) {
   return text + (shape.size() == 1 ? ",)" : ")");
 }
 
-void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data) {
+std::string npy_bytes(const std::vector<size_t>& shape, const float* data) {
   std::string dict = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_text(shape) + ", }";
   const size_t unpadded = 10 + dict.size() + 1;  // magic(6) ver(2) len(2) dict '\n'
   dict.append((64 - unpadded % 64) % 64, ' ');
   dict += '\n';
   size_t count = 1;
   for (size_t d : shape) count *= d;
+  std::string bytes(kMagic, 6);
+  bytes += '\x01';
+  bytes += '\x00';
+  bytes += static_cast<char>(dict.size() & 0xff);
+  bytes += static_cast<char>(dict.size() >> 8);
+  bytes += dict;
+  bytes.append(reinterpret_cast<const char*>(data), count * sizeof(float));
+  return bytes;
+}
 
+void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data) {
+  const std::string bytes = npy_bytes(shape, data);
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error("cannot write '" + tmp + "'");
-    const unsigned char header_len[2] = {static_cast<unsigned char>(dict.size() & 0xff),
-                                         static_cast<unsigned char>(dict.size() >> 8)};
-    out.write(kMagic, 6);
-    out.put('\x01');
-    out.put('\x00');
-    out.write(reinterpret_cast<const char*>(header_len), 2);
-    out << dict;
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(count * sizeof(float)));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out.flush()) throw Error("cannot write '" + tmp + "'");
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {

@@ -43,6 +43,8 @@ NpyHeader read_npy_header(const NpyReadAt& read_at, uint64_t file_size, const st
 // A shape as NumPy writes it: (784, 256), (10,), ().
 std::string shape_text(const std::vector<size_t>& shape);
 
+// A float32 C-order version 1.0 file's bytes (what write_npy writes; .npz members).
+std::string npy_bytes(const std::vector<size_t>& shape, const float* data);
 // Writes a float32 C-order version 1.0 file atomically (temporary file + rename); throws
 // pstrain::Error.
 void write_npy(const std::string& path, const std::vector<size_t>& shape, const float* data);

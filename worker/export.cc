@@ -1,0 +1,213 @@
+#include "worker/export.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
+#include "shared/util/log.h"
+#include "worker/data/npy_format.h"
+#include "worker/model.h"
+#include "worker/model_file.h"
+#include "worker/param_files.h"
+
+namespace pstrain {
+namespace {
+
+// "layer0.weight 0 784x256" lines, with offsets that follow one another.
+bool parse_layout(const std::string& text, Layout* out, std::string* error) {
+  std::istringstream in(text);
+  std::string line;
+  std::set<std::string> names;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string name, dims;
+    size_t offset = 0;
+    if (!(fields >> name >> offset >> dims)) return (*error = "bad variable line '" + line + "'", false);
+    std::vector<size_t> shape;
+    std::istringstream parts(dims);
+    std::string part;
+    while (std::getline(parts, part, 'x')) {
+      if (part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 12) {
+        return (*error = "bad shape in variable line '" + line + "'", false);
+      }
+      shape.push_back(std::stoull(part));
+    }
+    if (!names.insert(name).second) return (*error = "variable " + name + " appears twice", false);
+    if (offset != out->total()) return (*error = "variable " + name + " is not where the one before it ends", false);
+    out->add(name, shape);
+  }
+  return true;
+}
+
+bool is_version_dir(const std::string& path) {
+  const std::string name = std::filesystem::path(path).lexically_normal().filename().string();
+  const std::string base = name.empty() ? std::filesystem::path(path).lexically_normal().parent_path().filename().string() : name;
+  return base.size() == 11 && base[0] == 'v' && base.find_first_not_of("0123456789", 1) == std::string::npos;
+}
+
+// The version directory to export: `dir` itself when it is one, else the newest complete one
+// that reads back whole (the ones passed over are logged).
+CheckpointParams choose_checkpoint(const std::string& dir) {
+  CheckpointParams params;
+  if (is_version_dir(dir)) {
+    const std::string error = read_checkpoint_params(dir, &params);
+    if (!error.empty()) throw Error("checkpoint " + dir + ": " + error);
+    return params;
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) throw Error("'" + dir + "' is not a directory (a --checkpoint-dir, or one of its v<step> directories)");
+  std::string reasons;
+  for (uint64_t v : checkpoint_versions(dir)) {
+    const std::string version_dir = checkpoint_version_dir(dir, v);
+    if (!std::filesystem::exists(version_dir + "/MANIFEST", ec)) {
+      reasons += "; " + std::filesystem::path(version_dir).filename().string() + ": incomplete (no MANIFEST)";
+      continue;
+    }
+    params = CheckpointParams();
+    const std::string error = read_checkpoint_params(version_dir, &params);
+    if (error.empty()) return params;
+    PSLOG(WARN) << "pstrain-export: skipping checkpoint " << version_dir << ": " << error;
+    reasons += "; " + std::filesystem::path(version_dir).filename().string() + ": " + error;
+  }
+  throw Error("no complete checkpoint in '" + dir + "'" +
+              (reasons.empty() ? std::string(" (no v<step> directories: is it a --checkpoint-dir?)") : reasons));
+}
+
+// The model of a checkpoint: its model.json, or for an older one the options' model.
+ModelDescription model_of(const CheckpointParams& c, const ExportOptions& o) {
+  std::optional<ModelDescription> saved = read_model_json(c.dir);
+  const bool model_given = !o.model.empty() || o.hidden_given;
+  std::string where = c.dir + "/model.json";
+  if (!saved) {
+    if (!model_given || o.input_shape.empty()) {
+      throw UsageError("checkpoint " + c.dir + " has no model.json (written before pstrain recorded the model in "
+                       "checkpoints): give the model it was trained with (--model or --hidden) and --input-shape");
+    }
+    ModelDescription d;
+    const TensorSpec& last = c.layout.tensors().back();
+    if (last.shape.size() != 1) throw Error("checkpoint " + c.dir + ": its last variable " + last.name + " is not a bias");
+    d.classes = static_cast<int>(last.shape[0]);
+    d.spec = Network::spec_of(o.model, o.hidden, d.classes);
+    d.given_as = o.model.empty() ? "--hidden" : "--model";
+    d.input_shape = o.input_shape;
+    d.training.optimizer = c.optimizer;
+    saved = d;
+    where = "the checkpoint's MANIFEST";
+  } else if (model_given) {
+    throw UsageError("checkpoint " + c.dir + " records its model (model.json): --model/--hidden are for older checkpoints only");
+  }
+  Layout ours;
+  try {
+    ours = layout_of(*saved);
+  } catch (const Error& e) {
+    throw UsageError("the model does not fit the checkpoint " + c.dir + ": " + e.what());
+  }
+  const std::string difference = layout_difference(c.layout, ours, where);
+  if (!difference.empty()) throw UsageError("checkpoint " + c.dir + ": " + difference);
+  saved->training.steps = c.manifest.version;
+  saved->training.source = "pstrain-export of checkpoint " + c.dir;
+  if (saved->training.optimizer.empty()) saved->training.optimizer = c.optimizer;
+  return *saved;
+}
+
+void put16(std::string& s, uint32_t v) { s += static_cast<char>(v & 0xff), s += static_cast<char>((v >> 8) & 0xff); }
+void put32(std::string& s, uint32_t v) { put16(s, v & 0xffff), put16(s, v >> 16); }
+
+}  // namespace
+
+std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out) {
+  out->dir = dir;
+  std::string text, error;
+  if (!read_whole_file(dir + "/MANIFEST", &text, &error)) return "MANIFEST: " + error;
+  if (!decode_manifest(text, &out->manifest, &error)) return error;
+  const CheckpointManifest& m = out->manifest;
+  if (!parse_layout(m.layout, &out->layout, &error)) return "manifest: " + error;
+  if (out->layout.total() != m.total) {
+    return "manifest: its variables hold " + std::to_string(out->layout.total()) + " values, its total is " + std::to_string(m.total);
+  }
+  uint64_t shard_bytes = 0;
+  for (const CheckpointManifest::File& f : m.shards) shard_bytes += f.bytes;
+  if (m.total > shard_bytes / sizeof(float)) {
+    return "manifest: " + std::to_string(m.total) + " values cannot fit in shard files of " + std::to_string(shard_bytes) + " bytes";
+  }
+  out->values.assign(m.total, 0.0f);
+  uint64_t covered = 0;
+  for (size_t s = 0; s < m.shards.size(); ++s) {
+    const CheckpointManifest::File& f = m.shards[s];
+    std::string bytes;
+    if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) return f.name + ": " + error;
+    if (bytes.size() != f.bytes) {
+      return f.name + ": " + std::to_string(bytes.size()) + " bytes, the manifest records " + std::to_string(f.bytes);
+    }
+    if (file_crc(bytes) != f.crc) return f.name + ": checksum mismatch (corrupted)";
+    ShardCheckpoint c;
+    if (!decode_shard_checkpoint(bytes, &c, &error)) return f.name + ": " + error;
+    if (c.total != m.total || c.version != m.version || c.shard != s || c.num_shards != m.shards.size() ||
+        c.offset != covered || c.values.size() > m.total - covered) {
+      return f.name + ": not the manifest's shard " + std::to_string(s) + " of version " + std::to_string(m.version);
+    }
+    std::copy(c.values.begin(), c.values.end(), out->values.begin() + static_cast<long>(covered));
+    covered += c.values.size();
+    out->optimizer = c.optimizer;
+  }
+  if (covered != m.total) return "the shards hold " + std::to_string(covered) + " of " + std::to_string(m.total) + " values";
+  return "";
+}
+
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
+  std::string zip, directory;
+  for (const auto& [name, bytes] : members) {
+    if (bytes.size() >= 0xffffffffu || zip.size() >= 0xffffffffu) {
+      throw Error(path + ": " + name + " is too large for a .npz without ZIP64 (use --format npy)");
+    }
+    const uint32_t crc = crc32_of(bytes), size = static_cast<uint32_t>(bytes.size());
+    const uint32_t at = static_cast<uint32_t>(zip.size());
+    std::string common;  // version needed, flags, method (stored), time, date (1980-01-01), CRC, sizes, name length
+    put16(common, 20), put16(common, 0), put16(common, 0), put16(common, 0), put16(common, 0x21);
+    put32(common, crc), put32(common, size), put32(common, size), put16(common, static_cast<uint32_t>(name.size()));
+    put32(zip, 0x04034b50);
+    zip += common;
+    put16(zip, 0);  // extra field length
+    zip += name + bytes;
+    put32(directory, 0x02014b50);
+    put16(directory, 20);  // made by
+    directory += common;
+    put16(directory, 0), put16(directory, 0), put16(directory, 0), put16(directory, 0);  // extra, comment, disk, internal attributes
+    put32(directory, 0), put32(directory, at);  // external attributes, local header offset
+    directory += name;
+  }
+  const uint32_t directory_at = static_cast<uint32_t>(zip.size());
+  zip += directory;
+  put32(zip, 0x06054b50);
+  put16(zip, 0), put16(zip, 0);
+  put16(zip, static_cast<uint32_t>(members.size())), put16(zip, static_cast<uint32_t>(members.size()));
+  put32(zip, static_cast<uint32_t>(directory.size())), put32(zip, directory_at);
+  put16(zip, 0);  // comment length
+  write_file_atomically(path, zip);
+}
+
+std::string export_checkpoint(const ExportOptions& o) {
+  const CheckpointParams c = choose_checkpoint(o.checkpoint);
+  const ModelDescription model = model_of(c, o);
+  if (o.format == "npz") {
+    std::vector<std::pair<std::string, std::string>> members;
+    for (const TensorSpec& t : c.layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset));
+    members.emplace_back("model.json", model_json_text(model));
+    write_npz(o.out, members);
+  } else {
+    save_params(o.out, c.layout, c.values.data());
+    write_model_json(o.out, model);
+  }
+  std::cout << "pstrain-export: step " << c.manifest.version << " (" << c.dir << ", " << c.manifest.shards.size()
+            << " shard(s), " << c.layout.tensors().size() << " variables, " << c.manifest.total << " parameters) to "
+            << o.out << std::endl;
+  return c.dir;
+}
+
+}  // namespace pstrain

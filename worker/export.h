@@ -1,0 +1,48 @@
+// pstrain-export: a checkpoint (docs/checkpoints.md) as the files --save-params writes (every
+// variable as OUT/<name>.npy, and OUT/model.json), or as one .npz archive of them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared/checkpoint/checkpoint.h"
+#include "shared/train/layout.h"
+
+namespace pstrain {
+
+struct ExportOptions {
+  std::string checkpoint;        // a --checkpoint-dir (its newest complete checkpoint) or one v<step> directory
+  std::string out;               // npy: a directory; npz: a file
+  std::string format = "npy";    // npy | npz
+  // For checkpoints written before pstrain recorded the model (no model.json in them): the
+  // model (--model, or --hidden when hidden_given) and one sample's shape.
+  std::string model;
+  std::vector<int> hidden;
+  bool hidden_given = false;
+  std::vector<size_t> input_shape;
+};
+
+// One checkpoint's parameters, reassembled from its shards.
+struct CheckpointParams {
+  std::string dir;  // the version directory
+  CheckpointManifest manifest;
+  Layout layout;    // from the manifest
+  std::vector<float> values;
+  std::string optimizer;
+};
+
+// Reads version directory `dir`: its MANIFEST, every shard file (size and CRC-32 as the manifest
+// records, decoded and checked), and the flat vector they cover together. "" or what is wrong.
+std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out);
+
+// Exports o.checkpoint to o.out; returns the version directory it read. Throws pstrain::Error
+// naming the directory and what is wrong (no complete checkpoint, a damaged one, no model), or
+// pstrain::UsageError for a model that is not the checkpoint's.
+std::string export_checkpoint(const ExportOptions& o);
+
+// A .npz archive (a zip, stored without compression) of `members` (name, bytes), written
+// atomically. Throws pstrain::Error.
+void write_npz(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members);
+
+}  // namespace pstrain

@@ -1,0 +1,286 @@
+#include "worker/model_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <sstream>
+
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
+#include "worker/layers.h"
+#include "worker/model.h"
+#include "worker/param_files.h"
+
+namespace pstrain {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::string join_shape(const std::vector<size_t>& shape, const char* separator) {
+  std::string s;
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? separator : "") + std::to_string(shape[i]);
+  return s;
+}
+
+Json layers_json(const std::string& spec) {
+  Json layers = Json::array();
+  int p = 0;
+  for (const LayerSpec& l : parse_model(spec)) {
+    Json j;
+    j["text"] = l.text;
+    j["kind"] = l.kind;
+    Json args = Json::array();
+    for (double a : l.args) {
+      if (a == std::floor(a) && std::fabs(a) < 1e15) {
+        args.push_back(static_cast<int64_t>(a));
+      } else {
+        args.push_back(a);
+      }
+    }
+    j["args"] = args;
+    Json options = Json::object();
+    for (const auto& [key, value] : l.options) options[key] = value;
+    j["options"] = options;
+    Json variables = Json::array();
+    if (l.kind == "dense" || l.kind == "conv") {
+      for (const char* what : {".weight", ".bias"}) variables.push_back("layer" + std::to_string(p) + what);
+      ++p;
+    }
+    j["variables"] = variables;
+    layers.push_back(j);
+  }
+  return layers;
+}
+
+Json training_json(const TrainingRecord& t) {
+  Json j;
+  j["source"] = t.source;
+  j["optimizer"] = t.optimizer;
+  j["lr"] = t.lr;
+  j["steps"] = t.steps;
+  if (t.evaluated) {
+    j["test_loss"] = t.test_loss;
+    j["test_accuracy"] = t.test_accuracy;
+  }
+  return j;
+}
+
+// Reads the fields that matter; `path` names the file in errors.
+ModelDescription description_from(const Json& j, const std::string& path) {
+  const auto fail = [&](const std::string& why) { return Error(path + ": " + why); };
+  if (!j.is_object()) throw fail("not a JSON object");
+  if (!j.contains("format") || j["format"] != "pstrain-model") throw fail("not a pstrain model file (no \"format\": \"pstrain-model\")");
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() != kModelFileFormat) {
+    throw fail("version " + (j.contains("version") ? j["version"].dump() : std::string("(none)")) +
+               " is not supported (this pstrain reads version " + std::to_string(kModelFileFormat) + ")");
+  }
+  ModelDescription d;
+  try {
+    d.spec = j.at("model").get<std::string>();
+    d.input_shape = j.at("input_shape").get<std::vector<size_t>>();
+    d.classes = j.at("classes").get<int>();
+    if (j.contains("given_as")) d.given_as = j["given_as"].get<std::string>();
+    if (j.contains("training") && j["training"].is_object()) {
+      const Json& t = j["training"];
+      d.training.source = t.value("source", "");
+      d.training.optimizer = t.value("optimizer", "");
+      d.training.lr = t.value("lr", 0.0);
+      d.training.steps = t.value("steps", uint64_t{0});
+      d.training.evaluated = t.contains("test_accuracy");
+      d.training.test_loss = t.value("test_loss", 0.0);
+      d.training.test_accuracy = t.value("test_accuracy", 0.0);
+    }
+  } catch (const Json::exception& e) {
+    throw fail(std::string("a field is missing or of the wrong type: ") + e.what());
+  }
+  if (d.input_shape.empty() || d.input_shape.size() > 3) throw fail("input_shape must have 1 to 3 dimensions");
+  Layout layout;
+  try {
+    layout = layout_of(d);
+  } catch (const Error& e) {
+    throw fail(std::string("its model does not fit its input shape and classes: ") + e.what());
+  }
+  // The variables it lists must be its layer list's, where they are in the flat vector.
+  Layout listed;
+  try {
+    for (const Json& v : j.at("variables")) listed.add(v.at("name").get<std::string>(), v.at("shape").get<std::vector<size_t>>());
+    size_t i = 0;
+    for (const Json& v : j.at("variables")) {
+      if (v.at("offset").get<size_t>() != listed.tensors()[i++].offset) throw fail("variable " + v.at("name").dump() + " has an offset that does not follow the ones before it");
+    }
+  } catch (const Json::exception& e) {
+    throw fail(std::string("bad \"variables\": ") + e.what());
+  }
+  const std::string difference = layout_difference(listed, layout, path + "'s variables");
+  if (!difference.empty()) throw fail("its variables are not its layer list's: " + difference);
+  return d;
+}
+
+}  // namespace
+
+std::string bracket_shape(const std::vector<size_t>& shape) { return "[" + join_shape(shape, ", ") + "]"; }
+
+Layout layout_of(const ModelDescription& d) {
+  return Network(d.spec, d.input_shape, d.classes).layout();
+}
+
+std::string model_json_text(const ModelDescription& d) {
+  const Layout layout = layout_of(d);
+  Json j;
+  j["format"] = "pstrain-model";
+  j["version"] = kModelFileFormat;
+  j["model"] = d.spec;
+  j["given_as"] = d.given_as;
+  j["layers"] = layers_json(d.spec);
+  j["input_shape"] = d.input_shape;
+  j["classes"] = d.classes;
+  j["dtype"] = "float32";
+  j["total_parameters"] = layout.total();
+  Json variables = Json::array();
+  for (const TensorSpec& t : layout.tensors()) {
+    Json v;
+    v["name"] = t.name;
+    v["file"] = t.name + ".npy";
+    v["shape"] = t.shape;
+    v["offset"] = t.offset;
+    v["size"] = t.size;
+    v["dtype"] = "float32";
+    variables.push_back(v);
+  }
+  j["variables"] = variables;
+  j["training"] = training_json(d.training);
+  return j.dump(2) + "\n";
+}
+
+void write_model_json(const std::string& dir, const ModelDescription& d) {
+  write_file_atomically(dir + "/model.json", model_json_text(d));
+}
+
+std::optional<ModelDescription> read_model_json(const std::string& dir) {
+  const std::string path = dir + "/model.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  std::string text, error;
+  if (!read_whole_file(path, &text, &error)) throw Error("cannot read '" + path + "': " + error);
+  Json j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception& e) {
+    throw Error(path + ": not valid JSON: " + e.what());
+  }
+  return description_from(j, path);
+}
+
+std::string layout_difference(const Layout& saved, const Layout& ours, const std::string& where) {
+  const auto& a = saved.tensors();
+  const auto& b = ours.tensors();
+  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) {
+    if (i >= a.size()) return b[i].name + " is not in " + where + " (it has " + std::to_string(a.size()) + " variables, the model " + std::to_string(b.size()) + ")";
+    if (i >= b.size()) return where + " has " + a[i].name + ", which the model does not (it has " + std::to_string(b.size()) + " variables, " + where + " " + std::to_string(a.size()) + ")";
+    if (a[i].name != b[i].name) return where + " has " + a[i].name + " where the model has " + b[i].name;
+    if (a[i].shape != b[i].shape) {
+      return a[i].name + " has shape " + bracket_shape(a[i].shape) + " in " + where + ", but the model needs " + bracket_shape(b[i].shape);
+    }
+    if (a[i].offset != b[i].offset) {
+      return a[i].name + " is at offset " + std::to_string(a[i].offset) + " in " + where + ", but at " + std::to_string(b[i].offset) + " in the model";
+    }
+  }
+  return "";
+}
+
+namespace {
+
+// The layer list without dropout (which changes no variable and nothing an evaluation computes)
+// and without a trailing softmax, each layer as parsed.
+std::vector<std::string> comparable_layers(const std::string& spec) {
+  std::vector<std::string> layers;
+  for (const LayerSpec& l : parse_model(spec)) {
+    if (l.kind == "dropout") continue;
+    std::string text = l.kind;
+    for (double a : l.args) {
+      std::ostringstream number;
+      number << a;
+      text += " " + number.str();
+    }
+    for (const auto& [key, value] : l.options) text += " " + key + "=" + std::to_string(value);
+    layers.push_back(text);
+  }
+  return layers;
+}
+
+std::string given_text(const SavedModelQuery& q) {
+  if (!q.model.empty()) return "--model";
+  std::string widths;
+  for (size_t i = 0; i < q.hidden.size(); ++i) widths += (i ? "," : "") + std::to_string(q.hidden[i]);
+  return "--hidden " + widths;
+}
+
+}  // namespace
+
+SavedModel resolve_saved_model(const SavedModelQuery& q) {
+  const std::string where = q.flag + " " + q.dir;
+  const std::optional<ModelDescription> saved = read_model_json(q.dir);
+  SavedModel out;
+  if (!saved) {
+    if (!q.model_given) {
+      throw UsageError(where + ": there is no " + q.dir + "/model.json (parameters saved by an older pstrain?), so " +
+                       "give the model they were trained with: --model \"...\" or --hidden W,...");
+    }
+    out.classes = q.classes > 0 ? q.classes : saved_classes(q.model, q.hidden, q.dir);
+    out.spec = Network::spec_of(q.model, q.hidden, out.classes);
+    return out;
+  }
+  out.described = true;
+  const std::string file = q.dir + "/model.json";
+  if (q.classes > 0 && q.classes != saved->classes) {
+    throw Error(where + ": the model has " + std::to_string(saved->classes) + " classes (" + file +
+                "), but the data has " + std::to_string(q.classes) + " (--classes)");
+  }
+  out.classes = saved->classes;
+  out.spec = saved->spec;
+  const Layout saved_layout = layout_of(*saved);
+  if (q.model_given) {
+    const std::string given = Network::spec_of(q.model, q.hidden, saved->classes);
+    Layout ours;
+    try {
+      ours = Network(given, saved->input_shape, saved->classes).layout();
+    } catch (const Error& e) {
+      throw UsageError(where + ": " + given_text(q) + " does not fit the saved model's input " +
+                       bracket_shape(saved->input_shape) + " and " + std::to_string(saved->classes) + " classes (" +
+                       file + "): " + e.what());
+    }
+    const std::string difference = layout_difference(saved_layout, ours, file);
+    if (!difference.empty()) throw UsageError(where + ": " + difference + " (" + given_text(q) + ")");
+    const std::vector<std::string> a = comparable_layers(saved->spec), b = comparable_layers(given);
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+      if (a[i] != b[i]) {
+        throw UsageError(where + ": layer " + std::to_string(i) + " is '" + a[i] + "' in " + file + ", but '" + b[i] +
+                         "' in " + given_text(q) + " (dropout layers aside)");
+      }
+    }
+    if (a.size() != b.size()) {
+      throw UsageError(where + ": " + file + " has " + std::to_string(a.size()) + " layers (dropout aside), " +
+                       given_text(q) + " " + std::to_string(b.size()));
+    }
+    out.spec = given;  // the same variables and computation; its dropout rates for fine-tuning
+  }
+  if (!q.sample_shape.empty() && q.sample_shape != saved->input_shape) {
+    // A flat vector of as many values fits a model whose first layer flattens (an MLP saved from
+    // images), which the layout then shows; anything else is another input.
+    std::string difference;
+    try {
+      difference = layout_difference(saved_layout, Network(out.spec, q.sample_shape, out.classes).layout(), file);
+    } catch (const Error& e) {
+      difference = e.what();
+    }
+    if (!difference.empty()) {
+      throw Error(where + ": the model takes inputs of shape " + bracket_shape(saved->input_shape) + " (" + file +
+                  "), but the data's records are " + bracket_shape(q.sample_shape));
+    }
+  }
+  return out;
+}
+
+}  // namespace pstrain

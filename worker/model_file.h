@@ -1,0 +1,77 @@
+// DIR/model.json: what a directory of parameter files holds (docs/models.md, "Using a trained
+// model"): the layer list, the input shape, the classes and where each variable lives in the flat
+// vector, plus how it was trained. --save-params and pstrain-export write it (the chief also puts
+// one in every checkpoint), and --init-params, --evaluate and --predict take the model from it
+// when no --model / --hidden is given.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "shared/train/layout.h"
+
+namespace pstrain {
+
+constexpr int kModelFileFormat = 1;
+
+// How the parameters were obtained (informative: nothing reads these back but people).
+struct TrainingRecord {
+  std::string optimizer;          // sgd | momentum | adam ("": unknown)
+  double lr = 0;
+  uint64_t steps = 0;             // steps applied to these parameters
+  bool evaluated = false;         // whether test_loss and test_accuracy are known
+  double test_loss = 0, test_accuracy = 0;
+  std::string source;             // "--save-params", "checkpoint DIR/v0000000500", ...
+};
+
+struct ModelDescription {
+  std::string spec;                  // the layer list (--model, or --hidden's MLP written out)
+  std::string given_as;              // how the job gave it: "--model" or "--hidden 256,128"
+  std::vector<size_t> input_shape;   // one sample: {C, H, W} or {D}
+  int classes = 0;
+  TrainingRecord training;
+};
+
+// The model.json text of `d` (its layout computed from spec, input shape and classes). Throws
+// pstrain::UsageError for a spec that does not fit the shape or the classes.
+std::string model_json_text(const ModelDescription& d);
+// Writes DIR/model.json atomically (DIR exists). Throws pstrain::Error.
+void write_model_json(const std::string& dir, const ModelDescription& d);
+// DIR/model.json, or nullopt when there is none. Throws pstrain::Error naming the file for one
+// that does not parse, is of another format, or whose variables are not its layer list's.
+std::optional<ModelDescription> read_model_json(const std::string& dir);
+
+// The layout of a model description (what its .npy files and a checkpoint's flat vector hold).
+Layout layout_of(const ModelDescription& d);
+// "" when `ours` has exactly `saved`'s variables (names, shapes, offsets); else the first
+// difference, "layer2.weight has shape [128, 10] in WHERE, but the model needs [64, 10]".
+std::string layout_difference(const Layout& saved, const Layout& ours, const std::string& where);
+// "[128, 10]"
+std::string bracket_shape(const std::vector<size_t>& shape);
+
+// What a job that loads DIR (--init-params, --evaluate, --predict) knows of its model.
+struct SavedModelQuery {
+  std::string flag = "--init-params";
+  std::string dir;
+  bool model_given = false;         // --model or --hidden was given (command line or config file)
+  std::string model;                // --model; empty: the MLP of `hidden`
+  std::vector<int> hidden;
+  std::vector<size_t> sample_shape; // the data's; empty: not known yet (the classes then come from DIR)
+  int classes = 0;                  // the data's (0: not known: DIR's)
+};
+struct SavedModel {
+  std::string spec;
+  int classes = 0;
+  bool described = false;  // DIR has a model.json
+};
+
+// The layer list and classes to load DIR into: DIR/model.json's when no model is given; the
+// given one, which must agree with DIR/model.json where it has one. Throws pstrain::UsageError
+// (exit 2) when there is neither a model.json nor a given model, or the given model is not the
+// saved one, and pstrain::Error when the data does not fit the saved model; each names the layer
+// or variable and both shapes.
+SavedModel resolve_saved_model(const SavedModelQuery& q);
+
+}  // namespace pstrain

@@ -1,0 +1,87 @@
+#include "worker/prediction.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+#include <vector>
+
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
+#include "shared/util/log.h"
+#include "worker/data/npy_format.h"
+#include "worker/model.h"
+#include "worker/progress.h"
+#include "worker/replica.h"
+
+namespace pstrain {
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Softmax of one row of logits, in double for the sum; returns the first most probable class.
+int softmax_row(const float* logits, int classes, float* out) {
+  const float* top = std::max_element(logits, logits + classes);
+  double sum = 0;
+  for (int c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(logits[c]) - *top);
+  for (int c = 0; c < classes; ++c) out[c] = static_cast<float>(std::exp(static_cast<double>(logits[c]) - *top) / sum);
+  return static_cast<int>(top - logits);
+}
+
+std::string csv_text(const std::vector<float>& p, size_t records, int classes) {
+  std::string text;
+  for (int c = 0; c < classes; ++c) text += (c ? ",p" : "p") + std::to_string(c);
+  text += "\n";
+  char number[32];
+  for (size_t r = 0; r < records; ++r) {
+    for (int c = 0; c < classes; ++c) {
+      std::snprintf(number, sizeof number, "%.9g", static_cast<double>(p[r * static_cast<size_t>(classes) + c]));
+      if (c) text += ",";
+      text += number;
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+}  // namespace
+
+PredictionSummary predict_saved_model(const PredictOptions& o) {
+  LoadedModel loaded = load_saved_model(o.model, o.data);
+  const Dataset& data = *loaded.data;
+  PredictionSummary s;
+  s.records = data.size();
+  s.classes = loaded.model->classes();
+  const size_t classes = static_cast<size_t>(s.classes), batch = static_cast<size_t>(loaded.batch);
+  std::vector<float> probabilities(s.records * classes), logits(batch * classes);
+  std::vector<size_t> records(batch);
+  std::vector<float> x(batch * data.feature_dim());
+  std::vector<int32_t> y(batch);
+  for (size_t start = 0; start < s.records; start += batch) {
+    const size_t count = std::min(batch, s.records - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    const float* input = loaded.replica->input(x.data(), count * data.feature_dim());
+    const float* out = loaded.model->logits(loaded.replica->params(), input, static_cast<int>(count));
+    loaded.backend->download(logits.data(), out, count * classes);
+    for (size_t r = 0; r < count; ++r) {
+      const int top = softmax_row(&logits[r * classes], s.classes, &probabilities[(start + r) * classes]);
+      if (top == y[r]) ++s.correct;
+    }
+  }
+  if (ends_with(o.output, ".csv")) {
+    write_file_atomically(o.output, csv_text(probabilities, s.records, s.classes));
+  } else {
+    write_npy(o.output, {s.records, classes}, probabilities.data());
+  }
+  const double n = static_cast<double>(std::max<size_t>(s.records, 1));
+  std::cout << "predictions: " << s.records << " records x " << s.classes << " classes written to " << o.output
+            << " (accuracy against the input's labels " << fixed(static_cast<double>(s.correct) / n, 4) << ")"
+            << std::endl;
+  return s;
+}
+
+}  // namespace pstrain
