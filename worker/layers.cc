@@ -102,8 +102,9 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
     if (layer.kind == r.name) rule = &r;
   }
   if (rule == nullptr) {
-    fail_at(spec, tokens[0].position, tokens[0].text.size(),
-            "'" + tokens[0].text + "' is not a layer (dense, conv, maxpool, avgpool, flatten, relu, tanh, dropout, softmax)");
+    std::string known;
+    for (const KindRule& r : kinds()) known += (known.empty() ? "" : ", ") + std::string(r.name);
+    fail_at(spec, tokens[0].position, tokens[0].text.size(), "'" + tokens[0].text + "' is not a layer (" + known + ")");
   }
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {
