@@ -1,0 +1,49 @@
+// The rows of one embedding table: fixed-size rows of floats (weights, then the optimizer's
+// slots) in blocks allocated as the table grows, never moved, and per-row bookkeeping beside
+// them. A released row's index is reused before a new one is taken, so the memory a table holds
+// is its live rows rounded up to whole blocks (docs/sparse.md, "Memory").
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace pstrain {
+
+struct RowMeta {
+  uint64_t id = 0;
+  uint64_t last_touched = 0;  // the last step that updated (or created) the row
+  uint64_t updates = 0;       // updates applied to the row (lazy Adam's t)
+};
+
+class RowArena {
+ public:
+  // Rows of `floats_per_row` floats, `rows_per_block` to a block (0: about 1 MiB of rows).
+  RowArena(size_t floats_per_row, size_t rows_per_block);
+
+  uint32_t allocate();  // a row index whose contents the caller fills
+  void release(uint32_t row);
+  float* values(uint32_t row) { return block_values(row) + offset(row) * floats_per_row_; }
+  const float* values(uint32_t row) const { return values_[row / rows_per_block_].get() + offset(row) * floats_per_row_; }
+  RowMeta& meta(uint32_t row) { return meta_[row / rows_per_block_][offset(row)]; }
+  const RowMeta& meta(uint32_t row) const { return meta_[row / rows_per_block_][offset(row)]; }
+
+  size_t live() const { return taken_ - free_.size(); }
+  size_t bytes() const;                      // blocks and the free list, as allocated
+  size_t bytes_to_add(size_t rows) const;    // what allocating `rows` more rows would add
+  size_t block_bytes() const;
+
+ private:
+  size_t offset(uint32_t row) const { return row % rows_per_block_; }
+  float* block_values(uint32_t row) { return values_[row / rows_per_block_].get(); }
+
+  const size_t floats_per_row_;
+  const size_t rows_per_block_;
+  std::vector<std::unique_ptr<float[]>> values_;
+  std::vector<std::unique_ptr<RowMeta[]>> meta_;
+  std::vector<uint32_t> free_;  // released rows, reused last-in first-out
+  size_t taken_ = 0;            // rows ever handed out (the high-water mark)
+};
+
+}  // namespace pstrain

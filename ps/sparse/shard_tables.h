@@ -1,0 +1,76 @@
+// A PS shard's embedding tables: the checks every pull and push gets before it reaches a table,
+// the step's apply (gradients summed per ID in worker order, then each table's optimizer), the
+// memory bound over all tables, and the counters of the shard's log lines. Nothing that fails a
+// check changes anything. Not wired to the server loop yet (docs/sparse.md). Single-threaded.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ps/sparse/embedding_table.h"
+
+namespace pstrain {
+
+struct SparseShardOptions {
+  int index = 0;         // this shard
+  int num_ps = 1;        // shards in the job
+  size_t max_bytes = 0;  // bound on bytes() (--max-shard-mib); 0: none
+};
+
+// One worker's gradients of one table for a step: `count` unique IDs of this shard and, for
+// each, the sum of its per-sample gradients (grad_len floats, count * dim if well-formed).
+struct TablePush {
+  uint32_t table = 0;
+  const uint64_t* ids = nullptr;
+  size_t count = 0;
+  const float* grads = nullptr;
+  size_t grad_len = 0;
+};
+
+struct SparseStep {
+  uint64_t step = 0;      // steps apply in increasing order (expiry counts them)
+  double lr = 0;          // this step's learning rate (scheduled_lr)
+  float grad_scale = 1;   // 1 / the step's samples over all workers
+};
+
+class ShardTables {
+ public:
+  // Throws pstrain::Error for two tables of one id, a bad table or bad shard options.
+  ShardTables(const SparseShardOptions& options, const std::vector<TableOptions>& tables);
+
+  // A pull of `n` unique IDs of this shard from `table` into out (n * dim floats).
+  bool pull(uint32_t table, const uint64_t* ids, size_t n, float* out, std::string* error) const;
+  // A step's pushes, by_worker[i] worker i's (any number of tables, each at most once). Each
+  // ID's gradient is summed in worker order (bit-for-bit the same whatever order the pushes
+  // arrived in), then every table's touched rows are updated and expired rows dropped.
+  bool apply_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker, std::string* error);
+
+  const EmbeddingTable* table(uint32_t id) const;
+  size_t bytes() const;  // all tables
+  // Adds the rows of a saved table (any shard count's file) that this shard holds.
+  bool load(uint32_t table, const std::string& saved, std::string* error);
+  // "embedding rows R (admitted A, evicted E, pending S), T MiB": for the progress and last lines.
+  std::string counters_text() const;
+
+ private:
+  struct Merged;
+  EmbeddingTable* find(uint32_t table, std::string* error) const;
+  bool check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t n, std::string* error) const;
+  bool check_push(const TablePush& push, std::string* error) const;
+  bool check_step(const SparseStep& step, std::string* error) const;
+  bool check_all(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker,
+                 std::string* error) const;
+  std::vector<Merged> merge(const std::vector<std::vector<TablePush>>& by_worker) const;
+  bool check_memory(const std::vector<Merged>& merged, uint64_t step, std::string* error) const;
+
+  const SparseShardOptions options_;
+  std::map<uint32_t, std::unique_ptr<EmbeddingTable>> tables_;  // by id: a fixed order
+  bool applied_ = false;
+  uint64_t last_step_ = 0;
+};
+
+}  // namespace pstrain
