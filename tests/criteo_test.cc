@@ -17,6 +17,7 @@
 #include "shared/config/data_files.h"
 #include "shared/config/options.h"
 #include "shared/util/error.h"
+#include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 #include "worker/data/criteo.h"
@@ -27,22 +28,12 @@ namespace pstrain {
 namespace {
 
 namespace fs = std::filesystem;
+using test::error_of;
+using test::parse_worker_flags;
+using test::usage_error_of;
 
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
-std::string error_of(const std::function<void()>& f, bool* usage = nullptr) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    if (usage != nullptr) *usage = true;
-    return e.what();
-  } catch (const Error& e) {
-    if (usage != nullptr) *usage = false;
-    return e.what();
-  }
-  return "(no pstrain::Error thrown)";
-}
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
@@ -359,17 +350,6 @@ TEST_F(CriteoData, OtherFormatsHaveNoIds) {
             "this data has no categorical IDs (only Criteo data has them: docs/data.md)");
 }
 
-std::optional<JobOptions> parse(std::vector<const char*> args) {
-  args.insert(args.begin(), {"prog", "--ps-hosts", "127.0.0.1:5000"});
-  return parse_job_options(Role::kWorker, static_cast<int>(args.size()), args.data(), EnvMap{});
-}
-
-std::string usage_error_of(std::vector<const char*> args) {
-  bool usage = false;
-  const std::string message = error_of([&] { parse(args); }, &usage);
-  EXPECT_TRUE(usage) << message;
-  return message;
-}
 
 TEST(CriteoFlags, ExtensionsAndDataFormat) {
   EXPECT_EQ(parse_data_files("d/day_0.tsv", "--train-data").format, "criteo");
@@ -383,8 +363,8 @@ TEST(CriteoFlags, ExtensionsAndDataFormat) {
   EXPECT_EQ(error_of([&] { parse_data_files("a,b", "--test-data", "criteo"); }, &usage),
             "--test-data 'a,b': --data-format criteo reads one file (file names may not contain commas)");
   EXPECT_TRUE(usage);
-  EXPECT_TRUE(parse({"--train-data", "a.tsv", "--test-data", "b.tsv.gz", "--skip-bad-lines"}));
-  EXPECT_TRUE(parse({"--train-data", "a.dat", "--test-data", "b.dat", "--data-format", "criteo"}));
+  EXPECT_TRUE(parse_worker_flags({"--train-data", "a.tsv", "--test-data", "b.tsv.gz", "--skip-bad-lines"}));
+  EXPECT_TRUE(parse_worker_flags({"--train-data", "a.dat", "--test-data", "b.dat", "--data-format", "criteo"}));
   EXPECT_EQ(usage_error_of({"--train-data", "a.csv", "--test-data", "b.csv", "--skip-bad-lines"}),
             "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
   EXPECT_EQ(usage_error_of({"--train-data", "a.tsv", "--test-data", "b.tsv", "--data-format", "tsv"}),

@@ -24,6 +24,7 @@
 #include "shared/util/error.h"
 #include "shared/config/options.h"
 #include "worker/random.h"
+#include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -40,22 +41,11 @@ namespace {
 using test::child_peak_rss_kib;
 
 namespace fs = std::filesystem;
+using test::error_of;
+using test::parse_worker_flags;
+using test::usage_error_of;
 
-// The message of the pstrain::Error f throws; `usage`: whether it was a UsageError.
-std::string error_of(const std::function<void()>& f, bool* usage = nullptr) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    if (usage != nullptr) *usage = true;
-    return e.what();
-  } catch (const Error& e) {
-    if (usage != nullptr) *usage = false;
-    return e.what();
-  }
-  return "(no pstrain::Error thrown)";
-}
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // ---- writing test files ----
 
@@ -573,17 +563,6 @@ TEST_F(CsvData, MalformedFilesAreErrors) {
 
 // ---- the flags: grammar, classes, and the test set ----
 
-std::optional<JobOptions> parse(std::vector<const char*> args) {
-  args.insert(args.begin(), {"prog", "--ps-hosts", "127.0.0.1:5000"});
-  return parse_job_options(Role::kWorker, static_cast<int>(args.size()), args.data(), EnvMap{});
-}
-
-std::string usage_error_of(std::vector<const char*> args) {
-  bool usage = false;
-  const std::string message = error_of([&] { parse(args); }, &usage);
-  EXPECT_TRUE(usage) << message;
-  return message;
-}
 
 TEST(DataFlags, Grammar) {
   const DataFiles csv = parse_data_files("d/Train.CSV.gz", "--train-data");
@@ -615,8 +594,8 @@ TEST(DataFlags, Grammar) {
 
 TEST(DataFlags, CombinationsAreChecked) {
   EXPECT_TRUE(
-      parse({"--train-data", "a.csv", "--test-data", "b.csv", "--label-column", "y", "--classes", "3"}));
-  EXPECT_TRUE(parse({"--test-data", "x.npy,y.npy"}));  // the training set from --data-dir (or --evaluate)
+      parse_worker_flags({"--train-data", "a.csv", "--test-data", "b.csv", "--label-column", "y", "--classes", "3"}));
+  EXPECT_TRUE(parse_worker_flags({"--test-data", "x.npy,y.npy"}));  // the training set from --data-dir (or --evaluate)
   EXPECT_EQ(
       usage_error_of({"--train-data", "a.csv"}),
       "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
