@@ -23,7 +23,7 @@
 
 #include "shared/util/error.h"
 #include "shared/config/options.h"
-#include "worker/random.h"
+#include "shared/util/splitmix.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "shared/util/error.h"
-#include "worker/random.h"
+#include "shared/util/splitmix.h"
 
 namespace pstrain {
 namespace {

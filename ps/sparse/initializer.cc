@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "shared/train/sparse_ids.h"
+#include "shared/util/splitmix.h"
 
 namespace pstrain {
 
@@ -22,7 +23,7 @@ void init_row(const RowInit& init, uint64_t seed, uint32_t table, uint64_t id, s
   const uint64_t key = mix_id(mix_id(mix_id(seed) ^ table) ^ id);
   constexpr double kUnit = 1.0 / 16777216.0;  // 2^-24
   for (size_t j = 0; j < dim; ++j) {
-    const uint64_t u = mix_id(key + j * 0x9e3779b97f4a7c15ull) >> 40;
+    const uint64_t u = mix_id(key + j * kGolden) >> 40;
     out[j] = static_cast<float>((2.0 * (static_cast<double>(u) + 0.5) * kUnit - 1.0) * scale);
   }
 }

@@ -19,7 +19,7 @@ struct RowInit {
 bool parse_row_init(const std::string& name, RowInitKind* out);
 
 // Writes row `id` of table `table` (dim floats) to out. Element j of a uniform row is
-// (2 * (u + 0.5) / 2^24 - 1) * scale, u the top 24 bits of mix_id(key + j * 0x9e3779b97f4a7c15),
+// (2 * (u + 0.5) / 2^24 - 1) * scale, u the top 24 bits of mix_id(key + j * kGolden),
 // key = mix_id(mix_id(mix_id(seed) ^ table) ^ id): counter-based, so any element of any row is
 // computed alone, in double and rounded once to float (the same bits on every platform).
 void init_row(const RowInit& init, uint64_t seed, uint32_t table, uint64_t id, size_t dim, float* out);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
-#include "worker/random.h"
+#include "shared/util/splitmix.h"
 
 namespace pstrain {
 namespace {

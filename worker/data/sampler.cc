@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "shared/util/error.h"
-#include "worker/random.h"
+#include "shared/util/splitmix.h"
 
 namespace pstrain {
 namespace {
