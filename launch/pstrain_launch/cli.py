@@ -5,7 +5,6 @@ docs/operations.md (one host), docs/cluster.md (several hosts).
 """
 
 import fcntl
-import importlib.util
 import os
 import re
 import shlex
@@ -836,11 +835,14 @@ class Run:
         deadline. Plots are a convenience: nothing here fails the run. Runs without the bar
         (scripts, CI, Slurm) get none unasked: `launch.sh plot RUNDIR` draws them."""
         metrics = self.s.metrics_path()
-        if not self.s.progress or metrics is None or not os.path.isfile(metrics) or importlib.util.find_spec("matplotlib") is None:
+        if not self.s.progress or metrics is None or not os.path.isfile(metrics):
+            return
+        python = plot.python_with_matplotlib()  # this one, or Debian's /usr/bin/python3
+        if python is None:
             return
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             p for p in (os.path.join(REPO, "launch"), os.environ.get("PYTHONPATH")) if p))
-        argv = [sys.executable, "-m", "pstrain_launch", "plot", self.s.run_dir, "--metrics-file", metrics]
+        argv = [python, "-m", "pstrain_launch", "plot", self.s.run_dir, "--metrics-file", metrics]
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
                                   timeout=PLOT_TIMEOUT_S)

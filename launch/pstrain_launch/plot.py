@@ -11,14 +11,40 @@ file could not be written; 2 usage; 3 matplotlib is missing.
 """
 
 import argparse
+import importlib.util
 import json
 import os
+import subprocess
 import sys
 
 from .args import UsageError
 from .status import find_run_dir
 
 EXIT_OK, EXIT_NOTHING, EXIT_USAGE, EXIT_NO_MATPLOTLIB = 0, 1, 2, 3
+# Debian's python3-matplotlib serves this interpreter, not a pyenv's or a virtual environment's.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def python_with_matplotlib():
+    """This interpreter when it can import matplotlib; else Debian's /usr/bin/python3 when that can
+    (the python3 first on PATH may be a pyenv's or a virtual environment's); else None."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return sys.executable
+    if os.path.realpath(sys.executable) == os.path.realpath(SYSTEM_PYTHON) or not os.access(SYSTEM_PYTHON, os.X_OK):
+        return None
+    try:
+        probe = subprocess.run([SYSTEM_PYTHON, "-c", "import matplotlib"], stdin=subprocess.DEVNULL,
+                               capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return SYSTEM_PYTHON if probe.returncode == 0 else None
+
+
+def run_with(python, argv):
+    """`launch.sh plot argv` under another interpreter (this package on its path); its exit status."""
+    launch_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (launch_dir, os.environ.get("PYTHONPATH")) if p))
+    return subprocess.run([python, "-m", "pstrain_launch", "plot", *argv], stdin=subprocess.DEVNULL, env=env).returncode
 # The parts of a step (the progress records' breakdown), in the order they happen.
 PARTS = ("data", "compute", "push", "wait", "pull", "eval", "ckpt")
 
@@ -123,6 +149,9 @@ def main(argv, repo):
     if not progress:
         print(f"launch: plot: no progress record in {metrics} yet", file=sys.stderr)
         return EXIT_NOTHING
+    python = python_with_matplotlib()
+    if python is not None and python != sys.executable:
+        return run_with(python, argv)
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -7,7 +7,6 @@ files and are not trivially small. Exits 77 (ctest's skip) when matplotlib canno
     python3 tests/launch/plot_check.py [-v]
 """
 
-import importlib.util
 import json
 import math
 import os
@@ -60,7 +59,8 @@ class PlotTest(unittest.TestCase):
         self.addCleanup(shutil.rmtree, self.dir, True)
 
     def plot(self, run_dir, *flags):
-        # launch.sh runs the python3 first on PATH: this one, which can import matplotlib.
+        # launch.sh runs the python3 first on PATH: this one; plot itself moves to Debian's
+        # /usr/bin/python3 where only that one can import matplotlib.
         env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
         return subprocess.run(["bash", LAUNCH, "plot", run_dir, *flags], capture_output=True, text=True,
                               stdin=subprocess.DEVNULL, timeout=120, env=env)
@@ -123,7 +123,9 @@ class PlotTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    if importlib.util.find_spec("matplotlib") is None:
-        print("skipped: python3 cannot import matplotlib (Debian: python3-matplotlib)")
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "launch"))
+    from pstrain_launch.plot import python_with_matplotlib  # noqa: E402
+    if python_with_matplotlib() is None:  # neither this python nor Debian's /usr/bin/python3
+        print("skipped: no python3 here can import matplotlib (Debian: python3-matplotlib)")
         sys.exit(77)
     unittest.main()
