@@ -249,12 +249,12 @@ struct XentResult {
 };
 
 XentResult run_xent(Backend& backend, const std::vector<float>& logits, const std::vector<int32_t>& labels,
-                    int cols) {
+                    int cols, float smoothing = 0.0f) {
   const int rows = static_cast<int>(labels.size());
   BufferPtr dz = put(backend, logits), dd = backend.allocate(logits.size());
   XentResult result;
-  result.stats = backend.softmax_xent(dz.get(), labels.data(), rows, cols, dd.get());
-  result.stats_forward_only = backend.softmax_xent(dz.get(), labels.data(), rows, cols, nullptr);
+  result.stats = backend.softmax_xent(dz.get(), labels.data(), rows, cols, dd.get(), smoothing);
+  result.stats_forward_only = backend.softmax_xent(dz.get(), labels.data(), rows, cols, nullptr, smoothing);
   result.dlogits = get(backend, dd.get(), logits.size());
   return result;
 }
@@ -286,14 +286,17 @@ TEST_F(CudaBackendTest, SoftmaxXentMatchesCpu) {
       for (int k = 0; k < c.cols; ++k) logits[static_cast<size_t>(r) * c.cols + k] += c.offset * (1 + r % 3);
     }
     const auto labels = random_labels(static_cast<size_t>(c.rows), c.cols, 10);
-    const XentResult gpu = run_xent(*gpu_, logits, labels, c.cols),
-                     cpu = run_xent(*cpu_, logits, labels, c.cols);
-    expect_xent_matches(gpu, cpu, what);
-    EXPECT_TRUE(std::isfinite(gpu.stats.loss_sum)) << what;
-    for (int r = 0; r < c.rows; ++r) {  // softmax - onehot sums to zero
-      double sum = 0;
-      for (int k = 0; k < c.cols; ++k) sum += gpu.dlogits[static_cast<size_t>(r) * c.cols + k];
-      EXPECT_NEAR(sum, 0.0, 1e-5) << what << " row " << r;
+    for (const float smoothing : {0.0f, 0.1f}) {  // --label-smoothing
+      const std::string how = what + " smoothing " + std::to_string(smoothing);
+      const XentResult gpu = run_xent(*gpu_, logits, labels, c.cols, smoothing),
+                       cpu = run_xent(*cpu_, logits, labels, c.cols, smoothing);
+      expect_xent_matches(gpu, cpu, how);
+      EXPECT_TRUE(std::isfinite(gpu.stats.loss_sum)) << how;
+      for (int r = 0; r < c.rows; ++r) {  // softmax - q sums to zero (q sums to 1)
+        double sum = 0;
+        for (int k = 0; k < c.cols; ++k) sum += gpu.dlogits[static_cast<size_t>(r) * c.cols + k];
+        EXPECT_NEAR(sum, 0.0, 1e-5) << how << " row " << r;
+      }
     }
   }
 }
@@ -322,7 +325,7 @@ TEST_F(CudaBackendTest, SoftmaxXentRejectsALabelOutOfRange) {
   for (const int32_t bad : {-1, cols}) {
     const std::vector<int32_t> labels = {0, bad, 1};
     try {
-      gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
+      gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr, 0.0f);
       ADD_FAILURE() << "label " << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("label " + std::to_string(bad) + " of sample 1"),
@@ -331,7 +334,7 @@ TEST_F(CudaBackendTest, SoftmaxXentRejectsALabelOutOfRange) {
     }
   }
   const std::vector<int32_t> good = {0, 3, 1};  // the backend is still usable
-  EXPECT_TRUE(std::isfinite(gpu_->softmax_xent(logits.get(), good.data(), rows, cols, nullptr).loss_sum));
+  EXPECT_TRUE(std::isfinite(gpu_->softmax_xent(logits.get(), good.data(), rows, cols, nullptr, 0.0f).loss_sum));
 }
 
 TEST_F(CudaBackendTest, UploadDownloadRoundTripAndZeroedAllocation) {
@@ -805,12 +808,12 @@ TEST_F(CudaBackendTest, BytesAllocatedIsTheSumOfRequestsPlusScratch) {
   BufferPtr logits = put(*gpu_, random_floats(rows * cols, 16));
   requested += rows * cols * sizeof(float);
   const auto labels = random_labels(rows, cols, 17);
-  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr, 0.0f);
   const size_t scratch = gpu_->bytes_allocated() - base - requested;
   EXPECT_GT(scratch, 0u);
   EXPECT_LE(scratch, size_t{64} * rows + 256);
-  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr);
-  gpu_->softmax_xent(logits.get(), labels.data(), rows / 2, cols, nullptr);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr, 0.0f);
+  gpu_->softmax_xent(logits.get(), labels.data(), rows / 2, cols, nullptr, 0.0f);
   EXPECT_EQ(gpu_->bytes_allocated(), base + requested + scratch);
 
   buffers.clear();
@@ -835,8 +838,8 @@ TEST_F(CudaBackendTest, ReservedBatchScratchCoversLaterBatches) {
   fresh->reserve_batch(rows);
   const size_t reserved = fresh->bytes_allocated();
   EXPECT_GT(reserved, before);
-  fresh->softmax_xent(logits_there.get(), labels.data(), rows, cols, nullptr);
-  fresh->softmax_xent(logits_there.get(), labels.data(), rows / 3, cols, nullptr);
+  fresh->softmax_xent(logits_there.get(), labels.data(), rows, cols, nullptr, 0.0f);
+  fresh->softmax_xent(logits_there.get(), labels.data(), rows / 3, cols, nullptr, 0.0f);
   EXPECT_EQ(fresh->bytes_allocated(), reserved);
 }
 
@@ -889,12 +892,12 @@ TEST_F(CudaBackendTest, MemoryLimitRefusesAndNamesTheLimit) {
   EXPECT_EQ(limited->bytes_allocated(), held);
   // The backend's own scratch is under the same limit.
   const auto labels = random_labels(rows, cols, 19);
-  EXPECT_THROW(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr), Error);
+  EXPECT_THROW(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr, 0.0f), Error);
   EXPECT_EQ(limited->bytes_allocated(), held);
 
   fill.reset();
   EXPECT_TRUE(
-      std::isfinite(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr).loss_sum));
+      std::isfinite(limited->softmax_xent(logits.get(), labels.data(), rows, cols, nullptr, 0.0f).loss_sum));
   BufferPtr again = limited->allocate(1000);
   EXPECT_NE(again.get(), nullptr);
   // A limit below the backend's fixed needs (the cuBLAS workspace) is refused up front.

@@ -53,7 +53,7 @@ TEST(MlpTest, SoftmaxLossAndAccuracy) {
   const std::vector<float> logits = {2.0f, 0.0f, 0.0f, 0.0f, 1.0f, 3.0f};
   const std::vector<int32_t> labels = {0, 1};
   std::vector<float> d(6);
-  const BatchStats s = backend->softmax_xent(logits.data(), labels.data(), 2, 3, d.data());
+  const BatchStats s = backend->softmax_xent(logits.data(), labels.data(), 2, 3, d.data(), 0.0f);
   const double l0 = std::log(std::exp(2.0) + 2.0) - 2.0;
   const double l1 = std::log(1.0 + std::exp(1.0) + std::exp(3.0)) - 1.0;
   EXPECT_NEAR(s.loss_sum, l0 + l1, 1e-6);
@@ -61,6 +61,45 @@ TEST(MlpTest, SoftmaxLossAndAccuracy) {
   EXPECT_NEAR(d[0], std::exp(2.0) / (std::exp(2.0) + 2.0) - 1.0, 1e-6);
   float row_sum = d[3] + d[4] + d[5];
   EXPECT_NEAR(row_sum, 0.0, 1e-6);
+}
+
+// Label smoothing e: the loss is -sum_c q_c log softmax_c with q = (1 - e) onehot + e / C, and the
+// gradient softmax - q, checked against its definition and central differences of the loss.
+TEST(MlpTest, SmoothedSoftmaxLossAndItsGradient) {
+  auto backend = make_cpu_backend(1);
+  std::vector<float> logits = {2.0f, -0.5f, 0.25f, 1.0f, 0.0f, 1.0f, 3.0f, -2.0f};
+  const std::vector<int32_t> labels = {0, 3};
+  const int rows = 2, cols = 4;
+  const float e = 0.1f;
+  std::vector<float> d(logits.size());
+  const BatchStats s = backend->softmax_xent(logits.data(), labels.data(), rows, cols, d.data(), e);
+  double want = 0;
+  for (int r = 0; r < rows; ++r) {
+    double denom = 0;
+    for (int c = 0; c < cols; ++c) denom += std::exp(double{logits[r * cols + c]});
+    for (int c = 0; c < cols; ++c) {
+      const double p = std::exp(double{logits[r * cols + c]}) / denom;
+      const double q = (c == labels[r] ? 1.0 - e : 0.0) + e / cols;
+      want -= q * std::log(p);
+      EXPECT_NEAR(d[r * cols + c], p - q, 1e-6) << r << " " << c;
+    }
+  }
+  EXPECT_NEAR(s.loss_sum, want, 1e-6);
+  EXPECT_EQ(s.correct, 1);  // row 1's arg-max is class 2, not its label 3
+  const double h = 1e-3;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float saved = logits[i];
+    logits[i] = saved + static_cast<float>(h);
+    const double up = backend->softmax_xent(logits.data(), labels.data(), rows, cols, nullptr, e).loss_sum;
+    logits[i] = saved - static_cast<float>(h);
+    const double down = backend->softmax_xent(logits.data(), labels.data(), rows, cols, nullptr, e).loss_sum;
+    logits[i] = saved;
+    EXPECT_NEAR((up - down) / (2 * h), d[i], 2e-4) << i;
+  }
+  // e = 0 is the plain loss, exactly.
+  std::vector<float> d0(logits.size()), d1(logits.size());
+  EXPECT_EQ(backend->softmax_xent(logits.data(), labels.data(), rows, cols, d0.data(), 0.0f).loss_sum,
+            backend->softmax_xent(logits.data(), labels.data(), rows, cols, d1.data(), 0.0f).loss_sum);
 }
 
 }  // namespace

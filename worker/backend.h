@@ -143,10 +143,12 @@ class Backend {
   virtual void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
                                    float* dx, float* dy_xhat) = 0;
 
-  // Softmax cross-entropy of logits[rows, cols] against host labels. If dlogits is not null it
-  // receives the gradient of the summed loss (softmax - onehot), per sample.
-  virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
-                                  float* dlogits) = 0;
+  // Softmax cross-entropy of logits[rows, cols] against host labels, smoothed: the target is
+  // q = (1 - smoothing) onehot(label) + smoothing / cols (0: the label alone), and the loss
+  // -sum_c q_c log softmax_c. If dlogits is not null it receives the gradient of the summed loss
+  // (softmax - q), per sample. `correct` counts arg-max == label either way.
+  virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+                                  float smoothing) = 0;
 };
 
 // The device a worker computes on (filled from the job's flags in main: worker/options_from_job.h).

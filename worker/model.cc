@@ -223,7 +223,8 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
   forward_layers(ctx, params, x, batch, 0, n);
   float* delta = delta_a_.get();  // d(loss)/d(output of layer l)
   float* spare = delta_b_.get();
-  const BatchStats stats = backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), delta);
+  const BatchStats stats =
+      backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), delta, label_smoothing_);
   for (size_t l = n; l-- > 0;) {
     const int block = plan_.block_of[l];
     const bool block_end = l + 1 == n || plan_.block_of[l + 1] != block;
@@ -252,7 +253,7 @@ BatchStats Model::evaluate(const float* params, const float* x, const int32_t* y
   LayerContext ctx = context(false, Keys{}, batch);
   const size_t n = net_.layers().size();
   forward_layers(ctx, params, x, batch, 0, n);
-  return backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), nullptr);
+  return backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), nullptr, 0.0f);  // the plain loss
 }
 
 const float* Model::logits(const float* params, const float* x, int batch) {

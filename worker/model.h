@@ -92,6 +92,10 @@ class Model {
 
   using Keys = DropoutKeys;
 
+  // Training's loss smooths the labels by this much (--label-smoothing; 0: none); evaluation's
+  // never does.
+  void set_label_smoothing(float smoothing) { label_smoothing_ = smoothing; }
+
   // Forward and backward on a batch (x, y in backend memory / host labels). grad receives the
   // gradient of the SUMMED loss over the batch (not the mean); with `accumulate` it is added to
   // what grad holds (gradient accumulation over micro-batches).
@@ -113,6 +117,7 @@ class Model {
   Backend& backend_;
   int max_batch_;
   bool recompute_;
+  float label_smoothing_ = 0.0f;
   Network::Plan plan_;
   std::vector<BufferPtr> buffers_;  // persistent buffers (null for arena ones)
   std::vector<float*> buffer_ptr_;  // every buffer: its own or a place in the arena

@@ -103,6 +103,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.model = o.model;
   t.hidden = o.hidden;
   t.recompute = o.recompute;
+  t.label_smoothing = static_cast<float>(o.label_smoothing);
   t.epochs = o.epochs;
   t.steps = o.steps;
   t.seed = o.seed;

@@ -180,6 +180,7 @@ class Trainer {
     }
     if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
+    model_->set_label_smoothing(o_.label_smoothing);
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
     evaluation_->set_model(*model_, *replica_, batch_.eval_batch);

@@ -30,6 +30,7 @@ struct JobIdentity {
   std::string data_dir;                  // empty: the default directory
   int num_workers = 1;
   std::vector<int> worker_batches = {64};  // each worker's samples per step (worker_shares)
+  double label_smoothing = 0;
 };
 
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order

@@ -77,6 +77,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
+      ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
       ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
       ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
@@ -272,6 +273,7 @@ void validate(const JobOptions& o, Role role) {
   require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");
   require(opt.epsilon > 0, "--epsilon must be positive");
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
+  require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
   if (role == Role::kWorker && o.mode == Mode::kAllreduce) {
     require(o.num_workers == 1 || !o.coordinator.empty(),

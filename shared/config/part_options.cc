@@ -24,6 +24,7 @@ JobIdentity job_identity(const JobOptions& o) {
   j.data_dir = o.data_dir;
   j.num_workers = o.num_workers;
   j.worker_batches = worker_shares(o);
+  j.label_smoothing = o.label_smoothing;
   return j;
 }
 

@@ -496,22 +496,30 @@ class CpuBackend final : public Backend {
     }, kMinRows);
   }
 
-  BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
-                          float* dlogits) override {
+  BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+                          float smoothing) override {
     BatchStats stats;
+    const float spread = smoothing / static_cast<float>(cols), hit = 1.0f - smoothing + spread;
     for (int r = 0; r < rows; ++r) {
       const float* z = logits + static_cast<size_t>(r) * cols;
       const int label = labels[r];
       const int argmax = static_cast<int>(std::max_element(z, z + cols) - z);
       const float zmax = z[argmax];
-      double denom = 0;
-      for (int c = 0; c < cols; ++c) denom += std::exp(static_cast<double>(z[c] - zmax));
-      stats.loss_sum += std::log(denom) - static_cast<double>(z[label] - zmax);
+      double denom = 0, shifted_sum = 0;
+      for (int c = 0; c < cols; ++c) {
+        denom += std::exp(static_cast<double>(z[c] - zmax));
+        shifted_sum += static_cast<double>(z[c] - zmax);
+      }
+      const double target = smoothing == 0.0f ? static_cast<double>(z[label] - zmax)
+                                              : (1.0 - smoothing) * static_cast<double>(z[label] - zmax) +
+                                                    smoothing * shifted_sum / cols;
+      stats.loss_sum += std::log(denom) - target;
       stats.correct += argmax == label;
       if (dlogits != nullptr) {
         float* d = dlogits + static_cast<size_t>(r) * cols;
         for (int c = 0; c < cols; ++c) {
-          d[c] = static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) / denom) - (c == label);
+          const float q = smoothing == 0.0f ? (c == label ? 1.0f : 0.0f) : (c == label ? hit : spread);
+          d[c] = static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) / denom) - q;
         }
       }
     }

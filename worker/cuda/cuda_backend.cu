@@ -308,8 +308,8 @@ class CudaBackend final : public Backend {
     stream_.synchronize();
   }
 
-  BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols,
-                          float* dlogits) override {
+  BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+                          float smoothing) override {
     PSTRAIN_CHECK(rows >= 0 && cols >= 1);
     if (rows == 0) return BatchStats{};
     PSTRAIN_CHECK(logits != nullptr && labels != nullptr);
@@ -323,7 +323,7 @@ class CudaBackend final : public Backend {
     const XentScratch s = xent_scratch(rows);
     PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(s.labels, labels, static_cast<size_t>(rows) * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, stream_.get()));
-    kernels::softmax_xent(logits, s.labels, rows, cols, dlogits, s.row_loss, s.row_correct, s.totals,
+    kernels::softmax_xent(logits, s.labels, rows, cols, smoothing, dlogits, s.row_loss, s.row_correct, s.totals,
                           stream_.get());
     kernels::XentTotals totals{};
     PSTRAIN_CUDA_CHECK(

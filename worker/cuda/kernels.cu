@@ -71,7 +71,7 @@ __device__ void warp_argmax(float& value, int& index) {
   index = __shfl_sync(kFullMask, index, 0);
 }
 
-__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int rows, int cols,
+__global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, int rows, int cols, float smoothing,
                                     float* dlogits, double* row_loss, int32_t* row_correct) {
   const size_t row = static_cast<size_t>(blockIdx.x) * kXentRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
@@ -89,20 +89,29 @@ __global__ void softmax_xent_kernel(const float* logits, const int32_t* labels, 
   }
   warp_argmax(zmax, argmax);
 
-  double denom = 0;
-  for (int c = lane; c < cols; c += kWarp) denom += exp(static_cast<double>(z[c] - zmax));
+  double denom = 0, shifted_sum = 0;
+  for (int c = lane; c < cols; c += kWarp) {
+    denom += exp(static_cast<double>(z[c] - zmax));
+    shifted_sum += static_cast<double>(z[c] - zmax);
+  }
   denom = warp_sum(denom);
+  shifted_sum = warp_sum(shifted_sum);
 
   const int label = labels[row];
   if (lane == 0) {
-    row_loss[row] = log(denom) - static_cast<double>(z[label] - zmax);
+    const double target = smoothing == 0.0f ? static_cast<double>(z[label] - zmax)
+                                            : (1.0 - smoothing) * static_cast<double>(z[label] - zmax) +
+                                                  smoothing * shifted_sum / cols;
+    row_loss[row] = log(denom) - target;
     row_correct[row] = argmax == label;
   }
   __syncwarp();  // z[label] is read before any lane overwrites it when dlogits aliases logits
   if (dlogits == nullptr) return;
   float* d = dlogits + row * cols;
+  const float spread = smoothing / static_cast<float>(cols), hit = 1.0f - smoothing + spread;
   for (int c = lane; c < cols; c += kWarp) {
-    d[c] = static_cast<float>(exp(static_cast<double>(z[c] - zmax)) / denom) - (c == label ? 1.0f : 0.0f);
+    const float q = smoothing == 0.0f ? (c == label ? 1.0f : 0.0f) : (c == label ? hit : spread);
+    d[c] = static_cast<float>(exp(static_cast<double>(z[c] - zmax)) / denom) - q;
   }
 }
 
@@ -147,12 +156,12 @@ void ordered_sum(const float* terms, int count, size_t elems, float beta, float*
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 
-void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float smoothing, float* dlogits,
                   double* row_loss, int32_t* row_correct, XentTotals* totals, cudaStream_t stream) {
   const unsigned grid =
       static_cast<unsigned>((static_cast<size_t>(rows) + kXentRowsPerBlock - 1) / kXentRowsPerBlock);
-  softmax_xent_kernel<<<grid, kXentRowsPerBlock * kWarp, 0, stream>>>(logits, labels, rows, cols, dlogits,
-                                                                      row_loss, row_correct);
+  softmax_xent_kernel<<<grid, kXentRowsPerBlock * kWarp, 0, stream>>>(logits, labels, rows, cols, smoothing,
+                                                                      dlogits, row_loss, row_correct);
   PSTRAIN_CUDA_CHECK_LAUNCH();
   xent_totals_kernel<<<1, kTotalsThreads, 0, stream>>>(row_loss, row_correct, rows, totals);
   PSTRAIN_CUDA_CHECK_LAUNCH();

@@ -25,12 +25,12 @@ struct XentTotals {
   long long correct;
 };
 
-// Softmax cross-entropy of logits[rows, cols] against device labels (each in [0, cols)):
-// row_loss[r] = log(sum_c exp(z_c - max)) - (z_label - max) (in double, as on the CPU),
-// row_correct[r] = (arg-max == label), ties going to the lowest index; if dlogits is not null it
-// receives softmax - onehot (it may alias logits). Then *totals = the sums of row_loss and
-// row_correct, in a fixed order. rows >= 1.
-void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
+// Softmax cross-entropy of logits[rows, cols] against device labels (each in [0, cols)), the
+// target q = (1 - smoothing) onehot + smoothing / cols: row_loss[r] = log(sum_c exp(z_c - max)) -
+// sum_c q_c (z_c - max) (in double, as on the CPU), row_correct[r] = (arg-max == label), ties
+// going to the lowest index; if dlogits is not null it receives softmax - q (it may alias
+// logits). Then *totals = the sums of row_loss and row_correct, in a fixed order. rows >= 1.
+void softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float smoothing, float* dlogits,
                   double* row_loss, int32_t* row_correct, XentTotals* totals, cudaStream_t stream);
 
 }  // namespace kernels
