@@ -85,6 +85,10 @@ case_mpirun_matches_local() {
   check "placement says one mpirun" out_has '^launch: placement \(1 host\(s\), one mpirun\):$'
   check "ranks' output mapped to names" out_has '^\[ps1\] .*all 3 workers done'
   check "parameters equal the local run's" python3 "$here/compare_params.py" "$work/local-params" "$work/mpirun-params"
+  local shown
+  shown=$(bash "$launch" status "$work/mpirun-run")
+  check "status: the 5 processes through the one mpirun, ended" \
+    eval 'test "$(grep -cE "^  (ps[01]|w[0-2]) +on [^ ]+  pid [0-9]+ \(its mpirun pid\)  exited with status 0\$" <<<"$shown")" -eq 5'
 }
 
 case_mpirun_worker_fails() {
