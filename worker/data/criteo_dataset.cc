@@ -1,12 +1,10 @@
 #include "worker/data/criteo_dataset.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <vector>
 
 #include "shared/util/error.h"
@@ -115,13 +113,7 @@ class CriteoDataset final : public Dataset {
       : path_(path) {
     if (range.classes == 1) throw Error(path + ": Criteo labels are 0 and 1, but " + range.origin + " allows 1 class");
     classes_ = range.classes > 0 ? range.classes : 2;
-    struct stat st {};
-    if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open: " + errno_text(errno));
-    if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
-    std::error_code ec;
-    std::filesystem::create_directories(cache_dir, ec);
-    if (ec) throw Error(cache_dir + ": cannot create cache directory: " + ec.message());
-    const std::string cache = cache_dir + "/" + cache_file_name(path, st) + ".pstrain-criteo";
+    const std::string cache = parsed_cache_path(path, cache_dir, ".pstrain-criteo");
     if (::access(cache.c_str(), R_OK) != 0 || !load(cache)) {
       PSLOG(INFO) << "parsing " << path << " (Criteo TSV) into " << cache;
       create_file_atomically(cache, [&](int fd, const std::string& tmp) {

@@ -1,13 +1,11 @@
 #include "worker/data/csv_table.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <string_view>
 
 #include "shared/util/error.h"
@@ -183,13 +181,7 @@ uint64_t get_u64(const uint8_t* p) {
 }  // namespace
 
 CsvTable::CsvTable(const std::string& path, const std::string& cache_dir) : path_(path) {
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open: " + errno_text(errno));
-  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
-  std::error_code ec;
-  std::filesystem::create_directories(cache_dir, ec);
-  if (ec) throw Error(cache_dir + ": cannot create cache directory: " + ec.message());
-  const std::string cache = cache_dir + "/" + cache_file_name(path, st) + ".pstrain-csv";
+  const std::string cache = parsed_cache_path(path, cache_dir, ".pstrain-csv");
   if (::access(cache.c_str(), R_OK) == 0 && load(cache)) return;
   PSLOG(INFO) << "parsing " << path << " into " << cache;
   create_file_atomically(cache, [&](int fd, const std::string& tmp) { Converter(path, fd, tmp).run(); });

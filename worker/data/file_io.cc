@@ -90,6 +90,16 @@ std::string cache_file_name(const std::string& path, const struct stat& st) {
   return base + suffix;
 }
 
+std::string parsed_cache_path(const std::string& path, const std::string& cache_dir, const std::string& suffix) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) throw Error(path + ": cannot open: " + errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw Error(path + ": not a regular file");
+  std::error_code ec;
+  std::filesystem::create_directories(cache_dir, ec);
+  if (ec) throw Error(cache_dir + ": cannot create cache directory: " + ec.message());
+  return cache_dir + "/" + cache_file_name(path, st) + suffix;
+}
+
 void create_file_atomically(const std::string& dst,
                             const std::function<void(int fd, const std::string& tmp_name)>& write) {
   std::string tmp = dst + ".tmp-XXXXXX";

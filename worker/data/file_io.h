@@ -44,6 +44,11 @@ void write_all(int fd, const void* data, size_t len, const std::string& name);
 // and a hash of its absolute location, so a changed or moved source gets a new cache file.
 std::string cache_file_name(const std::string& path, const struct stat& st);
 
+// Where a parsed copy of the regular file `path` goes: cache_dir (made if missing) /
+// cache_file_name + `suffix` (".pstrain-csv"). Throws pstrain::Error naming the file or the
+// directory when `path` cannot be read as a regular file or cache_dir cannot be made.
+std::string parsed_cache_path(const std::string& path, const std::string& cache_dir, const std::string& suffix);
+
 // Creates `dst` whole or not at all: `write(fd, tmp_name)` fills a temporary file beside it,
 // which is then synced and renamed into place (processes racing for one cache file each write
 // their own and the last rename wins). On an exception the temporary file is removed and the
