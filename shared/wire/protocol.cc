@@ -192,7 +192,7 @@ struct Decoder {
       return fail("protocol version " + std::to_string(version) + " is not supported (expected " +
                   std::to_string(kProtocolVersion) + ")");
     }
-    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kWaiting)) {
+    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kSparsePush)) {
       return fail("unknown op " + std::to_string(op));
     }
     if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
@@ -240,11 +240,17 @@ const char* op_name(Op op) {
     case Op::kDone: return "DONE";
     case Op::kError: return "ERROR";
     case Op::kWaiting: return "WAITING";
+    case Op::kSparsePull: return "SPARSE_PULL";
+    case Op::kSparseRows: return "SPARSE_ROWS";
+    case Op::kSparsePush: return "SPARSE_PUSH";
   }
   return "?";
 }
 
-bool op_has_payload(Op op) { return op == Op::kInit || op == Op::kPush || op == Op::kParams; }
+bool op_has_payload(Op op) {
+  return op == Op::kInit || op == Op::kPush || op == Op::kParams || op == Op::kSparsePull || op == Op::kSparseRows ||
+         op == Op::kSparsePush;
+}
 
 bool payload_in_shared_memory(const Header& h) { return h.shm != 0 && (h.op == Op::kPush || h.op == Op::kParams); }
 

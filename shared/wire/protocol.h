@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 8 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 10 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values. Every field is validated on receipt.
 #pragma once
@@ -10,7 +10,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 9;
+constexpr uint32_t kProtocolVersion = 10;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -28,6 +28,10 @@ enum class Op : uint32_t {
   kWaiting = 9,  // PS -> worker: PULL `request_id` still waits for step `step`, whose missing pushes
                  // `message` names (sent once a second while a barrier waits; keeps the worker's
                  // deadline from expiring while its PS is reachable)
+  // Sparse tables (shared/wire/sparse_wire.h: frame 1 is a sparse body, `length` its 4-byte words):
+  kSparsePull = 10,  // worker -> PS: rows of these IDs as they are at version `step`
+  kSparseRows = 11,  // PS -> worker: the rows of SPARSE_PULL `request_id`, at version `step`
+  kSparsePush = 12,  // worker -> PS: this worker's summed gradients per ID for `step` over `samples`
 };
 const char* op_name(Op op);
 
