@@ -217,9 +217,11 @@ void Model::forward_layers(LayerContext& ctx, const float* params, const float* 
 }
 
 BatchStats Model::train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                             const GradReady& on_ready, bool accumulate, const Keys& keys) {
+                             const GradReady& on_ready, bool accumulate, const Keys& keys, float* input_grad) {
   LayerContext ctx = context(true, keys, batch);
   const size_t n = net_.layers().size();
+  size_t first = 0;  // the first layer that computes: its dx is the gradient w.r.t. x
+  while (first + 1 < n && net_.layers()[first]->identity()) ++first;
   forward_layers(ctx, params, x, batch, 0, n);
   float* delta = delta_a_.get();  // d(loss)/d(output of layer l)
   float* spare = delta_b_.get();
@@ -236,15 +238,14 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
     }
     Layer& layer = *net_.layers()[l];
     if (layer.identity()) continue;
-    if (layer.elementwise()) {  // in place (the plan's delta sizes assume it)
-      layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, l == 0 ? nullptr : delta, grad, batch,
-                     accumulate);
-      continue;
-    }
-    float* dx = l == 0 ? nullptr : spare;
+    // Element-wise layers work in place (the plan's delta sizes assume it); layer 0 writes no dx
+    // unless the caller asks for it.
+    float* dx = l == 0 ? nullptr : layer.elementwise() ? delta : spare;
+    if (input_grad != nullptr && l == first) dx = input_grad;
     layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, dx, grad, batch, accumulate);
+    if (layer.elementwise()) continue;
     if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);
-    if (dx != nullptr) std::swap(delta, spare);
+    if (dx == spare) std::swap(delta, spare);
   }
   return stats;
 }

@@ -98,9 +98,12 @@ class Model {
 
   // Forward and backward on a batch (x, y in backend memory / host labels). grad receives the
   // gradient of the SUMMED loss over the batch (not the mean); with `accumulate` it is added to
-  // what grad holds (gradient accumulation over micro-batches).
+  // what grad holds (gradient accumulation over micro-batches). With `input_grad` (backend
+  // memory, batch x input floats), it receives the summed loss's gradient w.r.t. x, overwritten
+  // whatever `accumulate` says (what embedding rows outside the model need: worker/sparse/).
   BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
-                        const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {});
+                        const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {},
+                        float* input_grad = nullptr);
   // Forward only (dropout off).
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
   // Forward only (dropout off): the logits, batch x classes in backend memory, valid until the
