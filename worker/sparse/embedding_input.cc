@@ -1,0 +1,228 @@
+#include "worker/sparse/embedding_input.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "shared/train/sparse_ids.h"
+#include "shared/util/error.h"
+#include "shared/util/splitmix.h"
+
+namespace pstrain {
+
+uint64_t embedding_key(size_t field, uint64_t raw, bool per_field_tables) {
+  return per_field_tables ? raw : mix_id(raw ^ mix_id(field + 1));
+}
+
+EmbeddingInput::EmbeddingInput(const EmbeddingInputOptions& options) : options_(options) {
+  if (options.dim == 0 || options.dim > kMaxSparseDim) {
+    throw UsageError("embedding dim " + std::to_string(options.dim) + " is not in 1.." +
+                     std::to_string(kMaxSparseDim));
+  }
+  if (options.fields == 0) throw UsageError("embedding input with 0 categorical fields");
+  if (options.num_ps < 1)
+    throw UsageError("embedding input over " + std::to_string(options.num_ps) + " shards");
+  const auto shards = static_cast<size_t>(options.num_ps);
+  for (size_t f = 0; f < options.fields; ++f) field_salt_.push_back(mix_id(f + 1));
+  staged_.resize(shards * tables());
+  section_of_.resize(shards * tables());
+  occurrences_.resize(shards);
+  pull_.resize(shards);
+  rows_.resize(shards);
+  has_rows_.assign(shards, false);
+}
+
+namespace {
+
+size_t power_of_two_at_least(size_t n) {
+  size_t p = 64;
+  while (p < n) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+// The hash table starts each batch at 4 x the last batch's unique keys (at most 2 x this one's
+// occurrences) and doubles at a load of 1/2: a small table for repetitive batches stays in
+// cache. Entries of earlier batches are dead by their stamp, so nothing is cleared (but once in
+// 2^32 batches); the vectors keep their largest size.
+void EmbeddingInput::reset_hash(size_t occurrences) {
+  const size_t capacity =
+      std::min(power_of_two_at_least(4 * slots_.size()), power_of_two_at_least(2 * occurrences));
+  if (capacity > hash_.size()) hash_.resize(capacity, Entry{0, 0, 0, 0});
+  mask_ = capacity - 1;
+  if (++stamp_ == 0) {
+    for (Entry& e : hash_) e.stamp = 0;
+    for (Entry& e : spare_) e.stamp = 0;
+    stamp_ = 1;
+  }
+}
+
+void EmbeddingInput::grow_hash() {
+  const size_t capacity = 2 * (mask_ + 1), mask = capacity - 1;
+  if (capacity > spare_.size()) spare_.resize(capacity);
+  for (size_t i = 0; i < capacity; ++i) spare_[i].stamp = 0;
+  for (size_t i = 0; i <= mask_; ++i) {
+    const Entry& e = hash_[i];
+    if (e.stamp != stamp_) continue;
+    size_t j = splitmix64(e.key ^ (e.table * kGolden)) & mask;
+    while (spare_[j].stamp == stamp_) j = (j + 1) & mask;
+    spare_[j] = e;
+  }
+  hash_.swap(spare_);
+  mask_ = mask;
+}
+
+uint32_t EmbeddingInput::find_or_add(uint64_t key, uint32_t table) {
+  for (size_t i = splitmix64(key ^ (table * kGolden)) & mask_;; i = (i + 1) & mask_) {
+    Entry& e = hash_[i];
+    if (e.stamp != stamp_) {
+      const auto slot = static_cast<uint32_t>(slots_.size());
+      const auto shard = static_cast<uint32_t>(shard_of(key, options_.num_ps));
+      std::vector<uint64_t>& staged = staged_[shard * tables() + table];
+      slots_.push_back(Slot{shard, table, static_cast<uint32_t>(staged.size())});
+      staged.push_back(key);
+      e = Entry{key, table, slot, stamp_};
+      if (2 * slots_.size() > mask_ + 1) grow_hash();
+      return slot;
+    }
+    if (e.key == key && e.table == table) return e.slot;
+  }
+}
+
+void EmbeddingInput::prepare(const uint64_t* raw_ids, size_t batch) {
+  const size_t fields = options_.fields, n = batch * fields;
+  PSTRAIN_CHECK(batch == 0 || raw_ids != nullptr);
+  PSTRAIN_CHECK_LE(n, size_t{1} << 31);
+  batch_ = batch;
+  reset_hash(n);  // sized by the last batch's slots_
+  slots_.clear();
+  for (auto& keys : staged_) keys.clear();
+  for (auto& list : occurrences_) list.clear();
+  slot_of_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const size_t f = i % fields;
+    const uint64_t raw = raw_ids[i];
+    const uint64_t key = options_.per_field_tables ? raw : mix_id(raw ^ field_salt_[f]);
+    const uint32_t slot = find_or_add(key, table_of(f));
+    slot_of_[i] = slot;
+    occurrences_[slots_[slot].shard].push_back(static_cast<uint32_t>(i));
+  }
+  for (size_t s = 0; s < pull_.size(); ++s) {
+    std::vector<SparseSection>& sections = pull_[s];
+    size_t k = 0;
+    for (size_t t = 0; t < tables(); ++t) {
+      const std::vector<uint64_t>& keys = staged_[s * tables() + t];
+      if (keys.empty()) continue;
+      section_of_[s * tables() + t] = static_cast<uint32_t>(k);
+      if (k == sections.size()) sections.emplace_back();
+      sections[k].table = static_cast<uint32_t>(t);
+      sections[k].dim = 0;
+      sections[k].ids.assign(keys.begin(), keys.end());
+      sections[k].values.clear();
+      ++k;
+    }
+    sections.resize(k);
+    rows_[s].clear();
+    has_rows_[s] = false;
+  }
+  for (Slot& slot : slots_) slot.section = section_of_[slot.shard * tables() + slot.section];
+}
+
+const std::vector<SparseSection>& EmbeddingInput::pull(int shard) const {
+  PSTRAIN_CHECK(shard >= 0 && shard < options_.num_ps);
+  return pull_[static_cast<size_t>(shard)];
+}
+
+namespace {
+
+// What is wrong with `rows` as the answer to `asked`, or "".
+std::string rows_mismatch(const std::vector<SparseSection>& asked, const std::vector<SparseSection>& rows,
+                          uint32_t dim) {
+  if (rows.size() != asked.size()) {
+    return "answered " + std::to_string(rows.size()) + " table sections, the pull asked for " +
+           std::to_string(asked.size());
+  }
+  for (size_t k = 0; k < rows.size(); ++k) {
+    const SparseSection& got = rows[k];
+    const std::string table = "table " + std::to_string(asked[k].table);
+    if (got.table != asked[k].table) {
+      return "section " + std::to_string(k) + " is table " + std::to_string(got.table) +
+             ", the pull asked for " + table;
+    }
+    if (got.dim != dim)
+      return table + " has dim " + std::to_string(got.dim) + ", expected " + std::to_string(dim);
+    if (!got.ids.empty())
+      return table + " carries " + std::to_string(got.ids.size()) + " IDs (rows carry none)";
+    const size_t want = asked[k].ids.size() * dim;
+    if (got.values.size() != want) {
+      return table + " has " + std::to_string(got.values.size()) + " values, expected " +
+             std::to_string(asked[k].ids.size()) + " rows x " + std::to_string(dim) + " = " +
+             std::to_string(want);
+    }
+    for (size_t j = 0; j < want; ++j) {
+      if (!std::isfinite(got.values[j])) {
+        return table + "'s row " + std::to_string(j / dim) + " (ID " + std::to_string(asked[k].ids[j / dim]) +
+               ") has a non-finite value";
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+bool EmbeddingInput::set_rows(int shard, std::vector<SparseSection> rows, std::string* error) {
+  PSTRAIN_CHECK(shard >= 0 && shard < options_.num_ps);
+  const auto s = static_cast<size_t>(shard);
+  const std::string wrong = rows_mismatch(pull_[s], rows, options_.dim);
+  if (!wrong.empty()) {
+    if (error != nullptr) *error = "embedding rows from ps" + std::to_string(shard) + ": " + wrong;
+    rows_[s].clear();
+    has_rows_[s] = false;
+    return false;
+  }
+  rows_[s] = std::move(rows);
+  has_rows_[s] = true;
+  return true;
+}
+
+const float* EmbeddingInput::row(uint32_t slot) const {
+  const Slot& at = slots_[slot];
+  return rows_[at.shard][at.section].values.data() + static_cast<size_t>(at.position) * options_.dim;
+}
+
+void EmbeddingInput::gather(const float* dense, float* x) const {
+  for (size_t s = 0; s < pull_.size(); ++s) PSTRAIN_CHECK(has_rows_[s] || pull_[s].empty());
+  PSTRAIN_CHECK(dense != nullptr || options_.dense == 0);
+  const size_t fields = options_.fields, dim = options_.dim, width = input_dim();
+  for (size_t r = 0; r < batch_; ++r) {
+    float* out = x + r * width;
+    if (options_.dense > 0) std::memcpy(out, dense + r * options_.dense, options_.dense * sizeof(float));
+    out += options_.dense;
+    const uint32_t* slot = slot_of_.data() + r * fields;
+    for (size_t f = 0; f < fields; ++f) std::memcpy(out + f * dim, row(slot[f]), dim * sizeof(float));
+  }
+}
+
+std::vector<SparseSection> EmbeddingInput::gradients(int shard, const float* dx) const {
+  const std::vector<SparseSection>& asked = pull(shard);
+  const size_t fields = options_.fields, dim = options_.dim, width = input_dim();
+  std::vector<SparseSection> out(asked.size());
+  for (size_t k = 0; k < asked.size(); ++k) {
+    out[k].table = asked[k].table;
+    out[k].dim = options_.dim;
+    out[k].ids = asked[k].ids;
+    out[k].values.assign(asked[k].ids.size() * dim, 0.0f);
+  }
+  for (uint32_t i : occurrences_[static_cast<size_t>(shard)]) {
+    const Slot& at = slots_[slot_of_[i]];
+    const size_t record = i / fields, field = i % fields;
+    const float* from = dx + record * width + options_.dense + field * dim;
+    float* into = out[at.section].values.data() + static_cast<size_t>(at.position) * dim;
+    for (size_t j = 0; j < dim; ++j) into[j] += from[j];
+  }
+  return out;
+}
+
+}  // namespace pstrain
