@@ -20,6 +20,24 @@ ServerOptions server_options(const JobOptions& o) {
   s.stall_report_s = o.stall_report_s;
   s.ipc = o.ipc;
   s.checkpoint = checkpoint_options(o);
+  const std::vector<std::string> names = embedding_table_names(o);
+  for (size_t t = 0; t < names.size(); ++t) {
+    TableOptions table;
+    table.name = names[t];
+    table.id = static_cast<uint32_t>(t);
+    table.dim = static_cast<size_t>(o.embedding_dim);
+    table.optimizer.kind = o.embedding_optimizer;
+    table.optimizer.beta1 = o.optimizer.beta1;
+    table.optimizer.beta2 = o.optimizer.beta2;
+    table.optimizer.epsilon = o.optimizer.epsilon;
+    table.init.kind = o.embedding_optimizer == "ftrl" ? RowInitKind::kZeros : RowInitKind::kUniform;
+    table.seed = o.seed;
+    table.min_count = static_cast<uint32_t>(o.embedding_min_count);
+    table.expiry_steps = static_cast<uint64_t>(o.embedding_expiry);
+    s.tables.push_back(table);
+  }
+  s.save_params = o.save_params;
+  s.table_lr = o.embedding_lr > 0 ? o.embedding_lr : o.optimizer.lr;
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
+#include "shared/wire/sparse_wire.h"
 
 namespace pstrain {
 
@@ -16,6 +17,13 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
   std::vector<bool> sent;
   size_t left;
   uint64_t shm;  // 1: the parameters go into the worker's segment; 2: it reads the area (PULL's shm)
+};
+
+struct ParameterServer::SparseParked {  // a SPARSE_PULL waiting for the tables to reach its version
+  std::string route;
+  uint64_t request_id;
+  uint64_t want;
+  std::vector<SparseSection> request;
 };
 
 namespace {
@@ -71,8 +79,13 @@ void ParameterServer::serve() {
     report_stall();
     tell_waiting();
   }
+  if (sparse_ != nullptr && !options_.save_params.empty()) {
+    sparse_->save(options_.save_params);
+    PSLOG(INFO) << "ps" << options_.index << ": embedding tables saved to " << options_.save_params << "/embeddings";
+  }
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
+              << (sparse_ != nullptr ? sparse_->counters_text() : "")
               << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
@@ -105,6 +118,8 @@ void ParameterServer::handle(Message& msg) {
     case Op::kInit: ok = on_init(msg, h, &error); break;
     case Op::kPush: ok = on_push(msg, h, &error); break;
     case Op::kPull: ok = on_pull(msg, h, &error); break;
+    case Op::kSparsePull: ok = on_sparse_pull(msg, h, &error); break;
+    case Op::kSparsePush: ok = on_sparse_push(msg, h, &error); break;
     case Op::kDone: on_done(msg, h); break;
     default: ok = false; error = std::string(op_name(h.op)) + " is not a request"; break;
   }
@@ -151,6 +166,12 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
     return false;
   }
   PSLOG(INFO) << "ps" << options_.index << ": " << store_->shape_text();
+  if (!options_.tables.empty()) {
+    sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version());
+    PSLOG(INFO) << "ps" << options_.index << ": " << options_.tables.size() << " embedding table(s) of dim "
+                << options_.tables[0].dim << ", optimizer " << options_.tables[0].optimizer.kind << " lr "
+                << options_.table_lr;
+  }
   return true;
 }
 
@@ -201,6 +222,58 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   }
   if (p.left > 0) parked_.push_back(std::move(p));
   return true;
+}
+
+bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::string* error) {
+  if (sparse_ == nullptr) return (*error = "SPARSE_PULL, but this job has no embedding tables", false);
+  SparseParked p{msg.route, h.request_id, h.step, {}};
+  if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &p.request, error)) return false;
+  *error = sparse_->check_pull(h.step);
+  if (!error->empty()) return false;
+  std::vector<SparseSection> rows;  // checked now, so that a bad pull is refused at once
+  if (!sparse_->rows(p.request, &rows, error)) return false;
+  if (sparse_->ready(h.step)) {
+    send_rows(p);
+  } else {
+    sparse_parked_.push_back(std::move(p));
+  }
+  return true;
+}
+
+bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::string* error) {
+  if (sparse_ == nullptr) return (*error = "SPARSE_PUSH, but this job has no embedding tables", false);
+  std::vector<SparseSection> sections;
+  if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &sections, error)) return false;
+  bool applied = false;
+  if (!sparse_->push(static_cast<int>(h.sender), h, sections, &applied, error)) return false;
+  if (applied) sparse_advanced();
+  return true;
+}
+
+void ParameterServer::send_rows(const SparseParked& p) {
+  std::vector<SparseSection> rows;
+  std::string error;
+  if (!sparse_->rows(p.request, &rows, &error)) return reject(p.route, p.request_id, error);
+  Header h;
+  h.op = Op::kSparseRows;
+  h.request_id = p.request_id;
+  h.step = sparse_->version();
+  std::string body = encode_sparse_body(Op::kSparseRows, rows);
+  h.length = body.size() / 4;
+  Frame payload(std::move(body));
+  reply(p.route, h, &payload);
+}
+
+void ParameterServer::sparse_advanced() {
+  auto waiting = sparse_parked_.begin();
+  for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
+    if (sparse_->ready(it->want)) {
+      send_rows(*it);
+    } else {
+      *waiting++ = std::move(*it);
+    }
+  }
+  sparse_parked_.erase(waiting, sparse_parked_.end());
 }
 
 void ParameterServer::chunk_advanced(size_t index) {
@@ -304,11 +377,13 @@ void ParameterServer::report_stall() {
 // naming the pushes the barrier lacks, once a second: the worker then knows its PS is there, and
 // waits on (docs/operations.md, "Partitions").
 void ParameterServer::tell_waiting() {
-  if (store_ == nullptr || parked_.empty()) return;
+  if (store_ == nullptr || (parked_.empty() && sparse_parked_.empty())) return;
   const auto now = Clock::now();
   const auto every = std::chrono::duration<double>(kWaitingEverySeconds);
   Barrier b;
-  if (now - last_waiting_ < every || !store_->oldest_barrier(&b) || now - b.since < every) return;
+  const bool dense = store_->oldest_barrier(&b);
+  if (!dense && (sparse_ == nullptr || !sparse_->barrier(&b.step, &b.since, &b.pushed))) return;
+  if (now - last_waiting_ < every || now - b.since < every) return;
   std::string missing;
   for (int i = 0; i < options_.num_workers; ++i) {
     if (!b.pushed[static_cast<size_t>(i)]) missing += (missing.empty() ? "w" : ", w") + std::to_string(i);
@@ -316,9 +391,14 @@ void ParameterServer::tell_waiting() {
   Header h;
   h.op = Op::kWaiting;
   h.step = b.step;
-  h.message = "the push of " + missing + " for step " + std::to_string(b.step) + " (waited " +
+  h.message = std::string(dense ? "the push of " : "the sparse push of ") + missing + " for step " +
+              std::to_string(b.step) + " (waited " +
               seconds_text(std::floor(std::chrono::duration<double>(now - b.since).count())) + " so far)";
   for (const Parked& p : parked_) {
+    h.request_id = p.request_id;
+    reply(p.route, h, nullptr);
+  }
+  for (const SparseParked& p : sparse_parked_) {
     h.request_id = p.request_id;
     reply(p.route, h, nullptr);
   }

@@ -15,6 +15,7 @@
 #include "ps/membership.h"
 #include "ps/policy.h"
 #include "ps/server_options.h"
+#include "ps/sparse/sparse_store.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/transport.h"
 
@@ -34,6 +35,7 @@ class ParameterServer {
 
  private:
   struct Parked;
+  struct SparseParked;
 
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
@@ -42,6 +44,11 @@ class ParameterServer {
   bool on_init(Message& msg, const Header& h, std::string* error);
   bool on_push(Message& msg, const Header& h, std::string* error);
   bool on_pull(const Message& msg, const Header& h, std::string* error);
+  bool on_sparse_pull(const Message& msg, const Header& h, std::string* error);
+  bool on_sparse_push(const Message& msg, const Header& h, std::string* error);
+  // Answers a SPARSE_PULL with the rows as they are now.
+  void send_rows(const SparseParked& p);
+  void sparse_advanced();
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
   void send_chunk(const std::string& route, uint64_t request_id, size_t part, uint64_t want, uint64_t shm);
@@ -58,6 +65,8 @@ class ParameterServer {
   Membership members_;
   std::unique_ptr<DenseStore> store_;  // made at the first HELLO, when the model's size is known
   std::vector<Parked> parked_;
+  std::unique_ptr<SparseStore> sparse_;  // made with the store, when the job has embedding tables
+  std::vector<SparseParked> sparse_parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
   Clock::time_point last_waiting_;  // when the parked pulls were last told what their barrier waits for

@@ -5,6 +5,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "ps/sparse/embedding_table.h"
 
 #include "shared/checkpoint/checkpoint_options.h"
 #include "shared/util/modes.h"
@@ -27,6 +30,10 @@ struct ServerOptions {
   double stall_report_s = 10;  // report a barrier stalled longer than this
   std::string ipc;             // the ipc:// name it also listens on, for its first log line ("" = none)
   CheckpointOptions checkpoint;  // its checkpoint writes and --resume
+  // Embedding tables (docs/sparse.md): each shard holds the rows of the IDs shard_of gives it.
+  std::vector<TableOptions> tables;  // empty: a dense job
+  double table_lr = 0;               // the tables' learning rate, on the dense one's schedule
+  std::string save_params;           // --save-params DIR: the tables' rows go to DIR/embeddings at the end
 };
 
 }  // namespace pstrain

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <numeric>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "worker/model_file.h"
 #include "worker/param_files.h"
 #include "worker/replica.h"
+#include "worker/auc.h"
+#include "worker/sparse/ctr_input.h"
 
 namespace pstrain {
 namespace {
@@ -39,7 +42,52 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
   return total;
 }
 
+// A CTR model's evaluation: the rows of the test records' IDs as they are at `version`, the loss
+// and accuracy from the logits (two classes), and the exact AUC of p(label 1) over [from, to).
+BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInput& ctr, const Dataset& data,
+                        int eval_batch, size_t from, size_t to, uint64_t version, double* auc) {
+  const size_t batch = static_cast<size_t>(eval_batch), classes = static_cast<size_t>(model.classes());
+  std::vector<size_t> records(batch);
+  std::vector<float> x(batch * data.feature_dim()), logits(batch * classes);
+  std::vector<uint64_t> ids(batch * data.id_fields());
+  std::vector<int32_t> y(batch);
+  std::vector<float> scores;
+  std::vector<int32_t> labels;
+  scores.reserve(to - from);
+  labels.reserve(to - from);
+  BatchStats total;
+  for (size_t start = from; start < to; start += batch) {
+    const size_t count = std::min(batch, to - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    data.read_ids(records.data(), count, ids.data());
+    const float* input = replica.input(ctr.input(x.data(), ids.data(), count, version), count * ctr.input_dim());
+    const float* out = model.logits(replica.params(), input, static_cast<int>(count));
+    backend.download(logits.data(), out, count * classes);
+    for (size_t r = 0; r < count; ++r) {
+      const float* l = &logits[r * classes];
+      const float* top = std::max_element(l, l + classes);
+      double sum = 0;
+      for (size_t c = 0; c < classes; ++c) sum += std::exp(static_cast<double>(l[c]) - *top);
+      const size_t label = static_cast<size_t>(y[r]);
+      total.loss_sum += std::log(sum) - (static_cast<double>(l[label]) - *top);
+      if (static_cast<size_t>(top - l) == label) ++total.correct;
+      scores.push_back(static_cast<float>(std::exp(static_cast<double>(l[classes - 1]) - *top) / sum));
+      labels.push_back(y[r] == static_cast<int32_t>(classes) - 1 ? 1 : 0);
+    }
+  }
+  *auc = exact_auc(scores.data(), labels.data(), scores.size());
+  return total;
+}
+
 }  // namespace
+
+void Evaluation::set_ctr_input(CtrInput* ctr, Backend& backend) {
+  ctr_ = ctr;
+  backend_ = &backend;
+  shared_ = false;  // the chief evaluates alone (the AUC needs every record's score)
+  summary_->binary = true;
+}
 
 Evaluation::Evaluation(const EvaluationOptions& o, const DataOptions& data,
                        std::unique_ptr<Dataset> test_data, int classes, uint64_t steps_per_epoch,
@@ -86,7 +134,10 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     epoch_.reset();
   } else if (epoch_end || last) {
     const auto e0 = Clock::now();
-    const BatchStats t = evaluate(*model_, *replica_, *test_data_, eval_batch_, 0, test_data_->size());
+    const BatchStats t =
+        ctr_ != nullptr ? evaluate_ctr(*model_, *replica_, *backend_, *ctr_, *test_data_, eval_batch_, 0,
+                                       test_data_->size(), step + 1, &summary_->test_auc)
+                        : evaluate(*model_, *replica_, *test_data_, eval_batch_, 0, test_data_->size());
     times->eval_us = micros(Clock::now() - e0);  // reported with the next step, like the rest
     summary_->train_loss = epoch_.mean_loss();
     summary_->train_accuracy = epoch_.accuracy();
@@ -138,7 +189,8 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
   PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4) << " acc "
               << fixed(summary_->train_accuracy, 4) << "; test loss " << fixed(summary_->test_loss, 4) << " acc "
-              << fixed(summary_->test_accuracy, 4) << " " << how;
+              << fixed(summary_->test_accuracy, 4)
+              << (summary_->binary ? " auc " + fixed(summary_->test_auc, 4) : "") << " " << how;
   if (metrics_ == nullptr) return;
   nlohmann::ordered_json r;
   r["kind"] = "epoch";
@@ -148,6 +200,7 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   r["train_accuracy"] = summary_->train_accuracy;
   r["test_loss"] = summary_->test_loss;
   r["test_accuracy"] = summary_->test_accuracy;
+  if (summary_->binary) r["test_auc"] = summary_->test_auc;
   r["test_samples"] = test.samples;
   metrics_->write(r);
 }

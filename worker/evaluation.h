@@ -18,6 +18,7 @@ namespace pstrain {
 
 class MetricsSink;
 
+class CtrInput;
 class Model;
 class Replica;
 
@@ -54,6 +55,9 @@ class Evaluation {
   bool evaluates() const { return chief_ || shared_; }
   // What it evaluates, in batches of up to `eval_batch` records.
   void set_model(Model& model, Replica& replica, int eval_batch);
+  // --embedding-dim: the test records' inputs take their rows from the PS's tables (as they are
+  // after the step evaluated), the chief evaluates alone, and reports the AUC too.
+  void set_ctr_input(CtrInput* ctr, Backend& backend);
   // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_sink.h).
   void set_metrics(MetricsSink* metrics) { metrics_ = metrics; }
 
@@ -91,6 +95,8 @@ class Evaluation {
   uint64_t awaited_step_ = 0;   // the global step (from 1) after which it was made
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
   MetricsSink* metrics_ = nullptr;
+  CtrInput* ctr_ = nullptr;
+  Backend* backend_ = nullptr;  // with ctr_: the logits come from it
 };
 
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).

@@ -73,6 +73,7 @@ class PsExchange final : public Exchange {
   }
 
   void done() override { client_.done(); }
+  RowSource* row_source() override { return &client_; }
 
  private:
   const ExchangeOptions o_;

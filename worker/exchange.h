@@ -48,6 +48,9 @@ class Exchange {
   // is final). False when the exchange reduces the device's own gradient buffer (NCCL): it then
   // brings the reduced gradient to host_grad itself, in finish_step.
   virtual bool stages_gradient() const { return true; }
+  // The PS shards' embedding tables (docs/sparse.md), for the trainer's CTR input; nullptr where
+  // there are none (allreduce).
+  virtual RowSource* row_source() { return nullptr; }
   // Called by finish_step once this worker has sent what it had to send and only waits (for its
   // parameters, or its peers): the trainer wakes its data reader there, into a core that would
   // otherwise idle, instead of letting it preempt the step's compute.

@@ -104,6 +104,9 @@ TrainOptions train_options(const JobOptions& o) {
   t.hidden = o.hidden;
   t.recompute = o.recompute;
   t.label_smoothing = static_cast<float>(o.label_smoothing);
+  t.embedding_dim = o.embedding_dim;
+  t.per_field_tables = o.embedding_tables == "per-field";
+  t.num_ps = o.num_ps;
   t.epochs = o.epochs;
   t.steps = o.steps;
   t.seed = o.seed;

@@ -166,6 +166,7 @@ void Progress::print_summary(const TrainSummary& s) const {
               << " train_loss=" << fixed(s.train_loss, 4)
               << " train_accuracy=" << fixed(s.train_accuracy, 4)
               << " test_loss=" << fixed(s.test_loss, 4) << " test_accuracy=" << fixed(s.test_accuracy, 4)
+              << (s.binary ? " test_auc=" + fixed(s.test_auc, 4) + " test_logloss=" + fixed(s.test_loss, 4) : "")
               << " | " << run_.breakdown() << run_.consistency();
   if (metrics_ == nullptr) return;
   nlohmann::ordered_json r;
@@ -180,6 +181,7 @@ void Progress::print_summary(const TrainSummary& s) const {
   r["train_accuracy"] = s.train_accuracy;
   r["test_loss"] = s.test_loss;
   r["test_accuracy"] = s.test_accuracy;
+  if (s.binary) r["test_auc"] = s.test_auc;
   r["stopped"] = s.stopped;
   r["breakdown"] = run_.breakdown_record();
   run_.add_consistency(&r);

@@ -26,6 +26,8 @@ struct TrainSummary {
   bool stopped = false;  // ended early after a final checkpoint (SIGTERM)
   double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
   double test_loss = 0, test_accuracy = 0;    // chief only
+  bool binary = false;   // a CTR model (--embedding-dim): test_auc and test_logloss are reported too
+  double test_auc = 0;   // exact ROC AUC of p(label 1) on the test set (NaN: one label only)
 };
 
 // `value` with `digits` decimals, as the progress lines print their figures.

@@ -432,6 +432,69 @@ StepMetrics PsClient::pull(uint64_t version, float* params) {
   return receive_params(params, nullptr, nullptr);
 }
 
+std::vector<std::vector<SparseSection>> PsClient::pull_rows(
+    uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) {
+  const size_t shards = static_cast<size_t>(options_.num_ps);
+  std::vector<std::vector<SparseSection>> rows(shards);
+  std::vector<bool> waiting(shards, false);
+  const uint64_t rid = next_request_++;
+  for (size_t s = 0; s < shards; ++s) {
+    if (requests[s] == nullptr || requests[s]->empty()) continue;
+    Header h = request(Op::kSparsePull, version, static_cast<int>(s));
+    h.request_id = rid;
+    std::string body = encode_sparse_body(Op::kSparsePull, *requests[s]);
+    h.offset = 0;
+    h.length = body.size() / 4;
+    Frame payload(std::move(body));
+    send(static_cast<int>(s), h, &payload);
+    waiting[s] = true;
+  }
+  size_t left = static_cast<size_t>(std::count(waiting.begin(), waiting.end(), true));
+  auto deadline = deadline_after(options_.timeout_s);
+  const auto give_up = deadline_after(kPatienceTimeouts * options_.timeout_s);
+  while (left > 0) {
+    Message msg;
+    if (!endpoint_.recv(&msg, std::min(deadline, give_up))) {
+      std::string missing;
+      for (size_t s = 0; s < shards; ++s) {
+        if (waiting[s]) missing += (missing.empty() ? "ps" : ", ps") + std::to_string(s);
+      }
+      throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for embedding rows of version " +
+                  std::to_string(version) + " from " + missing);
+    }
+    const Header h = decode(msg);
+    const auto s = static_cast<size_t>(msg.shard);
+    if (h.op == Op::kError) throw Error("ps" + std::to_string(s) + " rejected SPARSE_PULL: " + h.message);
+    if (h.op == Op::kWaiting) {
+      if (h.request_id == rid && waiting[s]) deadline = deadline_after(options_.timeout_s);
+      continue;  // else about a PULL answered since
+    }
+    if (h.request_id != rid || h.op != Op::kSparseRows || !waiting[s]) {
+      throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(s));
+    }
+    std::string error;
+    if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &rows[s], &error)) {
+      throw Error("ps" + std::to_string(s) + " sent malformed SPARSE_ROWS: " + error);
+    }
+    waiting[s] = false;
+    --left;
+  }
+  return rows;
+}
+
+void PsClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) {
+  for (int s = 0; s < options_.num_ps; ++s) {
+    Header h = request(Op::kSparsePush, step, s);
+    h.request_id = next_request_++;
+    h.samples = samples;
+    std::string body = encode_sparse_body(Op::kSparsePush, sections[static_cast<size_t>(s)]);
+    h.offset = 0;
+    h.length = body.size() / 4;
+    Frame payload(std::move(body));
+    send(s, h, &payload);
+  }
+}
+
 void PsClient::done() {
   // Waits for every shard's acknowledgement: the process may exit right after, and ZeroMQ
   // drops what is still queued when a socket with linger 0 closes.

@@ -11,9 +11,11 @@
 
 #include "shared/train/layout.h"
 #include "shared/wire/protocol.h"
+#include "shared/wire/sparse_wire.h"
 #include "shared/net/shared_memory.h"
 #include "shared/net/transport.h"
 #include "worker/ps_client_options.h"
+#include "worker/sparse/row_source.h"
 
 namespace pstrain {
 
@@ -55,7 +57,7 @@ struct PushInfo {  // what rides along with this worker's gradient chunks
   bool stop = false;        // chief: ...and the job stops after it
 };
 
-class PsClient {
+class PsClient final : public RowSource {
  public:
   // `total` = floats of the flat parameter vector. `endpoint` has one peer per shard.
   PsClient(const PsClientOptions& options, uint64_t total, Endpoint& endpoint);
@@ -78,6 +80,18 @@ class PsClient {
   StepMetrics receive_params(float* params, uint64_t* wait_us, uint64_t* pull_us);
   // request_params + receive_params.
   StepMetrics pull(uint64_t version, float* params);
+
+  // Embedding tables (docs/sparse.md). The rows of requests[s]'s IDs from each shard s that has
+  // any (SPARSE_PULL), as they are at `version` (sync: once every step before it was applied);
+  // blocks until each of those shards answered. Returns shard s's SPARSE_ROWS sections (none for
+  // a shard not asked). Throws pstrain::Error when a shard refuses or does not answer in time
+  // (its WAITING, while its barrier waits, restarts the wait).
+  std::vector<std::vector<SparseSection>> pull_rows(
+      uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) override;
+  // This worker's summed gradients per ID for `step` over `samples` samples, sections[s] to
+  // shard s (SPARSE_PUSH): every shard gets one, empty or not, since a sync step is applied once
+  // every worker pushed to it.
+  void push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) override;
   void done();
 
   // With one shard, on this host (after hello): its segment's gradient area, the whole gradient;

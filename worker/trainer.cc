@@ -27,6 +27,7 @@
 #include "worker/progress.h"
 #include "worker/tensorboard.h"
 #include "worker/replica.h"
+#include "worker/sparse/ctr_input.h"
 
 namespace pstrain {
 namespace {
@@ -89,12 +90,34 @@ class Trainer {
     evaluation_ = std::make_unique<Evaluation>(o_.evaluation, o_.data, std::move(test_data), train_data_->num_classes(),
                                                steps_per_epoch_, total_steps_, &summary_);
     if (chief_) open_metrics();
+    input_shape_ = train_data_->sample_shape();
+    if (o_.embedding_dim > 0) open_tables();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
                 << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
                 << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_
                 << " steps per epoch";
+  }
+
+  // --embedding-dim: the model's input is each record's dense features and one row per
+  // categorical field, the rows pulled from the PS's tables for each batch (docs/sparse.md).
+  void open_tables() {
+    if (train_data_->id_fields() == 0) {
+      throw UsageError("--embedding-dim: the training data has no categorical fields (Criteo data has 26)");
+    }
+    EmbeddingInputOptions e;
+    e.dense = train_data_->feature_dim();
+    e.fields = train_data_->id_fields();
+    e.dim = static_cast<uint32_t>(o_.embedding_dim);
+    e.per_field_tables = o_.per_field_tables;
+    e.num_ps = o_.num_ps;
+    ctr_ = std::make_unique<CtrInput>(e);
+    input_shape_ = {ctr_->input_dim()};
+    PSLOG(INFO) << tag_ << "embeddings: " << e.fields << " categorical fields of dim " << e.dim << " in "
+                << (e.per_field_tables ? std::to_string(e.fields) + " tables" : std::string("one shared table"))
+                << " on " << e.num_ps << " PS shard(s); model input " << e.dense << " dense + " << e.fields << " x "
+                << e.dim << " = " << ctr_->input_dim() << " floats";
   }
 
   // The chief's metrics sinks; a path that cannot be written fails here, before any step.
@@ -117,7 +140,7 @@ class Trainer {
   ModelDescription describe_model() const {
     ModelDescription d;
     d.classes = train_data_->num_classes();
-    d.input_shape = train_data_->sample_shape();
+    d.input_shape = input_shape_;
     d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
     d.given_as = "--model";
     if (o_.model.empty()) {
@@ -145,10 +168,12 @@ class Trainer {
   void plan_device() {
     backend_ = make_backend(o_.backend);
     if (o_.placement) PSLOG(INFO) << tag_ << o_.placement(backend_->name());
-    const int input_dim = static_cast<int>(train_data_->feature_dim());
+    size_t input_floats = 1;
+    for (size_t d : input_shape_) input_floats *= d;
+    const int input_dim = static_cast<int>(input_floats);
     const int classes = train_data_->num_classes();
     model_description_ = describe_model();
-    Network network(model_description_.spec, train_data_->sample_shape(), classes);
+    Network network(model_description_.spec, input_shape_, classes);
     const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
     if (o_.batch_auto) {
       double limit = o_.backend.gpu_memory_limit_mib;
@@ -162,6 +187,11 @@ class Trainer {
       batch_.micro = std::min(o_.micro_batch, share_);
       batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
       batch_.eval_batch = kEvalBatch;
+    }
+    if (ctr_ != nullptr && batch_.micro_batches > 1) {
+      throw UsageError("--embedding-dim: gradient accumulation (" + std::to_string(batch_.micro_batches) +
+                       " micro-batches a step) is not built for embedding tables yet; give a --batch-size of at "
+                       "least this worker's " + std::to_string(share_) + " samples a step");
     }
     if (batch_.micro_batches > 1 && !o_.batch_auto) {
       PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
@@ -184,6 +214,13 @@ class Trainer {
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
     evaluation_->set_model(*model_, *replica_, batch_.eval_batch);
+    if (ctr_ != nullptr) {  // d loss / d input, for the rows' gradients
+      evaluation_->set_ctr_input(ctr_.get(), *backend_);
+      input_grad_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
+      if (!backend_->host_accessible()) {
+        host_input_grad_ = backend_->allocate_host(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
+      }
+    }
     PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
                 << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
                 << (backend_->host_accessible() ? std::string()
@@ -198,6 +235,10 @@ class Trainer {
       if (prefetch_) prefetch_->wake_reader();
     });
     stage_gradient_ = exchange_->stages_gradient();
+    if (ctr_ != nullptr) {
+      if (exchange_->row_source() == nullptr) throw UsageError("--embedding-dim: embedding tables need the PS");
+      ctr_->set_source(exchange_->row_source());
+    }
     model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
     if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
       load_params(o_.init_params, model_->layout(), replica_->host_params());
@@ -259,7 +300,7 @@ class Trainer {
   // backward produces it), and the next parameters received.
   StepMetrics run_step(uint64_t step) {
     const auto t0 = Clock::now();
-    Clock::duration data{}, pushing{};
+    Clock::duration data{}, pushing{}, rows{};
     PushInfo info;
     info.times = previous_;
     info.eval = evaluation_->take_share();
@@ -283,10 +324,30 @@ class Trainer {
         exchange_->gradient_ready(step, replica_->host_grad(), from, info);
         pushing += Clock::now() - p0;
       };
-      const float* x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
+      const float* x = nullptr;
+      if (ctr_ != nullptr) {  // the rows of this batch's IDs as they are at version `step`
+        const auto r0 = Clock::now();
+        const size_t n = static_cast<size_t>(batch_data_.size);
+        x = replica_->input(ctr_->input(batch_data_.x.data(), batch_data_.ids.data(), n, step), n * ctr_->input_dim());
+        rows += Clock::now() - r0;
+      } else {
+        x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
+      }
       const BatchStats s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size,
                                               replica_->grad(), last ? Model::GradReady(push) : nullptr, j > 0,
-                                              Model::Keys{o_.seed, step, batch_data_.records.data()});
+                                              Model::Keys{o_.seed, step, batch_data_.records.data()},
+                                              input_grad_.get());
+      if (ctr_ != nullptr) {  // the rows' gradients, after the dense ones (pushed during backward)
+        const auto p0 = Clock::now();
+        const size_t floats = static_cast<size_t>(batch_data_.size) * ctr_->input_dim();
+        const float* dx = input_grad_.get();
+        if (host_input_grad_ != nullptr) {
+          backend_->download(host_input_grad_.get(), dx, floats);
+          dx = host_input_grad_.get();
+        }
+        ctr_->push(step, static_cast<uint64_t>(batch_data_.size), dx);
+        pushing += Clock::now() - p0;
+      }
       if (!last) {
         done.loss_sum += s.loss_sum;
         done.correct += s.correct;
@@ -299,9 +360,10 @@ class Trainer {
     const auto t2 = Clock::now();
     StepTimes times;
     times.data_us = micros(data);
-    times.compute_us = micros(t2 - t0 - data) - micros(pushing);
+    times.compute_us = micros(t2 - t0 - data) - micros(pushing) - micros(rows);
     const StepMetrics m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &times);
     times.push_us += micros(pushing);
+    times.pull_us += micros(rows);  // the embedding rows: pulled (and waited for) before forward
     replica_->params_to_device();
     previous_ = times;
     progress_->add(m);
@@ -375,6 +437,9 @@ class Trainer {
   std::unique_ptr<Model> model_;
   size_t total_ = 0;
   std::unique_ptr<Replica> replica_;
+  std::vector<size_t> input_shape_;    // the model's input: the data's records, or with embeddings their rows too
+  std::unique_ptr<CtrInput> ctr_;      // --embedding-dim: the rows of each batch's IDs
+  BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
 
   std::unique_ptr<Exchange> exchange_;
   bool stage_gradient_ = true;

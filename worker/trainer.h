@@ -49,6 +49,10 @@ struct TrainOptions {
   std::string save_params;      // chief: write every variable as DIR/<name>.npy and DIR/model.json at the end
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
   std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); empty: none
+  // --embedding-dim > 0: the data's categorical IDs become rows of the PS's tables (docs/sparse.md)
+  int embedding_dim = 0;
+  bool per_field_tables = false;  // --embedding-tables per-field
+  int num_ps = 1;               // the shards the tables are sharded over
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
   // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).

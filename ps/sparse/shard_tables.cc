@@ -114,21 +114,28 @@ bool ShardTables::check_step(const SparseStep& s, std::string* error) const {
   return error->empty();
 }
 
+bool ShardTables::check_pushes(const std::vector<TablePush>& pushes, std::string* error) const {
+  std::vector<uint32_t> seen;
+  for (const TablePush& push : pushes) {
+    if (std::count(seen.begin(), seen.end(), push.table) != 0) {
+      *error = "table " + std::to_string(push.table) + " pushed twice";
+      return false;
+    }
+    if (!check_push(push, error)) return false;
+    seen.push_back(push.table);
+  }
+  return true;
+}
+
 bool ShardTables::check_all(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker,
                             std::string* error) const {
   error->clear();
   if (!check_step(step, error)) return false;
   for (size_t w = 0; w < by_worker.size(); ++w) {
-    std::vector<uint32_t> seen;
-    for (const TablePush& push : by_worker[w]) {
-      std::string why;
-      const bool repeated = std::count(seen.begin(), seen.end(), push.table) != 0;
-      if (repeated) why = "table " + std::to_string(push.table) + " pushed twice";
-      if (repeated || !check_push(push, &why)) {
-        *error = "step " + std::to_string(step.step) + ", worker " + std::to_string(w) + ": " + why;
-        return false;
-      }
-      seen.push_back(push.table);
+    std::string why;
+    if (!check_pushes(by_worker[w], &why)) {
+      *error = "step " + std::to_string(step.step) + ", worker " + std::to_string(w) + ": " + why;
+      return false;
     }
   }
   return true;

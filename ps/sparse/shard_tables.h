@@ -49,6 +49,11 @@ class ShardTables {
   // arrived in), then every table's touched rows are updated and expired rows dropped.
   bool apply_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker, std::string* error);
 
+  // One worker's pushes of a step, checked as apply_step checks them (each table at most once,
+  // known, lengths, finite gradients, unique IDs of this shard), without applying anything: a
+  // sync step's pushes are checked as they arrive, so one bad push is refused alone.
+  bool check_pushes(const std::vector<TablePush>& pushes, std::string* error) const;
+
   const EmbeddingTable* table(uint32_t id) const;
   size_t bytes() const;  // all tables
   // Adds the rows of a saved table (any shard count's file) that this shard holds.

@@ -121,9 +121,17 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("lr-cycle-mult", po::value(&o.optimizer.cycle_mult)->default_value(o.optimizer.cycle_mult), "--lr-schedule cosine-restarts: each cycle is this many times as long as the one before (>= 1)")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
-      ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order)")
+      ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order) and DIR/model.json; with --embedding-dim each PS shard also writes its rows of every table to DIR/embeddings/<table>.shard<s>-of-<S> (docs/sparse.md)")
       ("metrics-file", po::value(&o.metrics_file), "chief: write a JSON object per progress line, per epoch's evaluation and for the summary to PATH, as the run goes (JSON Lines; docs/operations.md, \"Metrics file\"); default under launch.sh: RUNDIR/metrics.jsonl; none: no file")
       ("tensorboard-dir", po::value(&o.tensorboard_dir), "chief: write the same figures as TensorBoard scalars (train/loss, test/accuracy, step_ms/compute, ...) to an event file in DIR, as the run goes; view them with `tensorboard --logdir DIR` (docs/operations.md, \"TensorBoard\"); default under launch.sh: RUNDIR/tensorboard; none: no event file");
+  po::options_description emb("Embedding tables on the PS (docs/sparse.md)");
+  emb.add_options()
+      ("embedding-dim", po::value(&o.embedding_dim)->default_value(o.embedding_dim), "floats per embedding row: with Criteo data, each categorical field's ID becomes a row of a table kept on the PS shards (sharded by the ID's hash, rows made on first use); the model's input is the 13 dense features followed by the 26 rows. 0: no embeddings (the categorical fields are not used)")
+      ("embedding-tables", po::value(&o.embedding_tables)->default_value(o.embedding_tables), "shared: one table for all fields (an ID is hashed with its field) | per-field: one table per field, C1..C26")
+      ("embedding-optimizer", po::value(&o.embedding_optimizer)->default_value(o.embedding_optimizer), "the tables' optimizer, applied on the PS to the rows a step touched: sgd | adagrad | adam (lazy: a row's moments and bias correction advance only when it is touched) | ftrl (FTRL-Proximal)")
+      ("embedding-lr", po::value(&o.embedding_lr)->default_value(o.embedding_lr), "the tables' learning rate, on --lr-schedule (0: --lr)")
+      ("embedding-min-count", po::value(&o.embedding_min_count)->default_value(o.embedding_min_count), "an ID gets its row at its K-th sighting (a step in which any worker used it); until then it reads as zeros and its gradients are dropped: rare IDs take no memory")
+      ("embedding-expiry", po::value(&o.embedding_expiry)->default_value(o.embedding_expiry), "steps: rows (and sightings) unused this long are dropped, freeing their memory (0: never)");
   po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
   ckpt.add_options()
       ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state there, the chief a manifest once all shards wrote (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")
@@ -134,7 +142,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
       ("checkpoint-errors", po::value(&t.checkpoint_errors)->default_value(t.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
   po::options_description all;
-  all.add(cluster).add(model).add(train).add(ckpt);
+  all.add(cluster).add(model).add(train).add(emb).add(ckpt);
   return all;
 }
 
@@ -275,6 +283,25 @@ void validate(const JobOptions& o, Role role) {
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
+  require(o.embedding_dim >= 0 && o.embedding_dim <= 4096, "--embedding-dim must be in [0, 4096]");
+  require(o.embedding_tables == "shared" || o.embedding_tables == "per-field",
+          "--embedding-tables: '" + o.embedding_tables + "' is not one of shared, per-field");
+  require(o.embedding_optimizer == "sgd" || o.embedding_optimizer == "adagrad" || o.embedding_optimizer == "adam" ||
+              o.embedding_optimizer == "ftrl",
+          "--embedding-optimizer: '" + o.embedding_optimizer + "' is not one of sgd, adagrad, adam, ftrl");
+  require(std::isfinite(o.embedding_lr) && o.embedding_lr >= 0, "--embedding-lr must be a number >= 0 (0: --lr)");
+  require(o.embedding_min_count >= 1 && o.embedding_min_count <= INT32_MAX, "--embedding-min-count must be in [1, 2^31)");
+  require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
+  if (o.embedding_dim > 0) {
+    const std::string why = "--embedding-dim: embedding tables ";
+    require(o.mode != Mode::kAllreduce, why + "live on the PS; --mode allreduce has none (docs/sparse.md)");
+    require(o.backup_workers == 0, why + "do not work with --backup-workers yet");
+    require(o.checkpoint_dir.empty(), why + "are not checkpointed yet: drop --checkpoint-dir (docs/sparse.md)");
+    require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
+            why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
+    require(o.evaluate == false && o.predict.empty(),
+            why + "live on the PS: --evaluate and --predict of such a model are not built yet");
+  }
   if (role == Role::kWorker && o.mode == Mode::kAllreduce) {
     require(o.num_workers == 1 || !o.coordinator.empty(),
             "--mode allreduce with several workers needs --coordinator host:port (worker 0's rendezvous)");
@@ -290,6 +317,14 @@ void validate(const JobOptions& o, Role role) {
 }
 
 }  // namespace
+
+std::vector<std::string> embedding_table_names(const JobOptions& o) {
+  if (o.embedding_dim <= 0) return {};
+  if (o.embedding_tables == "shared") return {"ids"};
+  std::vector<std::string> names;
+  for (int f = 1; f <= 26; ++f) names.push_back("C" + std::to_string(f));  // Criteo's categorical fields
+  return names;
+}
 
 std::vector<int> worker_shares(const JobOptions& o) {
   if (!o.worker_batch.empty()) return o.worker_batch;

@@ -125,7 +125,19 @@ struct JobOptions {
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end
   std::string metrics_file;     // chief: JSON Lines of the progress ("": RUNDIR/metrics.jsonl under launch.sh; "none")
   std::string tensorboard_dir;  // chief: TensorBoard event files ("": RUNDIR/tensorboard under launch.sh; "none")
+
+  // Embedding tables on the PS shards (docs/sparse.md).
+  int embedding_dim = 0;         // floats per row; > 0: Criteo data's categorical fields are embedded (0: none)
+  std::string embedding_tables = "shared";       // shared: one table for every field | per-field: C1..C26
+  std::string embedding_optimizer = "adagrad";   // the tables' optimizer: sgd | adagrad | adam (lazy) | ftrl
+  double embedding_lr = 0;       // the tables' learning rate (0: --lr), on --lr-schedule
+  int64_t embedding_min_count = 1;  // an ID gets a row at its K-th sighting (reads as zeros until then)
+  int64_t embedding_expiry = 0;  // rows unused this many steps are dropped (0: never)
 };
+
+// The embedding tables of a job with --embedding-dim, in table-id order: "ids" (shared), or
+// "C1".."C26" (per-field, Criteo's categorical fields). Empty without --embedding-dim.
+std::vector<std::string> embedding_table_names(const JobOptions& o);
 
 // Samples each worker contributes to one global step, in worker order (docs/operations.md,
 // "Batch sizes"): --worker-batch, else --global-batch split evenly (the first G mod N workers

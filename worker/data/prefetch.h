@@ -17,6 +17,7 @@ struct Batch {  // one micro-batch of a step (the whole step's share without acc
   std::vector<float> x;    // size * feature_dim features in [0, 1]
   std::vector<int32_t> y;  // size labels
   std::vector<uint64_t> records;  // size record indices (what dropout masks depend on)
+  std::vector<uint64_t> ids;      // size * id_fields() categorical IDs (Criteo data; else empty)
 };
 
 class Prefetcher {

@@ -1,0 +1,148 @@
+#include "ps/sparse/sparse_store.h"
+
+#include <filesystem>
+
+#include "shared/train/optimizer.h"
+#include "shared/util/file_util.h"
+#include "shared/util/error.h"
+
+namespace pstrain {
+namespace {
+
+SparseShardOptions shard_options(const ServerOptions& o) {
+  SparseShardOptions s;
+  s.index = o.index;
+  s.num_ps = o.num_ps;
+  s.max_bytes = o.max_shard_mib > 0 ? static_cast<size_t>(o.max_shard_mib) << 20 : 0;
+  return s;
+}
+
+std::vector<TablePush> pushes_of(const std::vector<SparseSection>& sections) {
+  std::vector<TablePush> out;
+  out.reserve(sections.size());
+  for (const SparseSection& s : sections) {
+    out.push_back(TablePush{s.table, s.ids.data(), s.ids.size(), s.values.data(), s.values.size()});
+  }
+  return out;
+}
+
+}  // namespace
+
+SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start)
+    : options_(options),
+      mode_(mode),
+      job_(job),
+      tables_(shard_options(options), options.tables),
+      version_(start),
+      pending_(static_cast<size_t>(options.num_workers)),
+      pushed_(static_cast<size_t>(options.num_workers), false) {}
+
+bool SparseStore::push(int worker, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
+                       std::string* error) {
+  *applied = false;
+  if (h.samples == 0) return (*error = "SPARSE_PUSH with zero samples", false);
+  for (const SparseSection& s : sections) {
+    if (s.ids.size() * s.dim != s.values.size()) return (*error = "SPARSE_PUSH: gradients do not match the IDs", false);
+  }
+  std::string why;
+  if (!tables_.check_pushes(pushes_of(sections), &why)) {
+    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ": " + why;
+    return false;
+  }
+  if (mode_ != ModeCode::kSync) {  // applied at once, as one update weighted by its samples
+    *applied = apply(version_, {sections}, 0, error);
+    return *applied;
+  }
+  const size_t w = static_cast<size_t>(worker);
+  if (h.step != version_) {
+    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ", but the tables are collecting step " +
+             std::to_string(version_);
+    return false;
+  }
+  if (pushed_[w]) return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + " twice", false);
+  if (pushes_ == 0) since_ = Clock::now();
+  pending_[w] = sections;
+  pushed_[w] = true;
+  pending_samples_ += h.samples;
+  if (++pushes_ < options_.num_workers) return true;
+  if (!apply(version_, pending_, static_cast<double>(pending_samples_), error)) throw Error(*error);
+  for (auto& p : pending_) p.clear();
+  pushed_.assign(pushed_.size(), false);
+  pending_samples_ = 0;
+  pushes_ = 0;
+  *applied = true;
+  return true;
+}
+
+// One update: sync's step over `samples` samples (a mean gradient), or async's push (samples 0:
+// weighted as the dense store weighs it, by the mean share G / N).
+bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSection>>& by_worker, double samples,
+                        std::string* error) {
+  const uint64_t n = static_cast<uint64_t>(options_.num_workers);
+  const bool async = mode_ != ModeCode::kSync;
+  SparseStep s;
+  s.step = step;
+  s.grad_scale = async ? static_cast<float>(n) / static_cast<float>(job_.global_batch)
+                       : 1.0f / static_cast<float>(samples);
+  OptimizerOptions o = options_.optimizer;  // the tables' rate on the dense optimizer's schedule
+  o.lr = options_.table_lr;
+  s.lr = scheduled_lr(o, step, async ? job_.total_steps * n : job_.total_steps);
+  std::vector<std::vector<TablePush>> pushes;
+  for (const auto& sections : by_worker) pushes.push_back(pushes_of(sections));
+  if (!tables_.apply_step(s, pushes, error)) return false;
+  ++version_;
+  return true;
+}
+
+std::string SparseStore::check_pull(uint64_t want) const {
+  if (mode_ == ModeCode::kSync && want > version_ + 1) {
+    return "SPARSE_PULL of version " + std::to_string(want) + ", but the tables are at " + std::to_string(version_);
+  }
+  return "";
+}
+
+bool SparseStore::rows(const std::vector<SparseSection>& request, std::vector<SparseSection>* out,
+                       std::string* error) const {
+  out->clear();
+  out->reserve(request.size());
+  for (const SparseSection& r : request) {
+    const EmbeddingTable* t = tables_.table(r.table);
+    if (t == nullptr) return (*error = "SPARSE_PULL: unknown embedding table " + std::to_string(r.table), false);
+    SparseSection rows;
+    rows.table = r.table;
+    rows.dim = static_cast<uint32_t>(t->dim());
+    rows.values.resize(r.ids.size() * t->dim());
+    if (!tables_.pull(r.table, r.ids.data(), r.ids.size(), rows.values.data(), error)) {
+      *error = "SPARSE_PULL: " + *error;
+      return false;
+    }
+    out->push_back(std::move(rows));
+  }
+  return true;
+}
+
+bool SparseStore::barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const {
+  if (mode_ != ModeCode::kSync || pushes_ == 0) return false;
+  *step = version_;
+  *since = since_;
+  *pushed = pushed_;
+  return true;
+}
+
+void SparseStore::save(const std::string& dir) const {
+  const std::string to = dir + "/embeddings";
+  std::error_code ec;
+  std::filesystem::create_directories(to, ec);
+  if (ec) throw Error("--save-params: cannot create " + to + ": " + ec.message());
+  for (const TableOptions& t : options_.tables) {
+    std::string bytes;
+    tables_.table(t.id)->save(&bytes);
+    write_file_atomically(to + "/" + t.name + ".shard" + std::to_string(options_.index) + "-of-" +
+                              std::to_string(options_.num_ps),
+                          bytes);
+  }
+}
+
+std::string SparseStore::counters_text() const { return "; " + tables_.counters_text(); }
+
+}  // namespace pstrain

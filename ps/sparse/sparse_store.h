@@ -1,0 +1,65 @@
+// The sparse side of a PS shard's loop (docs/sparse.md, "Serving"): the shard's embedding tables
+// (ps/sparse/shard_tables.h) behind the messages SPARSE_PULL and SPARSE_PUSH. In sync each step's
+// pushes are collected per worker and applied once every worker pushed it (summed in worker
+// order: the mirrored contract); in async and ssp each push is applied when it arrives. A pull
+// asks for the rows as they are at a version (the number of steps applied): it is answered once
+// the tables reach it. Single-threaded: the loop's thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ps/job_shape.h"
+#include "ps/server_options.h"
+#include "ps/sparse/shard_tables.h"
+#include "shared/net/transport.h"
+#include "shared/wire/protocol.h"
+#include "shared/wire/sparse_wire.h"
+
+namespace pstrain {
+
+class SparseStore {
+ public:
+  // The tables of options.tables on shard options.index, at version `start` (the dense store's:
+  // a new job's 0). Throws pstrain::Error for bad table options.
+  SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start);
+
+  uint64_t version() const { return version_; }
+  // A SPARSE_PUSH of `worker` (sections decoded). False, with the reason, for one refused:
+  // nothing changes then. *applied: it completed a step, which was applied (parked pulls may be
+  // answered). Throws pstrain::Error when a complete step cannot be applied (the memory bound).
+  bool push(int worker, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
+            std::string* error);
+  // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
+  std::string check_pull(uint64_t want) const;
+  bool ready(uint64_t want) const { return version_ >= want; }
+  // The rows of a pull's sections (SPARSE_ROWS sections: table, dim, values), as they are now.
+  bool rows(const std::vector<SparseSection>& request, std::vector<SparseSection>* out, std::string* error) const;
+  // The sync step being collected, when some but not all workers pushed it and it has waited:
+  // which workers it lacks (for the stall report and WAITING). False when none is pending.
+  bool barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const;
+  // --save-params DIR at the job's end: each table's rows on this shard, in the checkpoint
+  // format (docs/sparse.md), to DIR/embeddings/<table>.shard<index>-of-<num_ps>.
+  void save(const std::string& dir) const;
+  // "; embedding rows R (admitted A, evicted E, pending P), M MiB": for the log lines.
+  std::string counters_text() const;
+
+ private:
+  bool apply(uint64_t step, const std::vector<std::vector<SparseSection>>& by_worker, double samples,
+             std::string* error);
+
+  const ServerOptions& options_;
+  const ModeCode mode_;
+  const JobShape job_;
+  ShardTables tables_;
+  uint64_t version_;
+  // sync: the step being collected, each worker's sections (or none yet) and samples.
+  std::vector<std::vector<SparseSection>> pending_;
+  std::vector<bool> pushed_;
+  uint64_t pending_samples_ = 0;
+  int pushes_ = 0;
+  Clock::time_point since_;
+};
+
+}  // namespace pstrain
