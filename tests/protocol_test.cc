@@ -26,8 +26,9 @@ constexpr uint64_t kSliceLimit = uint64_t{1} << 40;
 constexpr const char* kTruncated = "header is not valid MessagePack (insufficient bytes)";
 
 const std::vector<Op>& all_ops() {
-  static const std::vector<Op> ops = {Op::kHello, Op::kWelcome, Op::kInit, Op::kPush,
-                                      Op::kPull,  Op::kParams,  Op::kDone, Op::kError, Op::kWaiting};
+  static const std::vector<Op> ops = {Op::kHello, Op::kWelcome, Op::kInit,  Op::kPush,  Op::kPull,
+                                      Op::kParams, Op::kDone,    Op::kError, Op::kWaiting,
+                                      Op::kSparsePull, Op::kSparseRows, Op::kSparsePush};
   return ops;
 }
 
@@ -180,10 +181,12 @@ class MapBuilder {
 };
 
 TEST(ProtocolTest, OpNamesAndPayloadOps) {
-  const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR", "WAITING"};
+  const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR",
+                                          "WAITING", "SPARSE_PULL", "SPARSE_ROWS", "SPARSE_PUSH"};
   for (size_t i = 0; i < all_ops().size(); ++i) EXPECT_EQ(op_name(all_ops()[i]), names[i]);
   for (Op op : all_ops()) {
-    EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams) << op_name(op);
+    const bool sparse = op == Op::kSparsePull || op == Op::kSparseRows || op == Op::kSparsePush;
+    EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams || sparse) << op_name(op);
   }
 }
 
@@ -325,7 +328,7 @@ TEST(ProtocolCorruptionTest, WrongVersion) {
 
 TEST(ProtocolCorruptionTest, UnknownOpAndRole) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 0).bytes()), "unknown op 0");
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 10).bytes()), "unknown op 10");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 13).bytes()), "unknown op 13");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", uint64_t{1} << 32 | 4).bytes()), "unknown op 4294967300");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("role", 2).bytes()), "unknown role 2");
 }
@@ -492,7 +495,7 @@ TEST(ProtocolCorruptionTest, WrongFrameCount) {
 }
 
 TEST(ProtocolCorruptionTest, PayloadSizeMismatch) {
-  for (Op op : {Op::kInit, Op::kPush, Op::kParams}) {
+  for (Op op : {Op::kInit, Op::kPush, Op::kParams, Op::kSparsePull, Op::kSparseRows, Op::kSparsePush}) {
     Header h;
     h.op = op;
     h.length = 5;

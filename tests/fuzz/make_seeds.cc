@@ -1,5 +1,5 @@
 // Writes the seed corpus of the fuzz targets: make_seeds DIR creates DIR/{protocol_fuzz,
-// ring_fuzz,ps_fuzz,checkpoint_fuzz}/seed-*. The committed corpus (tests/fuzz/corpus/) was made with it; rerun
+// ring_fuzz,ps_fuzz,checkpoint_fuzz,sparse_fuzz}/seed-*. The committed corpus (tests/fuzz/corpus/) was made with it; rerun
 // it after a change of the wire formats.
 #include <cstdint>
 #include <filesystem>
@@ -10,6 +10,7 @@
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/wire/protocol.h"
+#include "shared/wire/sparse_wire.h"
 #include "worker/collective/ring_wire.h"
 
 namespace {
@@ -102,5 +103,25 @@ int main(int argc, char** argv) {
   m.shards = {{"shard0of2.ckpt", 120, 7}, {"shard1of2.ckpt", 120, 9}};
   m.layout = "layer0.weight 0 2x3\nlayer0.bias 6 6\n";
   write(dir / "checkpoint_fuzz", n++, "M" + pstrain::encode_manifest(m));
+  // Sparse bodies (a byte picking the op, 0 pull, 1 rows, 2 push; then the body): a pull of two
+  // tables, its rows, a push of both, and an empty pull.
+  pstrain::SparseSection clicks, ads;
+  clicks.table = 1;
+  clicks.ids = {3, 5, 7};
+  ads.table = 2;
+  ads.ids = {uint64_t{1} << 40};
+  const std::vector<pstrain::SparseSection> pull = {clicks, ads};
+  clicks.dim = 4;
+  ads.dim = 2;
+  clicks.values.assign(12, 0.5f);
+  ads.values = {-1, 2};
+  const std::vector<pstrain::SparseSection> push = {clicks, ads};
+  clicks.ids.clear();
+  ads.ids.clear();
+  const std::vector<pstrain::SparseSection> rows = {clicks, ads};
+  write(dir / "sparse_fuzz", 0, '\0' + pstrain::encode_sparse_body(pstrain::Op::kSparsePull, pull));
+  write(dir / "sparse_fuzz", 1, '\1' + pstrain::encode_sparse_body(pstrain::Op::kSparseRows, rows));
+  write(dir / "sparse_fuzz", 2, '\2' + pstrain::encode_sparse_body(pstrain::Op::kSparsePush, push));
+  write(dir / "sparse_fuzz", 3, '\0' + pstrain::encode_sparse_body(pstrain::Op::kSparsePull, {}));
   return 0;
 }

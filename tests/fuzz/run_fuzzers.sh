@@ -9,7 +9,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 bin_dir=$1 seconds=${2:-60}
 work=$(mktemp -d "${TMPDIR:-/tmp}/fuzz.XXXXXX")
 failures=0
-for target in protocol_fuzz ring_fuzz ps_fuzz checkpoint_fuzz; do
+for target in protocol_fuzz ring_fuzz ps_fuzz checkpoint_fuzz sparse_fuzz; do
   mkdir -p "$work/$target"
   PSTRAIN_LOG_LEVEL=error "$bin_dir/$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$work/$target-" "$work/$target" "$here/corpus/$target" \
