@@ -77,7 +77,7 @@ std::map<std::string, std::unique_ptr<EmbeddingTable>> load_tables(const std::st
       const std::string file = entry.path().filename().string();
       if (file.rfind(names[t] + ".shard", 0) != 0) continue;
       std::string error;
-      EXPECT_TRUE(table->load(read_file(entry.path().string()), 0, 1, 0, &error)) << file << ": " << error;
+      EXPECT_TRUE(table->load(read_file(entry.path().string()), 0, 1, SIZE_MAX, &error)) << file << ": " << error;
     }
     tables[names[t]] = std::move(table);
   }
@@ -106,7 +106,7 @@ class CtrJobTest : public ::testing::Test {
 
   // Trains kSteps steps of a CTR model and returns its dense parameters and its rows.
   static CtrRun train(int num_ps, int num_workers, int batch, const std::string& table_optimizer, bool per_field,
-                      const std::vector<std::string>& more = {}) {
+                      const std::vector<std::string>& more = {}, const std::string& table_lr = "0.1") {
     const std::string tag = table_optimizer + "-s" + std::to_string(num_ps) + "-n" + std::to_string(num_workers);
     const std::string dir = make_temp_dir("ctr-" + tag);
     Job job;
@@ -115,7 +115,7 @@ class CtrJobTest : public ::testing::Test {
     job.dir = dir;
     job.args = {"--train-data", *dir_ + "/train.tsv", "--test-data", *dir_ + "/test.tsv", "--cache-dir", dir,
                 "--embedding-dim", std::to_string(kDim), "--embedding-tables", per_field ? "per-field" : "shared",
-                "--embedding-optimizer", table_optimizer, "--embedding-lr", "0.1", "--model",
+                "--embedding-optimizer", table_optimizer, "--embedding-lr", table_lr, "--model",
                 "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1", "--batch-size", std::to_string(batch),
                 "--steps", std::to_string(kSteps), "--epochs", "5", "--seed", "7", "--log-every", "5",
                 "--timeout", "30", "--save-params", dir + "/params"};
@@ -167,7 +167,7 @@ std::string* CtrJobTest::dir_ = nullptr;
 TEST_F(CtrJobTest, MirroredContractForEveryTableOptimizer) {
   for (const std::string optimizer : {"sgd", "adagrad", "adam", "ftrl"}) {
     const CtrRun reference = train(1, 1, 3 * kBatch, optimizer, false);
-    const CtrRun untrained = train(1, 1, 3 * kBatch, optimizer, false, {"--embedding-lr", "1e-30"});
+    const CtrRun untrained = train(1, 1, 3 * kBatch, optimizer, false, {}, "1e-30");
     ASSERT_FALSE(reference.rows.empty()) << optimizer;
     EXPECT_GT(rows_difference(reference, untrained), 1e-3) << optimizer << ": the rows did not move";
     EXPECT_GT(reference.table_rows, 26u * 4) << optimizer;

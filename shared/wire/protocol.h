@@ -1,6 +1,7 @@
 // pstrain wire protocol, version 10 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
-// frame with `length` little-endian float32 values. Every field is validated on receipt.
+// frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
+// 4-byte words (shared/wire/sparse_wire.h). Every field is validated on receipt.
 #pragma once
 
 #include <cstddef>
