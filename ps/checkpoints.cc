@@ -14,8 +14,12 @@ void ShardCheckpoints::mark(const Header& push) {
   if (push.stop != 0) stop_at_ = push.step + 1;
 }
 
-void ShardCheckpoints::advanced(const Store& store) {
-  if (checkpoint_at_ != 0 && store.version() == checkpoint_at_) write(store);
+void ShardCheckpoints::advanced(const Store& store, const SparseStore* sparse) {
+  if (checkpoint_at_ == 0 || store.version() != checkpoint_at_) return;
+  // Sync: the tables reach the version with the same step (their pushes may come after the dense
+  // ones); async applies pushes as they come, and the tables are saved as they are.
+  if (sparse != nullptr && options_.mode == Mode::kSync && sparse->version() != checkpoint_at_) return;
+  write(store, sparse);
 }
 
 void ShardCheckpoints::stamp(Header* h) const {
@@ -24,13 +28,14 @@ void ShardCheckpoints::stamp(Header* h) const {
 }
 
 // This shard at version checkpoint_at_: its slice and optimizer state, in one durable file.
-void ShardCheckpoints::write(const Store& store) {
+void ShardCheckpoints::write(const Store& store, const SparseStore* sparse) {
   ShardCheckpoint c;
   c.shard = static_cast<uint32_t>(options_.index);
   c.num_shards = static_cast<uint32_t>(options_.num_ps);
   c.version = checkpoint_at_;
   c.optimizer = options_.optimizer.kind;
   store.save(&c);
+  if (sparse != nullptr) sparse->save(&c.tables);
   checkpoint_at_ = 0;
   const auto start = Clock::now();
   files_.write(c);

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "ps/server_options.h"
+#include "ps/sparse/sparse_store.h"
 #include "ps/store.h"
 #include "shared/checkpoint/checkpoint_store.h"
 #include "shared/wire/protocol.h"
@@ -22,9 +23,10 @@ class ShardCheckpoints {
 
   // An accepted push of the chief's: the versions it marks (checks: the store's push).
   void mark(const Header& push);
-  // After a part of `store` advanced: writes the checkpoint if the store is at the marked version.
-  // Throws pstrain::Error when the write fails and --checkpoint-errors is stop.
-  void advanced(const Store& store);
+  // After a part of `store` (or `sparse`, the tables, if any) advanced: writes the checkpoint if
+  // the store is at the marked version, and in sync the tables too (their rows go in the same
+  // file). Throws pstrain::Error when the write fails and --checkpoint-errors is stop.
+  void advanced(const Store& store, const SparseStore* sparse);
   // A PARAMS header of version h->step: whether the job stops after it, and the time its write took.
   void stamp(Header* h) const;
   // --resume (--resume=auto: where a complete checkpoint exists): loads `store`; true without
@@ -32,7 +34,7 @@ class ShardCheckpoints {
   bool resume(Store& store, std::string* error) const { return !files_.resuming() || store.resume(files_, error); }
 
  private:
-  void write(const Store& store);
+  void write(const Store& store, const SparseStore* sparse);
 
   const ServerOptions& options_;
   const CheckpointStore files_;

@@ -494,6 +494,7 @@ bool DenseStore::resume(const CheckpointStore& files, std::string* error) {
     chunk.version = c.version;
     chunk.initialized = true;
   }
+  resumed_tables_ = std::move(c.tables);
   return true;
 }
 

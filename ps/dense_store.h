@@ -45,6 +45,9 @@ class DenseStore final : public Store {
   Header params_header(size_t part, uint64_t want, int worker) override;
   void save(ShardCheckpoint* out) const override;
   bool resume(const CheckpointStore& files, std::string* error) override;
+  // After resume(): the embedding tables the checkpoint held (every saved shard's), for the
+  // shard's SparseStore (ps/sparse/sparse_store.h), handed over once.
+  std::vector<std::string> take_resumed_tables() { return std::move(resumed_tables_); }
 
   const Slice& slice() const { return slice_; }
   size_t chunk_length() const { return chunk_len_; }
@@ -108,6 +111,7 @@ class DenseStore final : public Store {
   const bool ordered_sums_;
   // Plain sync without replacements: the values live in area_ (create_area).
   const bool shared_area_;
+  std::vector<std::string> resumed_tables_;  // resume(): the checkpoint's tables, until taken
 };
 
 }  // namespace pstrain

@@ -168,6 +168,14 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
   PSLOG(INFO) << "ps" << options_.index << ": " << store_->shape_text();
   if (!options_.tables.empty()) {
     sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version());
+    const std::vector<std::string> tables = store_->take_resumed_tables();
+    if ((store_->version() > 0 || !tables.empty()) && !sparse_->resume(tables, error)) {
+      members_.forget_job();
+      sparse_.reset();
+      store_.reset();
+      PSLOG(ERROR) << "ps" << options_.index << ": " << *error;
+      return false;
+    }
     PSLOG(INFO) << "ps" << options_.index << ": " << options_.tables.size() << " embedding table(s) of dim "
                 << options_.tables[0].dim << ", optimizer " << options_.tables[0].optimizer.kind << " lr "
                 << options_.table_lr;
@@ -214,7 +222,7 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   const size_t parts = store_->parts();
   Parked p{msg.route, h.request_id, h.step, std::vector<bool>(parts, false), parts, h.shm};
   for (size_t i = 0; i < parts; ++i) {
-    if (store_->ready(i, h.step)) {
+    if (ready(i, h.step)) {
       send_chunk(msg.route, h.request_id, i, h.step, p.shm);
       p.sent[i] = true;
       --p.left;
@@ -245,7 +253,8 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   std::vector<SparseSection> sections;
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &sections, error)) return false;
   bool applied = false;
-  if (!sparse_->push(static_cast<int>(h.sender), h, sections, &applied, error)) return false;
+  const int worker = static_cast<int>(h.sender);
+  if (!sparse_->push(worker, members_.rejoined(worker), h, sections, &applied, error)) return false;
   if (applied) sparse_advanced();
   return true;
 }
@@ -264,6 +273,10 @@ void ParameterServer::send_rows(const SparseParked& p) {
   reply(p.route, h, &payload);
 }
 
+bool ParameterServer::ready(size_t part, uint64_t want) const {
+  return store_->ready(part, want) && (sparse_ == nullptr || policy_.mode() != ModeCode::kSync || sparse_->ready(want));
+}
+
 void ParameterServer::sparse_advanced() {
   auto waiting = sparse_parked_.begin();
   for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
@@ -274,15 +287,18 @@ void ParameterServer::sparse_advanced() {
     }
   }
   sparse_parked_.erase(waiting, sparse_parked_.end());
+  if (policy_.mode() == ModeCode::kSync) {  // the dense parts held back for the tables' step
+    for (size_t i = 0; i < store_->parts(); ++i) chunk_advanced(i);
+  }
 }
 
 void ParameterServer::chunk_advanced(size_t index) {
   // The last chunk reached the version to checkpoint: every chunk is at it now (no worker can
   // push the next step before it has all of this one), and none of it has been sent yet, so the
   // file is on disk before any worker sees the version, and the chief's manifest after it.
-  checkpoints_.advanced(*store_);
+  checkpoints_.advanced(*store_, sparse_.get());
   for (Parked& p : parked_) {
-    if (!p.sent[index] && store_->ready(index, p.want)) {
+    if (!p.sent[index] && ready(index, p.want)) {
       send_chunk(p.route, p.request_id, index, p.want, p.shm);
       p.sent[index] = true;
       --p.left;

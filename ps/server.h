@@ -51,6 +51,10 @@ class ParameterServer {
   void sparse_advanced();
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
+  // Whether part `part` can be sent to a pull for version `want`: the store has it, and in sync a
+  // job's tables are at that version too (so a worker's rows and parameters are of one version,
+  // and a checkpoint holds both).
+  bool ready(size_t part, uint64_t want) const;
   void send_chunk(const std::string& route, uint64_t request_id, size_t part, uint64_t want, uint64_t shm);
   void release_area_name();
   void reject(const std::string& route, uint64_t request_id, const std::string& why);

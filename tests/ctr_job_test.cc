@@ -106,7 +106,8 @@ class CtrJobTest : public ::testing::Test {
 
   // Trains kSteps steps of a CTR model and returns its dense parameters and its rows.
   static CtrRun train(int num_ps, int num_workers, int batch, const std::string& table_optimizer, bool per_field,
-                      const std::vector<std::string>& more = {}, const std::string& table_lr = "0.1") {
+                      const std::vector<std::string>& more = {}, const std::string& table_lr = "0.1",
+                      int steps = kSteps, bool expect_ok = true) {
     const std::string tag = table_optimizer + "-s" + std::to_string(num_ps) + "-n" + std::to_string(num_workers);
     const std::string dir = make_temp_dir("ctr-" + tag);
     Job job;
@@ -117,11 +118,11 @@ class CtrJobTest : public ::testing::Test {
                 "--embedding-dim", std::to_string(kDim), "--embedding-tables", per_field ? "per-field" : "shared",
                 "--embedding-optimizer", table_optimizer, "--embedding-lr", table_lr, "--model",
                 "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1", "--batch-size", std::to_string(batch),
-                "--steps", std::to_string(kSteps), "--epochs", "5", "--seed", "7", "--log-every", "5",
+                "--steps", std::to_string(steps), "--epochs", "5", "--seed", "7", "--log-every", "5",
                 "--timeout", "30", "--save-params", dir + "/params"};
     job.args.insert(job.args.end(), more.begin(), more.end());
-    const JobResult result = run_job(job);
-    EXPECT_TRUE(result.ok()) << result.logs;
+    const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
+    EXPECT_EQ(result.ok(), expect_ok) << result.logs;
     CtrRun run;
     run.logs = result.logs;
     if (!result.ok()) return run;
@@ -191,6 +192,37 @@ TEST_F(CtrJobTest, ShardCountDoesNotChangeTheResult) {
     EXPECT_LE(rows_difference(one, p), 1e-6) << shards;
     EXPECT_EQ(one.table_rows, p.table_rows) << shards;
   }
+}
+
+// Checkpoints hold the tables: a job stopped after 10 of 20 steps on 2 shards and resumed on 3
+// ends with the uninterrupted job's dense parameters and rows, bit for bit.
+TEST_F(CtrJobTest, ResumeOnAnotherShardCountGivesTheUninterruptedResult) {
+  TempDir ckpt("ctr-ckpt");
+  const std::vector<std::string> every = {"--checkpoint-dir", ckpt.path, "--checkpoint-every", "5"};
+  const CtrRun uninterrupted = train(2, 2, kBatch, "adam", false);
+  const CtrRun first = train(2, 2, kBatch, "adam", false, every, "0.1", 10);
+  ASSERT_FALSE(first.rows.empty());
+  std::vector<std::string> resume = every;
+  resume.push_back("--resume");
+  const CtrRun resumed = train(3, 2, kBatch, "adam", false, resume);
+  ASSERT_FALSE(resumed.rows.empty()) << resumed.logs;
+  EXPECT_NE(resumed.logs.find("--resume: from checkpoint"), std::string::npos) << resumed.logs;
+  EXPECT_GT(rows_difference(uninterrupted, first), 1e-4);  // the first half is not the whole
+  EXPECT_EQ(rows_difference(uninterrupted, resumed), 0.0);
+  EXPECT_TRUE(bit_identical(uninterrupted.dense, resumed.dense)) << relative_difference(uninterrupted.dense, resumed.dense);
+  EXPECT_EQ(uninterrupted.table_rows, resumed.table_rows);
+}
+
+// A checkpoint of a job without tables is refused by one with them, naming the difference.
+TEST_F(CtrJobTest, ResumeRefusesACheckpointOfOtherEmbeddings) {
+  TempDir ckpt("ctr-ckpt-other");
+  const std::vector<std::string> every = {"--checkpoint-dir", ckpt.path, "--checkpoint-every", "5"};
+  ASSERT_FALSE(train(1, 1, kBatch, "adagrad", false, every, "0.1", 10).rows.empty());
+  std::vector<std::string> resume = every;
+  resume.push_back("--resume");
+  const CtrRun other = train(1, 1, kBatch, "sgd", false, resume, "0.1", kSteps, false);
+  EXPECT_TRUE(other.rows.empty());
+  EXPECT_NE(other.logs.find("embeddings dim 4 tables shared optimizer adagrad"), std::string::npos) << other.logs;
 }
 
 // The chief reports the test AUC and log loss; async trains too.

@@ -1,5 +1,6 @@
 #include "ps/sparse/sparse_store.h"
 
+#include <cstring>
 #include <filesystem>
 
 #include "shared/train/optimizer.h"
@@ -37,8 +38,8 @@ SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobS
       pending_(static_cast<size_t>(options.num_workers)),
       pushed_(static_cast<size_t>(options.num_workers), false) {}
 
-bool SparseStore::push(int worker, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
-                       std::string* error) {
+bool SparseStore::push(int worker, bool rejoined, const Header& h, const std::vector<SparseSection>& sections,
+                       bool* applied, std::string* error) {
   *applied = false;
   if (h.samples == 0) return (*error = "SPARSE_PUSH with zero samples", false);
   for (const SparseSection& s : sections) {
@@ -58,6 +59,10 @@ bool SparseStore::push(int worker, const Header& h, const std::vector<SparseSect
     *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ", but the tables are collecting step " +
              std::to_string(version_);
     return false;
+  }
+  if (pushed_[w] && rejoined) {  // the predecessor's push of this step, again
+    pending_[w] = sections;
+    return true;
   }
   if (pushed_[w]) return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + " twice", false);
   if (pushes_ == 0) since_ = Clock::now();
@@ -126,6 +131,28 @@ bool SparseStore::barrier(uint64_t* step, Clock::time_point* since, std::vector<
   *step = version_;
   *since = since_;
   *pushed = pushed_;
+  return true;
+}
+
+void SparseStore::save(std::vector<std::string>* tables) const {
+  tables->clear();
+  for (const TableOptions& t : options_.tables) {
+    tables->emplace_back();
+    tables_.table(t.id)->save(&tables->back());
+  }
+}
+
+bool SparseStore::resume(const std::vector<std::string>& tables, std::string* error) {
+  if (tables.empty()) return (*error = "--resume: the checkpoint holds no embedding tables (a job without them)", false);
+  for (const std::string& bytes : tables) {
+    uint32_t id = 0;  // the table's id: after the magic and the format (docs/sparse.md, "Checkpoint format")
+    if (bytes.size() < 16) return (*error = "--resume: an embedding table of " + std::to_string(bytes.size()) + " bytes", false);
+    std::memcpy(&id, bytes.data() + 12, 4);
+    if (!tables_.load(id, bytes, error)) {
+      *error = "--resume: " + *error;
+      return false;
+    }
+  }
   return true;
 }
 

@@ -29,7 +29,9 @@ class SparseStore {
   // A SPARSE_PUSH of `worker` (sections decoded). False, with the reason, for one refused:
   // nothing changes then. *applied: it completed a step, which was applied (parked pulls may be
   // answered). Throws pstrain::Error when a complete step cannot be applied (the memory bound).
-  bool push(int worker, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
+  // A replacement of a worker (`rejoined`, --allow-rejoin) may push a step its predecessor pushed:
+  // the same gradient (a step is a pure function of its inputs), which replaces the first.
+  bool push(int worker, bool rejoined, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
             std::string* error);
   // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
   std::string check_pull(uint64_t want) const;
@@ -39,6 +41,11 @@ class SparseStore {
   // The sync step being collected, when some but not all workers pushed it and it has waited:
   // which workers it lacks (for the stall report and WAITING). False when none is pending.
   bool barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const;
+  // A checkpoint's tables (ShardCheckpoint::tables: its own, for the shard file) and --resume's
+  // (every saved shard's: the rows this shard holds are taken). False, with the reason, for a
+  // checkpoint whose tables do not fit this job's.
+  void save(std::vector<std::string>* tables) const;
+  bool resume(const std::vector<std::string>& tables, std::string* error);
   // --save-params DIR at the job's end: each table's rows on this shard, in the checkpoint
   // format (docs/sparse.md), to DIR/embeddings/<table>.shard<index>-of-<num_ps>.
   void save(const std::string& dir) const;

@@ -14,6 +14,7 @@ namespace {
 constexpr char kMagic[8] = {'P', 'S', 'T', 'R', 'C', 'K', 'P', 'T'};
 constexpr size_t kMaxName = 16;
 constexpr size_t kMaxSlots = 4;
+constexpr uint32_t kMaxTables = 4096;
 
 class Writer {
  public:
@@ -81,7 +82,7 @@ uint32_t file_crc(const std::string& bytes) {
 std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
   Writer w;
   w.bytes(kMagic, sizeof kMagic);
-  w.u32(kCheckpointFormat);
+  w.u32(c.tables.empty() ? kCheckpointFormat : kCheckpointFormatWithTables);
   w.u32(c.shard);
   w.u32(c.num_shards);
   w.u64(c.version);
@@ -94,6 +95,13 @@ std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
   w.u32(static_cast<uint32_t>(c.slots.size()));
   w.floats(c.values);
   for (const auto& slot : c.slots) w.floats(slot);
+  if (!c.tables.empty()) {  // format 2: the embedding tables, each a length and its bytes
+    w.u32(static_cast<uint32_t>(c.tables.size()));
+    for (const std::string& t : c.tables) {
+      w.u64(t.size());
+      w.bytes(t.data(), t.size());
+    }
+  }
   w.u32(crc32_of(w.str()));
   return std::move(w.str());
 }
@@ -111,9 +119,9 @@ bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std
   uint64_t length = 0;
   ShardCheckpoint c;
   r.u32(&format);
-  if (format != kCheckpointFormat) {
+  if (format != kCheckpointFormat && format != kCheckpointFormatWithTables) {
     return fail("checkpoint format " + std::to_string(format) + " is not supported (expected " +
-                std::to_string(kCheckpointFormat) + ")");
+                std::to_string(kCheckpointFormat) + " or " + std::to_string(kCheckpointFormatWithTables) + ")");
   }
   r.u32(&c.shard);
   r.u32(&c.num_shards);
@@ -130,7 +138,28 @@ bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std
   if (c.num_shards == 0 || c.shard >= c.num_shards) return fail("shard index out of range");
   if (length > c.total || c.offset > c.total - length) return fail("slice outside the model");
   // Sizes are checked against the bytes present before anything is allocated.
-  const uint64_t want = (1 + static_cast<uint64_t>(num_slots)) * length * sizeof(float) + 4;
+  const uint64_t floats = (1 + static_cast<uint64_t>(num_slots)) * length * sizeof(float);
+  uint64_t want = floats + 4;
+  if (format == kCheckpointFormatWithTables && length <= (uint64_t{1} << 40) && r.left() >= want + 4) {
+    // The tables' section after the floats: a count, then each table's length and bytes.
+    const uint64_t at = bytes.size() - r.left() + floats;
+    uint32_t count = 0;
+    std::memcpy(&count, bytes.data() + at, 4);
+    if (count == 0 || count > kMaxTables) return fail("bad number of embedding tables " + std::to_string(count));
+    uint64_t pos = at + 4;
+    for (uint32_t t = 0; t < count; ++t) {
+      uint64_t len = 0;
+      if (bytes.size() < 4 || pos > bytes.size() - 4 || bytes.size() - 4 - pos < 8) return fail("truncated embedding tables");
+      std::memcpy(&len, bytes.data() + pos, 8);
+      pos += 8;
+      if (len > bytes.size() - 4 - pos) return fail("truncated embedding table " + std::to_string(t));
+      c.tables.emplace_back(bytes.data() + pos, len);
+      pos += len;
+    }
+    want = pos + 4 - (bytes.size() - r.left());
+  } else if (format == kCheckpointFormatWithTables) {
+    return fail("truncated: no embedding tables");
+  }
   if (length > (uint64_t{1} << 40) || r.left() != want) {
     return fail(std::string(r.left() < want ? "truncated" : "extended") + ": " + std::to_string(bytes.size()) +
                 " bytes, the header promises " + std::to_string(bytes.size() - r.left() + want));
@@ -142,7 +171,7 @@ bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std
   r.bytes(c.values.data(), length * sizeof(float));
   c.slots.assign(num_slots, std::vector<float>(length));
   for (auto& slot : c.slots) r.bytes(slot.data(), length * sizeof(float));
-  *out = std::move(c);
+  *out = std::move(c);  // with the tables read above
   return true;
 }
 

@@ -12,6 +12,7 @@
 namespace pstrain {
 
 constexpr uint32_t kCheckpointFormat = 1;
+constexpr uint32_t kCheckpointFormatWithTables = 2;  // a shard file that also holds embedding tables
 
 // One shard's state at a version: its slice of the flat vector and the optimizer's slots for it.
 struct ShardCheckpoint {
@@ -23,6 +24,10 @@ struct ShardCheckpoint {
   std::string optimizer;     // sgd | momentum | adam
   std::vector<float> values;
   std::vector<std::vector<float>> slots;  // optimizer state, each values.size() floats
+  // The shard's embedding tables (docs/sparse.md), each as EmbeddingTable::save writes it (its own
+  // checksum inside); a file with any is written in format 2. A checkpoint loaded for --resume
+  // holds every saved shard's tables here: each new shard takes the rows it holds.
+  std::vector<std::string> tables;
 };
 
 std::string encode_shard_checkpoint(const ShardCheckpoint& c);

@@ -31,6 +31,9 @@ struct JobIdentity {
   int num_workers = 1;
   std::vector<int> worker_batches = {64};  // each worker's samples per step (worker_shares)
   double label_smoothing = 0;
+  // Embedding tables (docs/sparse.md): "" without --embedding-dim, else their dim, layout,
+  // optimizer, learning rate, admission and expiry in one line.
+  std::string embeddings;
 };
 
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order

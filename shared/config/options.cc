@@ -296,7 +296,6 @@ void validate(const JobOptions& o, Role role) {
     const std::string why = "--embedding-dim: embedding tables ";
     require(o.mode != Mode::kAllreduce, why + "live on the PS; --mode allreduce has none (docs/sparse.md)");
     require(o.backup_workers == 0, why + "do not work with --backup-workers yet");
-    require(o.checkpoint_dir.empty(), why + "are not checkpointed yet: drop --checkpoint-dir (docs/sparse.md)");
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
             why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
     require(o.evaluate == false && o.predict.empty(),

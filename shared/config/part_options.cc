@@ -25,6 +25,11 @@ JobIdentity job_identity(const JobOptions& o) {
   j.num_workers = o.num_workers;
   j.worker_batches = worker_shares(o);
   j.label_smoothing = o.label_smoothing;
+  if (o.embedding_dim > 0) {
+    j.embeddings = "dim " + std::to_string(o.embedding_dim) + " tables " + o.embedding_tables + " optimizer " +
+                   o.embedding_optimizer + " lr " + std::to_string(o.embedding_lr) + " min-count " +
+                   std::to_string(o.embedding_min_count) + " expiry " + std::to_string(o.embedding_expiry);
+  }
   return j;
 }
 
