@@ -3,12 +3,15 @@
 // over dense and sparse parameters, for every table optimizer and shard count; async; the
 // refusals of what is not built yet.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <random>
 #include <map>
 #include <string>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "ps/sparse/embedding_table.h"
 #include "shared/util/splitmix.h"
 #include "test_util/idx_writer.h"
+#include "test_util/launched.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
 #include "worker/data/criteo.h"
@@ -97,6 +101,7 @@ class CtrJobTest : public ::testing::Test {
     dir_ = new std::string(make_temp_dir("ctr-job"));
     write_criteo(*dir_ + "/train.tsv", kRecords, 0);
     write_criteo(*dir_ + "/test.tsv", 80, 100000);
+    setenv("PSTRAIN_BUILD_DIR", std::filesystem::path(PSTRAIN_PS_BIN).parent_path().c_str(), 1);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -104,7 +109,17 @@ class CtrJobTest : public ::testing::Test {
     dir_ = nullptr;
   }
 
-  // Trains kSteps steps of a CTR model and returns its dense parameters and its rows.
+  // The job's flags: a CTR model of kDim-float rows over `batch`-record worker batches.
+  static std::vector<std::string> flags(int batch, const std::string& table_optimizer, bool per_field,
+                                        const std::string& table_lr, int steps, const std::string& cache) {
+    return {"--train-data", *dir_ + "/train.tsv", "--test-data", *dir_ + "/test.tsv", "--cache-dir", cache,
+            "--embedding-dim", std::to_string(kDim), "--embedding-tables", per_field ? "per-field" : "shared",
+            "--embedding-optimizer", table_optimizer, "--embedding-lr", table_lr, "--model",
+            "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1", "--batch-size", std::to_string(batch),
+            "--steps", std::to_string(steps), "--epochs", "100", "--seed", "7", "--timeout", "30"};
+  }
+
+  // Trains `steps` steps of a CTR model and returns its dense parameters and its rows.
   static CtrRun train(int num_ps, int num_workers, int batch, const std::string& table_optimizer, bool per_field,
                       const std::vector<std::string>& more = {}, const std::string& table_lr = "0.1",
                       int steps = kSteps, bool expect_ok = true) {
@@ -114,28 +129,31 @@ class CtrJobTest : public ::testing::Test {
     job.num_ps = num_ps;
     job.num_workers = num_workers;
     job.dir = dir;
-    job.args = {"--train-data", *dir_ + "/train.tsv", "--test-data", *dir_ + "/test.tsv", "--cache-dir", dir,
-                "--embedding-dim", std::to_string(kDim), "--embedding-tables", per_field ? "per-field" : "shared",
-                "--embedding-optimizer", table_optimizer, "--embedding-lr", table_lr, "--model",
-                "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1", "--batch-size", std::to_string(batch),
-                "--steps", std::to_string(steps), "--epochs", "5", "--seed", "7", "--log-every", "5",
-                "--timeout", "30", "--save-params", dir + "/params"};
+    job.args = flags(batch, table_optimizer, per_field, table_lr, steps, dir);
+    job.args.insert(job.args.end(), {"--log-every", "5", "--save-params", dir + "/params"});
     job.args.insert(job.args.end(), more.begin(), more.end());
     const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
     EXPECT_EQ(result.ok(), expect_ok) << result.logs;
     CtrRun run;
+    if (result.ok()) run = saved(dir + "/params", table_optimizer, per_field);
     run.logs = result.logs;
-    if (!result.ok()) return run;
-    run.dense = load_saved_params(dir + "/params");
+    std::filesystem::remove_all(dir);
+    return run;
+  }
+
+  // What a job saved with --save-params DIR: its dense parameters, and the row of every key the
+  // training data has, in record and field order (repeats included).
+  static CtrRun saved(const std::string& dir, const std::string& table_optimizer, bool per_field) {
+    CtrRun run;
+    run.dense = load_saved_params(dir);
     std::vector<std::string> names;
     if (per_field) {
       for (int f = 1; f <= 26; ++f) names.push_back("C" + std::to_string(f));
     } else {
       names = {"ids"};
     }
-    const auto tables = load_tables(dir + "/params", table_optimizer, names);
+    const auto tables = load_tables(dir, table_optimizer, names);
     for (const auto& [name, table] : tables) run.table_rows += table->stats().rows;
-    // Every key the training data has, in record and field order (repeats included).
     for (int r = 0; r < kRecords; ++r) {
       for (int f = 0; f < 26; ++f) {
         const uint64_t raw = (r + f) % 9 == 0 ? kCriteoMissingId : raw_id(r, f);
@@ -145,8 +163,24 @@ class CtrJobTest : public ::testing::Test {
         run.rows.insert(run.rows.end(), row.begin(), row.end());
       }
     }
-    std::filesystem::remove_all(dir);
     return run;
+  }
+
+  // launch/launch.sh running a CTR job of 2 shards and 3 workers (`steps` steps, adam tables,
+  // --save-params DIR/NAME-params, log DIR/NAME.log); `during` acts on it while it runs.
+  static ExitStatus launch(const std::string& name, int steps, const std::vector<std::string>& counts,
+                           const std::function<void(pid_t, const std::string&)>& during,
+                           const std::vector<std::string>& job = {}) {
+    std::vector<std::string> argv = {"/bin/bash", PSTRAIN_LAUNCH_SH, "--no-setup", "--run-dir", *dir_ + "/" + name,
+                                     "--num-ps", "2", "--num-workers", "3"};
+    argv.insert(argv.end(), counts.begin(), counts.end());
+    argv.push_back("--");
+    for (const std::string& f : flags(kBatch, "adam", false, "0.1", steps, *dir_)) argv.push_back(f);
+    argv.insert(argv.end(), {"--log-every", "1", "--save-params", *dir_ + "/" + name + "-params"});
+    argv.insert(argv.end(), job.begin(), job.end());
+    const pid_t launcher = spawn(argv, *dir_ + "/" + name + ".log");
+    if (during) during(launcher, *dir_ + "/" + name);
+    return wait_for(launcher, 180);
   }
 
   static double rows_difference(const CtrRun& a, const CtrRun& b) {
@@ -223,6 +257,43 @@ TEST_F(CtrJobTest, ResumeRefusesACheckpointOfOtherEmbeddings) {
   const CtrRun other = train(1, 1, kBatch, "sgd", false, resume, "0.1", kSteps, false);
   EXPECT_TRUE(other.rows.empty());
   EXPECT_NE(other.logs.find("embeddings dim 4 tables shared optimizer adagrad"), std::string::npos) << other.logs;
+}
+
+// kill -9 of a worker, then of a PS shard, of a CTR job under launch.sh --max-restarts 1 (the PS's
+// with checkpoints every 20 steps): the worker is replaced and redoes its step, the job restarts
+// from its checkpoint, and both end with the uninterrupted job's parameters and rows, bit for bit.
+TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
+  constexpr int kJobSteps = 600;
+  ASSERT_TRUE(launch("uninterrupted", kJobSteps, {}, nullptr).ok()) << read_file(*dir_ + "/uninterrupted.log");
+  const CtrRun want = saved(*dir_ + "/uninterrupted-params", "adam", false);
+  std::mt19937 rng(1);
+  for (const std::string victim : {"w1", "ps1"}) {
+    const int at = 40 + static_cast<int>(rng() % 100);
+    const std::string name = "killed-" + victim;
+    std::vector<std::string> job;
+    if (victim == "ps1") {
+      const std::string ckpt = *dir_ + "/ckpt-" + name;
+      std::filesystem::create_directories(ckpt);
+      job = {"--checkpoint-dir", ckpt, "--checkpoint-every", "20"};
+    }
+    pid_t killed = -1;
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, [&](pid_t launcher, const std::string& run_dir) {
+      ASSERT_TRUE(wait_for_step(launcher, run_dir, at)) << read_file(*dir_ + "/" + name + ".log");
+      killed = pid_of(run_dir, victim);
+      ASSERT_GT(killed, 0);
+      ASSERT_EQ(kill(killed, SIGKILL), 0);
+    }, job);
+    const std::string log = read_file(*dir_ + "/" + name + ".log");
+    ASSERT_TRUE(status.ok()) << log;
+    EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
+        << log;
+    const CtrRun got = saved(*dir_ + "/" + name + "-params", "adam", false);
+    EXPECT_TRUE(bit_identical(want.dense, got.dense)) << victim << ": " << relative_difference(want.dense, got.dense);
+    EXPECT_EQ(rows_difference(want, got), 0.0) << victim;
+    EXPECT_EQ(want.table_rows, got.table_rows) << victim;
+    std::printf("%s killed after step %d: dense %.3g, rows %.3g (max |difference| / max |value|)\n", victim.c_str(),
+                at, relative_difference(want.dense, got.dense), rows_difference(want, got));
+  }
 }
 
 // The chief reports the test AUC and log loss; async trains too.

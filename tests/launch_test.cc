@@ -15,40 +15,11 @@
 
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
+#include "test_util/launched.h"
 #include "test_util/process.h"
 
 namespace pstrain::test {
 namespace {
-
-// Processes named in RUNDIR/cmd.txt ("name<TAB>pid<TAB>command" lines).
-std::vector<pid_t> launched_pids(const std::string& run_dir) {
-  std::vector<pid_t> pids;
-  std::istringstream lines(read_file(run_dir + "/cmd.txt"));
-  std::string line;
-  while (std::getline(lines, line)) {
-    const size_t tab = line.find('\t');
-    if (tab != std::string::npos) pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + tab + 1)));
-  }
-  return pids;
-}
-
-pid_t pid_of(const std::string& run_dir, const std::string& name) {
-  std::istringstream lines(read_file(run_dir + "/cmd.txt"));
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.rfind(name + "\t", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + name.size() + 1));
-  }
-  return -1;
-}
-
-// Waits until the chief has logged global step `step`; false at once if the launcher exits first
-// (its job failed: its log says why).
-bool wait_for_step(pid_t launcher, const std::string& run_dir, int step) {
-  const std::string text = "(global " + std::to_string(step) + ")";
-  const auto logged = [&] { return read_file(run_dir + "/w0.log").find(text) != std::string::npos; };
-  wait_until([&] { return logged() || !alive(launcher); }, 60);
-  return logged();
-}
 
 // SIGTERM to a checkpointing job's launcher while worker w2 is paused, so that the job cannot
 // end before the launcher has passed the signal on to the chief, however fast the machine; w2
