@@ -32,6 +32,8 @@ constexpr double kCloseSeconds = 5;
 // How often workers waiting at a barrier are told what it waits for (WAITING): a worker whose PS
 // is reachable keeps waiting for a peer that is not, and only the worker cut off times out.
 constexpr double kWaitingEverySeconds = 1;
+// How often a shard with embedding tables logs their counters (rows, admissions, evictions, MiB).
+constexpr double kTablesEverySeconds = 10;
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -78,6 +80,7 @@ void ParameterServer::serve() {
     if (endpoint_.recv(&msg, tick)) handle(msg);
     report_stall();
     tell_waiting();
+    report_tables();
   }
   if (sparse_ != nullptr && !options_.save_params.empty()) {
     sparse_->save(options_.save_params);
@@ -167,7 +170,9 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
   }
   PSLOG(INFO) << "ps" << options_.index << ": " << store_->shape_text();
   if (!options_.tables.empty()) {
-    sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version());
+    // The dense slice's state as Membership::shard_too_big counts it: values, sums, two slots.
+    const size_t dense_bytes = store_->slice().length * 4 * sizeof(float);
+    sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version(), dense_bytes);
     const std::vector<std::string> tables = store_->take_resumed_tables();
     if ((store_->version() > 0 || !tables.empty()) && !sparse_->resume(tables, error)) {
       members_.forget_job();
@@ -238,13 +243,10 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &p.request, error)) return false;
   *error = sparse_->check_pull(h.step);
   if (!error->empty()) return false;
+  if (sparse_->ready(h.step)) return send_rows(p, error);
   std::vector<SparseSection> rows;  // checked now, so that a bad pull is refused at once
   if (!sparse_->rows(p.request, &rows, error)) return false;
-  if (sparse_->ready(h.step)) {
-    send_rows(p);
-  } else {
-    sparse_parked_.push_back(std::move(p));
-  }
+  sparse_parked_.push_back(std::move(p));
   return true;
 }
 
@@ -259,10 +261,9 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   return true;
 }
 
-void ParameterServer::send_rows(const SparseParked& p) {
+bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {
   std::vector<SparseSection> rows;
-  std::string error;
-  if (!sparse_->rows(p.request, &rows, &error)) return reject(p.route, p.request_id, error);
+  if (!sparse_->rows(p.request, &rows, error)) return false;
   Header h;
   h.op = Op::kSparseRows;
   h.request_id = p.request_id;
@@ -271,6 +272,7 @@ void ParameterServer::send_rows(const SparseParked& p) {
   h.length = body.size() / 4;
   Frame payload(std::move(body));
   reply(p.route, h, &payload);
+  return true;
 }
 
 bool ParameterServer::ready(size_t part, uint64_t want) const {
@@ -281,7 +283,8 @@ void ParameterServer::sparse_advanced() {
   auto waiting = sparse_parked_.begin();
   for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
     if (sparse_->ready(it->want)) {
-      send_rows(*it);
+      std::string error;  // it was checked when it arrived; the tables may have changed since
+      if (!send_rows(*it, &error)) reject(it->route, it->request_id, error);
     } else {
       *waiting++ = std::move(*it);
     }
@@ -419,6 +422,16 @@ void ParameterServer::tell_waiting() {
     reply(p.route, h, nullptr);
   }
   last_waiting_ = now;
+}
+
+void ParameterServer::report_tables() {
+  if (sparse_ == nullptr) return;
+  const auto now = Clock::now();
+  if (now - last_tables_report_ < std::chrono::duration<double>(kTablesEverySeconds)) return;
+  if (last_tables_report_ != Clock::time_point{}) {  // not at once: the first line comes after 10 s
+    PSLOG(INFO) << "ps" << options_.index << ": version " << version() << sparse_->counters_text();
+  }
+  last_tables_report_ = now;
 }
 
 std::string ParameterServer::mode_text() const {

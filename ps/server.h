@@ -46,8 +46,9 @@ class ParameterServer {
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   bool on_sparse_pull(const Message& msg, const Header& h, std::string* error);
   bool on_sparse_push(const Message& msg, const Header& h, std::string* error);
-  // Answers a SPARSE_PULL with the rows as they are now.
-  void send_rows(const SparseParked& p);
+  // Answers a SPARSE_PULL with the rows as they are now; false, with the reason, for a pull
+  // the tables refuse.
+  bool send_rows(const SparseParked& p, std::string* error);
   void sparse_advanced();
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
@@ -61,6 +62,7 @@ class ParameterServer {
   void reply(const std::string& route, Header h, Frame* payload);
   void report_stall();
   void tell_waiting();
+  void report_tables();  // the tables' counters, every 10 s
   std::string mode_text() const;
 
   const ServerOptions options_;
@@ -73,7 +75,8 @@ class ParameterServer {
   std::vector<SparseParked> sparse_parked_;
   uint64_t rejected_ = 0;
   Clock::time_point last_stall_report_;
-  Clock::time_point last_waiting_;  // when the parked pulls were last told what their barrier waits for
+  Clock::time_point last_waiting_;
+  Clock::time_point last_tables_report_;  // when the parked pulls were last told what their barrier waits for
   ShardCheckpoints checkpoints_;
 };
 

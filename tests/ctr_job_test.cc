@@ -131,6 +131,10 @@ class CtrJobTest : public ::testing::Test {
     job.dir = dir;
     job.args = flags(batch, table_optimizer, per_field, table_lr, steps, dir);
     job.args.insert(job.args.end(), {"--log-every", "5", "--save-params", dir + "/params"});
+    for (const std::string& flag : more) {  // a flag of `more` replaces the default's value
+      const auto at = std::find(job.args.begin(), job.args.end(), flag);
+      if (flag.rfind("--", 0) == 0 && at != job.args.end()) job.args.erase(at, at + 2);
+    }
     job.args.insert(job.args.end(), more.begin(), more.end());
     const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
     EXPECT_EQ(result.ok(), expect_ok) << result.logs;
@@ -294,6 +298,29 @@ TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
     std::printf("%s killed after step %d: dense %.3g, rows %.3g (max |difference| / max |value|)\n", victim.c_str(),
                 at, relative_difference(want.dense, got.dense), rows_difference(want, got));
   }
+}
+
+// Admission and expiry: with --embedding-min-count 3 fewer rows are made than IDs are seen, with
+// --embedding-expiry 4 rows unused for 4 steps are evicted; the PS's last line counts both. A
+// --max-shard-mib too small for the rows stops the job naming the bound before memory runs out.
+TEST_F(CtrJobTest, AdmissionExpiryAndTheMemoryBound) {
+  const CtrRun all = train(1, 1, kBatch, "adagrad", false);
+  const CtrRun admitted = train(1, 1, kBatch, "adagrad", false, {"--embedding-min-count", "12"});
+  ASSERT_FALSE(admitted.rows.empty());
+  EXPECT_LT(admitted.table_rows, all.table_rows);
+  EXPECT_GT(admitted.table_rows, 0u);
+  std::printf("rows: %zu of all %zu with --embedding-min-count 12\n", admitted.table_rows, all.table_rows);
+  const CtrRun expiring = train(1, 1, kBatch, "adagrad", false, {"--embedding-expiry", "4"});
+  ASSERT_FALSE(expiring.rows.empty());
+  EXPECT_LT(expiring.table_rows, all.table_rows);
+  EXPECT_EQ(expiring.logs.find("evicted 0,"), std::string::npos) << expiring.logs;
+  std::printf("rows: %zu of all %zu with --embedding-expiry 4\n", expiring.table_rows, all.table_rows);
+  const CtrRun bounded = train(1, 1, kBatch, "adagrad", false, {"--max-shard-mib", "4", "--embedding-dim", "512", "--timeout", "3"},
+                               "0.1", kSteps, false);
+  EXPECT_NE(bounded.logs.find("over their bound of 0.7 MiB (--max-shard-mib, less the dense slice's state); "
+                              "nothing was applied"),
+            std::string::npos)
+      << bounded.logs;
 }
 
 // The chief reports the test AUC and log loss; async trains too.

@@ -184,8 +184,8 @@ bool ShardTables::check_memory(const std::vector<Merged>& merged, uint64_t step,
   }
   if (options_.max_bytes == 0 || total <= options_.max_bytes) return true;
   *error = "step " + std::to_string(step) + ": " + std::to_string(new_rows) + " new embedding rows would bring shard " +
-           std::to_string(options_.index) + "'s tables to " + mib(total) + " MiB, over --max-shard-mib (" +
-           mib(options_.max_bytes) + " MiB); nothing was applied";
+           std::to_string(options_.index) + "'s tables to " + mib(total) + " MiB, over their bound of " + mib(options_.max_bytes) +
+           " MiB (--max-shard-mib, less the dense slice's state); nothing was applied";
   return false;
 }
 

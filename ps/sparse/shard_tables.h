@@ -18,7 +18,7 @@ namespace pstrain {
 struct SparseShardOptions {
   int index = 0;         // this shard
   int num_ps = 1;        // shards in the job
-  size_t max_bytes = 0;  // bound on bytes() (--max-shard-mib); 0: none
+  size_t max_bytes = 0;  // bound on bytes() (--max-shard-mib less the dense slice's state); 0: none
 };
 
 // One worker's gradients of one table for a step: `count` unique IDs of this shard and, for

@@ -10,11 +10,13 @@
 namespace pstrain {
 namespace {
 
-SparseShardOptions shard_options(const ServerOptions& o) {
+SparseShardOptions shard_options(const ServerOptions& o, size_t dense_bytes) {
   SparseShardOptions s;
   s.index = o.index;
   s.num_ps = o.num_ps;
-  s.max_bytes = o.max_shard_mib > 0 ? static_cast<size_t>(o.max_shard_mib) << 20 : 0;
+  const size_t limit = o.max_shard_mib > 0 ? static_cast<size_t>(o.max_shard_mib) << 20 : 0;
+  // 0 is "no bound": a slice that leaves nothing leaves one byte (the first row is refused).
+  if (limit > 0) s.max_bytes = limit > dense_bytes ? limit - dense_bytes : 1;
   return s;
 }
 
@@ -29,11 +31,12 @@ std::vector<TablePush> pushes_of(const std::vector<SparseSection>& sections) {
 
 }  // namespace
 
-SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start)
+SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start,
+                         size_t dense_bytes)
     : options_(options),
       mode_(mode),
       job_(job),
-      tables_(shard_options(options), options.tables),
+      tables_(shard_options(options, dense_bytes), options.tables),
       version_(start),
       pending_(static_cast<size_t>(options.num_workers)),
       pushed_(static_cast<size_t>(options.num_workers), false) {}

@@ -22,8 +22,9 @@ namespace pstrain {
 class SparseStore {
  public:
   // The tables of options.tables on shard options.index, at version `start` (the dense store's:
-  // a new job's 0). Throws pstrain::Error for bad table options.
-  SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start);
+  // a new job's 0); with --max-shard-mib they may take what `dense_bytes` (the dense slice's
+  // state) leaves of it. Throws pstrain::Error for bad table options.
+  SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start, size_t dense_bytes);
 
   uint64_t version() const { return version_; }
   // A SPARSE_PUSH of `worker` (sections decoded). False, with the reason, for one refused:
