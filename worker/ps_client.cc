@@ -130,6 +130,7 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
       continue;
     }
     const Header h = decode(msg);
+    if (take_rows(msg, h)) continue;
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
     if (h.op == Op::kWaiting) continue;  // about a PULL answered since (it crossed the PARAMS)
     const auto s = static_cast<size_t>(msg.shard);
@@ -323,8 +324,9 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
       continue;
     }
     silence.heard[static_cast<size_t>(msg.shard)] = Clock::now();
-    if (left == chunks_.size()) first = Clock::now();
     const Header h = decode(msg);
+    if (take_rows(msg, h)) continue;  // the next step's embedding rows, asked for before this PULL
+    if (left == chunks_.size()) first = Clock::now();
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected parameters: " + h.message);
     if (h.op == Op::kWaiting) {  // the PS is there; its barrier waits for another worker
       if (h.request_id == pull_request_) silence.barrier[static_cast<size_t>(msg.shard)] = h.message;
@@ -432,53 +434,78 @@ StepMetrics PsClient::pull(uint64_t version, float* params) {
   return receive_params(params, nullptr, nullptr);
 }
 
-std::vector<std::vector<SparseSection>> PsClient::pull_rows(
-    uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) {
+uint64_t PsClient::request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) {
   const size_t shards = static_cast<size_t>(options_.num_ps);
-  std::vector<std::vector<SparseSection>> rows(shards);
-  std::vector<bool> waiting(shards, false);
-  const uint64_t rid = next_request_++;
+  RowsRequest r;
+  r.ticket = next_request_++;
+  r.waiting.assign(shards, false);
+  r.rows.resize(shards);
   for (size_t s = 0; s < shards; ++s) {
     if (requests[s] == nullptr || requests[s]->empty()) continue;
     Header h = request(Op::kSparsePull, version, static_cast<int>(s));
-    h.request_id = rid;
+    h.request_id = r.ticket;
     std::string body = encode_sparse_body(Op::kSparsePull, *requests[s]);
     h.offset = 0;
     h.length = body.size() / 4;
     Frame payload(std::move(body));
     send(static_cast<int>(s), h, &payload);
-    waiting[s] = true;
+    r.waiting[s] = true;
+    ++r.left;
   }
-  size_t left = static_cast<size_t>(std::count(waiting.begin(), waiting.end(), true));
+  rows_requests_.push_back(std::move(r));
+  return rows_requests_.back().ticket;
+}
+
+bool PsClient::take_rows(const Message& msg, const Header& h) {
+  const auto r = std::find_if(rows_requests_.begin(), rows_requests_.end(),
+                              [&](const RowsRequest& q) { return q.ticket == h.request_id; });
+  if (r == rows_requests_.end()) return false;
+  const auto s = static_cast<size_t>(msg.shard);
+  if (h.op == Op::kError) throw Error("ps" + std::to_string(s) + " rejected SPARSE_PULL: " + h.message);
+  if (h.op == Op::kWaiting) return true;
+  if (h.op != Op::kSparseRows || !r->waiting[s]) {
+    throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(s) +
+                " to SPARSE_PULL " + std::to_string(h.request_id));
+  }
+  std::string error;
+  if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &r->rows[s], &error)) {
+    throw Error("ps" + std::to_string(s) + " sent malformed SPARSE_ROWS: " + error);
+  }
+  r->waiting[s] = false;
+  --r->left;
+  return true;
+}
+
+std::vector<std::vector<SparseSection>> PsClient::receive_rows(uint64_t ticket) {
+  const auto find = [&] {
+    return std::find_if(rows_requests_.begin(), rows_requests_.end(),
+                        [&](const RowsRequest& q) { return q.ticket == ticket; });
+  };
+  PSTRAIN_CHECK(find() != rows_requests_.end());
   auto deadline = deadline_after(options_.timeout_s);
   const auto give_up = deadline_after(kPatienceTimeouts * options_.timeout_s);
-  while (left > 0) {
+  while (find()->left > 0) {
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, give_up))) {
       std::string missing;
-      for (size_t s = 0; s < shards; ++s) {
-        if (waiting[s]) missing += (missing.empty() ? "ps" : ", ps") + std::to_string(s);
+      for (size_t s = 0; s < find()->waiting.size(); ++s) {
+        if (find()->waiting[s]) missing += (missing.empty() ? "ps" : ", ps") + std::to_string(s);
       }
-      throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for embedding rows of version " +
-                  std::to_string(version) + " from " + missing);
+      throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for embedding rows from " +
+                  missing);
     }
     const Header h = decode(msg);
-    const auto s = static_cast<size_t>(msg.shard);
-    if (h.op == Op::kError) throw Error("ps" + std::to_string(s) + " rejected SPARSE_PULL: " + h.message);
-    if (h.op == Op::kWaiting) {
-      if (h.request_id == rid && waiting[s]) deadline = deadline_after(options_.timeout_s);
-      continue;  // else about a PULL answered since
+    if (take_rows(msg, h)) {
+      if (h.op == Op::kWaiting && h.request_id == ticket) deadline = deadline_after(options_.timeout_s);
+      continue;
     }
-    if (h.request_id != rid || h.op != Op::kSparseRows || !waiting[s]) {
-      throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(s));
-    }
-    std::string error;
-    if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &rows[s], &error)) {
-      throw Error("ps" + std::to_string(s) + " sent malformed SPARSE_ROWS: " + error);
-    }
-    waiting[s] = false;
-    --left;
+    if (h.op == Op::kWaiting) continue;  // about a PULL answered since
+    throw Error("unexpected " + std::string(op_name(h.op)) + " from ps" + std::to_string(msg.shard) +
+                " while waiting for embedding rows");
   }
+  const auto r = find();
+  std::vector<std::vector<SparseSection>> rows = std::move(r->rows);
+  rows_requests_.erase(r);
   return rows;
 }
 

@@ -81,13 +81,16 @@ class PsClient final : public RowSource {
   // request_params + receive_params.
   StepMetrics pull(uint64_t version, float* params);
 
-  // Embedding tables (docs/sparse.md). The rows of requests[s]'s IDs from each shard s that has
-  // any (SPARSE_PULL), as they are at `version` (sync: once every step before it was applied);
-  // blocks until each of those shards answered. Returns shard s's SPARSE_ROWS sections (none for
-  // a shard not asked). Throws pstrain::Error when a shard refuses or does not answer in time
-  // (its WAITING, while its barrier waits, restarts the wait).
-  std::vector<std::vector<SparseSection>> pull_rows(
-      uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) override;
+  // Embedding tables (docs/sparse.md). Asks each shard s that has any of requests[s]'s IDs for
+  // their rows as they are at `version` (SPARSE_PULL; sync: once every step before it was
+  // applied) and returns at once: a ticket for receive_rows. The answers are taken whenever they
+  // arrive, also while receive_params waits (a step's rows may be asked for before the
+  // parameters it is computed on).
+  uint64_t request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) override;
+  // Waits for the answers to `ticket`: shard s's SPARSE_ROWS sections (none for a shard not asked).
+  // Throws pstrain::Error when a shard refuses or does not answer in time (its WAITING, while its
+  // barrier waits, restarts the wait).
+  std::vector<std::vector<SparseSection>> receive_rows(uint64_t ticket) override;
   // This worker's summed gradients per ID for `step` over `samples` samples, sections[s] to
   // shard s (SPARSE_PUSH): every shard gets one, empty or not, since a sync step is applied once
   // every worker pushed to it.
@@ -137,6 +140,17 @@ class PsClient final : public RowSource {
   // Where the values of a received PARAMS are: its shard's parameter area, this worker's
   // segment, or the message's payload frame. Throws when the PS used another path than asked.
   const float* values_of(const Message& msg, const Header& h) const;
+  // A SPARSE_ROWS, or an ERROR or WAITING, of a pending request_rows: taken (and false for any
+  // other message). Throws for an ERROR or a malformed answer.
+  bool take_rows(const Message& msg, const Header& h);
+
+  struct RowsRequest {  // a request_rows not fully answered or not received yet
+    uint64_t ticket = 0;
+    std::vector<bool> waiting;  // by shard
+    size_t left = 0;
+    std::vector<std::vector<SparseSection>> rows;
+  };
+  std::vector<RowsRequest> rows_requests_;
 
   const PsClientOptions options_;
   const uint64_t total_;

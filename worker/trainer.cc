@@ -113,6 +113,7 @@ class Trainer {
     e.per_field_tables = o_.per_field_tables;
     e.num_ps = o_.num_ps;
     ctr_ = std::make_unique<CtrInput>(e);
+    eval_ctr_ = std::make_unique<CtrInput>(e);  // its own: a training request may be outstanding
     input_shape_ = {ctr_->input_dim()};
     PSLOG(INFO) << tag_ << "embeddings: " << e.fields << " categorical fields of dim " << e.dim << " in "
                 << (e.per_field_tables ? std::to_string(e.fields) + " tables" : std::string("one shared table"))
@@ -215,7 +216,7 @@ class Trainer {
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
     evaluation_->set_model(*model_, *replica_, batch_.eval_batch);
     if (ctr_ != nullptr) {  // d loss / d input, for the rows' gradients
-      evaluation_->set_ctr_input(ctr_.get(), *backend_);
+      evaluation_->set_ctr_input(eval_ctr_.get(), *backend_);
       input_grad_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
       if (!backend_->host_accessible()) {
         host_input_grad_ = backend_->allocate_host(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
@@ -238,6 +239,7 @@ class Trainer {
     if (ctr_ != nullptr) {
       if (exchange_->row_source() == nullptr) throw UsageError("--embedding-dim: embedding tables need the PS");
       ctr_->set_source(exchange_->row_source());
+      eval_ctr_->set_source(exchange_->row_source());
     }
     model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
     if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
@@ -309,7 +311,11 @@ class Trainer {
     for (int j = 0; j < batch_.micro_batches; ++j) {
       const auto d0 = Clock::now();
       // The reader refills the queue when the exchange goes idle (Exchange::set_idle_hook).
-      if (!prefetch_->take(batch_data_)) throw Error("data ended before step " + std::to_string(step));
+      if (ctr_ != nullptr && ctr_->requested()) {
+        std::swap(batch_data_, next_batch_);  // taken, its rows asked for, at the end of the step before
+      } else if (!prefetch_->take(batch_data_)) {
+        throw Error("data ended before step " + std::to_string(step));
+      }
       data += Clock::now() - d0;
       PSTRAIN_CHECK(batch_data_.step == step % steps_per_epoch_ && batch_data_.micro == j);
       info.samples += static_cast<uint64_t>(batch_data_.size);
@@ -328,7 +334,8 @@ class Trainer {
       if (ctr_ != nullptr) {  // the rows of this batch's IDs as they are at version `step`
         const auto r0 = Clock::now();
         const size_t n = static_cast<size_t>(batch_data_.size);
-        x = replica_->input(ctr_->input(batch_data_.x.data(), batch_data_.ids.data(), n, step), n * ctr_->input_dim());
+        if (!ctr_->requested()) ctr_->request(batch_data_.ids.data(), n, step);
+        x = replica_->input(ctr_->input(batch_data_.x.data(), n), n * ctr_->input_dim());
         rows += Clock::now() - r0;
       } else {
         x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
@@ -346,6 +353,11 @@ class Trainer {
           dx = host_input_grad_.get();
         }
         ctr_->push(step, static_cast<uint64_t>(batch_data_.size), dx);
+        // The next step's batch, its rows asked for now (version step + 1): the shards answer as
+        // soon as this step is applied, while this worker waits for its parameters.
+        if (step + 1 < total_steps_ && prefetch_->take(next_batch_)) {
+          ctr_->request(next_batch_.ids.data(), static_cast<size_t>(next_batch_.size), step + 1);
+        }
         pushing += Clock::now() - p0;
       }
       if (!last) {
@@ -439,6 +451,8 @@ class Trainer {
   std::unique_ptr<Replica> replica_;
   std::vector<size_t> input_shape_;    // the model's input: the data's records, or with embeddings their rows too
   std::unique_ptr<CtrInput> ctr_;      // --embedding-dim: the rows of each batch's IDs
+  std::unique_ptr<CtrInput> eval_ctr_;  // ... and of the test records'
+  Batch next_batch_;                   // with ctr_: the next step's, once its rows were asked for
   BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
 
   std::unique_ptr<Exchange> exchange_;

@@ -4,13 +4,23 @@
 
 namespace pstrain {
 
-const float* CtrInput::input(const float* dense, const uint64_t* ids, size_t n, uint64_t version) {
+void CtrInput::request(const uint64_t* ids, size_t n, uint64_t version) {
   PSTRAIN_CHECK(source_ != nullptr);
+  PSTRAIN_CHECK(!requested_);
   embedding_.prepare(ids, n);
   const size_t shards = static_cast<size_t>(options_.num_ps);
   std::vector<const std::vector<SparseSection>*> requests(shards);
   for (size_t s = 0; s < shards; ++s) requests[s] = &embedding_.pull(static_cast<int>(s));
-  std::vector<std::vector<SparseSection>> rows = source_->pull_rows(version, requests);
+  ticket_ = source_->request_rows(version, requests);
+  requested_ = true;
+}
+
+const float* CtrInput::input(const float* dense, size_t n) {
+  PSTRAIN_CHECK(requested_);
+  PSTRAIN_CHECK_EQ(n, embedding_.batch());
+  requested_ = false;
+  const size_t shards = static_cast<size_t>(options_.num_ps);
+  std::vector<std::vector<SparseSection>> rows = source_->receive_rows(ticket_);
   for (size_t s = 0; s < shards; ++s) {
     std::string error;
     if (!embedding_.set_rows(static_cast<int>(s), std::move(rows[s]), &error)) {

@@ -23,10 +23,20 @@ class CtrInput {
   // The shards, once the exchange is made (must outlive this).
   void set_source(RowSource* source) { source_ = source; }
 
-  // The model's input for `n` records (host memory, n * input_dim() floats, valid until the next
-  // call): `dense` (n * options.dense) and the rows of `ids` (n * options.fields) at `version`.
-  // Throws pstrain::Error when a shard's answer does not match what was asked.
-  const float* input(const float* dense, const uint64_t* ids, size_t n, uint64_t version);
+  // Asks the shards for the rows of `ids` (n * options.fields) at `version`, without waiting: a
+  // step asks for its batch's rows before it waits for its parameters (sync: both arrive once the
+  // step before is applied).
+  void request(const uint64_t* ids, size_t n, uint64_t version);
+  // The model's input for the `n` records of the last request() (host memory, n * input_dim()
+  // floats, valid until the next call): `dense` (n * options.dense) and their rows. Throws
+  // pstrain::Error when a shard's answer does not match what was asked.
+  const float* input(const float* dense, size_t n);
+  // request() and input() in one.
+  const float* input(const float* dense, const uint64_t* ids, size_t n, uint64_t version) {
+    request(ids, n, version);
+    return input(dense, n);
+  }
+  bool requested() const { return requested_; }
   // After backward of the last input(): `dx` (host, n * input_dim()) is the gradient of the
   // summed loss with respect to it; pushes its rows' part to the shards for `step`.
   void push(uint64_t step, uint64_t samples, const float* dx);
@@ -36,6 +46,8 @@ class CtrInput {
   const EmbeddingInputOptions options_;
   RowSource* source_ = nullptr;
   std::vector<float> x_;
+  bool requested_ = false;
+  uint64_t ticket_ = 0;
 };
 
 }  // namespace pstrain
