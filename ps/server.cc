@@ -34,6 +34,7 @@ constexpr double kCloseSeconds = 5;
 constexpr double kWaitingEverySeconds = 1;
 // How often a shard with embedding tables logs their counters (rows, admissions, evictions, MiB).
 constexpr double kTablesEverySeconds = 10;
+constexpr long kMaxParkedSparsePulls = 2;  // SPARSE_PULLs of one worker waiting for their version
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -246,6 +247,13 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
   if (sparse_->ready(h.step)) return send_rows(p, error);
   std::vector<SparseSection> rows;  // checked now, so that a bad pull is refused at once
   if (!sparse_->rows(p.request, &rows, error)) return false;
+  // A worker has at most two waiting (its next step's, and an evaluation's): more would let one
+  // peer grow the shard's memory with parked requests.
+  const auto mine = std::count_if(sparse_parked_.begin(), sparse_parked_.end(),
+                                  [&](const SparseParked& q) { return q.route == msg.route; });
+  if (mine >= kMaxParkedSparsePulls) {
+    return (*error = "SPARSE_PULL: " + std::to_string(mine) + " of this worker's are waiting already", false);
+  }
   sparse_parked_.push_back(std::move(p));
   return true;
 }

@@ -1,7 +1,8 @@
 // CTR jobs end to end (docs/sparse.md, "Training a CTR model"): real PS and worker processes on
 // Criteo-format data with --embedding-dim, the tables on the PS shards. The mirrored contract
-// over dense and sparse parameters, for every table optimizer and shard count; async; the
-// refusals of what is not built yet.
+// over dense and sparse parameters, for every table optimizer and shard count; checkpoints,
+// resume on another shard count, kill -9 under launch.sh; admission, expiry, the memory bound;
+// async and the AUC on the summary line.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -17,7 +18,7 @@
 #include <vector>
 
 #include "ps/sparse/embedding_table.h"
-#include "shared/util/splitmix.h"
+#include "test_util/ctr_data.h"
 #include "test_util/idx_writer.h"
 #include "test_util/launched.h"
 #include "test_util/params.h"
@@ -28,65 +29,10 @@
 namespace pstrain::test {
 namespace {
 
-uint64_t splitmix64_at(uint64_t seed, uint64_t i) { return splitmix64(seed * kGolden + i); }
-
 constexpr int kBatch = 8;
 constexpr int kSteps = 20;
 constexpr int kRecords = 240;
 constexpr int kDim = 4;
-constexpr int kVocabulary = 12;  // IDs per field: rows repeat within and across batches
-
-// Record r's categorical IDs: field f draws one of kVocabulary values; the label is learnable
-// from them (a hidden per-ID effect) and from the first dense feature.
-uint64_t raw_id(int r, int f) { return 0x1000 * static_cast<uint64_t>(f + 1) + splitmix64_at(7, static_cast<uint64_t>(r * 26 + f)) % kVocabulary; }
-
-void write_criteo(const std::string& path, int records, int offset) {
-  std::ofstream out(path);
-  for (int r = offset; r < offset + records; ++r) {
-    double logit = 0;
-    std::string line;
-    for (int f = 0; f < 26; ++f) logit += static_cast<double>(splitmix64_at(11, raw_id(r, f)) % 7) / 3.0 - 1.0;
-    const int dense0 = static_cast<int>(splitmix64_at(3, static_cast<uint64_t>(r)) % 50);
-    logit += (dense0 - 25) / 25.0;
-    line += logit > 0 ? "1" : "0";
-    for (int j = 0; j < 13; ++j) {
-      line += "\t";
-      if (j == 0) line += std::to_string(dense0);
-      else if ((r + j) % 5 != 0) line += std::to_string(splitmix64_at(5, static_cast<uint64_t>(r * 13 + j)) % 1000);  // some empty
-    }
-    char hex[32];
-    for (int f = 0; f < 26; ++f) {
-      line += "\t";
-      if ((r + f) % 9 == 0) continue;  // an empty field: the missing ID
-      std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(raw_id(r, f)));
-      line += hex;
-    }
-    out << line << "\n";
-  }
-}
-
-// A job's tables as saved by its PS shards (DIR/embeddings), each shard's file loaded into one
-// table (re-slicing onto 1 shard is loading every file), by table name.
-std::map<std::string, std::unique_ptr<EmbeddingTable>> load_tables(const std::string& dir, const std::string& optimizer,
-                                                                   const std::vector<std::string>& names) {
-  std::map<std::string, std::unique_ptr<EmbeddingTable>> tables;
-  for (size_t t = 0; t < names.size(); ++t) {
-    TableOptions o;
-    o.name = names[t];
-    o.id = static_cast<uint32_t>(t);
-    o.dim = kDim;
-    o.optimizer.kind = optimizer;
-    auto table = std::make_unique<EmbeddingTable>(o);
-    for (const auto& entry : std::filesystem::directory_iterator(dir + "/embeddings")) {
-      const std::string file = entry.path().filename().string();
-      if (file.rfind(names[t] + ".shard", 0) != 0) continue;
-      std::string error;
-      EXPECT_TRUE(table->load(read_file(entry.path().string()), 0, 1, SIZE_MAX, &error)) << file << ": " << error;
-    }
-    tables[names[t]] = std::move(table);
-  }
-  return tables;
-}
 
 struct CtrRun {
   SavedParams dense;
@@ -156,12 +102,11 @@ class CtrJobTest : public ::testing::Test {
     } else {
       names = {"ids"};
     }
-    const auto tables = load_tables(dir, table_optimizer, names);
+    const auto tables = load_tables(dir, table_optimizer, names, kDim);
     for (const auto& [name, table] : tables) run.table_rows += table->stats().rows;
     for (int r = 0; r < kRecords; ++r) {
       for (int f = 0; f < 26; ++f) {
-        const uint64_t raw = (r + f) % 9 == 0 ? kCriteoMissingId : raw_id(r, f);
-        const uint64_t key = embedding_key(static_cast<size_t>(f), raw, per_field);
+        const uint64_t key = ctr_key(r, f, per_field);
         std::vector<float> row(kDim);
         tables.at(per_field ? names[static_cast<size_t>(f)] : names[0])->lookup(&key, 1, row.data());
         run.rows.insert(run.rows.end(), row.begin(), row.end());

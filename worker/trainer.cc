@@ -191,8 +191,8 @@ class Trainer {
     }
     if (ctr_ != nullptr && batch_.micro_batches > 1) {
       throw UsageError("--embedding-dim: gradient accumulation (" + std::to_string(batch_.micro_batches) +
-                       " micro-batches a step) is not built for embedding tables yet; give a --batch-size of at "
-                       "least this worker's " + std::to_string(share_) + " samples a step");
+                       " micro-batches a step) is not built for embedding tables yet: drop --accum-steps, so that one "
+                       "micro-batch holds this worker's " + std::to_string(share_) + " samples a step");
     }
     if (batch_.micro_batches > 1 && !o_.batch_auto) {
       PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
