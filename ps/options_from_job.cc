@@ -9,7 +9,9 @@ ServerOptions server_options(const JobOptions& o) {
   s.index = o.index;
   s.num_ps = o.num_ps;
   s.num_workers = o.num_workers;
-  s.mode = o.mode;
+  // Hybrid mode (--mode allreduce with embedding tables): the shards hold the tables, whose steps
+  // are sync steps (the workers all-reduce the dense parameters among themselves).
+  s.mode = o.mode == Mode::kAllreduce && o.embedding_dim > 0 ? Mode::kSync : o.mode;
   s.staleness = o.staleness;
   s.backup_workers = o.backup_workers;
   s.optimizer = o.optimizer;

@@ -437,7 +437,7 @@ void ParameterServer::report_tables() {
   const auto now = Clock::now();
   if (now - last_tables_report_ < std::chrono::duration<double>(kTablesEverySeconds)) return;
   if (last_tables_report_ != Clock::time_point{}) {  // not at once: the first line comes after 10 s
-    PSLOG(INFO) << "ps" << options_.index << ": version " << version() << sparse_->counters_text();
+    PSLOG(INFO) << "ps" << options_.index << ": version " << version() << sparse_->counters_text();  // "; tables at ..."
   }
   last_tables_report_ = now;
 }

@@ -115,13 +115,16 @@ class CtrJobTest : public ::testing::Test {
     return run;
   }
 
-  // launch/launch.sh running a CTR job of 2 shards and 3 workers (`steps` steps, adam tables,
-  // --save-params DIR/NAME-params, log DIR/NAME.log); `during` acts on it while it runs.
+  // launch/launch.sh running a CTR job (`steps` steps, adam tables, --save-params
+  // DIR/NAME-params, log DIR/NAME.log) with the launcher's flags `counts` (--num-ps 2
+  // --num-workers 3 unless given); `during` acts on it while it runs.
   static ExitStatus launch(const std::string& name, int steps, const std::vector<std::string>& counts,
                            const std::function<void(pid_t, const std::string&)>& during,
                            const std::vector<std::string>& job = {}) {
-    std::vector<std::string> argv = {"/bin/bash", PSTRAIN_LAUNCH_SH, "--no-setup", "--run-dir", *dir_ + "/" + name,
-                                     "--num-ps", "2", "--num-workers", "3"};
+    std::vector<std::string> argv = {"/bin/bash", PSTRAIN_LAUNCH_SH, "--no-setup", "--run-dir", *dir_ + "/" + name};
+    if (std::find(counts.begin(), counts.end(), "--num-ps") == counts.end()) {
+      argv.insert(argv.end(), {"--num-ps", "2", "--num-workers", "3"});
+    }
     argv.insert(argv.end(), counts.begin(), counts.end());
     argv.push_back("--");
     for (const std::string& f : flags(kBatch, "adam", false, "0.1", steps, *dir_)) argv.push_back(f);
@@ -266,6 +269,24 @@ TEST_F(CtrJobTest, AdmissionExpiryAndTheMemoryBound) {
                               "nothing was applied"),
             std::string::npos)
       << bounded.logs;
+}
+
+// Hybrid mode (--mode allreduce with tables): the dense parameters all-reduced among 3 workers,
+// the tables on 2 PS shards; it equals the sync job (the same model on the same batches).
+TEST_F(CtrJobTest, HybridModeEqualsSync) {
+  const std::string log = *dir_ + "/hybrid.log";
+  ASSERT_TRUE(launch("sync", kSteps, {}, nullptr).ok()) << read_file(*dir_ + "/sync.log");
+  ASSERT_TRUE(launch("hybrid", kSteps, {}, nullptr, {"--mode", "allreduce"}).ok()) << read_file(log);
+  EXPECT_NE(read_file(log).find("ring of 3 worker(s) ready"), std::string::npos) << read_file(log);
+  EXPECT_NE(read_file(log).find("tables at version 20"), std::string::npos) << read_file(log);
+  const CtrRun sync = saved(*dir_ + "/sync-params", "adam", false);
+  const CtrRun hybrid = saved(*dir_ + "/hybrid-params", "adam", false);
+  const double dense = relative_difference(sync.dense, hybrid.dense), rows = rows_difference(sync, hybrid);
+  EXPECT_LE(dense, 1e-5);
+  EXPECT_LE(rows, 1e-5);
+  EXPECT_EQ(sync.table_rows, hybrid.table_rows);
+  std::printf("hybrid vs sync, 2 shards, 3 workers: dense %.3g, rows %.3g (max |difference| / max |value|)\n", dense,
+              rows);
 }
 
 // The chief reports the test AUC and log loss; async trains too.

@@ -196,4 +196,56 @@ std::unique_ptr<Exchange> make_allreduce_exchange(const ExchangeOptions& options
   return std::make_unique<AllreduceExchange>(options, total, std::move(collective), replica);
 }
 
+namespace {
+
+// Hybrid mode (docs/sparse.md, "Hybrid mode"): the dense parameters all-reduced among the
+// workers, the embedding tables on the PS shards, which this worker registers with for them
+// alone (in sync: a step's rows are applied once every worker pushed them).
+class HybridExchange final : public Exchange {
+ public:
+  HybridExchange(std::unique_ptr<Exchange> dense, const ExchangeOptions& o, uint64_t total, Endpoint& servers)
+      : dense_(std::move(dense)), client_(tables_client(o.client), total, servers) {}
+
+  uint64_t start(float* host_params, uint64_t total_steps) override {
+    const uint64_t tables_at = client_.hello(total_steps);
+    const uint64_t first = dense_->start(host_params, total_steps);
+    if (tables_at != first) {
+      throw Error("hybrid mode: the PS's tables are at step " + std::to_string(tables_at) + ", the dense parameters at " +
+                  std::to_string(first) + " (tables are not checkpointed in hybrid mode)");
+    }
+    return first;
+  }
+  void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
+    dense_->gradient_ready(step, host_grad, from, info);
+  }
+  StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
+                          StepTimes* times) override {
+    return dense_->finish_step(step, host_params, host_grad, info, times);
+  }
+  void done() override {
+    dense_->done();
+    client_.done();
+  }
+  bool stages_gradient() const override { return dense_->stages_gradient(); }
+  RowSource* row_source() override { return &client_; }
+
+ private:
+  // The tables' sync barrier: the client speaks sync to the PS (the dense all-reduce is the workers').
+  static PsClientOptions tables_client(PsClientOptions o) {
+    o.mode = Mode::kSync;
+    return o;
+  }
+
+  std::unique_ptr<Exchange> dense_;
+  PsClient client_;
+};
+
+}  // namespace
+
+std::unique_ptr<Exchange> make_hybrid_exchange(std::unique_ptr<Exchange> dense, const ExchangeOptions& options,
+                                               uint64_t total, Endpoint& servers) {
+  auto hybrid = std::make_unique<HybridExchange>(std::move(dense), options, total, servers);
+  return hybrid;
+}
+
 }  // namespace pstrain

@@ -75,5 +75,9 @@ std::unique_ptr<Exchange> make_ps_exchange(const ExchangeOptions& options, uint6
 // ring sums the host copy.
 std::unique_ptr<Exchange> make_allreduce_exchange(const ExchangeOptions& options, uint64_t total,
                                                   std::unique_ptr<Collective> collective, Replica& replica);
+// Hybrid mode (--mode allreduce with --embedding-dim): `dense`, an all-reduce exchange, for the
+// dense parameters; the PS shards `servers` for the embedding tables (row_source()).
+std::unique_ptr<Exchange> make_hybrid_exchange(std::unique_ptr<Exchange> dense, const ExchangeOptions& options,
+                                               uint64_t total, Endpoint& servers);
 
 }  // namespace pstrain

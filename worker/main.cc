@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
     const pstrain::Security security = pstrain::resolve_security(pstrain::security_options(o), addresses);
     const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
     std::unique_ptr<pstrain::Endpoint> servers;
-    const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
+    const auto make_dense_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
       if (o.mode == pstrain::Mode::kAllreduce && o.collective == pstrain::CollectiveKind::kNccl) {
         if (!replica.on_device()) {
           throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
@@ -170,6 +170,13 @@ int main(int argc, char** argv) {
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
       if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), worker_fault_rules(o));
       return pstrain::make_ps_exchange(pstrain::exchange_options(o), total, *servers, replica);
+    };
+    // Hybrid mode: the dense parameters all-reduced, the embedding tables on the PS shards.
+    const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
+      auto dense = make_dense_exchange(total, replica);
+      if (o.mode != pstrain::Mode::kAllreduce || o.embedding_dim == 0) return dense;
+      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
+      return pstrain::make_hybrid_exchange(std::move(dense), pstrain::exchange_options(o), total, *servers);
     };
     pstrain::train(pstrain::train_options(o), [&](uint64_t total, pstrain::Replica& replica) {
       auto exchange = make_exchange(total, replica);

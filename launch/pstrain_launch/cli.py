@@ -114,7 +114,10 @@ class Settings:
         self.num_ps = require_int("--num-ps", flags.num_ps or config_value("num-ps", self.config) or 1, 1)
         self.num_workers = require_int("--num-workers",
                                        flags.num_workers or config_value("num-workers", self.config) or 1, 1)
-        if self.mode == "allreduce":
+        embedding_dim = job_flag(extra, "embedding-dim") or config_value("embedding-dim", self.config) or "0"
+        # Hybrid mode (docs/sparse.md): allreduce with embedding tables keeps PS shards for the tables.
+        self.hybrid = self.mode == "allreduce" and embedding_dim.strip() not in ("", "0")
+        if self.mode == "allreduce" and not self.hybrid:
             self.num_ps = 0  # the workers all-reduce among themselves: no PS
         self.transport = flags.transport
         if self.transport not in ("ipc", "tcp"):
@@ -126,6 +129,8 @@ class Settings:
         base_port = flags.base_port
         self.base_port = require_int("--base-port", base_port, 1, 65536 - max(self.num_ps, 1)) if base_port else (
             DEFAULT_BASE_PORT if remote else 0)
+        # allreduce's rendezvous: base_port, or in hybrid mode the port after the PS shards' ports
+        self.ring_port = self.base_port + self.num_ps if self.hybrid and self.base_port else self.base_port
         loopback = all(h.name in ("localhost", "127.0.0.1") for h in self.hosts)
         self.bind = flags.bind or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
         self.oversubscribe = flags.oversubscribe
@@ -359,6 +364,8 @@ class Run:
             cmd += ["--index", str(proc.index), "--coordinator", coordinator]
             if proc.index == 0 and not remote:
                 cmd += ["--port-file", os.path.join(s.run_dir, "w0.addr")]
+            if s.hybrid:  # the embedding tables' shards
+                cmd += ["--num-ps", str(s.num_ps), "--ps-hosts", ps_hosts]
         else:
             cmd += ["--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
                     "--ps-hosts", ps_hosts]
@@ -618,16 +625,17 @@ class Run:
             if p.role == "worker":
                 self.start(p, self.worker_command(p, ps_hosts))
 
-    def start_ring_workers(self):
-        """allreduce: worker 0 is the ring's rendezvous; the others join it there."""
+    def start_ring_workers(self, ps_hosts):
+        """allreduce: worker 0 is the ring's rendezvous; the others join it there (hybrid mode:
+        with the tables' PS shards at ps_hosts)."""
         s = self.s
         workers = [p for p in s.procs if p.role == "worker"]
         chief = workers[0]
-        self.start(chief, self.worker_command(chief, "", f"{s.bind or '127.0.0.1'}:{s.base_port}"))
+        self.start(chief, self.worker_command(chief, ps_hosts, f"{s.bind or '127.0.0.1'}:{s.ring_port}"))
         if len(workers) > 1:
             coordinator = self.wait_for_addresses([chief])[chief.name]
         for p in workers[1:]:
-            self.start(p, self.worker_command(p, "", coordinator))
+            self.start(p, self.worker_command(p, ps_hosts, coordinator))
 
     def supervise(self):
         """Waits for every process; after the last worker, gives the PS ps_exit_timeout to exit."""
@@ -680,10 +688,10 @@ class Run:
             if p.role == "ps":
                 cmd = self.ps_command(p)
             elif s.mode == "allreduce" and p.index == 0:
-                cmd = self.worker_command(p, "", f"{s.bind or '127.0.0.1'}:{s.base_port}")
+                cmd = self.worker_command(p, ps_hosts, f"{s.bind or '127.0.0.1'}:{s.ring_port}")
             elif s.mode == "allreduce":
                 host = "127.0.0.1" if local else workers[0].host
-                cmd = self.worker_command(p, "", f"{host}:{s.base_port or unbound.format('w0')}")
+                cmd = self.worker_command(p, ps_hosts, f"{host}:{s.ring_port or unbound.format('w0')}")
             else:
                 cmd = self.worker_command(p, ps_hosts)
             planned.append((p, cmd))
@@ -767,7 +775,7 @@ class Run:
             for p, cmd in self.planned_commands():
                 self.start(p, cmd)
         elif s.mode == "allreduce":
-            self.start_ring_workers()
+            self.start_ring_workers(self.start_ps() if s.hybrid else "")
         else:
             self.start_workers(self.start_ps())
 

@@ -173,6 +173,8 @@ void SparseStore::save(const std::string& dir) const {
   }
 }
 
-std::string SparseStore::counters_text() const { return "; " + tables_.counters_text(); }
+std::string SparseStore::counters_text() const {
+  return "; tables at version " + std::to_string(version_) + ": " + tables_.counters_text();
+}
 
 }  // namespace pstrain

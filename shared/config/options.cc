@@ -45,7 +45,7 @@ struct TextOptions {  // flags parsed from text after Boost.Program_options has 
 po::options_description describe(JobOptions& o, TextOptions& t) {
   po::options_description cluster("Cluster");
   cluster.add_options()
-      ("mode", po::value(&t.mode)->default_value(t.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS)")
+      ("mode", po::value(&t.mode)->default_value(t.mode), "sync (parameter servers, barrier per step: N workers equal one process on the concatenated batch) | async (the PS applies each worker's gradient as it arrives; pulls get the newest parameters) | ssp (stale synchronous: a worker may run --staleness steps ahead of the slowest) | allreduce (workers sum gradients among themselves and apply the optimizer locally; no PS, except with --embedding-dim: hybrid mode, the tables on the PS shards)")
       ("staleness", po::value(&o.staleness)->default_value(o.staleness), "ssp: how many steps a worker may run ahead of the slowest one (0 = exactly sync)")
       ("backup-workers", po::value(&o.backup_workers)->default_value(o.backup_workers), "sync: apply a step once N - this many workers pushed it (TensorFlow's replicas_to_aggregate = N - b); later pushes for it are dropped and counted, so a stalled worker does not stop the job")
       ("collective", po::value(&t.collective)->default_value(t.collective), "allreduce: ring (over ZeroMQ on host buffers; works without a GPU) | nccl (GPU buffers)")
@@ -294,7 +294,8 @@ void validate(const JobOptions& o, Role role) {
   require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
-    require(o.mode != Mode::kAllreduce, why + "live on the PS; --mode allreduce has none (docs/sparse.md)");
+    require(o.mode != Mode::kAllreduce || o.checkpoint_dir.empty(),
+            why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
     require(o.backup_workers == 0, why + "do not work with --backup-workers yet");
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
             why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
@@ -308,7 +309,10 @@ void validate(const JobOptions& o, Role role) {
       const HostPort hp = parse_host_port(o.coordinator, /*allow_port_zero=*/true);
       require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
     }
-  } else if (role == Role::kWorker && !o.evaluate && o.predict.empty()) {  // --evaluate, --predict: no PS
+  }
+  // Hybrid mode (allreduce with embedding tables) has PS shards for the tables.
+  const bool needs_ps = o.mode != Mode::kAllreduce || o.embedding_dim > 0;
+  if (role == Role::kWorker && needs_ps && !o.evaluate && o.predict.empty()) {  // --evaluate, --predict: no PS
     require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
             "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
                 std::to_string(o.num_ps));
