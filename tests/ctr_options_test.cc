@@ -46,8 +46,8 @@ TEST(CtrOptionsTest, BadEmbeddingValuesAreUsageErrors) {
 
 TEST(CtrOptionsTest, WhatTablesDoNotSupportYetIsRefused) {
   const std::string why = "--embedding-dim: embedding tables ";
-  EXPECT_EQ(ctr_usage_error({"--mode", "allreduce"}),
-            why + "live on the PS; --mode allreduce has none (docs/sparse.md)");
+  EXPECT_EQ(ctr_usage_error({"--mode", "allreduce", "--checkpoint-dir", "/tmp/ckpt"}),
+            why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
   EXPECT_EQ(ctr_usage_error({"--num-workers", "2", "--backup-workers", "1"}),
             why + "do not work with --backup-workers yet");
   EXPECT_EQ(ctr_usage_error({"--evaluate", "--init-params", "/tmp/model"}),
