@@ -289,12 +289,18 @@ TEST_F(CtrJobTest, HybridModeEqualsSync) {
               rows);
 }
 
-// The chief reports the test AUC and log loss; async trains too.
-TEST_F(CtrJobTest, AsyncTrainsAndTheSummaryHasTheAuc) {
-  const CtrRun run = train(2, 2, kBatch, "adagrad", false, {"--mode", "async"});
-  EXPECT_NE(run.logs.find("test_auc="), std::string::npos) << run.logs;
-  EXPECT_NE(run.logs.find("test_logloss="), std::string::npos) << run.logs;
-  EXPECT_NE(run.logs.find("embedding rows"), std::string::npos) << run.logs;
+// The chief reports the test AUC and log loss; async and ssp train too: every worker's pushes
+// reach the tables (2 workers x 20 steps applied one by one), and the rows move.
+TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {
+  const CtrRun untrained = train(2, 2, kBatch, "adagrad", false, {}, "1e-30");
+  for (const std::string mode : {"async", "ssp"}) {
+    const CtrRun run = train(2, 2, kBatch, "adagrad", false, {"--mode", mode});
+    ASSERT_FALSE(run.rows.empty()) << mode;
+    EXPECT_NE(run.logs.find("test_auc="), std::string::npos) << run.logs;
+    EXPECT_NE(run.logs.find("test_logloss="), std::string::npos) << run.logs;
+    EXPECT_NE(run.logs.find("tables at version 40: embedding rows"), std::string::npos) << run.logs;
+    EXPECT_GT(rows_difference(run, untrained), 1e-3) << mode;
+  }
 }
 
 }  // namespace
