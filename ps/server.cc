@@ -137,7 +137,9 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   const int worker = static_cast<int>(h.sender);
   if (members_.admit(msg.route, worker)) {
     PSLOG(WARN) << "ps" << options_.index << ": worker " << worker << " registered again from a new peer: "
-                << "a replacement; it redoes step " << store_->next_step_of(worker, members_.rejoined(worker));
+                << "a replacement; it redoes step "
+                << std::min(store_->next_step_of(worker, members_.rejoined(worker)),
+                            sparse_ != nullptr ? sparse_->next_step_of(worker, true) : UINT64_MAX);
   }
   if (members_.has_segment(worker)) store_->release_segment(worker);
   if (members_.map_segment(worker, h, store_->slice().length)) store_->share_values();
@@ -151,6 +153,9 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   welcome.op = Op::kWelcome;
   welcome.request_id = h.request_id;
   welcome.step = store_->next_step_of(worker, members_.rejoined(worker));
+  // A replacement whose predecessor's rows of a step never arrived redoes that step (its dense
+  // push, applied already, is dropped as a repeat).
+  if (sparse_ != nullptr) welcome.step = std::min(welcome.step, sparse_->next_step_of(worker, members_.rejoined(worker)));
   welcome.offset = store_->slice().offset;
   welcome.length = store_->slice().length;
   welcome.total = members_.job().total;
@@ -246,7 +251,7 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
   if (!error->empty()) return false;
   if (sparse_->ready(h.step)) return send_rows(p, error);
   std::vector<SparseSection> rows;  // checked now, so that a bad pull is refused at once
-  if (!sparse_->rows(p.request, &rows, error)) return false;
+  if (!sparse_->rows(p.request, h.step, &rows, error)) return false;
   // A worker has at most two waiting (its next step's, and an evaluation's): more would let one
   // peer grow the shard's memory with parked requests.
   const auto mine = std::count_if(sparse_parked_.begin(), sparse_parked_.end(),
@@ -271,7 +276,7 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
 
 bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {
   std::vector<SparseSection> rows;
-  if (!sparse_->rows(p.request, &rows, error)) return false;
+  if (!sparse_->rows(p.request, p.want, &rows, error)) return false;
   Header h;
   h.op = Op::kSparseRows;
   h.request_id = p.request_id;

@@ -211,17 +211,21 @@ TEST_F(CtrJobTest, ResumeRefusesACheckpointOfOtherEmbeddings) {
   EXPECT_NE(other.logs.find("embeddings dim 4 tables shared optimizer adagrad"), std::string::npos) << other.logs;
 }
 
-// kill -9 of a worker, then of a PS shard, of a CTR job under launch.sh --max-restarts 1 (the PS's
-// with checkpoints every 20 steps): the worker is replaced and redoes its step, the job restarts
-// from its checkpoint, and both end with the uninterrupted job's parameters and rows, bit for bit.
+// kill -9 of a worker (four times), then of a PS shard, of a CTR job under launch.sh
+// --max-restarts 1 (the PS's with checkpoints every 20 steps): the worker is replaced and redoes
+// its step (the step whose rows a shard lacks, reading the rows as they were before it where a
+// shard has them), the job restarts from its checkpoint, and every run ends with the
+// uninterrupted job's parameters and rows, bit for bit.
 TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
   constexpr int kJobSteps = 600;
   ASSERT_TRUE(launch("uninterrupted", kJobSteps, {}, nullptr).ok()) << read_file(*dir_ + "/uninterrupted.log");
   const CtrRun want = saved(*dir_ + "/uninterrupted-params", "adam", false);
   std::mt19937 rng(1);
-  for (const std::string victim : {"w1", "ps1"}) {
+  // Workers die at four random steps (each between a step's pushes to the shards, or after them,
+  // or in its wait: wherever the signal lands), a PS at one.
+  for (const std::string victim : {"w1", "w2", "w0", "w1", "ps1"}) {
     const int at = 40 + static_cast<int>(rng() % 100);
-    const std::string name = "killed-" + victim;
+    const std::string name = "killed-" + victim + "-" + std::to_string(at);
     std::vector<std::string> job;
     if (victim == "ps1") {
       const std::string ckpt = *dir_ + "/ckpt-" + name;

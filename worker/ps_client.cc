@@ -440,11 +440,14 @@ uint64_t PsClient::request_rows(uint64_t version, const std::vector<const std::v
   r.ticket = next_request_++;
   r.waiting.assign(shards, false);
   r.rows.resize(shards);
+  // Every shard is asked, also one that holds none of the IDs (an empty pull): its answer says
+  // that its tables reached the version, which the step's push to it needs in hybrid mode (where
+  // no PARAMS of the shard's say so).
+  static const std::vector<SparseSection> kNone;
   for (size_t s = 0; s < shards; ++s) {
-    if (requests[s] == nullptr || requests[s]->empty()) continue;
     Header h = request(Op::kSparsePull, version, static_cast<int>(s));
     h.request_id = r.ticket;
-    std::string body = encode_sparse_body(Op::kSparsePull, *requests[s]);
+    std::string body = encode_sparse_body(Op::kSparsePull, requests[s] != nullptr ? *requests[s] : kNone);
     h.offset = 0;
     h.length = body.size() / 4;
     Frame payload(std::move(body));

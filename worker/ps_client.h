@@ -81,13 +81,13 @@ class PsClient final : public RowSource {
   // request_params + receive_params.
   StepMetrics pull(uint64_t version, float* params);
 
-  // Embedding tables (docs/sparse.md). Asks each shard s that has any of requests[s]'s IDs for
-  // their rows as they are at `version` (SPARSE_PULL; sync: once every step before it was
+  // Embedding tables (docs/sparse.md). Asks each shard s for the rows of requests[s]'s IDs (none:
+  // an empty pull, which still waits for the version) as they are at `version` (SPARSE_PULL; sync: once every step before it was
   // applied) and returns at once: a ticket for receive_rows. The answers are taken whenever they
   // arrive, also while receive_params waits (a step's rows may be asked for before the
   // parameters it is computed on).
   uint64_t request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) override;
-  // Waits for the answers to `ticket`: shard s's SPARSE_ROWS sections (none for a shard not asked).
+  // Waits for the answers to `ticket`: shard s's SPARSE_ROWS sections.
   // Throws pstrain::Error when a shard refuses or does not answer in time (its WAITING, while its
   // barrier waits, restarts the wait).
   std::vector<std::vector<SparseSection>> receive_rows(uint64_t ticket) override;

@@ -1,5 +1,6 @@
 #include "ps/sparse/sparse_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -63,6 +64,7 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, const std::ve
              std::to_string(version_);
     return false;
   }
+  if (rejoined && h.step + 1 == version_) return true;  // a step its predecessor pushed, applied: a repeat
   if (pushed_[w] && rejoined) {  // the predecessor's push of this step, again
     pending_[w] = sections;
     return true;
@@ -97,7 +99,22 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
   s.lr = scheduled_lr(o, step, async ? job_.total_steps * n : job_.total_steps);
   std::vector<std::vector<TablePush>> pushes;
   for (const auto& sections : by_worker) pushes.push_back(pushes_of(sections));
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> before;
+  if (options_.allow_rejoin && !async) {  // what a replacement redoing this step must read
+    for (const auto& sections : by_worker) {
+      for (const SparseSection& section : sections) {
+        for (uint64_t id : section.ids) {
+          auto [it, added] = before.try_emplace({section.table, id});
+          if (!added) continue;
+          it->second.resize(section.dim);
+          std::string ignored;  // the push was checked: the ID is this shard's
+          tables_.pull(section.table, &id, 1, it->second.data(), &ignored);
+        }
+      }
+    }
+  }
   if (!tables_.apply_step(s, pushes, error)) return false;
+  previous_ = std::move(before);
   ++version_;
   return true;
 }
@@ -109,8 +126,14 @@ std::string SparseStore::check_pull(uint64_t want) const {
   return "";
 }
 
-bool SparseStore::rows(const std::vector<SparseSection>& request, std::vector<SparseSection>* out,
+uint64_t SparseStore::next_step_of(int worker, bool rejoined) const {
+  if (mode_ != ModeCode::kSync || !rejoined) return version_;
+  return pushed_[static_cast<size_t>(worker)] ? version_ + 1 : version_;
+}
+
+bool SparseStore::rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out,
                        std::string* error) const {
+  const bool before = options_.allow_rejoin && mode_ == ModeCode::kSync && want + 1 == version_;
   out->clear();
   out->reserve(request.size());
   for (const SparseSection& r : request) {
@@ -123,6 +146,10 @@ bool SparseStore::rows(const std::vector<SparseSection>& request, std::vector<Sp
     if (!tables_.pull(r.table, r.ids.data(), r.ids.size(), rows.values.data(), error)) {
       *error = "SPARSE_PULL: " + *error;
       return false;
+    }
+    for (size_t i = 0; before && i < r.ids.size(); ++i) {  // the rows the last step changed, before it
+      const auto it = previous_.find({r.table, r.ids[i]});
+      if (it != previous_.end()) std::copy(it->second.begin(), it->second.end(), rows.values.begin() + i * rows.dim);
     }
     out->push_back(std::move(rows));
   }

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -37,8 +39,14 @@ class SparseStore {
   // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
   std::string check_pull(uint64_t want) const;
   bool ready(uint64_t want) const { return version_ >= want; }
-  // The rows of a pull's sections (SPARSE_ROWS sections: table, dim, values), as they are now.
-  bool rows(const std::vector<SparseSection>& request, std::vector<SparseSection>* out, std::string* error) const;
+  // The rows of a pull's sections (SPARSE_ROWS sections: table, dim, values) for version `want`:
+  // as they are now, or for want = version() - 1 with --allow-rejoin (a replacement redoing the
+  // step its predecessor had pushed here), as they were before the last step.
+  bool rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out,
+            std::string* error) const;
+  // The step a worker does next here (WELCOME's step is the smaller of this and the dense
+  // store's): sync, for a replacement, the step being collected unless its predecessor pushed it.
+  uint64_t next_step_of(int worker, bool rejoined) const;
   // The sync step being collected, when some but not all workers pushed it and it has waited:
   // which workers it lacks (for the stall report and WAITING). False when none is pending.
   bool barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const;
@@ -64,6 +72,8 @@ class SparseStore {
   uint64_t version_;
   // sync: the step being collected, each worker's sections (or none yet) and samples.
   std::vector<std::vector<SparseSection>> pending_;
+  // --allow-rejoin, sync: the rows the last step changed, as they were before it, by table and ID.
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> previous_;
   std::vector<bool> pushed_;
   uint64_t pending_samples_ = 0;
   int pushes_ = 0;

@@ -13,10 +13,10 @@ namespace pstrain {
 class RowSource {
  public:
   virtual ~RowSource() = default;
-  // Asks each shard s with any of requests[s]'s IDs for their rows as they are at `version`;
+  // Asks each shard s for the rows of requests[s]'s IDs (maybe none) as they are at `version`;
   // returns a ticket for receive_rows (the answers may come while the caller does other work).
   virtual uint64_t request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) = 0;
-  // The answers to `ticket`: shard s's SPARSE_ROWS sections (none for a shard not asked).
+  // The answers to `ticket`: shard s's SPARSE_ROWS sections.
   virtual std::vector<std::vector<SparseSection>> receive_rows(uint64_t ticket) = 0;
   // Gradients per ID for `step` over `samples` samples, sections[s] to shard s (every shard).
   virtual void push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) = 0;
