@@ -142,6 +142,32 @@ TEST(BenchSmokeTest, PeersComparesWithPyTorchOneProcessAndDdp) {
   EXPECT_EQ(matching_lines(out, row), 4) << out;
 }
 
+const std::string kCtrHeader = "config +samples_per_s +ratio +test_auc +logloss  rss_mib";
+const std::string kCtrSmall = " --train-lines 5000 --test-lines 1000 --steps 4 --repeat 1";
+
+// The CTR job's pstrain row (ratios print as "-" without PyTorch), and the sweep's rows.
+TEST(BenchSmokeTest, CtrPrintsPstrainsRowAndTheSweep) {
+  const std::string ctr = "python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/ctr.py --build-dir " + build_dir();
+  const std::string out = run(ctr + " --configs pstrain" + kCtrSmall);
+  const std::regex row("(" + kCtrHeader + ")|(pstrain +[0-9]+ +- +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
+  EXPECT_EQ(matching_lines(out, row), 2) << out;
+  const std::string sweep = run(ctr + " --configs pstrain --sweep --sweep-sizes 1e5,1e6 --sweep-lines 5000 --steps 2");
+  const std::regex sweep_row("( *distinct_ids +config +step_ms +rows +table_mib  rss_mib)|"
+                             "( *10{5,6} +pstrain +" + kNum + " +[0-9]+ +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
+  EXPECT_EQ(matching_lines(sweep, sweep_row), 3) << sweep;
+}
+
+TEST(BenchSmokeTest, CtrComparesWithPyTorchOneProcessAndDdp) {
+  const std::string python = torch_python();
+  if (!has_torch(python)) GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
+  const std::string out = run("python3 " + std::string(PSTRAIN_SOURCE_DIR) + "/bench/ctr.py --build-dir " + build_dir() +
+                              " --python " + python + kCtrSmall);
+  const std::regex row("(" + kCtrHeader + ")|(torch +[0-9]+ +1\\.000 +" + kNum + " +" + kNum + "  rank0=[0-9]+)|" +
+                       "(torch-ddp +[0-9]+ +" + kNum + " +" + kNum + " +" + kNum + "  rank0=[0-9]+ rank1=[0-9]+)|" +
+                       "(pstrain +[0-9]+ +" + kNum + " +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
+  EXPECT_EQ(matching_lines(out, row), 4) << out;
+}
+
 TEST(BenchSmokeTest, TrainVsTorchPrintsBothProgramsAndARatio) {
   const std::string python = torch_python();
   if (!has_torch(python)) GTEST_SKIP() << python << " has no PyTorch/numpy (set PSTRAIN_TORCH_PYTHON)";
