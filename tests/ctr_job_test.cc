@@ -293,6 +293,21 @@ TEST_F(CtrJobTest, HybridModeEqualsSync) {
               rows);
 }
 
+// A model starting with the dot interaction ("dot 26 4": the 26 rows' 325 pairwise products):
+// its input gradient reaches the tables (the rows move), and 3 workers of batch 8 on 2 shards
+// still equal one worker of batch 24.
+TEST_F(CtrJobTest, DotInteractionModelKeepsTheMirroredContract) {
+  const std::vector<std::string> model = {"--model", "dot 26 4, dense 16, relu, dense 2"};
+  const CtrRun reference = train(1, 1, 3 * kBatch, "adagrad", false, model);
+  const CtrRun untrained = train(1, 1, 3 * kBatch, "adagrad", false, model, "1e-30");
+  ASSERT_FALSE(reference.rows.empty()) << reference.logs;
+  EXPECT_NE(reference.logs.find("dot 26 4 -> 442"), std::string::npos) << reference.logs;  // 13 + 104 + 325
+  EXPECT_GT(rows_difference(reference, untrained), 1e-3) << "the rows did not move";
+  const CtrRun p = train(2, 3, kBatch, "adagrad", false, model);
+  EXPECT_LE(relative_difference(reference.dense, p.dense), 1e-5);
+  EXPECT_LE(rows_difference(reference, p), 1e-5);
+}
+
 // The chief reports the test AUC and log loss; async and ssp train too: every worker's pushes
 // reach the tables (2 workers x 20 steps applied one by one), and the rows move.
 TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {

@@ -8,13 +8,14 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <cstdio>
 #include <cstdint>
-#include <memory>
+#include <cstdio>
 #include <limits>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "shared/util/error.h"
@@ -584,6 +585,64 @@ TEST_F(CudaBackendTest, LayerNormMatchesCpu) {
     };
     expect_within(run(*gpu_), run(*cpu_), 1e-5, "layer_norm, " + std::to_string(cols) + " columns");
   }
+}
+
+// The dot interaction and its backward: the same sums in the same order, products unfused on
+// both, so they should agree bit for bit; the bound allows the CPU compiler a fused multiply-add.
+TEST_F(CudaBackendTest, DotInteractionMatchesCpu) {
+  // {fields, dim, dense values first}: a CTR record (13 + 26 x 16), the vectors alone, 300
+  // fields (44850 pairs: more than a block's threads).
+  for (const auto& [fields, dim, dense] :
+       {std::tuple{26, 16, 13}, std::tuple{3, 5, 0}, std::tuple{300, 2, 1}}) {
+    const int rows = 37, cols = dense + fields * dim;
+    const size_t width = static_cast<size_t>(cols) + static_cast<size_t>(fields) * (fields - 1) / 2;
+    const auto x = random_floats(static_cast<size_t>(rows) * cols, 65), dy = random_floats(rows * width, 66);
+    const auto run = [&](Backend& backend) {
+      BufferPtr dx = put(backend, x), ddy = put(backend, dy);
+      BufferPtr y = backend.allocate(rows * width), grad = backend.allocate(x.size());
+      backend.dot_interaction(dx.get(), rows, cols, fields, dim, y.get());
+      backend.dot_interaction_backward(dx.get(), ddy.get(), rows, cols, fields, dim, grad.get());
+      std::vector<float> out = get(backend, y.get(), rows * width);
+      const std::vector<float> g = get(backend, grad.get(), x.size());
+      out.insert(out.end(), g.begin(), g.end());
+      return out;
+    };
+    expect_within(run(*gpu_), run(*cpu_), 1e-5,
+                  "dot_interaction " + std::to_string(fields) + " x " + std::to_string(dim));
+  }
+}
+
+// A CTR-shaped model starting with the dot layer: the same loss, parameter gradients and input
+// gradient (what goes back to the embedding tables) on both backends.
+TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
+  const char* const spec = "dot 26 16, dense 32, relu, dense 2";
+  const size_t cols = 13 + 26 * 16;
+  const int batch = 40;
+  Model gpu_model(spec, {cols}, 2, batch, false, *gpu_), cpu_model(spec, {cols}, 2, batch, false, *cpu_);
+  const size_t n = cpu_model.layout().total();
+  std::vector<float> params(n);
+  cpu_model.init(9, params.data());
+  const auto x = random_floats(batch * cols, 67, -0.5f, 0.5f);
+  const auto y = random_labels(static_cast<size_t>(batch), 2, 68);
+  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad,
+                       std::vector<float>& input_grad) {
+    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n),
+              di = backend.allocate(x.size());
+    const BatchStats stats =
+        model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false, {}, di.get());
+    grad = get(backend, dg.get(), n);
+    input_grad = get(backend, di.get(), x.size());
+    return stats;
+  };
+  std::vector<float> gpu_grad, cpu_grad, gpu_input, cpu_input;
+  const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_input),
+                   c = run(*cpu_, cpu_model, cpu_grad, cpu_input);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+  EXPECT_EQ(g.correct, c.correct);
+  expect_tensors_close(gpu_grad, cpu_grad, cpu_model.layout(), 1e-4, "gradient");
+  double scale = 0;
+  for (const float v : cpu_input) scale = std::max(scale, std::fabs(double{v}));
+  expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
 }
 
 TEST_F(CudaBackendTest, BatchedGemmMatchesCpu) {

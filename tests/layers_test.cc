@@ -325,6 +325,12 @@ TEST(ModelGradientTest, LayerNormMatchesFiniteDifferences) {
   EXPECT_GT(check_finite_differences("layernorm, dense 5, tanh, dense 3"), 100u);
 }
 
+// The dot interaction (no parameters) between dense layers: its input gradient carries the
+// gradients of the layers before it (tests/dot_layer_test.cc checks it alone).
+TEST(ModelGradientTest, DotInteractionMatchesFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("dense 12, tanh, dot 3 4, dense 6, sigmoid, dense 3"), 100u);
+}
+
 TEST(LayerOpsTest, LayerNormIsItsDefinition) {
   auto backend = make_cpu_backend(2);
   const int rows = 5, cols = 37;

@@ -143,6 +143,18 @@ class Backend {
   virtual void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
                                    float* dx, float* dy_xhat) = 0;
 
+  // The pairwise dot products of the `fields` vectors of `dim` floats that end each row of
+  // x[rows, cols] (v_f = x[r, cols - fields*dim + f*dim ...]): y[r] = x[r] followed by <v_i, v_j>
+  // for i < j in the order (0,1), (0,2), ..., (1,2), ...; y is [rows, cols + fields(fields-1)/2].
+  // Each dot is summed in float in order of the element, products rounded before they are added
+  // (no fused multiply-add), on every backend. y may not alias x.
+  virtual void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y) = 0;
+  // Its backward: dx[r] = dy[r, :cols], plus on v_i's part dy(i,j) * v_j for each j != i, added in
+  // increasing j after dy's own value (dy(i,j) = dy(j,i) the pair's gradient). dx may not alias x
+  // or dy.
+  virtual void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields,
+                                        int dim, float* dx) = 0;
+
   // Softmax cross-entropy of logits[rows, cols] against host labels, smoothed: the target is
   // q = (1 - smoothing) onehot(label) + smoothing / cols (0: the label alone), and the loss
   // -sum_c q_c log softmax_c. If dlogits is not null it receives the gradient of the summed loss

@@ -73,6 +73,7 @@ const std::vector<KindRule>& kinds() {
       {"sigmoid", 0, {nullptr, nullptr}, {}},
       {"gelu", 0, {nullptr, nullptr}, {}},
       {"dropout", 1, {"the rate", nullptr}, {}},
+      {"dot", 2, {"the number of fields", "the floats per field"}, {}},
       {"softmax", 0, {nullptr, nullptr}, {}},
   };
   return rules;
@@ -135,7 +136,8 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
       }
       layer.args.push_back(rate);
     } else {
-      layer.args.push_back(integer(spec, t, 1, kMaxWidth, rule->arg_names[positional]));
+      const int lo = layer.kind == "dot" && positional == 0 ? 2 : 1;  // pairs need two fields
+      layer.args.push_back(integer(spec, t, lo, kMaxWidth, rule->arg_names[positional]));
     }
     ++positional;
   }
@@ -145,6 +147,7 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
                 (layer.kind == "dense"     ? "dense 10"
                  : layer.kind == "conv"    ? "conv 32 3 pad=1"
                  : layer.kind == "dropout" ? "dropout 0.25"
+                 : layer.kind == "dot"     ? "dot 26 16"
                                            : layer.kind + " 2") +
                 ")");
   }
@@ -351,6 +354,24 @@ class Dropout final : public Layer {
   float rate_;
 };
 
+// FM / DLRM's second-order interaction: the input, then the pairwise dot products of the F
+// vectors of D floats that end it (the embedding rows of a CTR record).
+class Dot final : public Layer {
+ public:
+  Dot(int fields, int dim) : fields_(fields), dim_(dim) {}
+  void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
+    ctx.backend.dot_interaction(x, batch, static_cast<int>(in_.size()), fields_, dim_, y);
+  }
+  void backward(LayerContext& ctx, const float*, const float* x, const float*, const float* dy, float* dx,
+                float*, int batch, bool) override {
+    if (dx != nullptr)
+      ctx.backend.dot_interaction_backward(x, dy, batch, static_cast<int>(in_.size()), fields_, dim_, dx);
+  }
+
+ private:
+  int fields_, dim_;
+};
+
 }  // namespace
 
 std::string Shape::text() const {
@@ -433,6 +454,24 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
                                                            : Activation::kGelu);
   } else if (spec.kind == "dropout") {
     layer = std::make_unique<Dropout>(static_cast<float>(spec.args[0]));
+  } else if (spec.kind == "dot") {
+    const auto fields = static_cast<size_t>(spec.args[0]), dim = static_cast<size_t>(spec.args[1]);
+    if (!in.flat) {
+      throw UsageError(where + "needs a flat input (the dense features, then the embedding rows), but " +
+                       "gets an image of " + in.text() + " (put a flatten before it)");
+    }
+    if (fields * dim > in.size()) {
+      throw UsageError(where + "takes " + std::to_string(fields) + " vectors of " + std::to_string(dim) +
+                       " (" + std::to_string(fields * dim) +
+                       " values) from the end of its input, but its input is only " + in.text() +
+                       " values (with --embedding-dim D, a CTR record is 13 + 26 x D)");
+    }
+    const size_t pairs = fields * (fields - 1) / 2;
+    if (in.size() + pairs > (size_t{1} << 31) / 4) {
+      throw UsageError(where + "gives " + std::to_string(in.size() + pairs) + " values per sample: too many");
+    }
+    layer = std::make_unique<Dot>(static_cast<int>(fields), static_cast<int>(dim));
+    out = Shape::vector(in.size() + pairs);
   } else {
     throw UsageError(where + "is not a layer");
   }

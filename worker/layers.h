@@ -29,7 +29,7 @@ struct Shape {
 
 // A layer as written: "conv 32 3 pad=1" is kind conv, args {32, 3}, options {pad: 1}.
 struct LayerSpec {
-  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout
+  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot ...
   std::vector<double> args;  // positional numbers
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed

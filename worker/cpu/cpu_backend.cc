@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "worker/backend.h"
 #include "worker/cpu/thread_pool.h"
@@ -338,6 +339,90 @@ void dropout_serial(const float* x, float* y, int rows, int cols, float rate, co
   }
 }
 
+// The dot interaction works in blocks of kDotBlock sums held in registers (two SSE vectors): the
+// compiler unrolls the loop over a block and vectorises it; each sum is still its own chain of
+// additions in a fixed order, so blocking changes no bits.
+constexpr int kDotBlock = 8;
+
+// The dot interaction of rows one by one. The fields' vectors are transposed into vt[dim][stride]
+// (scratch: dot_scratch_floats), stride = fields + kDotBlock - 1 with zero columns after the last
+// field, so that for a fixed i the sums <v_i, v_j> of a block of j > i advance together, one
+// element k at a time, each summed in order of k from 0.
+size_t dot_scratch_floats(int fields, int dim) { return static_cast<size_t>(dim) * (fields + kDotBlock - 1); }
+
+void dot_interaction_serial(const float* x, int rows, int cols, int fields, int dim, float* y, float* vt) {
+  const size_t pairs = static_cast<size_t>(fields) * (fields - 1) / 2, width = cols + pairs;
+  const size_t first = static_cast<size_t>(cols) - static_cast<size_t>(fields) * dim;
+  const size_t stride = static_cast<size_t>(fields) + kDotBlock - 1;
+  std::fill(vt, vt + dot_scratch_floats(fields, dim), 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + static_cast<size_t>(r) * cols;
+    float* yr = y + static_cast<size_t>(r) * width;
+    std::memcpy(yr, xr, static_cast<size_t>(cols) * sizeof(float));
+    const float* v = xr + first;
+    for (int f = 0; f < fields; ++f) {
+      for (int k = 0; k < dim; ++k) vt[k * stride + f] = v[static_cast<size_t>(f) * dim + k];
+    }
+    float* out = yr + cols;
+    for (int i = 0; i + 1 < fields; ++i) {
+      for (int j0 = i + 1; j0 < fields; j0 += kDotBlock) {
+        float acc[kDotBlock] = {};
+        for (int k = 0; k < dim; ++k) {
+          const float* row = vt + k * stride;
+          const float a = row[i];
+          for (int t = 0; t < kDotBlock; ++t) acc[t] += a * row[j0 + t];
+        }
+        const int n = std::min(kDotBlock, fields - j0);
+        out = std::copy(acc, acc + n, out);
+      }
+    }
+  }
+}
+
+// acc[t] += a * b[t] for a block.
+inline void add_block(float* acc, float a, const float* b) {
+  for (int t = 0; t < kDotBlock; ++t) acc[t] += a * b[t];
+}
+
+// The offset of pair (i, j), i < j, among a row's pair products.
+size_t pair_index(size_t i, size_t j, size_t fields) { return i * (2 * fields - i - 1) / 2 + (j - i - 1); }
+
+// Its backward; g: `fields` floats of scratch (field i's pair gradients). Each element of v_i's
+// gradient: dy's own value, then g_j * v_j[k] for j != i in increasing j, in blocks of kDotBlock
+// elements held in registers.
+void dot_interaction_backward_serial(const float* x, const float* dy, int rows, int cols, int fields, int dim,
+                                     float* dx, float* g) {
+  const size_t n = static_cast<size_t>(fields), pairs = n * (n - 1) / 2, width = cols + pairs;
+  const size_t first = static_cast<size_t>(cols) - n * dim;
+  const int whole = dim - dim % kDotBlock;
+  for (int r = 0; r < rows; ++r) {
+    const float* dyr = dy + static_cast<size_t>(r) * width;
+    float* dxr = dx + static_cast<size_t>(r) * cols;
+    std::memcpy(dxr, dyr, first * sizeof(float));
+    const float* v = x + static_cast<size_t>(r) * cols + first;
+    for (size_t i = 0; i < n; ++i) {
+      for (size_t j = 0; j < n; ++j)
+        g[j] = j == i ? 0.0f : dyr[cols + (j < i ? pair_index(j, i, n) : pair_index(i, j, n))];
+      const float* own = dyr + first + i * dim;
+      float* d = dxr + first + i * dim;
+      for (int k0 = 0; k0 < whole; k0 += kDotBlock) {
+        float acc[kDotBlock];
+        for (int t = 0; t < kDotBlock; ++t) acc[t] = own[k0 + t];
+        for (size_t j = 0; j < i; ++j) add_block(acc, g[j], v + j * dim + k0);
+        for (size_t j = i + 1; j < n; ++j) add_block(acc, g[j], v + j * dim + k0);
+        std::copy(acc, acc + kDotBlock, d + k0);
+      }
+      for (int k = whole; k < dim; ++k) {
+        float acc = own[k];
+        for (size_t j = 0; j < n; ++j) {
+          if (j != i) acc += g[j] * v[j * dim + k];
+        }
+        d[k] = acc;
+      }
+    }
+  }
+}
+
 class CpuBackend final : public Backend {
  public:
   // OpenBLAS runs on one thread, always: the backend splits the work itself (OpenBLAS's idle
@@ -493,6 +578,25 @@ class CpuBackend final : public Backend {
     pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
       const size_t at = lo * static_cast<size_t>(cols);
       dropout_serial(x + at, y + at, static_cast<int>(hi - lo), cols, rate, keys + lo, salt);
+    }, kMinRows);
+  }
+
+  void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y) override {
+    const size_t width = static_cast<size_t>(cols) + static_cast<size_t>(fields) * (fields - 1) / 2;
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      std::vector<float> scratch(dot_scratch_floats(fields, dim));
+      dot_interaction_serial(x + lo * cols, static_cast<int>(hi - lo), cols, fields, dim, y + lo * width,
+                             scratch.data());
+    }, kMinRows);
+  }
+
+  void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields, int dim,
+                                float* dx) override {
+    const size_t width = static_cast<size_t>(cols) + static_cast<size_t>(fields) * (fields - 1) / 2;
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      std::vector<float> scratch(static_cast<size_t>(fields));
+      dot_interaction_backward_serial(x + lo * cols, dy + lo * width, static_cast<int>(hi - lo), cols, fields, dim,
+                                      dx + lo * cols, scratch.data());
     }, kMinRows);
   }
 

@@ -271,6 +271,21 @@ class CudaBackend final : public Backend {
     kernels::layer_norm_backward(x, dy, rows, cols, gamma, eps, dx, dy_xhat, stream_.get());
   }
 
+  void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y) override {
+    PSTRAIN_CHECK(rows >= 0 && fields >= 2 && dim >= 1 &&
+                  static_cast<size_t>(fields) * dim <= static_cast<size_t>(cols));
+    ScopedDevice guard(device_);
+    kernels::dot_interaction(x, rows, cols, fields, dim, y, stream_.get());
+  }
+
+  void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields, int dim,
+                                float* dx) override {
+    PSTRAIN_CHECK(rows >= 0 && fields >= 2 && dim >= 1 &&
+                  static_cast<size_t>(fields) * dim <= static_cast<size_t>(cols));
+    ScopedDevice guard(device_);
+    kernels::dot_interaction_backward(x, dy, rows, cols, fields, dim, dx, stream_.get());
+  }
+
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
     PSTRAIN_CHECK(batch >= 0);
     ScopedDevice guard(device_);

@@ -10,6 +10,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr size_t kMaxBlocks = 65535;
+constexpr int kDotThreads = 128;  // per row of the dot interaction (26 fields: 325 pairs, 429 inputs)
 
 unsigned blocks_for(size_t n) { return static_cast<unsigned>(std::min((n + kThreads - 1) / kThreads, kMaxBlocks)); }
 
@@ -230,6 +231,54 @@ __global__ void dropout_kernel(const float* x, float* y, int rows, int cols, flo
   }
 }
 
+// ---- dot interaction: one block per row ----
+
+// The offset of pair (i, j), i < j, among a row's pair products (as the CPU's).
+__device__ size_t pair_index(size_t i, size_t j, size_t fields) {
+  return i * (2 * fields - i - 1) / 2 + (j - i - 1);
+}
+
+// The row's input copied, then one thread per pair (i, j), its (i, j) found by walking the rows of
+// the pair triangle; each dot summed in order of k with unfused products, as the CPU sums it.
+__global__ void dot_interaction_kernel(const float* x, int cols, int fields, int dim, float* y) {
+  const size_t n = static_cast<size_t>(fields), pairs = n * (n - 1) / 2;
+  const float* xr = x + static_cast<size_t>(blockIdx.x) * cols;
+  float* yr = y + static_cast<size_t>(blockIdx.x) * (cols + pairs);
+  for (int e = threadIdx.x; e < cols; e += blockDim.x) yr[e] = xr[e];
+  const float* v = xr + (static_cast<size_t>(cols) - n * dim);
+  for (size_t p = threadIdx.x; p < pairs; p += blockDim.x) {
+    size_t i = 0, rest = p;
+    while (rest >= n - 1 - i) rest -= n - 1 - i++;
+    const float* vi = v + i * dim;
+    const float* vj = v + (i + 1 + rest) * dim;
+    float sum = 0.0f;
+    for (int k = 0; k < dim; ++k) sum = __fadd_rn(sum, __fmul_rn(vi[k], vj[k]));
+    yr[cols + p] = sum;
+  }
+}
+
+// One thread per input element: dy's own value, then dy(i, j) * v_j[k] for j != i in increasing j.
+__global__ void dot_interaction_backward_kernel(const float* x, const float* dy, int cols, int fields,
+                                                int dim, float* dx) {
+  const size_t n = static_cast<size_t>(fields), pairs = n * (n - 1) / 2;
+  const size_t first = static_cast<size_t>(cols) - n * dim;
+  const float* v = x + static_cast<size_t>(blockIdx.x) * cols + first;
+  const float* dyr = dy + static_cast<size_t>(blockIdx.x) * (cols + pairs);
+  float* dxr = dx + static_cast<size_t>(blockIdx.x) * cols;
+  for (size_t e = threadIdx.x; e < static_cast<size_t>(cols); e += blockDim.x) {
+    float sum = dyr[e];
+    if (e >= first) {
+      const size_t i = (e - first) / dim, k = (e - first) % dim;
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const float g = dyr[cols + (j < i ? pair_index(j, i, n) : pair_index(i, j, n))];
+        sum = __fadd_rn(sum, __fmul_rn(g, v[j * dim + k]));
+      }
+    }
+    dxr[e] = sum;
+  }
+}
+
 }  // namespace
 
 void add_bias(float* y, const float* bias, int outer, int channels, int inner, cudaStream_t stream) {
@@ -309,6 +358,20 @@ void dropout(const float* x, float* y, int rows, int cols, float rate, const uin
   const size_t n = static_cast<size_t>(rows) * cols;
   if (n == 0) return;
   dropout_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, rows, cols, rate, keys, salt);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y, cudaStream_t stream) {
+  if (rows <= 0) return;
+  dot_interaction_kernel<<<static_cast<unsigned>(rows), kDotThreads, 0, stream>>>(x, cols, fields, dim, y);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields, int dim,
+                              float* dx, cudaStream_t stream) {
+  if (rows <= 0) return;
+  dot_interaction_backward_kernel<<<static_cast<unsigned>(rows), kDotThreads, 0, stream>>>(x, dy, cols,
+                                                                                           fields, dim, dx);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -33,6 +33,10 @@ void pool_backward(PoolKind kind, const float* x, const float* y, const float* d
                    float* dx, cudaStream_t stream);
 void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys, uint64_t salt,
              cudaStream_t stream);
+// One block per row (rows < 2^31).
+void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y, cudaStream_t stream);
+void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields, int dim,
+                              float* dx, cudaStream_t stream);
 
 }  // namespace kernels
 }  // namespace pstrain
