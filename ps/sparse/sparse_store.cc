@@ -59,12 +59,12 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, const std::ve
     return *applied;
   }
   const size_t w = static_cast<size_t>(worker);
+  if (rejoined && h.step + 1 == version_) return true;  // a step its predecessor pushed, applied: a repeat
   if (h.step != version_) {
     *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ", but the tables are collecting step " +
              std::to_string(version_);
     return false;
   }
-  if (rejoined && h.step + 1 == version_) return true;  // a step its predecessor pushed, applied: a repeat
   if (pushed_[w] && rejoined) {  // the predecessor's push of this step, again
     pending_[w] = sections;
     return true;
