@@ -74,6 +74,34 @@ TEST(CheckpointCodecTest, EveryFlippedBitTruncationAndExtensionIsRefused) {
   EXPECT_EQ(decode_error(flipped), "checksum mismatch (corrupted)");
 }
 
+// Format 2: a shard file with embedding tables (docs/checkpoints.md). Without tables the bytes
+// are format 1's, as before; with them the tables come back as they were, and every flipped bit,
+// truncation and extension is refused.
+TEST(CheckpointCodecTest, FormatTwoCarriesTheEmbeddingTables) {
+  ShardCheckpoint c = sample(0, 1, 4);
+  const std::string plain = encode_shard_checkpoint(c);
+  EXPECT_EQ(plain[8], 1);  // the format, after the magic
+  c.tables = {std::string("first table's bytes"), std::string(), std::string(1000, '\x7f')};
+  const std::string good = encode_shard_checkpoint(c);
+  EXPECT_EQ(good[8], 2);
+  ShardCheckpoint d;
+  std::string error;
+  ASSERT_TRUE(decode_shard_checkpoint(good, &d, &error)) << error;
+  EXPECT_EQ(d.tables, c.tables);
+  EXPECT_EQ(d.values, c.values);
+  EXPECT_EQ(d.slots, c.slots);
+  for (size_t bit = 0; bit < good.size() * 8; bit += 7) {
+    std::string bad = good;
+    bad[bit / 8] = static_cast<char>(bad[bit / 8] ^ (1 << (bit % 8)));
+    EXPECT_FALSE(decode_error(bad).empty()) << "bit " << bit;
+  }
+  for (size_t n = 0; n < good.size(); ++n) EXPECT_FALSE(decode_error(good.substr(0, n)).empty()) << n << " bytes";
+  EXPECT_FALSE(decode_error(good + "x").empty());
+  std::string no_tables = plain;  // format 2 claimed, no tables' section
+  no_tables[8] = 2;
+  EXPECT_EQ(decode_error(no_tables), "truncated: no embedding tables");
+}
+
 TEST(CheckpointCodecTest, ManifestRoundTripAndErrors) {
   CheckpointManifest m;
   m.version = 12;

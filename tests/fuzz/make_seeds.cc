@@ -103,6 +103,18 @@ int main(int argc, char** argv) {
   m.shards = {{"shard0of2.ckpt", 120, 7}, {"shard1of2.ckpt", 120, 9}};
   m.layout = "layer0.weight 0 2x3\nlayer0.bias 6 6\n";
   write(dir / "checkpoint_fuzz", n++, "M" + pstrain::encode_manifest(m));
+  {  // a shard file of format 2: with embedding tables (their bytes are opaque to this decoder)
+    pstrain::ShardCheckpoint c;
+    c.shard = 0;
+    c.num_shards = 1;
+    c.version = 7;
+    c.total = 4;
+    c.total_steps = 10;
+    c.optimizer = "sgd";
+    c.values = {1, 2, 3, 4};
+    c.tables = {std::string("PSEMBTBL\x01\0\0\0table-0", 19), std::string("PSEMBTBL\x01\0\0\0\x01\0\0\0", 16)};
+    write(dir / "checkpoint_fuzz", n++, "S" + pstrain::encode_shard_checkpoint(c));
+  }
   // Sparse bodies (a byte picking the op, 0 pull, 1 rows, 2 push; then the body): a pull of two
   // tables, its rows, a push of both, and an empty pull.
   pstrain::SparseSection clicks, ads;
