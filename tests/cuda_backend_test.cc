@@ -592,8 +592,8 @@ TEST_F(CudaBackendTest, LayerNormMatchesCpu) {
 TEST_F(CudaBackendTest, DotInteractionMatchesCpu) {
   // {fields, dim, dense values first}: a CTR record (13 + 26 x 16), the vectors alone, 300
   // fields (44850 pairs: more than a block's threads).
-  for (const auto& [fields, dim, dense] :
-       {std::tuple{26, 16, 13}, std::tuple{3, 5, 0}, std::tuple{300, 2, 1}}) {
+  for (const auto& [f, d, dense] : {std::tuple{26, 16, 13}, std::tuple{3, 5, 0}, std::tuple{300, 2, 1}}) {
+    const int fields = f, dim = d;  // variables, not bindings: the lambda below captures them (C++17)
     const int rows = 37, cols = dense + fields * dim;
     const size_t width = static_cast<size_t>(cols) + static_cast<size_t>(fields) * (fields - 1) / 2;
     const auto x = random_floats(static_cast<size_t>(rows) * cols, 65), dy = random_floats(rows * width, 66);
