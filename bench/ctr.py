@@ -37,22 +37,20 @@ import json
 import os
 import re
 import resource
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ranks import Failed, free_port, run_ranks  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "ctr.cfg")
 CONFIGS = {"pstrain": ("pstrain", 2), "torch": ("torch", 1), "torch-ddp": ("torch", 2)}
 MASK64 = (1 << 64) - 1
 DENSE, CAT = 13, 26
-
-
-class Failed(Exception):
-    pass
 
 
 def die(message, code=2):
@@ -281,36 +279,16 @@ def torch_child(args):
         dist.destroy_process_group()
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_torch(args, name, _work, data, epochs=None):
     _, world = CONFIGS[name]
     port = free_port()
     start = time.monotonic()
-    procs = []
+    commands = []
     for rank in range(world):
         cmd = [args.python, os.path.abspath(__file__), "--torch-child", "--rank", str(rank), "--world", str(world),
                "--port", str(port), "--data-dir", data, "--steps", str(args.steps or 0), "--epochs", str(epochs or 0)]
-        procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, cwd=REPO))
-    results = []
-    try:
-        for rank, p in enumerate(procs):
-            out, err = p.communicate(timeout=args.timeout)
-            if p.returncode != 0:
-                raise Failed(f"{name}: rank {rank} exited with {p.returncode}\n{err[-3000:]}")
-            results.append(json.loads(out.strip().splitlines()[-1]))
-    except subprocess.TimeoutExpired:
-        raise Failed(f"{name}: did not finish within --timeout {args.timeout:g} s") from None
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+        commands.append(cmd)
+    results = run_ranks(name, commands, REPO, args.timeout)
     chief = results[0]
     return {"samples_per_s": chief["samples_per_s"], "test_auc": chief["test_auc"],
             "test_logloss": chief["test_logloss"], "step_ms": chief["step_ms"], "wall_s": time.monotonic() - start,

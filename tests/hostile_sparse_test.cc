@@ -46,34 +46,6 @@ constexpr uint64_t kHostileStep = 5;
 constexpr uint64_t kModelFloats = (13 + 26 * kDim + 1) * 16 + (16 + 1) * 2;
 constexpr const char* kRejectedLine = "rejected a message from peer 0x";
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// Processes of a test; any still running when it ends (a failed assertion) are killed.
-class Processes {
- public:
-  pid_t add(pid_t pid) {
-    pids_.push_back(pid);
-    return pid;
-  }
-  ExitStatus wait(pid_t pid, double timeout_s) {
-    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
-    return wait_for(pid, timeout_s);
-  }
-  ~Processes() {
-    for (pid_t pid : pids_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-
- private:
-  std::vector<pid_t> pids_;
-};
-
 Header request(Op op, uint64_t rid, uint64_t step, uint32_t sender = kRaw) {
   Header h;
   h.op = op;
@@ -479,7 +451,7 @@ class HostileSparseTest : public ::testing::Test {
                 "--embedding-lr", "0.1", "--model", "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1",
                 "--batch-size", std::to_string(kBatch), "--steps", std::to_string(kSteps), "--epochs", "5",
                 "--seed", "7", "--log-every", "5", "--timeout", "30", "--save-params", dir.path + "/params"};
-    Processes processes;
+    Children processes;
     std::vector<pid_t> servers;
     const std::vector<std::string> addresses = start_servers(job, &servers);
     for (pid_t pid : servers) processes.add(pid);

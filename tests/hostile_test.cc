@@ -42,41 +42,6 @@ constexpr uint64_t kModelFloats = (64 + 1) * 16 + (16 + 1) * 8 + (8 + 1) * 10;
 constexpr const char* kRejectedLine = "rejected a message from peer 0x";
 constexpr const char* kTruncated = "header is not valid MessagePack (insufficient bytes)";
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
-// Child processes of a test; any still running when the test ends (a failed assertion) are killed.
-class Children {
- public:
-  pid_t add(pid_t pid) {
-    pids_.push_back(pid);
-    return pid;
-  }
-  // Starts job `j`'s one PS, which this then owns: its address, and its pid in *pid.
-  std::string start_ps(const Job& j, pid_t* pid) {
-    std::vector<pid_t> pids;
-    const std::string address = start_servers(j, &pids).at(0);
-    *pid = add(pids.at(0));
-    return address;
-  }
-  ExitStatus wait(pid_t pid, double timeout_s) {
-    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
-    return wait_for(pid, timeout_s);
-  }
-  ~Children() {
-    for (pid_t pid : pids_) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-    }
-  }
-
- private:
-  std::vector<pid_t> pids_;
-};
-
 std::string bytes_of(const std::vector<float>& values) {
   return std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
 }

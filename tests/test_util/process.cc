@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -295,6 +296,36 @@ long child_peak_rss_kib(const std::function<void()>& body) {
   EXPECT_EQ(::wait4(pid, &status, 0, &usage), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   return usage.ru_maxrss;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+Children::~Children() {
+  for (pid_t pid : pids_) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+}
+
+pid_t Children::add(pid_t pid) {
+  pids_.push_back(pid);
+  return pid;
+}
+
+ExitStatus Children::wait(pid_t pid, double timeout_s) {
+  pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+  return wait_for(pid, timeout_s);
+}
+
+std::string Children::start_ps(const Job& j, pid_t* pid) {
+  std::vector<pid_t> pids;
+  const std::string address = start_servers(j, &pids).at(0);
+  *pid = add(pids.at(0));
+  return address;
 }
 
 }  // namespace pstrain::test

@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <functional>
 #include <map>
 #include <string>
@@ -80,6 +81,27 @@ std::vector<std::string> start_servers(const Job& job, std::vector<pid_t>* pids)
 // expectation if the child fails. The child first resets the high-water mark it inherits from
 // this process, so every child starts from one base.
 long child_peak_rss_kib(const std::function<void()>& body);
+
+// How many times `what` occurs in `text` (e.g. a log line in a process's log).
+size_t count_of(const std::string& text, const std::string& what);
+
+// Child processes a test owns: any still running when the test ends (a failed assertion) are
+// killed and reaped.
+class Children {
+ public:
+  Children() = default;
+  Children(const Children&) = delete;
+  Children& operator=(const Children&) = delete;
+  ~Children();
+  pid_t add(pid_t pid);
+  // Waits for `pid` (as wait_for), which this no longer owns.
+  ExitStatus wait(pid_t pid, double timeout_s);
+  // Starts job `j`'s one PS, which this then owns: its address, and its pid in *pid.
+  std::string start_ps(const Job& j, pid_t* pid);
+
+ private:
+  std::vector<pid_t> pids_;
+};
 
 // Worker `index`'s command line in `job` (its binary, index and counts, `extra`, the job's flags
 // and its own), for a test that starts workers itself.
