@@ -127,9 +127,13 @@ void SharedMemory::unlink() {
 
 bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory* out, std::string* error) {
   const std::string name = "/" + prefix + "-" + std::to_string(getpid()) + "-" + random_suffix();
+  // The name is remembered before it exists, so a signal at any point from here on removes it
+  // (unlinking a name not yet made is harmless); forgotten again on every failure below.
+  const int slot = remember(name);
   const int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     *error = "shm_open(" + name + "): " + std::strerror(errno);
+    forget(slot);
     return false;
   }
   // posix_fallocate reserves the pages: a /dev/shm too small fails here, not with SIGBUS later.
@@ -141,6 +145,7 @@ bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory*
   close(fd);
   if (!ok) {
     shm_unlink(name.c_str());
+    forget(slot);
     return false;
   }
   SharedMemory m;
@@ -148,7 +153,7 @@ bool SharedMemory::create(const std::string& prefix, size_t bytes, SharedMemory*
   m.size_ = bytes;
   m.name_ = name;
   m.owner_ = true;
-  m.slot_ = remember(name);
+  m.slot_ = slot;
   *out = std::move(m);
   return true;
 }
