@@ -119,6 +119,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("lr-decay-steps", po::value(&o.optimizer.decay_steps)->default_value(o.optimizer.decay_steps), "--lr-schedule step: steps between decays; cosine-restarts: the first cycle's length (both need it)")
       ("lr-decay-rate", po::value(&o.optimizer.decay_rate)->default_value(o.optimizer.decay_rate), "--lr-schedule step: the factor applied at each decay, in (0, 1]")
       ("lr-cycle-mult", po::value(&o.optimizer.cycle_mult)->default_value(o.optimizer.cycle_mult), "--lr-schedule cosine-restarts: each cycle is this many times as long as the one before (>= 1)")
+      ("clip-norm", po::value(&o.optimizer.clip_norm)->default_value(o.optimizer.clip_norm), "scale each step's mean gradient down to this global norm where it is longer (0: no clipping; PyTorch's clip_grad_norm_): the norm of the whole gradient, over every PS shard, summed exactly so that the shard count never changes a bit; sync and allreduce modes")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order) and DIR/model.json; with --embedding-dim each PS shard also writes its rows of every table to DIR/embeddings/<table>.shard<s>-of-<S> (docs/sparse.md)")
@@ -281,6 +282,12 @@ void validate(const JobOptions& o, Role role) {
   require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");
   require(opt.epsilon > 0, "--epsilon must be positive");
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
+  require(std::isfinite(opt.clip_norm) && opt.clip_norm >= 0, "--clip-norm must be a number >= 0 (0: no clipping)");
+  require(opt.clip_norm == 0 || o.mode == Mode::kSync || o.mode == Mode::kAllreduce,
+          "--clip-norm clips each step's global gradient: sync and allreduce modes only (in " +
+              std::string(mode_name(o.mode)) + " each push is applied alone)");
+  require(opt.clip_norm == 0 || o.embedding_dim == 0,
+          "--clip-norm: not with --embedding-dim yet (the norm would have to include the embedding rows' gradients)");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
   require(o.embedding_dim >= 0 && o.embedding_dim <= 4096, "--embedding-dim must be in [0, 4096]");
