@@ -243,5 +243,81 @@ TEST(ResidualModelFileTest, TheBlockAndItsVariablesAreInModelJson) {
   }
 }
 
+// --- Jobs ----------------------------------------------------------------------------------
+
+// A ResNet with dropout inside a block and a flat block after the pooling.
+const char* const kJobModel =
+    "conv 4 3 pad=1, relu, residual(conv 4 3 pad=1, relu, dropout 0.2, conv 4 3 pad=1), relu, "
+    "residual(conv 6 3 stride=2 pad=1, relu, conv 6 3 pad=1), relu, globalavgpool, residual(dense 6, tanh, dense 6), "
+    "dense 10";
+
+class ResidualJobTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_dir_ = new TempDir("residual-data");
+    write_synthetic_mnist(data_dir_->path, "train", 300, 8, 8, 11, false);
+    write_synthetic_mnist(data_dir_->path, "t10k", 100, 8, 8, 12, false);
+  }
+  static void TearDownTestSuite() {
+    delete data_dir_;
+    data_dir_ = nullptr;
+  }
+
+  // 20 steps of `model` in sync mode; the saved parameters, or none where the job failed.
+  static test::SavedParams train(const std::string& model, int num_ps, int num_workers, int batch,
+                                 const std::string& optimizer, test::JobResult* result) {
+    const TempDir dir("residual-job");
+    test::Job job;
+    job.num_ps = num_ps;
+    job.num_workers = num_workers;
+    job.dir = dir.path;
+    const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
+    job.args = {"--data-dir", data_dir_->path, "--cache-dir", dir.path, "--model", model, "--steps", "20",
+                "--epochs", "5", "--optimizer", optimizer, "--lr", lr, "--seed", "7", "--log-every", "5",
+                "--timeout", "30", "--batch-size", std::to_string(batch), "--save-params", dir.path + "/params"};
+    *result = test::run_job(job);
+    return result->ok() ? test::load_saved_params(dir.path + "/params") : test::SavedParams{};
+  }
+
+  static TempDir* data_dir_;
+};
+TempDir* ResidualJobTest::data_dir_ = nullptr;
+
+// The mirrored contract: 3 workers of batch 8 on 2 PS shards end with the parameters of one
+// worker of batch 24, for every optimizer (dropout masks follow the records, inside blocks too).
+TEST_F(ResidualJobTest, ThreeWorkersEqualOneOnTheConcatenatedBatch) {
+  for (const std::string optimizer : {"sgd", "momentum", "adam"}) {
+    test::JobResult one_result, three_result;
+    const test::SavedParams one = train(kJobModel, 1, 1, 24, optimizer, &one_result);
+    ASSERT_TRUE(one_result.ok()) << one_result.logs;
+    EXPECT_NE(one_result.logs.find("+ projection conv 6 1 stride=2 -> 6x4x4"), std::string::npos) << one_result.logs;
+    const test::SavedParams three = train(kJobModel, 2, 3, 8, optimizer, &three_result);
+    ASSERT_TRUE(three_result.ok()) << three_result.logs;
+    ASSERT_EQ(one.names.size(), 18u);  // 9 layers with parameters, projection included
+    const double rel = test::relative_difference(one, three);
+    EXPECT_LE(rel, 1e-5) << optimizer;
+    std::printf("ResNet %s, S=2 N=3 vs N=1: max |difference| / max |parameter| = %.3g\n", optimizer.c_str(), rel);
+  }
+}
+
+// A block no projection fits stops the worker with exit 2 and a message naming it and pointing
+// at it, before it reaches for a PS (none listens at the address given).
+TEST_F(ResidualJobTest, ABlockWithoutAProjectionIsExit2) {
+  const TempDir dir("residual-exit2");
+  const std::string spec = "conv 4 3, residual(conv 4 3 pad=2), flatten, dense 10";
+  const test::ExitStatus status =
+      test::wait_for(test::spawn({PSTRAIN_WORKER_BIN, "--data-dir", data_dir_->path, "--cache-dir", dir.path,
+                                  "--ps-hosts", "127.0.0.1:1", "--batch-size", "8", "--model", spec},
+                                 dir.path + "/w0.log"),
+                     30);
+  const std::string log = test::read_file(dir.path + "/w0.log");
+  EXPECT_EQ(status.code, 2) << log;
+  EXPECT_NE(log.find("--model: layer 2 'residual(conv 4 3 pad=2)' maps 4x6x6 to 4x8x8: no 1x1 convolution with a "
+                     "whole stride maps 6x6 to 8x8, so the shortcut has no projection\n  " +
+                     spec + "\n            " + std::string(24, '^') + " (see --help)"),
+            std::string::npos)
+      << log;
+}
+
 }  // namespace
 }  // namespace pstrain
