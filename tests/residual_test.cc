@@ -176,6 +176,17 @@ TEST(ResidualNetworkTest, TheBlocksInsidesAreInTheMemoryPlan) {
     Model model(kResNet, {1, 8, 8}, 10, 4, false, *backend);
     EXPECT_EQ(backend->bytes_allocated() - before, net.activation_floats(4, false) * sizeof(float));
   }
+  // docs/models.md's example on 1x28x28: 4 x 25,088 and 2 x 12,544 + 2 x 25,088 floats a sample.
+  const Network example("conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, "
+                        "residual(conv 64 3 stride=2 pad=1, relu, conv 64 3 pad=1), relu, globalavgpool, dense 10",
+                        {1, 28, 28}, 10);
+  EXPECT_EQ(example.layers()[2]->scratch_floats(), 4u * 25088);
+  EXPECT_EQ(example.layers()[4]->scratch_floats(), 2u * 12544 + 2 * 25088);
+  EXPECT_NE(example.summary().find("-> residual(conv 64 3 stride=2 pad=1 -> 64x14x14 -> relu -> conv 64 3 pad=1 -> "
+                                   "64x14x14) + projection conv 64 1 stride=2 -> 64x14x14 -> "),
+            std::string::npos)
+      << example.summary();
+  EXPECT_EQ(example.layout().at("layer5.weight").shape, (std::vector<size_t>{64, 32, 1, 1}));
 }
 
 // --recompute and gradient accumulation leave a ResNet's gradients as they are: bit for bit with
