@@ -174,13 +174,15 @@ size_t item_end(const std::string& spec, size_t from, size_t to) {
 
 std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block);
 
-// "residual(<list>)" from the word at `word` ("residual" in any case) to `to`.
-LayerSpec parse_block(const std::string& spec, size_t word, size_t to, const std::string& name, bool nested) {
-  const size_t word_end = word + 8;
-  if (nested) fail_at(spec, word, 8, "residual blocks do not nest (a block's layers are plain layers)");
+// "residual(<list>)" from the word [word, word_end) ("residual" in any case) to `to`.
+LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, size_t to, const std::string& name,
+                      bool nested) {
+  const size_t length = word_end - word;
+  if (nested) fail_at(spec, word, length, "residual blocks do not nest (a block's layers are plain layers)");
   const size_t open = spec.find_first_not_of(" \t", word_end);
   if (open >= to || spec[open] != '(') {
-    fail_at(spec, word, 8, "residual takes its layers in parentheses: residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)");
+    fail_at(spec, word, length,
+            "residual takes its layers in parentheses: residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)");
   }
   size_t close = open;
   for (int depth = 0; close < to; ++close) {  // item_end checked that the parentheses balance
@@ -189,9 +191,8 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t to, const std
   }
   const size_t after = spec.find_first_not_of(" \t", close + 1);
   if (after < to) {
-    fail_at(spec, after, spec.find_last_not_of(" \t", to - 1) + 1 - after,
-            "'" + spec.substr(after, spec.find_last_not_of(" \t", to - 1) + 1 - after) +
-                "' follows a residual block's ')' (a comma is missing?)");
+    const size_t extent = spec.find_last_not_of(" \t", to - 1) + 1 - after;
+    fail_at(spec, after, extent, "'" + spec.substr(after, extent) + "' follows a residual block's ')' (a comma is missing?)");
   }
   if (spec.find_first_not_of(" \t", open + 1) >= close) {
     fail_at(spec, open, close + 1 - open, "the residual block of " + name + " has no layers");
@@ -223,7 +224,7 @@ std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t t
     }
     if (word >= end) fail_at(spec, std::min(from, spec.size() - 1), 1, name + " is empty");
     if (kind_of(spec.substr(word, word_end - word)) == "residual") {
-      layers.push_back(parse_block(spec, word, end, name, !block.empty()));
+      layers.push_back(parse_block(spec, word, word_end, end, name, !block.empty()));
     } else {
       layers.push_back(parse_layer(spec, from, end, number));
     }

@@ -69,7 +69,7 @@ class Layer {
   int index() const { return index_; }
 
   // Variables, appended to the layout as "layer<p>.weight" and "layer<p>.bias" (p counts the
-  // layers that have parameters).
+  // layers that have parameters; in a residual block its inner layers, then its projection).
   virtual bool has_params() const { return false; }
   virtual void declare(Layout& layout, int p) { (void)layout, (void)p; }
   // How many of the counter p declare() takes (a residual block: its inner layers' and its
