@@ -506,8 +506,12 @@ class Residual final : public Layer {
   std::string describe() const override {
     std::string s = "residual(";
     for (size_t j = 0; j < inner_.size(); ++j) {
-      s += (j ? " -> " : "") + inner_[j]->describe();
-      if (!inner_[j]->elementwise()) s += " -> " + inner_[j]->out().text();
+      const Layer& l = *inner_[j];
+      s += (j ? " -> " : "") + l.describe();
+      // The shape where it may have changed, as in Network::summary.
+      if (!l.elementwise() && !(l.in().flat == l.out().flat && l.in().size() == l.out().size() && !l.has_params())) {
+        s += " -> " + l.out().text();
+      }
     }
     return s + ") + " + (projection_ ? "projection " + projection_->text() : std::string("identity"));
   }
