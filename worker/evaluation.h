@@ -58,6 +58,9 @@ class Evaluation {
   // --embedding-dim: the test records' inputs take their rows from the PS's tables (as they are
   // after the step evaluated), the chief evaluates alone, and reports the AUC too.
   void set_ctr_input(CtrInput* ctr, Backend& backend);
+  // --loss bce | mse | huber: the test set's float targets against the outputs, downloaded from
+  // `backend` (worker/target_metrics.h); the chief evaluates alone.
+  void set_target_loss(Loss loss, float huber_delta, Backend& backend);
   // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_sink.h).
   void set_metrics(MetricsSink* metrics) { metrics_ = metrics; }
 
@@ -96,7 +99,9 @@ class Evaluation {
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
   MetricsSink* metrics_ = nullptr;
   CtrInput* ctr_ = nullptr;
-  Backend* backend_ = nullptr;  // with ctr_: the logits come from it
+  Backend* backend_ = nullptr;  // with ctr_ or a target loss: the logits come from it
+  Loss loss_ = Loss::kSoftmax;
+  float huber_delta_ = 1.0f;
 };
 
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).
