@@ -10,6 +10,8 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "test_util/errors.h"
@@ -167,6 +169,79 @@ TEST(LossJobTest, MseAndBceKeepTheMirroredContract) {
   }
 }
 
+// A model saved by a --loss mse job: model.json records the loss; --evaluate repeats the chief's
+// figures and --predict writes the raw outputs, with no --loss given (model.json's); a job of
+// another loss refuses it for --init-params.
+TEST(LossJobTest, SavedRegressionModelEvaluatesAndPredictsWithItsLoss) {
+  const TempDir dir("loss-saved");
+  write(linear_regression(400, 5, 2, 0.1, 1), dir.path + "/train");
+  const Problem test = linear_regression(150, 5, 2, 0.1, 2);
+  write(test, dir.path + "/test");
+  const std::string params = dir.path + "/params";
+  const JobResult r = run(dir.path, {"--loss", "mse", "--model", "dense 8, tanh, dense 2", "--batch-size", "20",
+                                     "--epochs", "2", "--optimizer", "adam", "--lr", "0.01", "--save-params", params});
+  ASSERT_TRUE(r.ok()) << r.logs;
+  EXPECT_CONTAINS(read_file(params + "/model.json"), "\"loss\": \"mse\"");
+  const double rmse = summary_value(r.logs, "test_rmse");
+
+  const auto worker = [&](std::vector<std::string> args, const std::string& name) {
+    args.insert(args.begin(), {PSTRAIN_WORKER_BIN, "--init-params", params, "--cache-dir", dir.path});
+    const ExitStatus status = wait_for(spawn(args, dir.path + "/" + name + ".log"), 60);
+    return std::make_pair(status, read_file(dir.path + "/" + name + ".log"));
+  };
+  const std::string test_data = dir.path + "/test_x.npy," + dir.path + "/test_y.npy";
+  const auto [evaluated, evaluate_log] = worker({"--evaluate", "--test-data", test_data}, "evaluate");
+  EXPECT_TRUE(evaluated.ok()) << evaluate_log;
+  const size_t at = evaluate_log.find("evaluation: test_loss=");
+  ASSERT_NE(at, std::string::npos) << evaluate_log;
+  EXPECT_CONTAINS(evaluate_log.substr(at), "test_rmse=" + std::to_string(rmse).substr(0, 6));
+
+  const auto [predicted, predict_log] =
+      worker({"--predict", test_data, "--predictions", dir.path + "/p.npy"}, "predict");
+  EXPECT_TRUE(predicted.ok()) << predict_log;
+  EXPECT_CONTAINS(predict_log, "predictions: 150 records x 2 outputs written to " + dir.path + "/p.npy");
+  std::vector<size_t> shape;
+  const std::vector<float> p = read_npy(dir.path + "/p.npy", &shape);
+  ASSERT_EQ(shape, (std::vector<size_t>{150, 2}));
+  double sq = 0;
+  for (size_t i = 0; i < p.size(); ++i) sq += (p[i] - test.y[i]) * (p[i] - test.y[i]);
+  EXPECT_NEAR(std::sqrt(sq / p.size()), rmse, 1e-4);  // the summary's 4 decimals
+
+  const auto [refused, refused_log] =
+      worker({"--index", "0", "--num-workers", "1", "--ps-hosts", "127.0.0.1:1", "--batch-size", "20",
+              "--train-data", dir.path + "/train_x.npy," + dir.path + "/train_y.npy", "--test-data", test_data,
+              "--loss", "huber"},
+             "refused");
+  EXPECT_EQ(refused.code, 2) << refused_log;
+  EXPECT_CONTAINS(refused_log, "--init-params " + params + ": its model was trained with --loss mse (" + params +
+                                   "/model.json), but this job's is --loss huber");
+}
+
+// CSV targets: two columns named by --label-column, between the features.
+TEST(LossJobTest, CsvTargetColumnsTrainARegression) {
+  const TempDir dir("loss-csv");
+  for (const auto& [name, seed, records] : {std::tuple{"train", 1u, 600}, std::tuple{"test", 2u, 200}}) {
+    const Problem p = linear_regression(static_cast<size_t>(records), 3, 2, 0.1, seed);
+    std::ofstream out(dir.path + "/" + name + ".csv");
+    out << "a,y0,b,y1,c\n";
+    for (size_t r = 0; r < p.records; ++r) {
+      out << p.x[r * 3] << "," << p.y[r * 2] << "," << p.x[r * 3 + 1] << "," << p.y[r * 2 + 1] << ","
+          << p.x[r * 3 + 2] << "\n";
+    }
+  }
+  Job job;
+  job.dir = dir.path;
+  job.args = {"--train-data", dir.path + "/train.csv", "--test-data", dir.path + "/test.csv", "--label-column",
+              "y0,y1", "--cache-dir", dir.path, "--loss", "mse", "--model", "dense 2", "--batch-size", "20",
+              "--epochs", "6", "--optimizer", "sgd", "--lr", "0.05", "--lr-schedule", "cosine", "--timeout", "30"};
+  const JobResult r = run_job(job);
+  ASSERT_TRUE(r.ok()) << r.logs;
+  EXPECT_CONTAINS(r.logs, "model: 3 -> dense 2 -> 2");  // 5 columns less 2 targets
+  const double rmse = summary_value(r.logs, "test_rmse");
+  std::printf("CSV targets: test RMSE %.4f (sigma 0.1)\n", rmse);
+  EXPECT_NEAR(rmse, 0.1, 0.01) << r.logs;
+}
+
 struct Refusal {
   ExitStatus status;
   std::string log;
@@ -218,7 +293,7 @@ TEST(LossJobTest, TargetsThatDoNotFitAreUsageErrorsNamingTheFile) {
   EXPECT_CONTAINS(usage_error_of({"--loss", "mse", "--huber-delta", "0"}), "--huber-delta must be a positive number");
   EXPECT_CONTAINS(usage_error_of({"--loss", "l1"}), "--loss: 'l1' is not one of softmax, bce, mse, huber");
   EXPECT_CONTAINS(usage_error_of({"--loss", "mse", "--evaluate", "--init-params", "/p"}),
-                  "--evaluate is built for --loss softmax only, not --loss mse");
+                  "--evaluate takes the loss from --init-params' model.json: drop --loss mse");
 }
 
 }  // namespace

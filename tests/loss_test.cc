@@ -7,13 +7,20 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/errors.h"
+#include "test_util/idx_writer.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
+#include "worker/data/npy_dataset.h"
+#include "worker/data/npy_format.h"
 #include "worker/model.h"
+#include "worker/target_metrics.h"
 
 namespace pstrain {
 namespace {
@@ -154,6 +161,92 @@ TEST(TargetLossTest, TargetsOfTheWrongWidthNameTheLastLayerAndTheFile) {
                  "(100, 2)) are 2 wide (end the list with dense 2)");
   }
   EXPECT_NO_THROW(Network("dense 8, relu, dense 1", {5}, 1, "y.npy (shape (100,))"));  // one output: regression
+}
+
+// The test figures against their definitions on a small case worked by hand.
+TEST(TargetMetricsTest, RegressionFiguresAreTheirDefinitions) {
+  // 3 records x 2 outputs; errors d = (1, -1), (0, 2), (-2, 0).
+  const std::vector<float> z = {2, 0, 3, 5, 1, 6}, t = {1, 1, 3, 3, 3, 6};
+  TargetMetrics m(Loss::kMse, 1, 2);
+  m.add(z.data(), t.data(), 1);
+  m.add(z.data() + 2, t.data() + 2, 2);  // in two calls: sums, not per-call figures
+  EXPECT_EQ(m.samples(), 3u);
+  EXPECT_DOUBLE_EQ(m.loss_sum(), (1 + 1) / 2.0 + (0 + 4) / 2.0 + (4 + 0) / 2.0);
+  EXPECT_DOUBLE_EQ(m.rmse(), std::sqrt(10.0 / 6));
+  EXPECT_DOUBLE_EQ(m.mae(), 6.0 / 6);
+  // SST about each column's own mean (7/3 and 10/3), pooled.
+  double sst = 0;
+  for (int k = 0; k < 2; ++k) {
+    const double mean = (t[k] + t[2 + k] + t[4 + k]) / 3.0;
+    for (int r = 0; r < 3; ++r) sst += (t[r * 2 + k] - mean) * (t[r * 2 + k] - mean);
+  }
+  EXPECT_NEAR(m.r2(), 1 - 10.0 / sst, 1e-12);
+  TargetMetrics huber(Loss::kHuber, 1, 2);
+  huber.add(z.data(), t.data(), 3);
+  EXPECT_DOUBLE_EQ(huber.loss_sum(), (0.5 + 0.5) / 2 + (0 + 1.5) / 2 + (1.5 + 0) / 2);
+  TargetMetrics constant(Loss::kMse, 1, 1);
+  constant.add(z.data(), t.data(), 2);  // targets 1, 1: no variance, no R^2
+  EXPECT_TRUE(std::isnan(constant.r2()));
+}
+
+TEST(TargetMetricsTest, MultiLabelFiguresCountLabelsAndWholeRecords) {
+  // Outputs >= 0 predict 1. Record 0 all right; record 1 one of three wrong; record 2 all wrong.
+  const std::vector<float> z = {3, -1, 0, 2, 2, -5, -1, -2, 4}, t = {1, 0, 1, 1, 0, 0, 1, 1, 0};
+  TargetMetrics m(Loss::kBce, 1, 3);
+  m.add(z.data(), t.data(), 3);
+  EXPECT_DOUBLE_EQ(m.label_accuracy(), 5.0 / 9);
+  EXPECT_DOUBLE_EQ(m.exact_match(), 1.0 / 3);
+  double sum = 0;
+  for (size_t i = 0; i < z.size(); ++i) sum += plain_loss(Loss::kBce, z[i], t[i], 1);
+  EXPECT_NEAR(m.loss_sum(), sum / 3, 1e-12);
+}
+
+// A version 1.0 .npy file of `descr` ('<f8', '<i2', ...) holding `bytes`.
+void write_raw_npy(const std::string& path, const std::string& descr, const std::string& shape, const void* bytes,
+                   size_t size) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  header += std::string(63 - (10 + header.size()) % 64, ' ') + "\n";  // 10 + header a multiple of 64
+  std::ofstream out(path, std::ios::binary);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out << header;
+  out.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(size));
+}
+
+TEST(TargetDataTest, NpyTargetsOfFloat64AndIntegersAreReadAsFloats) {
+  const TempDir dir("target-data");
+  const std::vector<float> x = {0, 1, 2, 3, 4, 5};  // 3 records of 2
+  write_npy(dir.path + "/x.npy", {3, 2}, x.data());
+  const double f64[3] = {0.25, -1.5, 1e10};
+  write_raw_npy(dir.path + "/y64.npy", "<f8", "(3,)", f64, sizeof f64);
+  const int16_t i16[6] = {1, 0, 0, 1, 1, 1};
+  write_raw_npy(dir.path + "/y16.npy", "<i2", "(3, 2)", i16, sizeof i16);
+
+  const auto regression = open_npy_target_dataset(dir.path + "/x.npy", dir.path + "/y64.npy", dir.path, 0,
+                                                  TargetRule{false, "--loss mse"});
+  EXPECT_EQ(regression->target_width(), 1u);
+  EXPECT_EQ(regression->num_classes(), 1);
+  const size_t records[2] = {2, 0};
+  float t[4] = {};
+  regression->read_targets(records, 2, t);
+  EXPECT_EQ(t[0], 1e10f);
+  EXPECT_EQ(t[1], 0.25f);
+
+  const auto labels = open_npy_target_dataset(dir.path + "/x.npy", dir.path + "/y16.npy", dir.path, 0,
+                                              TargetRule{true, "--loss bce"});
+  EXPECT_EQ(labels->target_width(), 2u);
+  EXPECT_EQ(labels->target_source(), dir.path + "/y16.npy (shape (3, 2))");
+  labels->read_targets(records, 2, t);
+  EXPECT_EQ((std::vector<float>(t, t + 4)), (std::vector<float>{1, 1, 1, 0}));
+
+  bool usage = false;  // a value other than 0/1 under bce, naming the file, record and value
+  EXPECT_EQ(test::error_of([&] {
+              open_npy_target_dataset(dir.path + "/x.npy", dir.path + "/y64.npy", dir.path, 0,
+                                      TargetRule{true, "--loss bce"});
+            }, &usage),
+            dir.path + "/y64.npy: target 0.25 of record 0 is not 0 or 1 (--loss bce takes multi-label 0/1 targets)");
+  EXPECT_TRUE(usage);
 }
 
 }  // namespace

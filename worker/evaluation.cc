@@ -258,10 +258,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   q.model = o.model;
   q.hidden = o.hidden;
   q.classes = data.classes;
-  q.loss = data.loss;
+  q.any_loss = true;
   const SavedModel saved = resolve_saved_model(q);
   LoadedModel m;
-  m.data = open_test_data(data, saved.classes);
+  DataOptions with_targets = data;  // the model's loss says what the data's labels are
+  with_targets.loss = saved.loss;
+  m.data = open_test_data(with_targets, saved.classes);
   if (saved.described) {  // the data's records must fit the saved model
     q.classes = saved.classes;
     q.sample_shape = m.data->sample_shape();
@@ -269,7 +271,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   }
   m.backend = make_backend(o.backend);
   m.batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(m.data->size(), 1)));
-  m.model = std::make_unique<Model>(saved.spec, m.data->sample_shape(), saved.classes, m.batch, false, *m.backend);
+  m.model = std::make_unique<Model>(
+      Network(saved.spec, m.data->sample_shape(), saved.classes,
+              saved.loss == Loss::kSoftmax ? "" : m.data->target_source()),
+      m.batch, false, *m.backend);
+  m.model->set_loss(saved.loss, static_cast<float>(saved.huber_delta));
+  m.huber_delta = static_cast<float>(saved.huber_delta);
   m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
                                         static_cast<size_t>(m.batch) * m.data->feature_dim());
   load_params(o.init_params, m.model->layout(), m.replica->host_params());
@@ -287,6 +294,15 @@ BatchStats evaluate_saved_model(const EvaluateOptions& o) {
   PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
               << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
   const auto t0 = Clock::now();
+  if (model.loss() != Loss::kSoftmax) {
+    const TargetMetrics t = evaluate_targets(model, replica, *loaded.backend, *data, batch, loaded.huber_delta);
+    TrainSummary figures;
+    t.fill(&figures);
+    PSLOG(INFO) << "evaluation: test_loss=" << fixed(figures.test_loss, 4) << target_metrics_text(figures, true)
+                << " records=" << data->size()
+                << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
+    return BatchStats{t.loss_sum(), 0};
+  }
   const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
   const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
   PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)

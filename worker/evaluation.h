@@ -121,6 +121,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Replica> replica;
   int batch = 0;  // records per forward pass
+  float huber_delta = 1;  // of a --loss huber model
   LoadedModel();
   LoadedModel(LoadedModel&&) noexcept;
   ~LoadedModel();
@@ -130,7 +131,8 @@ struct LoadedModel {
 LoadedModel load_saved_model(const EvaluateOptions& options, const DataOptions& data);
 
 // --evaluate: loads --init-params into its model, evaluates it on the test data (--test-data, or
-// --data-dir's test set) and prints loss and accuracy. No PS, no training. The model is
+// --data-dir's test set) and prints loss and accuracy (a model of another --loss than softmax:
+// its figures, worker/target_metrics.h, against the data's float targets). No PS, no training. The model is
 // DIR/model.json's, or --model/--hidden's; the number of classes is the saved model's, or
 // --classes, else the length of the saved last layer's bias.
 BatchStats evaluate_saved_model(const EvaluateOptions& options);

@@ -254,13 +254,14 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
     throw Error(where + ": the model has " + std::to_string(saved->classes) + " classes (" + file +
                 "), but the data has " + std::to_string(q.classes) + " (--classes)");
   }
-  if (saved->loss != q.loss) {
+  if (saved->loss != q.loss && !q.any_loss) {
     throw UsageError(where + ": its model was trained with --loss " + loss_name(saved->loss) + " (" + file +
                      "), but this job's is --loss " + loss_name(q.loss));
   }
   out.classes = saved->classes;
   out.spec = saved->spec;
   out.loss = saved->loss;
+  out.huber_delta = saved->huber_delta;
   const std::string targets = targets_of(saved->loss, file);
   const Layout saved_layout = layout_of(*saved);
   if (q.model_given) {

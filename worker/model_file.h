@@ -66,11 +66,13 @@ struct SavedModelQuery {
   std::vector<size_t> sample_shape; // the data's; empty: not known yet (the classes then come from DIR)
   int classes = 0;                  // the data's (0: not known: DIR's)
   Loss loss = Loss::kSoftmax;       // the job's --loss, which a model.json's must be
+  bool any_loss = false;            // --evaluate, --predict: the loss is model.json's, whatever q.loss
 };
 struct SavedModel {
   std::string spec;
   int classes = 0;
   Loss loss = Loss::kSoftmax;  // DIR/model.json's (softmax without one)
+  double huber_delta = 1.0;
   bool described = false;  // DIR has a model.json
 };
 

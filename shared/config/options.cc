@@ -90,9 +90,9 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
       ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
       ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them): fine-tuning, --evaluate or --predict; the model is DIR/model.json's unless --model/--hidden is given, which must then agree with it")
-      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
-      ("predict", po::value(&o.predict), "worker: write the class probabilities (softmax) of --init-params' model for every record of INPUT (any form --test-data takes, labels included: they give the accuracy it prints) to --predictions, and exit; needs no PS")
-      ("predictions", po::value(&o.predictions), "with --predict: the output file, OUT.npy (float32, shape (records, classes)) or OUT.csv (header p0,p1,...; a row per record)")
+      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy (a model trained with --loss bce|mse|huber: its figures against the data's targets, the loss being model.json's), and exit; needs no PS")
+      ("predict", po::value(&o.predict), "worker: write the class probabilities (softmax) of --init-params' model for every record of INPUT (any form --test-data takes, labels included: they give the accuracy it prints) to --predictions, and exit; needs no PS. A model trained with --loss mse|huber writes its raw outputs, one with bce each label's sigmoid probability (the loss being model.json's; INPUT then has its targets)")
+      ("predictions", po::value(&o.predictions), "with --predict: the output file, OUT.npy (float32, shape (records, classes)) or OUT.csv (header p0,p1,..., or y0,y1,... for a regression's outputs; a row per record)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
@@ -292,8 +292,8 @@ void validate(const JobOptions& o, Role role) {
     require(o.classes == 0, "--classes applies to --loss softmax: with " + loss + " the targets' width is the model's outputs");
     require(o.embedding_dim == 0, "--embedding-dim: CTR models train with --loss softmax only, not " + loss);
     require(!o.evaluate && o.predict.empty(),
-            std::string(o.evaluate ? "--evaluate" : "--predict") + " is built for --loss softmax only, not " + loss +
-                " (yet): the chief's epoch lines and --metrics-file give the test figures of a training job");
+            std::string(o.evaluate ? "--evaluate" : "--predict") +
+                " takes the loss from --init-params' model.json: drop " + loss);
   }
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
   require(o.embedding_dim >= 0 && o.embedding_dim <= 4096, "--embedding-dim must be in [0, 4096]");
