@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -99,8 +100,10 @@ TEST(LossJobTest, RegressionLearnsALinearProblemToItsNoiseFloor) {
   write(linear_regression(2000, 8, 1, sigma, 1), dir.path + "/train");
   write(linear_regression(1000, 8, 1, sigma, 2), dir.path + "/test");
   for (const char* loss : {"mse", "huber"}) {
+    const std::string tensorboard = dir.path + "/tb-" + loss;
     const JobResult r = run(dir.path, {"--loss", loss, "--model", "dense 1", "--batch-size", "50", "--epochs", "8",
-                                       "--optimizer", "sgd", "--lr", "0.05", "--lr-schedule", "cosine"});
+                                       "--optimizer", "sgd", "--lr", "0.05", "--lr-schedule", "cosine",
+                                       "--tensorboard-dir", tensorboard});
     ASSERT_TRUE(r.ok()) << r.logs;
     const double rmse = summary_value(r.logs, "test_rmse"), r2 = summary_value(r.logs, "test_r2");
     std::printf("--loss %s: test RMSE %.4f (MSE %.5f against sigma^2 %.5f), MAE %.4f, R^2 %.4f\n", loss, rmse,
@@ -109,6 +112,9 @@ TEST(LossJobTest, RegressionLearnsALinearProblemToItsNoiseFloor) {
     EXPECT_GT(r2, 0.99) << loss;
     EXPECT_TRUE(std::isnan(summary_value(r.logs, "test_accuracy"))) << "no accuracy for " << loss;
     EXPECT_CONTAINS(r.logs, " rmse ");  // the epoch lines
+    std::string events;  // the scalars' tags in the event file
+    for (const auto& entry : std::filesystem::directory_iterator(tensorboard)) events += read_file(entry.path());
+    for (const char* tag : {"test/rmse", "test/mae", "test/r2"}) EXPECT_NE(events.find(tag), std::string::npos) << tag;
   }
 }
 
