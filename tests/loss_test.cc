@@ -12,6 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "shared/checkpoint/job_fingerprint.h"
+#include "shared/config/options.h"
+#include "shared/config/part_options.h"
 #include "shared/util/error.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
@@ -199,6 +202,19 @@ TEST(TargetMetricsTest, MultiLabelFiguresCountLabelsAndWholeRecords) {
   double sum = 0;
   for (size_t i = 0; i < z.size(); ++i) sum += plain_loss(Loss::kBce, z[i], t[i], 1);
   EXPECT_NEAR(m.loss_sum(), sum / 3, 1e-12);
+}
+
+// A checkpoint of another loss is another job's (--resume passes over it); a softmax job's
+// fingerprint has no "loss", so checkpoints written before there were other losses still match.
+TEST(TargetLossTest, TheLossIsPartOfTheJobFingerprint) {
+  JobOptions o;
+  const Fingerprint softmax = job_fingerprint(job_identity(o));
+  for (const auto& [key, value] : softmax) EXPECT_NE(key, "loss");
+  o.loss = Loss::kHuber;
+  o.huber_delta = 0.5;
+  const Fingerprint huber = job_fingerprint(job_identity(o));
+  std::string accepted;
+  EXPECT_EQ(fingerprint_differences(huber, softmax, {}, &accepted), "loss huber delta 0.5 (this job: none)");
 }
 
 // A version 1.0 .npy file of `descr` ('<f8', '<i2', ...) holding `bytes`.
