@@ -644,6 +644,40 @@ TEST_F(CudaBackendTest, TargetLossesMatchCpu) {
   }
 }
 
+// A model of each loss of float targets: the same summed loss and parameter gradients on both
+// backends (the targets uploaded as the trainer does).
+TEST_F(CudaMlpTest, TargetLossModelGradientsMatchTheCpu) {
+  const int in = 20, outputs = 4, batch = 33;
+  for (const Loss loss : {Loss::kMse, Loss::kHuber, Loss::kBce}) {
+    const std::string what = std::string("--loss ") + loss_name(loss);
+    const auto network = [&] {
+      return Network("dense 32, tanh, dense 4", {static_cast<size_t>(in)}, outputs, "the test's targets");
+    };
+    Model gpu_model(network(), batch, false, *gpu_), cpu_model(network(), batch, false, *cpu_);
+    gpu_model.set_loss(loss, 0.5f);
+    cpu_model.set_loss(loss, 0.5f);
+    const Layout& layout = cpu_model.layout();
+    const size_t n = layout.total();
+    std::vector<float> params(n);
+    cpu_model.init(7, params.data());
+    const auto x = random_floats(static_cast<size_t>(batch) * in, 81);
+    auto t = random_floats(static_cast<size_t>(batch) * outputs, 82, -2, 2);
+    if (loss == Loss::kBce) {
+      for (float& v : t) v = v > 0 ? 1.0f : 0.0f;
+    }
+    const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
+      BufferPtr dp = put(backend, params), dx = put(backend, x), dt = put(backend, t), dg = backend.allocate(n);
+      const BatchStats stats = model.train_step_targets(dp.get(), dx.get(), dt.get(), batch, dg.get());
+      grad = get(backend, dg.get(), n);
+      return stats;
+    };
+    std::vector<float> gpu_grad, cpu_grad;
+    const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
+    EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum) << what;
+    expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, what + " gradient");
+  }
+}
+
 // A CTR-shaped model starting with the dot layer: the same loss, parameter gradients and input
 // gradient (what goes back to the embedding tables) on both backends.
 TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {

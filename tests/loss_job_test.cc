@@ -144,8 +144,9 @@ TEST(LossJobTest, MultiLabelBceLearnsWellAboveChance) {
   EXPECT_EQ(metrics.find("\"test_accuracy\""), std::string::npos) << metrics;
 }
 
-// The mirrored contract with float targets: 3 workers of batch 8 on 2 PS shards end with the
-// parameters of one worker of batch 24, for mse (2 targets) and bce (3 labels), sgd and adam.
+// The mirrored contract with float targets: 3 workers of batch 8 on 2 PS shards, and one worker
+// accumulating 3 micro-batches of 8, end with the parameters of one worker of batch 24, for mse
+// (2 targets) and bce (3 labels), sgd and adam.
 TEST(LossJobTest, MseAndBceKeepTheMirroredContract) {
   const TempDir dir("loss-mirrored");
   for (const char* loss : {"mse", "bce"}) {
@@ -153,14 +154,15 @@ TEST(LossJobTest, MseAndBceKeepTheMirroredContract) {
     write(bce ? multi_label(300, 6, 3, 1) : linear_regression(300, 6, 2, 0.1, 1), dir.path + "/train");
     write(bce ? multi_label(100, 6, 3, 2) : linear_regression(100, 6, 2, 0.1, 2), dir.path + "/test");
     for (const char* optimizer : {"sgd", "adam"}) {
-      const auto train = [&](int workers, int shards, int batch, const std::string& tag) {
+      const auto train = [&](int workers, int shards, int batch, const std::string& tag,
+                             const std::vector<std::string>& more = {}) {
         const std::string out = dir.path + "/" + loss + optimizer + tag;
-        const JobResult r = run(dir.path,
-                                {"--loss", loss, "--model", bce ? "dense 16, tanh, dense 3" : "dense 16, tanh, dense 2",
-                                 "--batch-size", std::to_string(batch), "--steps", "20", "--epochs", "5",
-                                 "--optimizer", optimizer, "--lr", optimizer[0] == 'a' ? "0.01" : "0.05",
-                                 "--save-params", out},
-                                workers, shards);
+        std::vector<std::string> args = {"--loss", loss, "--model", bce ? "dense 16, tanh, dense 3" : "dense 16, tanh, dense 2",
+                                         "--batch-size", std::to_string(batch), "--steps", "20", "--epochs", "5",
+                                         "--optimizer", optimizer, "--lr", optimizer[0] == 'a' ? "0.01" : "0.05",
+                                         "--save-params", out};
+        args.insert(args.end(), more.begin(), more.end());
+        const JobResult r = run(dir.path, args, workers, shards);
         EXPECT_TRUE(r.ok()) << r.logs;
         return load_saved_params(out);
       };
@@ -169,6 +171,9 @@ TEST(LossJobTest, MseAndBceKeepTheMirroredContract) {
       std::printf("--loss %s %s: 3 workers on 2 shards vs one: max |difference| / max |parameter| = %.3g\n", loss,
                   optimizer, rel);
       EXPECT_LE(rel, 1e-5) << loss << " " << optimizer;
+      // One worker accumulating 3 micro-batches of 8 (each micro-batch's targets uploaded in turn).
+      const double accumulated = relative_difference(one, train(1, 1, 8, "accum", {"--accum-steps", "3"}));
+      EXPECT_LE(accumulated, 1e-5) << loss << " " << optimizer << " with --accum-steps 3";
       EXPECT_GT(relative_difference(one, train(1, 1, 16, "other")), 1e-3)
           << "the check can fail: another batch gives other parameters";
     }
