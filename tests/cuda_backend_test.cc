@@ -612,6 +612,72 @@ TEST_F(CudaBackendTest, DotInteractionMatchesCpu) {
   }
 }
 
+// The losses of float targets (--loss bce | mse | huber): the same element formulas
+// (worker/loss_math.h) on both, per-row losses in double summed in row order, so the sums agree to
+// exp/log1p's last bits; gradients within an ulp or two (expf). Rows past a block, K = 1 and K =
+// 7, logits large enough that bce's exp would overflow unshifted, Huber errors on both sides of
+// delta.
+TEST_F(CudaBackendTest, TargetLossesMatchCpu) {
+  for (const Loss loss : {Loss::kMse, Loss::kHuber, Loss::kBce}) {
+    for (const int cols : {1, 7}) {
+      const int rows = 300;
+      auto z = random_floats(static_cast<size_t>(rows) * cols, 71, -4, 4);
+      auto t = random_floats(z.size(), 72, -2, 2);
+      for (size_t i = 0; i < z.size(); i += 5) z[i] *= 200.0f;
+      if (loss == Loss::kBce) {
+        for (float& v : t) v = v > 0 ? 1.0f : 0.0f;
+      }
+      const auto run = [&](Backend& backend, double* loss_sum, double* forward_only) {
+        BufferPtr dz = put(backend, z), dt = put(backend, t), grad = backend.allocate(z.size());
+        *loss_sum = backend.target_loss(loss, dz.get(), dt.get(), rows, cols, 0.7f, grad.get()).loss_sum;
+        *forward_only = backend.target_loss(loss, dz.get(), dt.get(), rows, cols, 0.7f, nullptr).loss_sum;
+        return get(backend, grad.get(), z.size());
+      };
+      double gpu_sum = 0, gpu_forward = 0, cpu_sum = 0, cpu_forward = 0;
+      const std::vector<float> gpu_grad = run(*gpu_, &gpu_sum, &gpu_forward), cpu_grad = run(*cpu_, &cpu_sum, &cpu_forward);
+      const std::string what = std::string("target_loss ") + loss_name(loss) + " K=" + std::to_string(cols);
+      EXPECT_TRUE(std::isfinite(gpu_sum)) << what;
+      EXPECT_NEAR(gpu_sum, cpu_sum, 1e-9 * (1 + std::fabs(cpu_sum))) << what;
+      EXPECT_EQ(gpu_forward, gpu_sum) << what << " (without the gradient)";
+      expect_within(gpu_grad, cpu_grad, 2.5e-7, what + " gradient");
+    }
+  }
+}
+
+// A model of each loss of float targets: the same summed loss and parameter gradients on both
+// backends (the targets uploaded as the trainer does).
+TEST_F(CudaMlpTest, TargetLossModelGradientsMatchTheCpu) {
+  const int in = 20, outputs = 4, batch = 33;
+  for (const Loss loss : {Loss::kMse, Loss::kHuber, Loss::kBce}) {
+    const std::string what = std::string("--loss ") + loss_name(loss);
+    const auto network = [&] {
+      return Network("dense 32, tanh, dense 4", {static_cast<size_t>(in)}, outputs, "the test's targets");
+    };
+    Model gpu_model(network(), batch, false, *gpu_), cpu_model(network(), batch, false, *cpu_);
+    gpu_model.set_loss(loss, 0.5f);
+    cpu_model.set_loss(loss, 0.5f);
+    const Layout& layout = cpu_model.layout();
+    const size_t n = layout.total();
+    std::vector<float> params(n);
+    cpu_model.init(7, params.data());
+    const auto x = random_floats(static_cast<size_t>(batch) * in, 81);
+    auto t = random_floats(static_cast<size_t>(batch) * outputs, 82, -2, 2);
+    if (loss == Loss::kBce) {
+      for (float& v : t) v = v > 0 ? 1.0f : 0.0f;
+    }
+    const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
+      BufferPtr dp = put(backend, params), dx = put(backend, x), dt = put(backend, t), dg = backend.allocate(n);
+      const BatchStats stats = model.train_step_targets(dp.get(), dx.get(), dt.get(), batch, dg.get());
+      grad = get(backend, dg.get(), n);
+      return stats;
+    };
+    std::vector<float> gpu_grad, cpu_grad;
+    const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
+    EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum) << what;
+    expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, what + " gradient");
+  }
+}
+
 // A CTR-shaped model starting with the dot layer: the same loss, parameter gradients and input
 // gradient (what goes back to the embedding tables) on both backends.
 TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {

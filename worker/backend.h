@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "shared/util/modes.h"
+
 namespace pstrain {
 
 using BufferPtr = std::unique_ptr<float[], std::function<void(float*)>>;
@@ -164,6 +166,14 @@ class Backend {
   // (softmax - q), per sample. `correct` counts arg-max == label either way.
   virtual BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
                                   float smoothing) = 0;
+
+  // A loss of float targets (--loss bce | mse | huber, never kSoftmax) of outputs[rows, cols]
+  // against targets[rows, cols] in backend memory: a sample's loss is the mean over its cols of
+  // worker/loss_math.h's element_loss (in double, in column order), loss_sum the samples' sum in
+  // row order; `correct` is 0. If doutputs is not null it receives the summed loss's gradient,
+  // element_grad (it may alias outputs).
+  virtual BatchStats target_loss(Loss loss, const float* outputs, const float* targets, int rows, int cols,
+                                 float huber_delta, float* doutputs) = 0;
 };
 
 // The device a worker computes on (filled from the job's flags in main: worker/options_from_job.h).

@@ -16,6 +16,7 @@
 #include "worker/param_files.h"
 #include "worker/replica.h"
 #include "worker/auc.h"
+#include "worker/target_metrics.h"
 #include "worker/sparse/ctr_input.h"
 
 namespace pstrain {
@@ -80,7 +81,35 @@ BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInp
   return total;
 }
 
+// A loss of float targets: the outputs of the whole test set against its targets, on the host.
+TargetMetrics evaluate_targets(Model& model, Replica& replica, Backend& backend, const Dataset& data, int eval_batch,
+                               float huber_delta) {
+  const size_t batch = static_cast<size_t>(eval_batch), width = data.target_width();
+  std::vector<size_t> records(batch);
+  std::vector<float> x(batch * data.feature_dim()), outputs(batch * width), targets(batch * width);
+  std::vector<int32_t> y(batch);
+  TargetMetrics metrics(model.loss(), huber_delta, width);
+  for (size_t start = 0; start < data.size(); start += batch) {
+    const size_t count = std::min(batch, data.size() - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    data.read_targets(records.data(), count, targets.data());
+    const float* input = replica.input(x.data(), count * data.feature_dim());
+    backend.download(outputs.data(), model.logits(replica.params(), input, static_cast<int>(count)), count * width);
+    metrics.add(outputs.data(), targets.data(), count);
+  }
+  return metrics;
+}
+
 }  // namespace
+
+void Evaluation::set_target_loss(Loss loss, float huber_delta, Backend& backend) {
+  loss_ = loss;
+  huber_delta_ = huber_delta;
+  backend_ = &backend;
+  shared_ = false;  // the chief evaluates alone (the shared sums carry loss and accuracy only)
+  summary_->loss = loss;
+}
 
 void Evaluation::set_ctr_input(CtrInput* ctr, Backend& backend) {
   ctr_ = ctr;
@@ -102,7 +131,7 @@ Evaluation::Evaluation(const EvaluationOptions& o, const DataOptions& data,
   // Shared evaluations need every worker to hold the same parameters after a step, and an
   // epoch's end before the job's last step (that one's evaluation is the chief's alone).
   shared_ = o_.num_workers > 1 && (o_.mode == Mode::kAllreduce || (o_.mode == Mode::kSync && o_.backup_workers == 0)) &&
-            total_steps_ > steps_per_epoch_;
+            total_steps_ > steps_per_epoch_ && data.loss == Loss::kSoftmax;  // targets: set_target_loss
   if (!chief_ && shared_) test_data_ = open_test_data(data, classes);
 }
 
@@ -134,6 +163,16 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     epoch_.reset();
   } else if (epoch_end || last) {
     const auto e0 = Clock::now();
+    if (loss_ != Loss::kSoftmax) {
+      const TargetMetrics t = evaluate_targets(*model_, *replica_, *backend_, *test_data_, eval_batch_, huber_delta_);
+      times->eval_us = micros(Clock::now() - e0);
+      summary_->train_loss = epoch_.mean_loss();
+      t.fill(summary_);
+      report_epoch(epoch + 1, step + 1, EvalSums{t.samples(), t.loss_sum(), 0},
+                   "(evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)");
+      epoch_.reset();
+      return;
+    }
     const BatchStats t =
         ctr_ != nullptr ? evaluate_ctr(*model_, *replica_, *backend_, *ctr_, *test_data_, eval_batch_, 0,
                                        test_data_->size(), step + 1, &summary_->test_auc)
@@ -187,9 +226,11 @@ void Evaluation::report_shared_evaluation(const StepMetrics& m) {
 void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how) {
   summary_->test_loss = test.loss_sum / static_cast<double>(test.samples);
   summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
-  PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4) << " acc "
-              << fixed(summary_->train_accuracy, 4) << "; test loss " << fixed(summary_->test_loss, 4) << " acc "
-              << fixed(summary_->test_accuracy, 4)
+  const bool accuracy = loss_ == Loss::kSoftmax;
+  PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4)
+              << (accuracy ? " acc " + fixed(summary_->train_accuracy, 4) : "") << "; test loss "
+              << fixed(summary_->test_loss, 4) << (accuracy ? " acc " + fixed(summary_->test_accuracy, 4) : "")
+              << target_metrics_text(*summary_, false)
               << (summary_->binary ? " auc " + fixed(summary_->test_auc, 4) : "") << " " << how;
   if (metrics_ == nullptr) return;
   nlohmann::ordered_json r;
@@ -197,9 +238,10 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   r["epoch"] = epoch;
   r["step"] = step;
   r["train_loss"] = summary_->train_loss;
-  r["train_accuracy"] = summary_->train_accuracy;
+  if (accuracy) r["train_accuracy"] = summary_->train_accuracy;
   r["test_loss"] = summary_->test_loss;
-  r["test_accuracy"] = summary_->test_accuracy;
+  if (accuracy) r["test_accuracy"] = summary_->test_accuracy;
+  add_target_metrics(*summary_, &r);
   if (summary_->binary) r["test_auc"] = summary_->test_auc;
   r["test_samples"] = test.samples;
   metrics_->write(r);
@@ -216,9 +258,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   q.model = o.model;
   q.hidden = o.hidden;
   q.classes = data.classes;
+  q.any_loss = true;
   const SavedModel saved = resolve_saved_model(q);
   LoadedModel m;
-  m.data = open_test_data(data, saved.classes);
+  DataOptions with_targets = data;  // the model's loss says what the data's labels are
+  with_targets.loss = saved.loss;
+  m.data = open_test_data(with_targets, saved.classes);
   if (saved.described) {  // the data's records must fit the saved model
     q.classes = saved.classes;
     q.sample_shape = m.data->sample_shape();
@@ -226,7 +271,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   }
   m.backend = make_backend(o.backend);
   m.batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(m.data->size(), 1)));
-  m.model = std::make_unique<Model>(saved.spec, m.data->sample_shape(), saved.classes, m.batch, false, *m.backend);
+  m.model = std::make_unique<Model>(
+      Network(saved.spec, m.data->sample_shape(), saved.classes,
+              saved.loss == Loss::kSoftmax ? "" : m.data->target_source()),
+      m.batch, false, *m.backend);
+  m.model->set_loss(saved.loss, static_cast<float>(saved.huber_delta));
+  m.huber_delta = static_cast<float>(saved.huber_delta);
   m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
                                         static_cast<size_t>(m.batch) * m.data->feature_dim());
   load_params(o.init_params, m.model->layout(), m.replica->host_params());
@@ -244,6 +294,15 @@ BatchStats evaluate_saved_model(const EvaluateOptions& o) {
   PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
               << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
   const auto t0 = Clock::now();
+  if (model.loss() != Loss::kSoftmax) {
+    const TargetMetrics t = evaluate_targets(model, replica, *loaded.backend, *data, batch, loaded.huber_delta);
+    TrainSummary figures;
+    t.fill(&figures);
+    PSLOG(INFO) << "evaluation: test_loss=" << fixed(figures.test_loss, 4) << target_metrics_text(figures, true)
+                << " records=" << data->size()
+                << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
+    return BatchStats{t.loss_sum(), 0};
+  }
   const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
   const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
   PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)

@@ -58,6 +58,9 @@ class Evaluation {
   // --embedding-dim: the test records' inputs take their rows from the PS's tables (as they are
   // after the step evaluated), the chief evaluates alone, and reports the AUC too.
   void set_ctr_input(CtrInput* ctr, Backend& backend);
+  // --loss bce | mse | huber: the test set's float targets against the outputs, downloaded from
+  // `backend` (worker/target_metrics.h); the chief evaluates alone.
+  void set_target_loss(Loss loss, float huber_delta, Backend& backend);
   // The chief: a record of every epoch's figures goes to `metrics` too (worker/metrics_sink.h).
   void set_metrics(MetricsSink* metrics) { metrics_ = metrics; }
 
@@ -96,7 +99,9 @@ class Evaluation {
   std::pair<double, double> awaited_train_;  // its training loss and accuracy
   MetricsSink* metrics_ = nullptr;
   CtrInput* ctr_ = nullptr;
-  Backend* backend_ = nullptr;  // with ctr_: the logits come from it
+  Backend* backend_ = nullptr;  // with ctr_ or a target loss: the logits come from it
+  Loss loss_ = Loss::kSoftmax;
+  float huber_delta_ = 1.0f;
 };
 
 // --evaluate's options (filled from the job's flags in main: worker/options_from_job.h).
@@ -116,6 +121,7 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Replica> replica;
   int batch = 0;  // records per forward pass
+  float huber_delta = 1;  // of a --loss huber model
   LoadedModel();
   LoadedModel(LoadedModel&&) noexcept;
   ~LoadedModel();
@@ -125,7 +131,8 @@ struct LoadedModel {
 LoadedModel load_saved_model(const EvaluateOptions& options, const DataOptions& data);
 
 // --evaluate: loads --init-params into its model, evaluates it on the test data (--test-data, or
-// --data-dir's test set) and prints loss and accuracy. No PS, no training. The model is
+// --data-dir's test set) and prints loss and accuracy (a model of another --loss than softmax:
+// its figures, worker/target_metrics.h, against the data's float targets). No PS, no training. The model is
 // DIR/model.json's, or --model/--hidden's; the number of classes is the saved model's, or
 // --classes, else the length of the saved last layer's bias.
 BatchStats evaluate_saved_model(const EvaluateOptions& options);

@@ -28,9 +28,11 @@ Shape input_shape(const std::vector<size_t>& sample) {
 
 }  // namespace
 
-Network::Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes)
+Network::Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes,
+                 const std::string& targets)
     : input_(input_shape(sample_shape)), classes_(classes) {
-  if (classes < 2) throw UsageError("the model needs at least 2 classes, the data has " + std::to_string(classes));
+  if (!targets.empty() && classes < 1) throw UsageError(targets + ": the targets have no values per record");
+  if (targets.empty() && classes < 2) throw UsageError("the model needs at least 2 classes, the data has " + std::to_string(classes));
   std::vector<LayerSpec> specs = parse_model(spec);
   // relu then maxpool computes as maxpool then relu: max commutes with max(., 0) exactly, and the
   // gradients agree (a window whose maximum is <= 0 passes none either way), so the parameters are
@@ -47,6 +49,11 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
       p += layers_.back()->param_layers();
     }
     shape = layers_.back()->out();
+  }
+  if (!targets.empty() && shape.size() != static_cast<size_t>(classes)) {
+    throw UsageError("--model: the last layer '" + layers_.back()->text() + "' gives " + shape.text() +
+                     " outputs per sample, but the targets of " + targets + " are " + std::to_string(classes) +
+                     " wide (end the list with dense " + std::to_string(classes) + ")");
   }
   if (shape.size() != static_cast<size_t>(classes)) {
     throw UsageError("--model: the last layer gives " + shape.text() + " outputs per sample, but the data has " +
@@ -237,7 +244,9 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
   float* delta = delta_a_.get();  // d(loss)/d(output of layer l)
   float* spare = delta_b_.get();
   const BatchStats stats =
-      backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), delta, label_smoothing_);
+      loss_ == Loss::kSoftmax
+          ? backend_.softmax_xent(output_of(n - 1, x), y, batch, net_.classes(), delta, label_smoothing_)
+          : backend_.target_loss(loss_, output_of(n - 1, x), targets_, batch, net_.classes(), huber_delta_, delta);
   for (size_t l = n; l-- > 0;) {
     const int block = plan_.block_of[l];
     const bool block_end = l + 1 == n || plan_.block_of[l + 1] != block;
@@ -259,6 +268,15 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
     if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);
     if (dx == spare) std::swap(delta, spare);
   }
+  return stats;
+}
+
+BatchStats Model::train_step_targets(const float* params, const float* x, const float* t, int batch, float* grad,
+                                     const GradReady& on_ready, bool accumulate, const Keys& keys, float* input_grad) {
+  PSTRAIN_CHECK(loss_ != Loss::kSoftmax && t != nullptr);
+  targets_ = t;
+  const BatchStats stats = train_step(params, x, nullptr, batch, grad, on_ready, accumulate, keys, input_grad);
+  targets_ = nullptr;
   return stats;
 }
 

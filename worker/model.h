@@ -24,8 +24,10 @@ class Network {
   }
   // `spec`: a layer list (parse_model); `sample_shape`: the data's {C, H, W} or {D}. Throws
   // pstrain::UsageError for a list that does not fit the data or does not end in `classes`
-  // outputs.
-  Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes);
+  // outputs. `targets` empty: `classes` class labels (2 or more); else the data's float targets,
+  // `classes` wide (1 or more), as messages name them ("y.npy (shape (1000, 3))").
+  Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes,
+          const std::string& targets = "");
 
   const Layout& layout() const { return layout_; }
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
@@ -104,6 +106,19 @@ class Model {
   BatchStats train_step(const float* params, const float* x, const int32_t* y, int batch, float* grad,
                         const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {},
                         float* input_grad = nullptr);
+  // The loss the passes end in (--loss; docs/models.md, "Losses"): softmax cross-entropy over
+  // class labels by default; with another (bce, mse, huber), the network's outputs are its K
+  // predictions and the passes take float targets instead (the *_targets forms).
+  void set_loss(Loss loss, float huber_delta = 1.0f) {
+    loss_ = loss;
+    huber_delta_ = huber_delta;
+  }
+  Loss loss() const { return loss_; }
+  // train_step for a loss of float targets: t is batch x classes() floats in backend memory.
+  BatchStats train_step_targets(const float* params, const float* x, const float* t, int batch, float* grad,
+                                const GradReady& on_ready = nullptr, bool accumulate = false, const Keys& keys = {},
+                                float* input_grad = nullptr);
+
   // Forward only (dropout off).
   BatchStats evaluate(const float* params, const float* x, const int32_t* y, int batch);
   // Forward only (dropout off): the logits, batch x classes in backend memory, valid until the
@@ -121,6 +136,9 @@ class Model {
   int max_batch_;
   bool recompute_;
   float label_smoothing_ = 0.0f;
+  Loss loss_ = Loss::kSoftmax;
+  float huber_delta_ = 1.0f;
+  const float* targets_ = nullptr;  // during train_step_targets
   Network::Plan plan_;
   std::vector<BufferPtr> buffers_;  // persistent buffers (null for arena ones)
   std::vector<float*> buffer_ptr_;  // every buffer: its own or a place in the arena

@@ -80,6 +80,18 @@ Json training_json(const TrainingRecord& t) {
   return j;
 }
 
+Loss loss_of(const std::string& name, const std::string& path) {
+  for (const Loss l : {Loss::kSoftmax, Loss::kBce, Loss::kMse, Loss::kHuber}) {
+    if (name == loss_name(l)) return l;
+  }
+  throw Error(path + ": \"loss\" '" + name + "' is not one of softmax, bce, mse, huber");
+}
+
+// What the last layer's outputs are, for Network: "" (classes) or the targets they fit.
+std::string targets_of(Loss loss, const std::string& where) {
+  return loss == Loss::kSoftmax ? "" : "the --loss " + std::string(loss_name(loss)) + " model of " + where;
+}
+
 // Reads the fields that matter; `path` names the file in errors.
 ModelDescription description_from(const Json& j, const std::string& path) {
   const auto fail = [&](const std::string& why) { return Error(path + ": " + why); };
@@ -105,6 +117,8 @@ ModelDescription description_from(const Json& j, const std::string& path) {
       d.training.test_loss = t.value("test_loss", 0.0);
       d.training.test_accuracy = t.value("test_accuracy", 0.0);
     }
+    if (j.contains("loss")) d.loss = loss_of(j["loss"].get<std::string>(), path);
+    d.huber_delta = j.value("huber_delta", 1.0);
   } catch (const Json::exception& e) {
     throw fail(std::string("a field is missing or of the wrong type: ") + e.what());
   }
@@ -136,7 +150,7 @@ ModelDescription description_from(const Json& j, const std::string& path) {
 std::string bracket_shape(const std::vector<size_t>& shape) { return "[" + join_shape(shape, ", ") + "]"; }
 
 Layout layout_of(const ModelDescription& d) {
-  return Network(d.spec, d.input_shape, d.classes).layout();
+  return Network(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json")).layout();
 }
 
 std::string model_json_text(const ModelDescription& d) {
@@ -150,6 +164,8 @@ std::string model_json_text(const ModelDescription& d) {
   j["layers"] = layers_json(d.spec, net);
   j["input_shape"] = d.input_shape;
   j["classes"] = d.classes;
+  j["loss"] = loss_name(d.loss);
+  if (d.loss == Loss::kHuber) j["huber_delta"] = d.huber_delta;
   j["dtype"] = "float32";
   j["total_parameters"] = layout.total();
   Json variables = Json::array();
@@ -259,14 +275,21 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
     throw Error(where + ": the model has " + std::to_string(saved->classes) + " classes (" + file +
                 "), but the data has " + std::to_string(q.classes) + " (--classes)");
   }
+  if (saved->loss != q.loss && !q.any_loss) {
+    throw UsageError(where + ": its model was trained with --loss " + loss_name(saved->loss) + " (" + file +
+                     "), but this job's is --loss " + loss_name(q.loss));
+  }
   out.classes = saved->classes;
   out.spec = saved->spec;
+  out.loss = saved->loss;
+  out.huber_delta = saved->huber_delta;
+  const std::string targets = targets_of(saved->loss, file);
   const Layout saved_layout = layout_of(*saved);
   if (q.model_given) {
     const std::string given = Network::spec_of(q.model, q.hidden, saved->classes);
     Layout ours;
     try {
-      ours = Network(given, saved->input_shape, saved->classes).layout();
+      ours = Network(given, saved->input_shape, saved->classes, targets).layout();
     } catch (const Error& e) {
       throw UsageError(where + ": " + given_text(q) + " does not fit the saved model's input " +
                        bracket_shape(saved->input_shape) + " and " + std::to_string(saved->classes) + " classes (" +
@@ -292,7 +315,7 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
     // images), which the layout then shows; anything else is another input.
     std::string difference;
     try {
-      difference = layout_difference(saved_layout, Network(out.spec, q.sample_shape, out.classes).layout(), file);
+      difference = layout_difference(saved_layout, Network(out.spec, q.sample_shape, out.classes, targets).layout(), file);
     } catch (const Error& e) {
       difference = e.what();
     }

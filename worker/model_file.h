@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/train/layout.h"
+#include "shared/util/modes.h"
 
 namespace pstrain {
 
@@ -30,7 +31,11 @@ struct ModelDescription {
   std::string spec;                  // the layer list (--model, or --hidden's MLP written out)
   std::string given_as;              // how the job gave it: "--model" or "--hidden 256,128"
   std::vector<size_t> input_shape;   // one sample: {C, H, W} or {D}
-  int classes = 0;
+  int classes = 0;                   // the last layer's outputs: classes, or float targets per record
+  // --loss: what the outputs were trained against ("loss" in model.json; a file without it:
+  // softmax, as every model was before there were others), and --huber-delta for huber
+  Loss loss = Loss::kSoftmax;
+  double huber_delta = 1.0;
   TrainingRecord training;
 };
 
@@ -60,10 +65,14 @@ struct SavedModelQuery {
   std::vector<int> hidden;
   std::vector<size_t> sample_shape; // the data's; empty: not known yet (the classes then come from DIR)
   int classes = 0;                  // the data's (0: not known: DIR's)
+  Loss loss = Loss::kSoftmax;       // the job's --loss, which a model.json's must be
+  bool any_loss = false;            // --evaluate, --predict: the loss is model.json's, whatever q.loss
 };
 struct SavedModel {
   std::string spec;
   int classes = 0;
+  Loss loss = Loss::kSoftmax;  // DIR/model.json's (softmax without one)
+  double huber_delta = 1.0;
   bool described = false;  // DIR has a model.json
 };
 

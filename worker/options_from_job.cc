@@ -29,6 +29,7 @@ DataOptions data_options(const JobOptions& o) {
   d.skip_bad_lines = o.skip_bad_lines;
   d.classes = o.classes;
   d.evaluate = o.evaluate || !o.predict.empty();
+  d.loss = o.loss;
   return d;
 }
 
@@ -104,6 +105,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.hidden = o.hidden;
   t.recompute = o.recompute;
   t.label_smoothing = static_cast<float>(o.label_smoothing);
+  t.huber_delta = static_cast<float>(o.huber_delta);
   t.embedding_dim = o.embedding_dim;
   t.per_field_tables = o.embedding_tables == "per-field";
   t.num_ps = o.num_ps;
@@ -124,7 +126,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.checkpoint = checkpoint_options(o);
   t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 : o.num_ps;  // allreduce: the chief's one file
   t.evaluation = EvaluationOptions{o.index, o.num_workers, o.mode, o.backup_workers};
-  t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every, o.optimizer};
+  t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every, o.optimizer, o.loss};
   t.placement = [o](const std::string& device) { return describe_placement(o, device); };
   return t;
 }

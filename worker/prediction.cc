@@ -13,7 +13,9 @@
 #include "worker/data/npy_format.h"
 #include "worker/model.h"
 #include "worker/progress.h"
+#include "worker/loss_math.h"
 #include "worker/replica.h"
+#include "worker/target_metrics.h"
 
 namespace pstrain {
 namespace {
@@ -31,9 +33,10 @@ int softmax_row(const float* logits, int classes, float* out) {
   return static_cast<int>(top - logits);
 }
 
-std::string csv_text(const std::vector<float>& p, size_t records, int classes) {
+// `column`: the header's prefix ("p" for probabilities, "y" for a regression's outputs).
+std::string csv_text(const std::vector<float>& p, size_t records, int classes, const std::string& column = "p") {
   std::string text;
-  for (int c = 0; c < classes; ++c) text += (c ? ",p" : "p") + std::to_string(c);
+  for (int c = 0; c < classes; ++c) text += (c ? "," : "") + column + std::to_string(c);
   text += "\n";
   char number[32];
   for (size_t r = 0; r < records; ++r) {
@@ -47,10 +50,52 @@ std::string csv_text(const std::vector<float>& p, size_t records, int classes) {
   return text;
 }
 
+// A model of float targets (--loss bce | mse | huber): its raw outputs (mse, huber) or their
+// sigmoids (bce), and its figures against the input's targets.
+PredictionSummary predict_targets(LoadedModel& loaded, const PredictOptions& o) {
+  const Dataset& data = *loaded.data;
+  const Loss loss = loaded.model->loss();
+  PredictionSummary s;
+  s.records = data.size();
+  s.classes = loaded.model->classes();
+  const size_t width = static_cast<size_t>(s.classes), batch = static_cast<size_t>(loaded.batch);
+  std::vector<float> predictions(s.records * width), outputs(batch * width), targets(batch * width);
+  std::vector<size_t> records(batch);
+  std::vector<float> x(batch * data.feature_dim());
+  std::vector<int32_t> y(batch);
+  TargetMetrics metrics(loss, loaded.huber_delta, width);
+  for (size_t start = 0; start < s.records; start += batch) {
+    const size_t count = std::min(batch, s.records - start);
+    std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
+    data.read(records.data(), count, x.data(), y.data());
+    data.read_targets(records.data(), count, targets.data());
+    const float* input = loaded.replica->input(x.data(), count * data.feature_dim());
+    const float* out = loaded.model->logits(loaded.replica->params(), input, static_cast<int>(count));
+    loaded.backend->download(outputs.data(), out, count * width);
+    metrics.add(outputs.data(), targets.data(), count);
+    for (size_t i = 0; i < count * width; ++i) {
+      predictions[start * width + i] = loss == Loss::kBce ? stable_sigmoid(outputs[i]) : outputs[i];
+    }
+  }
+  if (ends_with(o.output, ".csv")) {
+    write_file_atomically(o.output, csv_text(predictions, s.records, s.classes, loss == Loss::kBce ? "p" : "y"));
+  } else {
+    write_npy(o.output, {s.records, width}, predictions.data());
+  }
+  TrainSummary figures;
+  metrics.fill(&figures);
+  std::cout << "predictions: " << s.records << " records x " << s.classes
+            << (loss == Loss::kBce ? " label probabilities" : " outputs") << " written to " << o.output
+            << " (against the input's targets: test_loss=" << fixed(figures.test_loss, 4)
+            << target_metrics_text(figures, true) << ")" << std::endl;
+  return s;
+}
+
 }  // namespace
 
 PredictionSummary predict_saved_model(const PredictOptions& o) {
   LoadedModel loaded = load_saved_model(o.model, o.data);
+  if (loaded.model->loss() != Loss::kSoftmax) return predict_targets(loaded, o);
   const Dataset& data = *loaded.data;
   PredictionSummary s;
   s.records = data.size();

@@ -10,6 +10,7 @@
 
 #include "shared/util/log.h"
 #include "worker/metrics_sink.h"
+#include "worker/target_metrics.h"
 
 namespace pstrain {
 
@@ -131,7 +132,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
     const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
     PSLOG(INFO) << "epoch " << epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
                 << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)
-                << " acc " << fixed(interval_.accuracy(), 4) << " samples/s "
+                << (o_.loss == Loss::kSoftmax ? " acc " + fixed(interval_.accuracy(), 4) : "") << " samples/s "
                 << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
                 << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
                 << interval_.breakdown() << interval_.consistency();
@@ -144,7 +145,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
       r["epoch"] = epoch + 1;
       r["epoch_step"] = step % steps_per_epoch_ + 1;
       r["loss"] = interval_.mean_loss();
-      r["accuracy"] = interval_.accuracy();
+      if (o_.loss == Loss::kSoftmax) r["accuracy"] = interval_.accuracy();
       r["samples_per_s"] = interval_.samples() / std::max(secs, 1e-9);
       r["ms_per_step"] = 1e3 * secs / static_cast<double>(interval_.steps());
       r["lr"] = scheduled_lr(o_.optimizer, step, total_steps_);  // the line's last step's
@@ -164,8 +165,10 @@ void Progress::print_summary(const TrainSummary& s) const {
               << " time_s=" << fixed(s.seconds, 1)
               << " samples_per_s=" << fixed(s.samples_per_second, 0)
               << " train_loss=" << fixed(s.train_loss, 4)
-              << " train_accuracy=" << fixed(s.train_accuracy, 4)
-              << " test_loss=" << fixed(s.test_loss, 4) << " test_accuracy=" << fixed(s.test_accuracy, 4)
+              << (s.loss == Loss::kSoftmax ? " train_accuracy=" + fixed(s.train_accuracy, 4) : "")
+              << " test_loss=" << fixed(s.test_loss, 4)
+              << (s.loss == Loss::kSoftmax ? " test_accuracy=" + fixed(s.test_accuracy, 4) : "")
+              << target_metrics_text(s, true)
               << (s.binary ? " test_auc=" + fixed(s.test_auc, 4) + " test_logloss=" + fixed(s.test_loss, 4) : "")
               << " | " << run_.breakdown() << run_.consistency();
   if (metrics_ == nullptr) return;
@@ -178,9 +181,10 @@ void Progress::print_summary(const TrainSummary& s) const {
   r["seconds"] = s.seconds;
   r["samples_per_s"] = s.samples_per_second;
   r["train_loss"] = s.train_loss;
-  r["train_accuracy"] = s.train_accuracy;
+  if (s.loss == Loss::kSoftmax) r["train_accuracy"] = s.train_accuracy;
   r["test_loss"] = s.test_loss;
-  r["test_accuracy"] = s.test_accuracy;
+  if (s.loss == Loss::kSoftmax) r["test_accuracy"] = s.test_accuracy;
+  add_target_metrics(s, &r);
   if (s.binary) r["test_auc"] = s.test_auc;
   r["stopped"] = s.stopped;
   r["breakdown"] = run_.breakdown_record();

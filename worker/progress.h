@@ -28,6 +28,10 @@ struct TrainSummary {
   double test_loss = 0, test_accuracy = 0;    // chief only
   bool binary = false;   // a CTR model (--embedding-dim): test_auc and test_logloss are reported too
   double test_auc = 0;   // exact ROC AUC of p(label 1) on the test set (NaN: one label only)
+  // --loss other than softmax (worker/target_metrics.h): no accuracies, but these test figures
+  Loss loss = Loss::kSoftmax;
+  double test_rmse = 0, test_mae = 0, test_r2 = 0;       // mse, huber
+  double test_label_accuracy = 0, test_exact_match = 0;  // bce
 };
 
 // `value` with `digits` decimals, as the progress lines print their figures.
@@ -78,6 +82,7 @@ struct ProgressOptions {
   int epochs = 10;          // --epochs
   int log_every = 100;      // --log-every: a progress line every this many steps
   OptimizerOptions optimizer;  // its learning-rate schedule, for the metrics records' "lr"
+  Loss loss = Loss::kSoftmax;  // --loss: other than softmax, the lines show no accuracy
 };
 
 // A worker's figures of the progress interval and of the whole run, from every step's results;

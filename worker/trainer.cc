@@ -141,6 +141,8 @@ class Trainer {
   ModelDescription describe_model() const {
     ModelDescription d;
     d.classes = train_data_->num_classes();
+    d.loss = o_.data.loss;
+    d.huber_delta = o_.huber_delta;
     d.input_shape = input_shape_;
     d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
     d.given_as = "--model";
@@ -156,6 +158,7 @@ class Trainer {
       q.hidden = o_.hidden;
       q.sample_shape = d.input_shape;
       q.classes = d.classes;
+      q.loss = d.loss;
       const SavedModel saved = resolve_saved_model(q);
       d.spec = saved.spec;
       if (!o_.model_given) d.given_as = "--init-params " + o_.init_params + " (its model.json)";
@@ -174,7 +177,9 @@ class Trainer {
     const int input_dim = static_cast<int>(input_floats);
     const int classes = train_data_->num_classes();
     model_description_ = describe_model();
-    Network network(model_description_.spec, input_shape_, classes);
+    const Loss loss = o_.data.loss;
+    Network network(model_description_.spec, input_shape_, classes,
+                    loss == Loss::kSoftmax ? "" : train_data_->target_source());
     const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
     if (o_.batch_auto) {
       double limit = o_.backend.gpu_memory_limit_mib;
@@ -212,6 +217,11 @@ class Trainer {
     if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
     model_->set_label_smoothing(o_.label_smoothing);
+    if (loss != Loss::kSoftmax) {  // the targets of each micro-batch go to the backend
+      model_->set_loss(loss, o_.huber_delta);
+      evaluation_->set_target_loss(loss, o_.huber_delta, *backend_);
+      targets_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(classes));
+    }
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
     evaluation_->set_model(*model_, *replica_, batch_.eval_batch);
@@ -340,10 +350,16 @@ class Trainer {
       } else {
         x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
       }
-      const BatchStats s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size,
-                                              replica_->grad(), last ? Model::GradReady(push) : nullptr, j > 0,
-                                              Model::Keys{o_.seed, step, batch_data_.records.data()},
-                                              input_grad_.get());
+      const Model::Keys keys{o_.seed, step, batch_data_.records.data()};
+      BatchStats s;
+      if (targets_ != nullptr) {
+        backend_->upload(targets_.get(), batch_data_.t.data(), batch_data_.t.size());
+        s = model_->train_step_targets(replica_->params(), x, targets_.get(), batch_data_.size, replica_->grad(),
+                                       last ? Model::GradReady(push) : nullptr, j > 0, keys);
+      } else {
+        s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size, replica_->grad(),
+                               last ? Model::GradReady(push) : nullptr, j > 0, keys, input_grad_.get());
+      }
       if (ctr_ != nullptr) {  // the rows' gradients, after the dense ones (pushed during backward)
         const auto p0 = Clock::now();
         const size_t floats = static_cast<size_t>(batch_data_.size) * ctr_->input_dim();
@@ -454,6 +470,7 @@ class Trainer {
   std::unique_ptr<CtrInput> eval_ctr_;  // ... and of the test records'
   Batch next_batch_;                   // with ctr_: the next step's, once its rows were asked for
   BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
+  BufferPtr targets_;                  // --loss bce | mse | huber: a micro-batch's float targets on the backend
 
   std::unique_ptr<Exchange> exchange_;
   bool stage_gradient_ = true;

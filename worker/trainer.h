@@ -37,6 +37,7 @@ struct TrainOptions {
   std::vector<int> hidden = {256, 128};  // --hidden
   bool recompute = false;       // --recompute: keep only block inputs in forward
   float label_smoothing = 0;    // --label-smoothing
+  float huber_delta = 1;        // --huber-delta (--loss huber; the loss itself is data.loss)
   int epochs = 10;              // passes over the training set
   int64_t steps = 0;            // stop after this many global steps (0 = no limit)
   uint64_t seed = 42;           // initialisation, shuffling and dropout

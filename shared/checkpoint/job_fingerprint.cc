@@ -28,7 +28,7 @@ void add_sep(std::string* to, const std::string& text) {
 
 const std::vector<std::string>& fingerprint_keys() {
   static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "warmup-steps",
-                                                "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "label-smoothing",
+                                                "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "label-smoothing", "loss",
                                                 "embeddings", "momentum",
                                                 "beta1", "beta2", "epsilon", "weight-decay", "seed", "shuffle",
                                                 "data", "num-workers", "worker-batches"};
@@ -56,6 +56,7 @@ Fingerprint job_fingerprint(const JobIdentity& o) {
   if (opt.schedule == "cosine-restarts") f.emplace_back("lr-cycle-mult", number(opt.cycle_mult));
   if (o.label_smoothing > 0) f.emplace_back("label-smoothing", number(o.label_smoothing));
   if (opt.clip_norm > 0) f.emplace_back("clip-norm", number(opt.clip_norm));
+  if (!o.loss.empty()) f.emplace_back("loss", o.loss);
   if (!o.embeddings.empty()) f.emplace_back("embeddings", o.embeddings);
   if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
   if (opt.kind == "adam" || opt.kind == "adamw") {

@@ -31,6 +31,7 @@ struct JobIdentity {
   int num_workers = 1;
   std::vector<int> worker_batches = {64};  // each worker's samples per step (worker_shares)
   double label_smoothing = 0;
+  std::string loss;                      // --loss: "" for softmax, else "bce", "mse", "huber delta D"
   // Embedding tables (docs/sparse.md): "" without --embedding-dim, else their dim, layout,
   // optimizer, learning rate, admission and expiry in one line.
   std::string embeddings;

@@ -40,6 +40,7 @@ int parse_int(const std::string& text, const std::string& what) {
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
   std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
   std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
+  std::string loss = "softmax";
 };
 
 po::options_description describe(JobOptions& o, TextOptions& t) {
@@ -78,18 +79,20 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\"; residual(<layers>) is a block whose input is added to its output (projected where the shapes differ), e.g. \"conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, globalavgpool, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
+      ("loss", po::value(&t.loss)->default_value(t.loss), "what the model's last layer's K outputs are trained against (docs/models.md, \"Losses\"): softmax (cross-entropy over class labels; test accuracy) | bce (binary cross-entropy with logits, K independent 0/1 labels per record: multi-label; test per-label accuracy and exact match) | mse | huber (regression against K float targets; test RMSE, MAE, R^2); each a sample's mean over its K outputs, as PyTorch's reduction='mean'. Other than softmax, the targets come from --train-data/--test-data's second .npy file, of shape (N,) or (N, K), or the CSV columns of --label-column (docs/data.md, \"Targets\")")
+      ("huber-delta", po::value(&o.huber_delta)->default_value(o.huber_delta), "--loss huber: 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), d the output's error (PyTorch's HuberLoss(delta)); positive")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
-      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
+      ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir). With --loss bce|mse|huber LABELS.npy holds float targets of shape (N,) or (N, K), and a CSV file's --label-column the target columns (docs/data.md, \"Targets\")")
       ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
       ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features (.npy and IDX) are multiplied by this (0: 1/255); float32 and CSV features are used as they are")
-      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features")
+      ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features. With --loss bce|mse|huber: the target columns, comma-separated (e.g. y1,y2 or 4,5), in the order the model's outputs take them")
       ("data-format", po::value(&o.data_format)->default_value(o.data_format), "auto: --train-data / --test-data's format from their extensions (.npy pairs, IDX pairs, .csv, Criteo .tsv/.txt, each optionally .gz); criteo: each is one Criteo TSV file whatever its name (docs/data.md, \"Criteo (CTR) data\")")
       ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
       ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
       ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them): fine-tuning, --evaluate or --predict; the model is DIR/model.json's unless --model/--hidden is given, which must then agree with it")
-      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy, and exit; needs no PS")
-      ("predict", po::value(&o.predict), "worker: write the class probabilities (softmax) of --init-params' model for every record of INPUT (any form --test-data takes, labels included: they give the accuracy it prints) to --predictions, and exit; needs no PS")
-      ("predictions", po::value(&o.predictions), "with --predict: the output file, OUT.npy (float32, shape (records, classes)) or OUT.csv (header p0,p1,...; a row per record)")
+      ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy (a model trained with --loss bce|mse|huber: its figures against the data's targets, the loss being model.json's), and exit; needs no PS")
+      ("predict", po::value(&o.predict), "worker: write the class probabilities (softmax) of --init-params' model for every record of INPUT (any form --test-data takes, labels included: they give the accuracy it prints) to --predictions, and exit; needs no PS. A model trained with --loss mse|huber writes its raw outputs, one with bce each label's sigmoid probability (the loss being model.json's; INPUT then has its targets)")
+      ("predictions", po::value(&o.predictions), "with --predict: the output file, OUT.npy (float32, shape (records, classes)) or OUT.csv (header p0,p1,..., or y0,y1,... for a regression's outputs; a row per record)")
       ("device", po::value(&o.device)->default_value(o.device), "auto | cpu | cuda | cuda:K; auto uses GPU (local rank mod GPU count, see --local-rank) when one is present, else the CPU")
       ("gpu-memory-limit", po::value(&o.gpu_memory_limit_mib)->default_value(o.gpu_memory_limit_mib), "MiB (fractions allowed): refuse to start when this worker's GPU memory plan exceeds it (0 = no limit); its own allocations never exceed the plan (the CUDA context and NCCL's buffers are outside it). With --batch-size auto the micro-batch is chosen to fit it, on the CPU too (then it bounds the same plan in host memory)")
       ("prefetch", po::value(&o.prefetch)->default_value(o.prefetch), "batches read ahead of the trainer")
@@ -289,6 +292,16 @@ void validate(const JobOptions& o, Role role) {
   require(opt.clip_norm == 0 || o.embedding_dim == 0,
           "--clip-norm: not with --embedding-dim yet (the norm would have to include the embedding rows' gradients)");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  require(std::isfinite(o.huber_delta) && o.huber_delta > 0, "--huber-delta must be a positive number");
+  if (o.loss != Loss::kSoftmax) {
+    const std::string loss = std::string("--loss ") + loss_name(o.loss);
+    require(o.label_smoothing == 0, "--label-smoothing applies to --loss softmax, not " + loss);
+    require(o.classes == 0, "--classes applies to --loss softmax: with " + loss + " the targets' width is the model's outputs");
+    require(o.embedding_dim == 0, "--embedding-dim: CTR models train with --loss softmax only, not " + loss);
+    require(!o.evaluate && o.predict.empty(),
+            std::string(o.evaluate ? "--evaluate" : "--predict") +
+                " takes the loss from --init-params' model.json: drop " + loss);
+  }
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
   require(o.embedding_dim >= 0 && o.embedding_dim <= 4096, "--embedding-dim must be in [0, 4096]");
   require(o.embedding_tables == "shared" || o.embedding_tables == "per-field",
@@ -409,6 +422,8 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   o.resume_allow = split(text.resume_allow, ',');
   o.mode = choose<Mode>("--mode", text.mode, {{"sync", Mode::kSync}, {"async", Mode::kAsync}, {"ssp", Mode::kSsp},
                                               {"allreduce", Mode::kAllreduce}});
+  o.loss = choose<Loss>("--loss", text.loss, {{"softmax", Loss::kSoftmax}, {"bce", Loss::kBce}, {"mse", Loss::kMse},
+                                              {"huber", Loss::kHuber}});
   o.collective = choose<CollectiveKind>("--collective", text.collective,
                                         {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
   o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});

@@ -88,6 +88,8 @@ struct JobOptions {
   std::string model;            // layer list (docs/models.md); empty: the MLP of `hidden`
   bool recompute = false;       // keep only block inputs in forward, recompute the rest in backward
   double label_smoothing = 0;   // training's target: (1 - e) onehot + e / classes
+  Loss loss = Loss::kSoftmax;   // softmax cross-entropy over labels | bce | mse | huber over float targets
+  double huber_delta = 1.0;     // --loss huber: quadratic within delta of the target, linear beyond
   std::string train_data;       // FEATURES,LABELS (.npy or IDX) or one .csv; empty: data_dir's IDX
   std::string test_data;        // the same for the test set
   double scale = 0;             // uint8 features are multiplied by this (0: 1/255)

@@ -1,5 +1,7 @@
 #include "shared/config/part_options.h"
 
+#include <cstdio>
+
 namespace pstrain {
 
 SecurityOptions security_options(const JobOptions& o) {
@@ -25,6 +27,11 @@ JobIdentity job_identity(const JobOptions& o) {
   j.num_workers = o.num_workers;
   j.worker_batches = worker_shares(o);
   j.label_smoothing = o.label_smoothing;
+  if (o.loss != Loss::kSoftmax) {  // the fingerprint's "loss"; absent for softmax, as before there were others
+    char delta[40];
+    std::snprintf(delta, sizeof delta, "%.17g", o.huber_delta);
+    j.loss = std::string(loss_name(o.loss)) + (o.loss == Loss::kHuber ? std::string(" delta ") + delta : "");
+  }
   if (o.embedding_dim > 0) {
     j.embeddings = "dim " + std::to_string(o.embedding_dim) + " tables " + o.embedding_tables + " optimizer " +
                    o.embedding_optimizer + " lr " + std::to_string(o.embedding_lr) + " min-count " +

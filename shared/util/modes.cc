@@ -12,4 +12,14 @@ const char* mode_name(Mode mode) {
   return "?";
 }
 
+const char* loss_name(Loss loss) {
+  switch (loss) {
+    case Loss::kSoftmax: return "softmax";
+    case Loss::kBce: return "bce";
+    case Loss::kMse: return "mse";
+    case Loss::kHuber: return "huber";
+  }
+  return "?";
+}
+
 }  // namespace pstrain

@@ -10,7 +10,11 @@ namespace pstrain {
 enum class Mode { kSync, kAsync, kSsp, kAllreduce };
 enum class CollectiveKind { kRing, kNccl };
 enum class OnError { kStop, kWarn };
+// --loss: softmax cross-entropy over class labels, or a loss of float targets (docs/models.md,
+// "Losses"): binary cross-entropy with logits (multi-label), mean squared error, Huber.
+enum class Loss { kSoftmax, kBce, kMse, kHuber };
 
 const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
+const char* loss_name(Loss loss);  // "softmax" | "bce" | "mse" | "huber"
 
 }  // namespace pstrain

@@ -5,8 +5,10 @@
 #include <cstring>
 #include <vector>
 
+#include "shared/util/error.h"
 #include "worker/backend.h"
 #include "worker/cpu/thread_pool.h"
+#include "worker/loss_math.h"
 
 namespace pstrain {
 namespace {
@@ -631,6 +633,23 @@ class CpuBackend final : public Backend {
           const float q = smoothing == 0.0f ? (c == label ? 1.0f : 0.0f) : (c == label ? hit : spread);
           d[c] = static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) / denom) - q;
         }
+      }
+    }
+    return stats;
+  }
+
+  BatchStats target_loss(Loss loss, const float* outputs, const float* targets, int rows, int cols,
+                         float huber_delta, float* doutputs) override {
+    PSTRAIN_CHECK(loss != Loss::kSoftmax && rows >= 0 && cols >= 1);
+    BatchStats stats;
+    for (int r = 0; r < rows; ++r) {
+      const size_t at = static_cast<size_t>(r) * static_cast<size_t>(cols);
+      double sum = 0;
+      for (int c = 0; c < cols; ++c) sum += element_loss(loss, outputs[at + c], targets[at + c], huber_delta);
+      stats.loss_sum += sum / cols;
+      if (doutputs == nullptr) continue;
+      for (int c = 0; c < cols; ++c) {
+        doutputs[at + c] = element_grad(loss, outputs[at + c], targets[at + c], huber_delta, cols);
       }
     }
     return stats;

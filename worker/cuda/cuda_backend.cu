@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
@@ -22,6 +23,7 @@
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/kernels.cuh"
 #include "worker/cuda/layer_kernels.cuh"
+#include "worker/cuda/loss_kernels.cuh"
 
 namespace pstrain {
 namespace {
@@ -352,6 +354,23 @@ class CudaBackend final : public Backend {
     return BatchStats{totals.loss_sum, static_cast<int64_t>(totals.correct)};
   }
 
+  BatchStats target_loss(Loss loss, const float* outputs, const float* targets, int rows, int cols,
+                         float huber_delta, float* doutputs) override {
+    PSTRAIN_CHECK(loss != Loss::kSoftmax && rows >= 0 && cols >= 1);
+    if (rows == 0) return BatchStats{};
+    PSTRAIN_CHECK(outputs != nullptr && targets != nullptr);
+    ScopedDevice guard(device_);
+    const XentScratch s = xent_scratch(rows);  // its per-row losses
+    kernels::target_loss(loss, outputs, targets, rows, cols, huber_delta, doutputs, s.row_loss, stream_.get());
+    row_loss_.resize(static_cast<size_t>(rows));
+    PSTRAIN_CUDA_CHECK(cudaMemcpyAsync(row_loss_.data(), s.row_loss, row_loss_.size() * sizeof(double),
+                                       cudaMemcpyDeviceToHost, stream_.get()));
+    stream_.synchronize();
+    BatchStats stats;
+    for (double l : row_loss_) stats.loss_sum += l;  // in row order, as the CPU adds them
+    return stats;
+  }
+
  private:
   struct XentScratch {
     kernels::XentTotals* totals;
@@ -443,6 +462,8 @@ class CudaBackend final : public Backend {
     s.row_correct = s.labels + xent_rows_;
     return s;
   }
+
+  std::vector<double> row_loss_;  // target_loss's per-row losses, summed on the host
 
   const int device_;
   const size_t limit_;  // bytes; 0 = none

@@ -111,7 +111,110 @@ class CsvDataset final : public Dataset {
   int classes_ = 0;
 };
 
+// The target columns of --label-column "a,b,..." (each a name or an index; "": the last column),
+// in the order given, each once.
+std::vector<size_t> target_columns_of(const CsvTable& table, const std::string& spec) {
+  std::vector<size_t> columns;
+  size_t from = 0;
+  do {
+    const size_t comma = std::min(spec.find(',', from), spec.size());
+    const size_t c = label_column_of(table, spec.substr(from, comma - from));
+    if (std::find(columns.begin(), columns.end(), c) != columns.end()) {
+      throw UsageError("--label-column '" + spec + "': " + table.column_text(c) + " of " + table.path() +
+                       " is named twice");
+    }
+    columns.push_back(c);
+    from = comma + 1;
+  } while (from <= spec.size() && !spec.empty());
+  if (columns.size() >= table.columns()) {
+    throw UsageError("--label-column '" + spec + "': all " + std::to_string(table.columns()) + " columns of " +
+                     table.path() + " would be targets, leaving no features");
+  }
+  return columns;
+}
+
+// Float targets (--loss bce | mse | huber): the columns of --label-column, the others the features.
+class CsvTargetDataset final : public Dataset {
+ public:
+  CsvTargetDataset(const std::string& path, const std::string& label_column, const std::string& cache_dir,
+                   const TargetRule& rule)
+      : table_(path, cache_dir), targets_(target_columns_of(table_, label_column)), is_target_(table_.columns()) {
+    for (size_t c : targets_) is_target_[c] = true;
+    check_targets(rule);
+  }
+
+  size_t size() const override { return table_.rows(); }
+  size_t feature_dim() const override { return table_.columns() - targets_.size(); }
+  int num_classes() const override { return static_cast<int>(targets_.size()); }
+  size_t target_width() const override { return targets_.size(); }
+  std::string target_source() const override {
+    std::string names;
+    for (size_t c : targets_) names += (names.empty() ? "" : ", ") + table_.column_text(c);
+    return table_.path() + " (" + std::to_string(targets_.size()) + " target column" +
+           (targets_.size() > 1 ? "s: " : ": ") + names + ")";
+  }
+
+  void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {
+    std::vector<float> row(table_.columns());
+    for (size_t i = 0; i < count; ++i) {
+      read_row(records[i], row.data());
+      float* out = features + i * feature_dim();
+      for (size_t c = 0; c < row.size(); ++c) {
+        if (!is_target_[c]) *out++ = row[c];
+      }
+      labels[i] = 0;
+    }
+  }
+
+  void read_targets(const size_t* records, size_t count, float* targets) const override {
+    std::vector<float> row(table_.columns());
+    for (size_t i = 0; i < count; ++i) {
+      read_row(records[i], row.data());
+      for (size_t k = 0; k < targets_.size(); ++k) targets[i * targets_.size() + k] = row[targets_[k]];
+    }
+  }
+
+ private:
+  void read_row(size_t record, float* row) const {
+    if (record >= size()) {
+      throw Error(table_.path() + ": record " + std::to_string(record) + " out of range (" +
+                  std::to_string(size()) + " records)");
+    }
+    table_.read_rows(record, 1, row);
+  }
+
+  // Streams the target columns once so that a bad value is reported at open, naming its line.
+  void check_targets(const TargetRule& rule) const {
+    const uint64_t per_chunk = std::max<uint64_t>(1, kCheckFloats / table_.columns());
+    std::vector<float> rows(per_chunk * table_.columns());
+    for (uint64_t first = 0; first < size(); first += per_chunk) {
+      const uint64_t n = std::min(per_chunk, size() - first);
+      table_.read_rows(first, n, rows.data());
+      for (uint64_t r = 0; r < n; ++r) {
+        for (size_t k = 0; k < targets_.size(); ++k) {
+          check_target(rows[r * table_.columns() + targets_[k]], rule,
+                       table_.path() + " line " + std::to_string(table_.line_of(first + r)), first + r, k,
+                       targets_.size());
+        }
+      }
+    }
+  }
+
+  CsvTable table_;
+  std::vector<size_t> targets_;
+  std::vector<bool> is_target_;
+};
+
 }  // namespace
+
+size_t csv_target_count(const std::string& label_column) {
+  return static_cast<size_t>(std::count(label_column.begin(), label_column.end(), ',')) + 1;
+}
+
+std::unique_ptr<Dataset> open_csv_target_dataset(const std::string& path, const std::string& label_column,
+                                                 const std::string& cache_dir, const TargetRule& rule) {
+  return std::make_unique<CsvTargetDataset>(path, label_column, cache_dir, rule);
+}
 
 std::unique_ptr<Dataset> open_csv_dataset(const std::string& path, const std::string& label_column,
                                           const std::string& cache_dir, const LabelRange& labels_range) {

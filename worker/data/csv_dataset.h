@@ -19,4 +19,14 @@ namespace pstrain {
 std::unique_ptr<Dataset> open_csv_dataset(const std::string& path, const std::string& label_column,
                                           const std::string& cache_dir, const LabelRange& labels_range);
 
+// The same with float targets instead of a label (--loss bce | mse | huber): `label_column` names
+// one or more target columns, "a,b,..." (each a name or a 0-based index; "": the last column),
+// the other columns being the features in order; each target is checked at open against `rule`
+// (pstrain::UsageError naming the file, line and value). target_width() is the number of target
+// columns.
+std::unique_ptr<Dataset> open_csv_target_dataset(const std::string& path, const std::string& label_column,
+                                                 const std::string& cache_dir, const TargetRule& rule);
+// The target columns "a,b,..." names (1 for "").
+size_t csv_target_count(const std::string& label_column);
+
 }  // namespace pstrain

@@ -149,6 +149,10 @@ std::unique_ptr<Dataset> Dataset::open_mnist_dir(const std::string& dir, const s
   return open_idx(images, labels, cache_dir, num_classes, scale);
 }
 
+void Dataset::read_targets(const size_t*, size_t, float*) const {
+  throw Error("this data has class labels, not float targets (docs/data.md, \"Targets\")");
+}
+
 void Dataset::read_ids(const size_t*, size_t, uint64_t*) const {
   throw Error("this data has no categorical IDs (only Criteo data has them: docs/data.md)");
 }

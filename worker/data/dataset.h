@@ -38,6 +38,16 @@ class Dataset {
   // object; one thread may call it while others only read sizes.
   virtual void read(const size_t* records, size_t count, float* features,
                     int32_t* labels) const = 0;
+  // Float targets (--loss bce | mse | huber; docs/data.md, "Targets"): values per record, 0 for
+  // data of class labels (whose read() fills the labels; with targets it fills zeros). Data with
+  // targets gives num_classes() = target_width(): the model's outputs.
+  virtual size_t target_width() const { return 0; }
+  // For messages: where the targets come from, with their shape ("y.npy (shape (1000, 3))").
+  virtual std::string target_source() const { return ""; }
+  // Reads records[i]'s target_width() targets for i < count (record by record). Throws
+  // pstrain::Error for a record index >= size(), a read failure, or data without targets. Thread
+  // rules as read().
+  virtual void read_targets(const size_t* records, size_t count, float* targets) const;
   // Categorical IDs per record, for embedding layers: 26 for Criteo data, 0 for the formats
   // without them.
   virtual size_t id_fields() const { return 0; }

@@ -32,6 +32,14 @@ const NpyTypes& label_types() {
   return types;
 }
 
+const NpyTypes& target_types() {
+  static const NpyTypes types{
+      {NpyType::kFloat32, NpyType::kFloat64, NpyType::kInt8, NpyType::kUint8, NpyType::kInt16, NpyType::kUint16,
+       NpyType::kInt32, NpyType::kUint32, NpyType::kInt64, NpyType::kUint64},
+      "targets must be float32, float64 or integers (little-endian), e.g. y.astype(numpy.float32)"};
+  return types;
+}
+
 // One little-endian integer of `type` at p, as int64 (uint64 values above its range saturate).
 int64_t load_label(NpyType type, const uint8_t* p) {
   uint64_t u = 0;
@@ -54,9 +62,25 @@ int64_t load_label(NpyType type, const uint8_t* p) {
     case NpyType::kUint64:
       return u > uint64_t{INT64_MAX} ? INT64_MAX : static_cast<int64_t>(u);
     case NpyType::kFloat32:
+    case NpyType::kFloat64:
       break;
   }
   throw Error("not an integer dtype");
+}
+
+// One little-endian value of `type` at p as double (the caller's buffer holds at least 8 bytes).
+double load_target(NpyType type, const uint8_t* p) {
+  if (type == NpyType::kFloat32) {
+    float f = 0;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  if (type == NpyType::kFloat64) {
+    double d = 0;
+    std::memcpy(&d, p, 8);
+    return d;
+  }
+  return static_cast<double>(load_label(type, p));
 }
 
 // (N, C, H, W) -> {C, H, W}; (N, H, W) -> {1, H, W}; (N, D) -> {D}; (N,) -> {1}.
@@ -70,20 +94,43 @@ std::string record_text(uint64_t record) { return "record " + std::to_string(rec
 
 class NpyDataset final : public Dataset {
  public:
+  // `targets` null: class labels in `range`; else float targets under that rule.
   NpyDataset(const std::string& features, const std::string& labels, const std::string& cache_dir,
-             double scale, const LabelRange& range)
+             double scale, const LabelRange& range, const TargetRule* targets)
       : x_(features, cache_dir, feature_types()),
-        y_(labels, cache_dir, label_types()),
+        y_(labels, cache_dir, targets != nullptr ? target_types() : label_types()),
         scale_(uint8_scale_table(scale)) {
+    if (targets != nullptr) target_width_ = static_cast<size_t>(y_.record_items());
     check_shapes();
-    check_labels(range);
+    if (targets != nullptr) {
+      check_targets(*targets);
+    } else {
+      check_labels(range);
+    }
     if (x_.type() == NpyType::kFloat32) check_finite();
   }
 
   size_t size() const override { return x_.count(); }
   size_t feature_dim() const override { return x_.record_items(); }
   std::vector<size_t> sample_shape() const override { return sample_shape_of(x_.shape()); }
-  int num_classes() const override { return classes_; }
+  int num_classes() const override { return target_width_ > 0 ? static_cast<int>(target_width_) : classes_; }
+  size_t target_width() const override { return target_width_; }
+  std::string target_source() const override { return y_.name() + " (shape " + shape_text(y_.shape()) + ")"; }
+
+  void read_targets(const size_t* records, size_t count, float* targets) const override {
+    PSTRAIN_CHECK(target_width_ > 0);
+    std::vector<uint8_t> buf(y_.record_bytes() + 8);
+    for (size_t i = 0; i < count; ++i) {
+      if (records[i] >= size()) {
+        throw Error(y_.name() + ": record " + std::to_string(records[i]) + " out of range (" +
+                    std::to_string(size()) + " records)");
+      }
+      y_.read_data(records[i] * y_.record_bytes(), y_.record_bytes(), buf.data());
+      for (size_t k = 0; k < target_width_; ++k) {
+        targets[i * target_width_ + k] = static_cast<float>(load_target(y_.type(), buf.data() + k * y_.item_bytes()));
+      }
+    }
+  }
 
   void read(const size_t* records, size_t count, float* features, int32_t* labels) const override {
     for (size_t i = 0; i < count; ++i) {
@@ -92,7 +139,7 @@ class NpyDataset final : public Dataset {
                     std::to_string(size()) + " records)");
       }
       read_features(records[i], features + i * feature_dim());
-      labels[i] = read_label(records[i]);
+      labels[i] = target_width_ > 0 ? 0 : read_label(records[i]);
     }
   }
 
@@ -107,7 +154,12 @@ class NpyDataset final : public Dataset {
     }
     if (x_.count() > 0 && x_.record_items() == 0)
       throw Error(x_.name() + ": records of shape " + shape_text(s) + " are empty");
-    if (y_.shape().size() != 1) {
+    if (target_width_ > 0) {
+      if (y_.shape().size() != 1 && y_.shape().size() != 2) {
+        throw UsageError(y_.name() + ": targets must have shape (N,) or (N, K), this one is " + shape_text(y_.shape()));
+      }
+      if (y_.shape().size() == 2 && y_.shape()[1] == 0) throw UsageError(y_.name() + ": targets of shape (N, 0)");
+    } else if (y_.shape().size() != 1) {
       throw Error(y_.name() + ": labels must have shape (N,), this one is " + shape_text(y_.shape()) +
                   (y_.shape().size() == 2 && y_.shape()[1] == 1 ? " (y.reshape(-1) makes it (N,))" : ""));
     }
@@ -130,6 +182,21 @@ class NpyDataset final : public Dataset {
         check.add(load_label(y_.type(), buf.data() + i * y_.item_bytes()), first + i);
     }
     classes_ = check.classes();
+  }
+
+  // Streams the targets once: a value the rule refuses is an error at open, naming its record.
+  void check_targets(const TargetRule& rule) const {
+    std::vector<uint8_t> buf(kCheckChunk + 8);
+    const uint64_t per_chunk = kCheckChunk / y_.item_bytes(), total = y_.count() * target_width_;
+    for (uint64_t first = 0; first < total; first += per_chunk) {
+      const uint64_t n = std::min(per_chunk, total - first);
+      y_.read_data(first * y_.item_bytes(), n * y_.item_bytes(), buf.data());
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t at = first + i;
+        check_target(load_target(y_.type(), buf.data() + i * y_.item_bytes()), rule, y_.name(), at / target_width_,
+                     at % target_width_, target_width_);
+      }
+    }
   }
 
   // Streams the features once: a NaN or infinity is an error at open, naming its record.
@@ -181,6 +248,7 @@ class NpyDataset final : public Dataset {
   NpyFile x_, y_;
   std::array<float, 256> scale_;
   int classes_ = 0;
+  size_t target_width_ = 0;  // float targets per record (0: class labels)
 };
 
 }  // namespace
@@ -192,7 +260,12 @@ std::vector<size_t> npy_sample_shape(const std::string& features, const std::str
 std::unique_ptr<Dataset> open_npy_dataset(const std::string& features, const std::string& labels,
                                           const std::string& cache_dir, double scale,
                                           const LabelRange& labels_range) {
-  return std::make_unique<NpyDataset>(features, labels, cache_dir, scale, labels_range);
+  return std::make_unique<NpyDataset>(features, labels, cache_dir, scale, labels_range, nullptr);
+}
+
+std::unique_ptr<Dataset> open_npy_target_dataset(const std::string& features, const std::string& targets,
+                                                 const std::string& cache_dir, double scale, const TargetRule& rule) {
+  return std::make_unique<NpyDataset>(features, targets, cache_dir, scale, LabelRange{}, &rule);
 }
 
 }  // namespace pstrain

@@ -20,6 +20,13 @@ std::unique_ptr<Dataset> open_npy_dataset(const std::string& features, const std
                                           const std::string& cache_dir, double scale,
                                           const LabelRange& labels_range);
 
+// The same with float targets instead of labels (--loss bce | mse | huber): `targets` of shape
+// (N,) or (N, K), float32, float64 or integers, K targets per record (target_width(),
+// num_classes()), each checked at open against `rule` (pstrain::UsageError naming the file, the
+// record and the value).
+std::unique_ptr<Dataset> open_npy_target_dataset(const std::string& features, const std::string& targets,
+                                                 const std::string& cache_dir, double scale, const TargetRule& rule);
+
 // The sample_shape() open_npy_dataset gives for `features`, from its header alone (cheap).
 std::vector<size_t> npy_sample_shape(const std::string& features, const std::string& cache_dir);
 

@@ -31,7 +31,7 @@ constexpr TypeInfo kTypes[] = {
     {NpyType::kUint16, 'u', 2, "uint16"},   {NpyType::kInt16, 'i', 2, "int16"},
     {NpyType::kUint32, 'u', 4, "uint32"},   {NpyType::kInt32, 'i', 4, "int32"},
     {NpyType::kUint64, 'u', 8, "uint64"},   {NpyType::kInt64, 'i', 8, "int64"},
-    {NpyType::kFloat32, 'f', 4, "float32"},
+    {NpyType::kFloat32, 'f', 4, "float32"}, {NpyType::kFloat64, 'f', 8, "float64"},
 };
 
 // NumPy's name of a simple dtype ("float64" for '<f8'), or "" when it is not one.

@@ -12,7 +12,7 @@
 namespace pstrain {
 
 // The little-endian numeric element types the reader knows ('|u1', '<i4', '<f4', ...).
-enum class NpyType { kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64, kFloat32 };
+enum class NpyType { kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64, kFloat32, kFloat64 };
 
 // What one file may hold: its element types, and the sentence that says so in messages
 // ("features must be float32 ('<f4') or uint8 ('|u1')").

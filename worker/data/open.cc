@@ -20,6 +20,19 @@ std::string cache_dir(const DataOptions& o) {
   return o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
 }
 
+TargetRule target_rule(const DataOptions& o) {
+  return TargetRule{o.loss == Loss::kBce, std::string("--loss ") + loss_name(o.loss)};
+}
+
+std::unique_ptr<Dataset> open_target_files(const DataFiles& f, const DataOptions& o, const std::string& flag) {
+  if (f.format == "npy") return open_npy_target_dataset(f.features, f.labels, cache_dir(o), o.scale, target_rule(o));
+  if (f.format == "csv") return open_csv_target_dataset(f.features, o.label_column, cache_dir(o), target_rule(o));
+  throw UsageError(std::string("--loss ") + loss_name(o.loss) + " needs float targets: " + flag + " " +
+                   f.features + " is " + (f.format == "criteo" ? "Criteo" : "IDX") +
+                   " data, which has class labels only; give FEATURES.npy,TARGETS.npy or a .csv file (docs/data.md, "
+                   "\"Targets\")");
+}
+
 std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, const LabelRange& range) {
   if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
   if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
@@ -39,14 +52,51 @@ std::vector<size_t> training_sample_shape(const DataOptions& o) {
   const DataFiles f = parse_data_files(o.train_data, "--train-data", o.data_format);
   if (f.format == "criteo") return {kCriteoDense};
   if (f.format == "npy") return npy_sample_shape(f.features, cache_dir(o));
-  if (f.format == "csv") return {CsvTable(f.features, cache_dir(o)).columns() - 1};
+  if (f.format == "csv") {
+    const size_t targets = o.loss == Loss::kSoftmax ? 1 : csv_target_count(o.label_column);
+    return {CsvTable(f.features, cache_dir(o)).columns() - targets};
+  }
   const IdxFile images(f.features, cache_dir(o), 3);
   return {1, images.dims()[1], images.dims()[2]};
+}
+
+void check_test_shape(const DataOptions& o, const Dataset& test) {
+  if (o.evaluate) return;
+  const std::vector<size_t> expected = training_sample_shape(o);
+  if (test.sample_shape() != expected) {
+    throw Error("test data " + (o.test_data.empty() ? data_dir(o) + " (t10k)" : o.test_data) + ": records of shape " +
+                shape_text(test.sample_shape()) + ", but the training data's (" + training_data_source(o) + ") are " +
+                shape_text(expected));
+  }
+}
+
+std::unique_ptr<Dataset> open_target_test_data(const DataOptions& o, int width) {
+  if (o.test_data.empty()) {
+    throw UsageError(std::string("--loss ") + loss_name(o.loss) +
+                     " needs float targets: give --test-data FEATURES.npy,TARGETS.npy or a .csv file too");
+  }
+  std::unique_ptr<Dataset> test =
+      open_target_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, "--test-data");
+  if (test->target_width() != static_cast<size_t>(width)) {
+    throw UsageError("--test-data: " + test->target_source() + " has " + std::to_string(test->target_width()) +
+                     " targets per record, but the model gives " + std::to_string(width) +
+                     (o.evaluate ? "" : " (the training data's width)"));
+  }
+  check_test_shape(o, *test);
+  return test;
 }
 
 }  // namespace
 
 std::unique_ptr<Dataset> open_training_data(const DataOptions& o) {
+  if (o.loss != Loss::kSoftmax) {
+    if (o.train_data.empty()) {
+      throw UsageError(std::string("--loss ") + loss_name(o.loss) +
+                       " needs float targets: give --train-data FEATURES.npy,TARGETS.npy or a .csv file (--data-dir's "
+                       "IDX files have class labels only)");
+    }
+    return open_target_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, "--train-data");
+  }
   if (o.train_data.empty()) {
     return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale);
@@ -59,6 +109,7 @@ std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
   const LabelRange range{classes, o.classes > 0 ? "--classes " + std::to_string(o.classes)
                                   : o.evaluate  ? "the classes of the model in --init-params"
                                                 : "the training set's classes; --classes sets their number"};
+  if (o.loss != Loss::kSoftmax) return open_target_test_data(o, classes);
   std::unique_ptr<Dataset> test =
       o.test_data.empty() ? Dataset::open_mnist_dir(data_dir(o), "t10k", cache_dir(o), classes, o.scale)
                           : open_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, range);

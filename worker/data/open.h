@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "shared/util/modes.h"
 #include "worker/data/dataset.h"
 
 namespace pstrain {
@@ -21,10 +22,15 @@ struct DataOptions {
   bool skip_bad_lines = false;       // --skip-bad-lines: Criteo lines that do not parse are skipped and counted
   int classes = 0;           // --classes: number of classes (0: from the training labels; 10 for IDX)
   bool evaluate = false;     // --evaluate: no training set (the test set is checked against the model)
+  // --loss: other than softmax, the labels file (.npy) or --label-column's columns (CSV) are float
+  // targets (docs/data.md, "Targets"); IDX and Criteo data have none
+  Loss loss = Loss::kSoftmax;
 };
 
 // The training set. Throws pstrain::Error naming the file and what is wrong.
 std::unique_ptr<Dataset> open_training_data(const DataOptions& o);
+// With float targets (o.loss not softmax): the test set's targets must be `classes` wide, the
+// training set's width (pstrain::UsageError naming both files and shapes).
 // The test set, whose labels must be below `classes` (the training set's num_classes()) and
 // whose records must have the training set's sample_shape() (checked from the training files'
 // headers; not under --evaluate, which has no training set). Throws pstrain::Error naming the

@@ -120,6 +120,10 @@ class Prefetcher::Impl {
     sampler_.micro_records(epoch, step, micro, records_.data());
     data_.read(records_.data(), size, batch.x.data(), batch.y.data());
     batch.records.assign(records_.begin(), records_.begin() + size);
+    if (data_.target_width() > 0) {
+      batch.t.resize(size * data_.target_width());
+      data_.read_targets(records_.data(), size, batch.t.data());
+    }
     if (data_.id_fields() > 0) {
       batch.ids.resize(size * data_.id_fields());
       data_.read_ids(records_.data(), size, batch.ids.data());

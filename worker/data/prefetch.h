@@ -16,6 +16,7 @@ struct Batch {  // one micro-batch of a step (the whole step's share without acc
   int size = 0;
   std::vector<float> x;    // size * feature_dim features in [0, 1]
   std::vector<int32_t> y;  // size labels
+  std::vector<float> t;    // size * target_width() float targets (--loss bce | mse | huber; else empty)
   std::vector<uint64_t> records;  // size record indices (what dropout masks depend on)
   std::vector<uint64_t> ids;      // size * id_fields() categorical IDs (Criteo data; else empty)
 };

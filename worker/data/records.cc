@@ -1,6 +1,7 @@
 #include "worker/data/records.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "shared/util/error.h"
 
@@ -40,6 +41,20 @@ std::array<float, 256> uint8_scale_table(double scale) {
   std::array<float, 256> table{};
   for (int v = 0; v < 256; ++v) table[static_cast<size_t>(v)] = static_cast<float>(v * s);
   return table;
+}
+
+void check_target(double value, const TargetRule& rule, const std::string& file, uint64_t record, size_t k,
+                  size_t width) {
+  const bool finite = std::isfinite(value);
+  if (finite && (!rule.binary || value == 0 || value == 1)) return;
+  std::string v = std::to_string(value);
+  v.erase(v.find_last_not_of('0') + 1);
+  if (!v.empty() && v.back() == '.') v.pop_back();
+  if (!finite) v = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  throw UsageError(file + ": target " + v + " of record " + std::to_string(record) +
+                   (width > 1 ? " (value " + std::to_string(k) + " of its " + std::to_string(width) + ")" : "") +
+                   (finite ? " is not 0 or 1 (" + rule.loss + " takes multi-label 0/1 targets)"
+                           : " is not finite (" + rule.loss + ")"));
 }
 
 }  // namespace pstrain

@@ -37,6 +37,18 @@ class LabelCheck {
   int64_t max_ = -1;
 };
 
+// Float targets instead of class labels (--loss bce | mse | huber: docs/data.md, "Targets").
+struct TargetRule {
+  bool binary = false;  // --loss bce: every value 0 or 1
+  std::string loss;     // the flag, for messages: "--loss bce"
+};
+
+// Throws pstrain::UsageError "<file>: target <v> of record <r> (value <k> of its <width>) is not 0
+// or 1 (--loss bce takes multi-label 0/1 targets)" for such a value under a binary rule, and
+// "... is not finite" for NaN or infinity under any rule.
+void check_target(double value, const TargetRule& rule, const std::string& file, uint64_t record, size_t k,
+                  size_t width);
+
 // value * scale as float for every uint8 value; scale 0 means 1/255 (then value / 255.0f exactly).
 std::array<float, 256> uint8_scale_table(double scale);
 
