@@ -110,6 +110,9 @@ void Evaluation::set_model(Model& model, Replica& replica, int eval_batch) {
   model_ = &model;
   replica_ = &replica;
   eval_batch_ = eval_batch;
+  // Batch norm's running statistics are each worker's own (docs/models.md): the chief evaluates
+  // alone, with its own.
+  if (!model.state().empty()) shared_ = false;
 }
 
 EvalSums Evaluation::take_share() {

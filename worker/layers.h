@@ -29,8 +29,8 @@ struct Shape {
 
 // A layer as written: "conv 32 3 pad=1" is kind conv, args {32, 3}, options {pad: 1}.
 struct LayerSpec {
-  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot ...
-  std::vector<double> args;  // positional numbers
+  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot batchnorm ...
+  std::vector<double> args;  // positional numbers (batchnorm: its momentum=, when given)
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed
   size_t position = 0;       // of text in the whole spec, for errors
@@ -50,6 +50,10 @@ struct LayerContext {
   bool training = true;               // dropout is the identity when false
   uint64_t salt = 0;                  // dropout: a function of (seed, step); each layer mixes in its index
   const uint64_t* keys = nullptr;     // dropout: one per sample (its record), host memory
+  // batchnorm: the model's state (Network::state_layout(): running statistics), host memory;
+  // training updates it unless `update_state` is false (a block recomputed by --recompute).
+  float* state = nullptr;
+  bool update_state = true;
 };
 
 class Layer {
@@ -67,6 +71,10 @@ class Layer {
   virtual bool has_params() const { return false; }
   virtual void declare(Layout& layout, int p) { (void)layout, (void)p; }
   size_t weight_offset() const { return weight_; }
+  // State: variables that are not trained but assigned by the forward pass (batchnorm's running
+  // statistics), appended to the model's state layout as "layer<p>.<name>".
+  virtual bool has_state() const { return false; }
+  virtual void declare_state(Layout& state, int p) { (void)state, (void)p; }
   // Element-wise layers (relu, tanh, dropout) may run in place over their input.
   virtual bool elementwise() const { return false; }
   // Layers whose backward reads only their input (dense, conv) let the next element-wise layer
@@ -90,6 +98,7 @@ class Layer {
   std::string text_, kind_;
   int index_ = 0;
   size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
+  size_t state_ = 0;              // offset of the state (has_state)
   friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);
 };
 

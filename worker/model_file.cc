@@ -44,7 +44,7 @@ Json layers_json(const std::string& spec) {
     for (const auto& [key, value] : l.options) options[key] = value;
     j["options"] = options;
     Json variables = Json::array();
-    if (l.kind == "dense" || l.kind == "conv") {
+    if (l.kind == "dense" || l.kind == "conv" || l.kind == "layernorm" || l.kind == "batchnorm") {
       for (const char* what : {".weight", ".bias"}) variables.push_back("layer" + std::to_string(p) + what);
       ++p;
     }
