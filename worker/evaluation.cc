@@ -233,6 +233,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
                                         static_cast<size_t>(m.batch) * m.data->feature_dim());
   load_params(o.init_params, m.model->layout(), m.replica->host_params());
+  const Layout& state_layout = m.model->network().state_layout();
+  if (!state_layout.tensors().empty()) {  // batchnorm's running statistics
+    std::vector<float> state(state_layout.total());
+    load_params(o.init_params, state_layout, state.data());
+    m.model->set_state(state);
+  }
   m.replica->params_to_device();
   return m;
 }

@@ -126,8 +126,13 @@ Layout layout_of(const ModelDescription& d) {
   return Network(d.spec, d.input_shape, d.classes).layout();
 }
 
+Layout state_layout_of(const ModelDescription& d) {
+  return Network(d.spec, d.input_shape, d.classes).state_layout();
+}
+
 std::string model_json_text(const ModelDescription& d) {
-  const Layout layout = layout_of(d);
+  const Network network(d.spec, d.input_shape, d.classes);
+  const Layout& layout = network.layout();
   Json j;
   j["format"] = "pstrain-model";
   j["version"] = kModelFileFormat;
@@ -150,6 +155,18 @@ std::string model_json_text(const ModelDescription& d) {
     variables.push_back(v);
   }
   j["variables"] = variables;
+  if (!network.state_layout().tensors().empty()) {  // batchnorm's running statistics: not in the flat vector
+    Json state = Json::array();
+    for (const TensorSpec& t : network.state_layout().tensors()) {
+      Json v;
+      v["name"] = t.name;
+      v["file"] = t.name + ".npy";
+      v["shape"] = t.shape;
+      v["dtype"] = "float32";
+      state.push_back(v);
+    }
+    j["state"] = state;
+  }
   j["training"] = training_json(d.training);
   return j.dump(2) + "\n";
 }
