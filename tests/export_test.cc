@@ -141,7 +141,8 @@ TEST_F(ExportTest, CnnRoundTripWithoutModelFlags) { round_trip("cnn", {"--model"
 // chief's test figures again), and the last checkpoint holds them, so its export evaluates the
 // same. They moved from their start (means 0, variances 1).
 TEST_F(ExportTest, BatchNormCnnRoundTripCarriesTheRunningStatistics) {
-  round_trip("bn", {"--model", "conv 4 3 pad=1, batchnorm, relu, maxpool 2, flatten, dense 12, bn, relu, dense 10"});
+  round_trip("bn", {"--model", "conv 4 3 pad=1, batchnorm, relu, maxpool 2, flatten, dense 12, bn, relu, dense 10",
+                    "--batchnorm-stats", "local"});
   const std::string params = dir_ + "/bn-params", exported = dir_ + "/bn-exported";
   EXPECT_NE(read_file(params + "/model.json").find("\"state\": ["), std::string::npos);
   for (const std::string name : {"layer1.running_mean", "layer1.running_var", "layer3.running_mean",

@@ -89,7 +89,8 @@ class AllreduceExchange final : public Exchange {
         collective_(std::move(collective)),
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)),
-        store_(o.checkpoint, "w" + std::to_string(o.index)) {}
+        store_(o.checkpoint, "w" + std::to_string(o.index)),
+        stats_(make_collective_stats(*collective_)) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch. On --resume every worker
@@ -160,6 +161,7 @@ class AllreduceExchange final : public Exchange {
 
   void done() override {}
   bool stages_gradient() const override { return !collective_->on_device(); }
+  StatsExchange* stats_exchange() override { return stats_.get(); }
 
  private:
   // The chief, after applying step version-1: the whole vector as the one shard of the checkpoint.
@@ -182,6 +184,7 @@ class AllreduceExchange final : public Exchange {
   bool placed_ = false;  // asked the collective where to compute the gradient
   std::unique_ptr<Optimizer> optimizer_;
   CheckpointStore store_;
+  std::unique_ptr<StatsExchange> stats_;  // over collective_
 };
 
 }  // namespace
@@ -228,6 +231,7 @@ class HybridExchange final : public Exchange {
   }
   bool stages_gradient() const override { return dense_->stages_gradient(); }
   RowSource* row_source() override { return &client_; }
+  StatsExchange* stats_exchange() override { return dense_->stats_exchange(); }
 
  private:
   // The tables' sync barrier: the client speaks sync to the PS (the dense all-reduce is the workers').

@@ -359,9 +359,10 @@ class BatchNorm final : public Layer {
     float* running_mean = ctx.state + state_;
     float* running_var = running_mean + c;
     if (ctx.training) {
-      const std::vector<double> moments = batch_moments(ctx, x, batch);
+      double n = 0;
+      const std::vector<double> moments = batch_moments(ctx, x, batch, &n);
       normalisation(moments.data(), moments.data() + c, stats);
-      if (ctx.update_state) update_running(moments, count(batch), running_mean, running_var);
+      if (ctx.update_state) update_running(moments, n, running_mean, running_var);
     } else {
       const std::vector<double> mean(running_mean, running_mean + c), var(running_var, running_var + c);
       normalisation(mean.data(), var.data(), stats);
@@ -381,12 +382,14 @@ class BatchNorm final : public Layer {
     ctx.backend.upload(ctx.col, stats.data(), 2 * c);
     std::vector<double> sums(2 * c);
     ctx.backend.batch_norm_backward_sums(x, dy, batch, static_cast<int>(c), inner(), ctx.col, sums.data());
-    const double m = count(batch);
+    for (size_t i = 0; i < c; ++i) {
+      stats[4 * c + i] = static_cast<float>(sums[c + i]);  // gamma's gradient: this worker's part (the PS sums them)
+      stats[5 * c + i] = static_cast<float>(sums[i]);      // beta's
+    }
+    const double m = combined(ctx, count(batch), sums);  // dx needs the means over every worker's batch
     for (size_t i = 0; i < c; ++i) {
       stats[2 * c + i] = static_cast<float>(sums[i] / m);
       stats[3 * c + i] = static_cast<float>(sums[c + i] / m);
-      stats[4 * c + i] = static_cast<float>(sums[c + i]);  // gamma's gradient
-      stats[5 * c + i] = static_cast<float>(sums[i]);      // beta's
     }
     ctx.backend.upload(ctx.col, stats.data(), stats.size());
     if (dx != nullptr) {
@@ -401,12 +404,24 @@ class BatchNorm final : public Layer {
   size_t channels() const { return in_.flat ? in_.size() : static_cast<size_t>(in_.c); }
   int inner() const { return in_.flat ? 1 : in_.h * in_.w; }
   double count(int batch) const { return static_cast<double>(batch) * inner(); }
-  // Each channel's mean, then its biased variance, from the backend's sums.
-  std::vector<double> batch_moments(LayerContext& ctx, const float* x, int batch) const {
+  // Global statistics: `sums` and this worker's count `n` replaced by their sums over the
+  // workers (in the order count, sums); returns the count. Without an exchange: n.
+  static double combined(LayerContext& ctx, double n, std::vector<double>& sums) {
+    if (ctx.stats == nullptr) return n;
+    sums.insert(sums.begin(), n);
+    ctx.stats->combine(sums);
+    n = sums.front();
+    sums.erase(sums.begin());
+    return n;
+  }
+  // Each channel's mean, then its biased variance, from the backend's sums (over every worker's
+  // batch with global statistics); *n receives the count.
+  std::vector<double> batch_moments(LayerContext& ctx, const float* x, int batch, double* n_out = nullptr) const {
     const size_t c = channels();
     std::vector<double> sums(2 * c);
     ctx.backend.batch_norm_sums(x, batch, static_cast<int>(c), inner(), sums.data());
-    const double n = count(batch);
+    const double n = combined(ctx, count(batch), sums);
+    if (n_out != nullptr) *n_out = n;
     for (size_t i = 0; i < c; ++i) {
       const double mean = sums[i] / n;
       sums[c + i] = std::max(sums[c + i] / n - mean * mean, 0.0);

@@ -11,6 +11,7 @@
 
 #include "shared/train/layout.h"
 #include "worker/backend.h"
+#include "worker/stats_exchange.h"
 
 namespace pstrain {
 
@@ -54,6 +55,9 @@ struct LayerContext {
   // training updates it unless `update_state` is false (a block recomputed by --recompute).
   float* state = nullptr;
   bool update_state = true;
+  // batchnorm in training: its sums combined across the workers of the step (global statistics,
+  // worker/stats_exchange.h); null: this worker's batch alone.
+  StatsExchange* stats = nullptr;
 };
 
 class Layer {

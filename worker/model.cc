@@ -225,6 +225,7 @@ LayerContext Model::context(bool training, const Keys& keys, int batch) {
   ctx.salt = splitmix64(splitmix64(keys.seed ^ 0xd0d0d0d0d0d0d0d0ULL) + keys.step);
   ctx.keys = keys.records != nullptr ? keys.records : row_keys_.data();
   ctx.state = state_.data();
+  ctx.stats = training ? stats_ : nullptr;
   return ctx;
 }
 

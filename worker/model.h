@@ -95,6 +95,9 @@ class Model {
   // read by evaluate() and logits().
   const std::vector<float>& state() const { return state_; }
   void set_state(const std::vector<float>& state);
+  // Batch norm's global statistics: training passes combine their sums through `stats` (null:
+  // each batch alone); it must outlive its use.
+  void set_stats_exchange(StatsExchange* stats) { stats_ = stats; }
 
   // Called during backward each time grad[from, total) is complete (layers finish last to
   // first), with the batch's loss statistics (known after the forward pass).
@@ -136,7 +139,8 @@ class Model {
   std::vector<float*> buffer_ptr_;  // every buffer: its own or a place in the arena
   BufferPtr arena_, delta_a_, delta_b_, col_;
   std::vector<uint64_t> row_keys_;
-  std::vector<float> state_;  // 0, 1, 2, ... for calls without keys
+  std::vector<float> state_;
+  StatsExchange* stats_ = nullptr;  // 0, 1, 2, ... for calls without keys
 };
 
 }  // namespace pstrain

@@ -195,6 +195,7 @@ class Trainer {
                        " micro-batches a step) is not built for embedding tables yet: drop --accum-steps, so that one "
                        "micro-batch holds this worker's " + std::to_string(share_) + " samples a step");
     }
+    check_batchnorm(network);
     if (batch_.micro_batches > 1 && !o_.batch_auto) {
       PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
                   << batch_.micro << " = " << share_ << " samples a step";
@@ -258,11 +259,41 @@ class Trainer {
     if (checkpoints_->enabled() && o_.checkpoint.resume && first_step_ > 0) {
       checkpoints_->check_resumed(first_step_);
     }
+    if (o_.batchnorm_global && o_.num_workers > 1 && !model_->state().empty()) {  // one worker: its own batch is global
+      StatsExchange* stats = exchange_->stats_exchange();
+      if (stats == nullptr) {
+        throw UsageError("--batchnorm-stats global: combining " + batchnorm_text(model_->network()) +
+                         "'s statistics across the workers is built for --mode allreduce only so far: give "
+                         "--batchnorm-stats local (each worker's own batch) or --mode allreduce");
+      }
+      model_->set_stats_exchange(stats);
+    }
     // Every worker: the state (batchnorm's running statistics) is not on the PS shards.
     if (o_.checkpoint.resume && first_step_ > 0) load_state(checkpoint_version_dir(o_.checkpoint.dir, first_step_));
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
+  }
+
+  // Global batch-norm statistics need every worker's whole batch of a step in one pass.
+  void check_batchnorm(const Network& network) const {
+    if (!o_.batchnorm_global || network.state_layout().tensors().empty()) return;
+    const std::string layer = batchnorm_text(network);
+    if (batch_.micro_batches > 1) {
+      throw UsageError("--batchnorm-stats global: gradient accumulation (" + std::to_string(batch_.micro_batches) +
+                       " micro-batches a step) would normalise each micro-batch alone in " + layer +
+                       ": drop --accum-steps (or --batch-size auto's split), or give --batchnorm-stats local");
+    }
+    if (o_.evaluation.backup_workers > 0) {
+      throw UsageError("--batchnorm-stats global: " + layer + " combines every worker's statistics each step, "
+                       "which --backup-workers would wait for: give --batchnorm-stats local");
+    }
+  }
+  static std::string batchnorm_text(const Network& network) {
+    for (const auto& l : network.layers()) {
+      if (l->has_state()) return "layer " + std::to_string(l->index() + 1) + " '" + l->text() + "'";
+    }
+    return "";
   }
 
   // The model's state from DIR/<name>.npy (--init-params, a checkpoint), where it has any.

@@ -40,6 +40,7 @@ int parse_int(const std::string& text, const std::string& what) {
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
   std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
   std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
+  std::string batchnorm_stats = "global";
 };
 
 po::options_description describe(JobOptions& o, TextOptions& t) {
@@ -78,6 +79,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
       ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
+      ("batchnorm-stats", po::value(&t.batchnorm_stats)->default_value(t.batchnorm_stats), "batchnorm layers' batch statistics in --mode sync and allreduce: global (each step's sums combined across the workers, so N workers equal one process on the concatenated batch; not with --accum-steps or --backup-workers) | local (each worker's own batch, as TensorFlow's MirroredStrategy: breaks that contract). async and ssp always use local statistics (docs/models.md)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
       ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir)")
       ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
@@ -405,6 +407,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   o.collective = choose<CollectiveKind>("--collective", text.collective,
                                         {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
   o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});
+  o.batchnorm_global = choose<bool>("--batchnorm-stats", text.batchnorm_stats, {{"global", true}, {"local", false}});
   o.checkpoint_errors =
       choose<OnError>("--checkpoint-errors", text.checkpoint_errors, {{"stop", OnError::kStop}, {"warn", OnError::kWarn}});
   if (text.resume == "auto") {
