@@ -50,7 +50,7 @@ class BatchNormJobTest : public ::testing::Test {
     const std::string params = dir_ + "/" + name + "-params";
     job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--model", kModel, "--batch-size", "8", "--steps",
                 std::to_string(steps), "--epochs", "5", "--optimizer", "adam", "--lr", "0.01", "--seed", "3",
-                "--timeout", "30", "--save-params", params, "--batchnorm-stats", "local"};
+                "--timeout", "30", "--save-params", params};
     job.args.insert(job.args.end(), more.begin(), more.end());
     const JobResult result = run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
@@ -124,7 +124,7 @@ TEST_P(BatchNormMirroredTest, ThreeWorkersWithGlobalStatisticsEqualOneWorkerOnTh
   const bool adam = optimizer == "adam";
   SavedParams reference = mirrored(1, 1, 24, optimizer);
   ASSERT_FALSE(reference.values.empty());
-  for (int num_ps : {0}) {
+  for (int num_ps : {2, 0}) {
     const SavedParams p = mirrored(num_ps, 3, 8, optimizer);
     ASSERT_FALSE(p.values.empty());
     const double all = relative_difference(reference, p);
@@ -180,25 +180,30 @@ TEST_F(BatchNormJobTest, WhatGlobalStatisticsCannotServeIsRefused) {
 
 // 20 steps at once, against 10 steps checkpointed every 5 and then resumed to 20 (the running
 // statistics of step 10 loaded from the checkpoint by every worker): the same parameters and
-// running statistics, bit for bit. With local statistics, the stronger case: the other worker's
-// own running statistics are replaced by the chief's on resume, and nothing it computes depends
-// on them (the chief evaluates alone).
+// running statistics, bit for bit, with global statistics (every worker holds the chief's) and
+// with local ones (the other worker's own are replaced by the chief's on resume, and nothing it
+// computes depends on them: the chief evaluates alone).
 TEST_F(BatchNormJobTest, ResumedFromACheckpointEqualsTheUninterruptedRun) {
-  const std::vector<std::string> every = {"--checkpoint-dir", dir_ + "/ckpt", "--checkpoint-every", "5"};
-  const Run uninterrupted = train("whole", 20, {});
-  const Run first = train("first", 10, every);
-  std::vector<std::string> resume = every;
-  resume.push_back("--resume");
-  const Run resumed = train("resumed", 20, resume);
-  ASSERT_EQ(resumed.state.size(), kState.size()) << resumed.logs;
-  ASSERT_EQ(first.state.size(), kState.size()) << first.logs;
-  EXPECT_NE(resumed.logs.find("--resume: from checkpoint"), std::string::npos) << resumed.logs;
-  EXPECT_NE(resumed.logs.find("running statistics from " + dir_ + "/ckpt/v"), std::string::npos) << resumed.logs;
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/ckpt/v0000000010/layer1.running_mean.npy"));
-  EXPECT_GT(relative_difference(uninterrupted.params, first.params), 1e-4);  // the first half is not the whole
-  EXPECT_NE(uninterrupted.state, first.state);
-  EXPECT_EQ(relative_difference(uninterrupted.params, resumed.params), 0.0);
-  for (size_t i = 0; i < kState.size(); ++i) EXPECT_EQ(uninterrupted.state[i], resumed.state[i]) << kState[i];
+  for (const std::string stats : {"global", "local"}) {
+    SCOPED_TRACE(stats);
+    const std::string ckpt = dir_ + "/ckpt-" + stats;
+    const std::vector<std::string> every = {"--batchnorm-stats", stats, "--checkpoint-dir", ckpt,
+                                            "--checkpoint-every", "5"};
+    const Run uninterrupted = train("whole-" + stats, 20, {"--batchnorm-stats", stats});
+    const Run first = train("first-" + stats, 10, every);
+    std::vector<std::string> resume = every;
+    resume.push_back("--resume");
+    const Run resumed = train("resumed-" + stats, 20, resume);
+    ASSERT_EQ(resumed.state.size(), kState.size()) << resumed.logs;
+    ASSERT_EQ(first.state.size(), kState.size()) << first.logs;
+    EXPECT_NE(resumed.logs.find("--resume: from checkpoint"), std::string::npos) << resumed.logs;
+    EXPECT_NE(resumed.logs.find("running statistics from " + ckpt + "/v"), std::string::npos) << resumed.logs;
+    EXPECT_TRUE(std::filesystem::exists(ckpt + "/v0000000010/layer1.running_mean.npy"));
+    EXPECT_GT(relative_difference(uninterrupted.params, first.params), 1e-4);  // the first half is not the whole
+    EXPECT_NE(uninterrupted.state, first.state);
+    EXPECT_EQ(relative_difference(uninterrupted.params, resumed.params), 0.0);
+    for (size_t i = 0; i < kState.size(); ++i) EXPECT_EQ(uninterrupted.state[i], resumed.state[i]) << kState[i];
+  }
 }
 
 }  // namespace

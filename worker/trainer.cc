@@ -261,11 +261,7 @@ class Trainer {
     }
     if (o_.batchnorm_global && o_.num_workers > 1 && !model_->state().empty()) {  // one worker: its own batch is global
       StatsExchange* stats = exchange_->stats_exchange();
-      if (stats == nullptr) {
-        throw UsageError("--batchnorm-stats global: combining " + batchnorm_text(model_->network()) +
-                         "'s statistics across the workers is built for --mode allreduce only so far: give "
-                         "--batchnorm-stats local (each worker's own batch) or --mode allreduce");
-      }
+      PSTRAIN_CHECK(stats != nullptr);  // sync and allreduce have one (options_from_job: global only there)
       model_->set_stats_exchange(stats);
     }
     // Every worker: the state (batchnorm's running statistics) is not on the PS shards.

@@ -11,7 +11,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 10;
+constexpr uint32_t kProtocolVersion = 11;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -33,6 +33,9 @@ enum class Op : uint32_t {
   kSparsePull = 10,  // worker -> PS: rows of these IDs as they are at version `step`
   kSparseRows = 11,  // PS -> worker: the rows of SPARSE_PULL `request_id`, at version `step`
   kSparsePush = 12,  // worker -> PS: this worker's summed gradients per ID for `step` over `samples`
+  // Batch norm's global statistics (shard 0 only; frame 1 is `length` / 2 little-endian doubles):
+  kStats = 13,     // worker -> PS: this worker's sums of call `offset` of `step` (docs/models.md)
+  kStatsSum = 14,  // PS -> worker: every worker's sums of that call added, in worker order
 };
 const char* op_name(Op op);
 
