@@ -44,7 +44,8 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
     layers_.push_back(make_layer(specs[i], shape, static_cast<int>(i)));
     if (layers_.back()->has_params()) {
       if (layers_.back()->has_state()) layers_.back()->declare_state(state_layout_, p);
-      layers_.back()->declare(layout_, p++);
+      layers_.back()->declare(layout_, p);
+      p += layers_.back()->param_layers();
     }
     shape = layers_.back()->out();
   }
@@ -58,7 +59,7 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
 std::string Network::summary() const {
   std::string s = input_.text();
   for (const auto& l : layers_) {
-    s += " -> " + l->text();
+    s += " -> " + l->describe();
     if (!l->elementwise() && !(l->in().flat == l->out().flat && l->in().size() == l->out().size() &&
                                !l->has_params())) {
       s += " -> " + l->out().text();
@@ -147,7 +148,10 @@ size_t Network::activation_floats(int batch, bool recompute) const {
     if (p.persistent[b]) per_sample += p.buffer_size[b];
   }
   size_t col = 0;
-  for (const auto& l : layers_) col = std::max(col, l->col_floats(batch));
+  for (const auto& l : layers_) {
+    col = std::max(col, l->col_floats(batch));
+    per_sample += l->scratch_floats();  // a residual block's insides
+  }
   return per_sample * static_cast<size_t>(batch) + col;
 }
 
@@ -195,6 +199,10 @@ Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
   for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch));
   if (col > 0) col_ = backend_.allocate(col);
   state_ = net_.initial_state();
+  for (const auto& l : net_.layers()) {
+    scratch_.push_back(l->scratch_floats() > 0 ? backend_.allocate(l->scratch_floats() * rows)
+                                               : BufferPtr(nullptr, [](float*) {}));
+  }
   row_keys_.resize(rows);
   std::iota(row_keys_.begin(), row_keys_.end(), uint64_t{0});
 }
@@ -232,6 +240,7 @@ LayerContext Model::context(bool training, const Keys& keys, int batch) {
 void Model::forward_layers(LayerContext& ctx, const float* params, const float* x, int batch, size_t from, size_t to) {
   for (size_t l = from; l < to; ++l) {
     Layer& layer = *net_.layers()[l];
+    ctx.scratch = scratch_[l].get();
     if (!layer.identity()) layer.forward(ctx, params, input_of(l, x), output_of(l, x), batch);
   }
 }
@@ -264,6 +273,7 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
     // unless the caller asks for it.
     float* dx = l == 0 ? nullptr : layer.elementwise() ? delta : spare;
     if (input_grad != nullptr && l == first) dx = input_grad;
+    ctx.scratch = scratch_[l].get();
     layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, dx, grad, batch, accumulate);
     if (layer.elementwise()) continue;
     if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);
