@@ -236,6 +236,14 @@ TEST(BatchNormTest, SpecsAndTheirErrors) {
   const std::vector<float> initial = net.initial_state();
   EXPECT_EQ(initial[0], 0.0f);
   EXPECT_EQ(initial[2], 1.0f);
+  // Inside a residual block: numbered as the block's variables (its inner layers', then the projection's).
+  Network resnet("conv 2 3 pad=1, residual(conv 2 3 pad=1, bn, relu, conv 4 3 pad=1, bn), flatten, dense 10",
+                 {1, 8, 8}, 10);
+  names.clear();
+  for (const TensorSpec& t : resnet.state_layout().tensors()) names.push_back(t.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"layer2.running_mean", "layer2.running_var", "layer4.running_mean",
+                                             "layer4.running_var"}));
+  EXPECT_EQ(resnet.layout().at("layer4.weight").size, 4u);  // the second bn's gamma
   // First in the list: it normalises the input itself.
   EXPECT_EQ(usage_error("batchnorm, dense 10"), "no error");
   const std::string bad_momentum = usage_error("dense 8, batchnorm momentum=2, dense 10");

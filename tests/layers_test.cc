@@ -331,6 +331,10 @@ TEST(ModelGradientTest, BatchNormMatchesFiniteDifferences) {
   EXPECT_GT(check_finite_differences("conv 3 3 pad=1, batchnorm, tanh, maxpool 2, flatten, dense 6, bn, gelu, dense 3"),
             100u);
   EXPECT_GT(check_finite_differences("batchnorm, flatten, dense 5, tanh, dense 3"), 100u);
+  // Inside a residual block (its statistics are the block's inner layer's).
+  EXPECT_GT(check_finite_differences("conv 3 3 pad=1, residual(conv 3 3 pad=1, batchnorm, tanh, conv 3 3 pad=1, bn), "
+                                     "tanh, flatten, dense 3"),
+            100u);
 }
 
 // The dot interaction (no parameters) between dense layers: its input gradient carries the

@@ -628,12 +628,13 @@ class Residual final : public Layer {
     }
     if (projection_) projection_->declare(layout, p);
   }
-  // The inner batchnorm layers' running statistics, named by the same p as their variables.
+  // The inner batchnorm layers' running statistics, numbered as their variables.
   bool has_state() const override {
-    return std::any_of(inner_.begin(), inner_.end(), [](const auto& l) { return l->has_state(); });
+    return std::any_of(inner_.begin(), inner_.end(), [](const std::unique_ptr<Layer>& l) { return l->has_state(); });
   }
   void declare_state(Layout& state, int p) override {
     for (const auto& l : inner_) {
+      if (!l->has_params()) continue;
       if (l->has_state()) l->declare_state(state, p);
       p += l->param_layers();
     }

@@ -185,9 +185,9 @@ std::string model_json_text(const ModelDescription& d) {
     variables.push_back(v);
   }
   j["variables"] = variables;
-  if (!network.state_layout().tensors().empty()) {  // batchnorm's running statistics: not in the flat vector
+  if (!net.state_layout().tensors().empty()) {  // batchnorm's running statistics: not in the flat vector
     Json state = Json::array();
-    for (const TensorSpec& t : network.state_layout().tensors()) {
+    for (const TensorSpec& t : net.state_layout().tensors()) {
       Json v;
       v["name"] = t.name;
       v["file"] = t.name + ".npy";

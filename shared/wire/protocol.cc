@@ -253,8 +253,8 @@ const char* op_name(Op op) {
 
 bool op_has_payload(Op op) {
   return op == Op::kInit || op == Op::kPush || op == Op::kParams || op == Op::kSparsePull || op == Op::kSparseRows ||
-         op == Op::kSparsePush || op == Op::kNorm || op == Op::kClip || op == Op::kStats ||
-         op == Op::kStatsSum;
+         op == Op::kSparsePush || op == Op::kNorm || op == Op::kClip ||
+         op == Op::kStats || op == Op::kStatsSum;
 }
 
 bool payload_in_shared_memory(const Header& h) { return h.shm != 0 && (h.op == Op::kPush || h.op == Op::kParams); }

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 11 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 12 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
 // 4-byte words (shared/wire/sparse_wire.h). Every field is validated on receipt.
@@ -11,7 +11,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 11;
+constexpr uint32_t kProtocolVersion = 12;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 

@@ -64,7 +64,7 @@ class FuzzEndpoint final : public pstrain::Endpoint {
 
 pstrain::Message structured(Input& in) {
   pstrain::Header h;
-  h.op = static_cast<pstrain::Op>(1 + in.take(1) % 14);  // every op; bytes 0..7 as before (HELLO..DONE)
+  h.op = static_cast<pstrain::Op>(1 + in.take(1) % 16);  // every op; bytes 0..7 as before (HELLO..DONE)
   const std::string route(1, static_cast<char>('a' + in.take(1) % 4));
   h.request_id = in.take(1);
   h.sender = static_cast<uint32_t>(in.take(1) % 4);
