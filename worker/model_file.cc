@@ -159,7 +159,6 @@ Layout state_layout_of(const ModelDescription& d) {
 
 std::string model_json_text(const ModelDescription& d) {
   const Network net(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json"));
-  const Network& network = net;
   const Layout& layout = net.layout();
   Json j;
   j["format"] = "pstrain-model";
