@@ -780,7 +780,30 @@ TEST_F(CudaMlpTest, BatchNormModelMatchesTheCpu) {
   std::vector<float> gpu_grad, cpu_grad, gpu_logits, cpu_logits;
   const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_logits), c = run(*cpu_, cpu_model, cpu_grad, cpu_logits);
   EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
-  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "batch-norm CNN gradient");
+  // The biases of the conv and dense layers that feed a batchnorm shift what the batch's mean
+  // removes again: their gradient is 0, and each backend's is rounding of about 1e-7 of the
+  // others' (6 of 6 "out of tolerance" against their own scale on an H200). They are checked to
+  // be ~0 on both; every other tensor against the CPU.
+  double largest = 0;
+  for (float v : cpu_grad) largest = std::max(largest, std::fabs(double{v}));
+  Layout compared;
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.name != "layer0.bias" && t.name != "layer2.bias") {
+      compared.add(t.name, t.shape);
+      continue;
+    }
+    for (size_t i = t.offset; i < t.offset + t.size; ++i) {
+      EXPECT_LE(std::fabs(gpu_grad[i]), 1e-5 * largest) << t.name << "[" << i - t.offset << "] on the GPU";
+      EXPECT_LE(std::fabs(cpu_grad[i]), 1e-5 * largest) << t.name << "[" << i - t.offset << "] on the CPU";
+    }
+  }
+  std::vector<float> gpu_compared, cpu_compared;
+  for (const TensorSpec& t : layout.tensors()) {
+    if (t.name == "layer0.bias" || t.name == "layer2.bias") continue;
+    gpu_compared.insert(gpu_compared.end(), gpu_grad.begin() + t.offset, gpu_grad.begin() + t.offset + t.size);
+    cpu_compared.insert(cpu_compared.end(), cpu_grad.begin() + t.offset, cpu_grad.begin() + t.offset + t.size);
+  }
+  expect_tensors_close(gpu_compared, cpu_compared, compared, 1e-4, "batch-norm CNN gradient (less the zero biases)");
   expect_tensors_close(gpu_model.state(), cpu_model.state(), cpu_model.network().state_layout(), 1e-5,
                        "running statistics");
   expect_within(gpu_logits, cpu_logits, 1e-4, "evaluation logits (running statistics)");
