@@ -1,6 +1,7 @@
 #include "ps/dense_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <iomanip>
 #include <sstream>
@@ -33,6 +34,10 @@ struct DenseStore::Pending {  // one step of a chunk that pushes are adding up f
   std::vector<bool> pushed;  // by worker
   Clock::time_point waiting_since;
   Header metrics;            // summed over its pushes (sent with PARAMS once applied)
+  // --clip-norm: the pushes summed (in worker order where they are kept) once all arrived, whose
+  // squares make the shard's part of the norm; applied once the whole norm is known.
+  std::vector<float> sum;
+  bool summed = false;
 };
 
 struct DenseStore::Chunk {
@@ -80,7 +85,8 @@ DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& po
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
       ordered_sums_(every_worker_every_step(policy, options.num_workers)),
-      shared_area_(ordered_sums_ && policy.mode() == ModeCode::kSync && !options.allow_rejoin) {
+      shared_area_(ordered_sums_ && policy.mode() == ModeCode::kSync && !options.allow_rejoin),
+      clipping_(options.optimizer.clip_norm > 0 && policy.mode() == ModeCode::kSync) {
   for (size_t local = 0; local < slice_.length; local += chunk_len_) {
     Chunk c;
     c.local = local;
@@ -181,6 +187,12 @@ bool DenseStore::push(const Update& u, Outcome* out, std::string* error) {
     if (c == &chunks_[0]) ++dropped_;
     return true;
   }
+  // Backup workers: a late push for a step that has its quorum and waits only for its norm.
+  if (clipping_ && ahead == 0 && !c->pending.empty() && c->pending.front().summed) {
+    ++c->dropped;
+    if (c == &chunks_[0]) ++dropped_;
+    return true;
+  }
   if (worker == 0 && h.checkpoint != 0 && h.checkpoint != h.step + 1) {
     return (*error = "checkpoint of version " + std::to_string(h.checkpoint) + " asked in a push for step " +
                      std::to_string(h.step), false);
@@ -196,6 +208,10 @@ bool DenseStore::push(const Update& u, Outcome* out, std::string* error) {
   add(*c, verdict.slot, u, grad);
   // Steps are applied in order, each once its quorum pushed it.
   *out = Outcome{true, false, static_cast<size_t>(c - chunks_.data())};
+  if (clipping_) {
+    if (c->pending.front().pushes >= policy_.quorum()) sum_step(out);
+    return true;
+  }
   while (!c->pending.empty() && c->pending.front().pushes >= policy_.quorum()) {
     apply(*c, c->pending.front());
     c->pending.erase(c->pending.begin());
@@ -262,7 +278,84 @@ uint64_t DenseStore::lead(int worker, uint64_t step) {
   return ahead;
 }
 
-void DenseStore::apply(Chunk& c, Pending& p) {
+// --clip-norm: a chunk's step has all its pushes. Once every chunk's has, the shard's part of the
+// squares is known: with one shard the step is applied at once, else it waits for a CLIP.
+void DenseStore::sum_step(Outcome* out) {
+  for (const Chunk& c : chunks_) {
+    if (c.pending.empty() || c.pending.front().pushes < policy_.quorum()) return;
+  }
+  ExactSquares part;
+  for (Chunk& c : chunks_) {
+    Pending& p = c.pending.front();
+    if (!p.sources.empty()) {  // in worker order, as apply_sources sums them
+      p.sum.assign(p.sources[0].data(), p.sources[0].data() + c.range.length);
+      for (size_t k = 1; k < p.sources.size(); ++k) add_into(p.sum.data(), p.sources[k].data(), c.range.length);
+      part.add(p.sum.data(), c.range.length);
+    } else {
+      part.add(p.accum.data_as<float>(), c.range.length);
+    }
+    p.summed = true;
+  }
+  const uint64_t samples = chunks_.empty() ? 0 : chunks_[0].pending.front().metrics.samples;
+  if (samples > 0) largest_part_ = std::max(largest_part_, std::sqrt(part.value()) / static_cast<double>(samples));
+  if (options_.num_ps == 1) {
+    apply_clipped(part);
+    out->advanced = out->every_part = true;
+    return;
+  }
+  clip_wait_ = true;
+  clip_step_ = chunks_.empty() ? 0 : chunks_[0].version;
+  clip_part_ = part;
+  out->norm_ready = true;
+}
+
+void DenseStore::apply_clipped(const ExactSquares& total) {
+  const uint64_t samples = chunks_.empty() ? 0 : chunks_[0].pending.front().metrics.samples;
+  const double factor = clip_factor(total, samples, options_.optimizer.clip_norm);
+  const double norm = samples > 0 ? std::sqrt(total.value()) / static_cast<double>(samples) : 0.0;
+  smallest_norm_ = clip_steps_ == 0 ? norm : std::min(smallest_norm_, norm);
+  largest_norm_ = std::max(largest_norm_, norm);
+  ++clip_steps_;
+  if (factor < 1.0) ++clipped_steps_;
+  for (Chunk& c : chunks_) {
+    apply(c, c.pending.front(), factor);
+    c.pending.erase(c.pending.begin());
+  }
+  clip_wait_ = false;
+}
+
+bool DenseStore::awaiting_clip(uint64_t* step, ExactSquares* part) const {
+  if (!clip_wait_) return false;
+  *step = clip_step_;
+  *part = clip_part_;
+  return true;
+}
+
+bool DenseStore::clip(uint64_t step, const ExactSquares& total, Outcome* out, std::string* error) {
+  *out = Outcome{};
+  if (!clipping_ || options_.num_ps == 1) {
+    return (*error = "CLIP, but this shard does not wait for other shards' norms (--clip-norm with several shards, sync)", false);
+  }
+  // Every worker sends the CLIP of a step; the first applies it, and the others may come later
+  // still (a worker that got its PARAMS before its own NORMs sends one for an applied step).
+  if (step < version()) return true;
+  if (!clip_wait_) {
+    return (*error = "CLIP for step " + std::to_string(step) + ", which this shard has not summed (at version " +
+                     std::to_string(version()) + ")", false);
+  }
+  if (step != clip_step_) {
+    return (*error = "CLIP for step " + std::to_string(step) + " while step " + std::to_string(clip_step_) +
+                     " waits for its norm", false);
+  }
+  if (!std::isfinite(total.value()) || total.value() < clip_part_.value()) {
+    return (*error = "CLIP's sum of squares is smaller than this shard's own part of it", false);
+  }
+  apply_clipped(total);
+  out->changed = out->advanced = out->every_part = true;
+  return true;
+}
+
+void DenseStore::apply(Chunk& c, Pending& p, double clip_factor) {
   make_writable(c);
   // async applies N updates where sync applies one: its schedule runs over N times the steps.
   const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
@@ -273,13 +366,17 @@ void DenseStore::apply(Chunk& c, Pending& p) {
   // worker of half the mean share moves the parameters half as far (equal shares: its mean).
   const float scale = policy_.mode() == ModeCode::kAsync
                           ? static_cast<float>(options_.num_workers) / static_cast<float>(job_.global_batch)
-                          : 1.0f / static_cast<float>(p.metrics.samples);
+                          : clipped_scale(1.0f / static_cast<float>(p.metrics.samples), clip_factor);
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
   const auto start = Clock::now();
-  if (p.sources.empty()) {
+  if (p.summed && !p.sum.empty()) {  // --clip-norm: summed in worker order already (sum_step)
+    optimizer_->apply(c.local, c.range.length, c.data(), p.sum.data(), scale, lr, c.version);
+  } else if (p.sources.empty()) {
     optimizer_->apply(c.local, c.range.length, c.data(), p.accum.data_as<float>(), scale, lr, c.version);
   } else {
     apply_sources(c, p, scale, lr);
+  }
+  if (!p.sources.empty()) {
     p.metrics.loss_sum = p.metrics.eval_loss = 0;  // summed again in worker order, as the gradients
     for (const Source& source : p.sources) {
       p.metrics.loss_sum += source.loss_sum;
@@ -442,7 +539,8 @@ void DenseStore::release_area_name() {
 bool DenseStore::oldest_barrier(Barrier* out) const {
   const Chunk* stalled = nullptr;
   for (const Chunk& c : chunks_) {
-    if (!c.pending.empty() && c.pending.front().pushes > 0 &&
+    // (a step with all its pushes waits only for its norm: --clip-norm)
+    if (!c.pending.empty() && c.pending.front().pushes > 0 && !c.pending.front().summed &&
         (stalled == nullptr || c.pending.front().waiting_since < stalled->pending.front().waiting_since)) {
       stalled = &c;
     }
@@ -465,6 +563,11 @@ std::string DenseStore::counters_text() const {
        << stale_max_ << " over " << stale_count_ << " updates";
   }
   if (options_.backup_workers > 0) os << "; late pushes dropped: " << dropped_;
+  if (clipping_) {
+    os << "; --clip-norm " << options_.optimizer.clip_norm << ": " << clipped_steps_ << " of " << clip_steps_
+       << " step(s) scaled down; gradient norm " << smallest_norm_ << " to " << largest_norm_
+       << " (this shard's part at most " << largest_part_ << ")";
+  }
   if (applies_ > 0) {
     os << "; " << applies_ << " chunk update(s), " << std::fixed << std::setprecision(1)
        << 1e6 * apply_s_ / static_cast<double>(applies_) << " us each";

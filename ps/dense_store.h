@@ -16,6 +16,7 @@
 #include "ps/policy.h"
 #include "ps/server_options.h"
 #include "ps/store.h"
+#include "shared/train/clip_norm.h"
 #include "shared/train/layout.h"
 #include "shared/train/optimizer.h"
 #include "shared/net/shared_memory.h"
@@ -67,6 +68,15 @@ class DenseStore final : public Store {
   const SharedMemory& area() const { return area_; }
   void release_area_name();  // once every worker mapped it (or uses its own copy)
 
+  // --clip-norm in sync (docs/models.md, "Gradient clipping"): a step is applied once every chunk
+  // of the slice has all its pushes and the whole gradient's norm is known. With one shard that
+  // is at once; with several, the shard waits with its part of the squares (NORM to the workers)
+  // until a worker sends the whole sum (CLIP).
+  bool awaiting_clip(uint64_t* step, ExactSquares* part) const;
+  // A CLIP of `step` with the squares of every shard's part: applies the step (every part
+  // advances). A repeat (another worker's CLIP of a step applied already) changes nothing.
+  bool clip(uint64_t step, const ExactSquares& total, Outcome* out, std::string* error);
+
   bool oldest_barrier(Barrier* out) const;  // false: no chunk waits for pushes
   std::string counters_text() const;        // the mode's counters, for the last log line
 
@@ -81,7 +91,9 @@ class DenseStore final : public Store {
   void add(Chunk& c, uint64_t slot, const Update& update, const float* grad);
   void keep(Pending& p, const Update& update, const float* grad, size_t n);
   uint64_t lead(int worker, uint64_t step);
-  void apply(Chunk& chunk, Pending& step);
+  void apply(Chunk& chunk, Pending& step, double clip_factor = 1.0);
+  void sum_step(Outcome* out);
+  void apply_clipped(const ExactSquares& total);
   void make_writable(Chunk& chunk);
   void apply_sources(Chunk& chunk, const Pending& step, float scale, double lr);
   void applied(Chunk& chunk, const Pending& step);
@@ -112,6 +124,14 @@ class DenseStore final : public Store {
   // Plain sync without replacements: the values live in area_ (create_area).
   const bool shared_area_;
   std::vector<std::string> resumed_tables_;  // resume(): the checkpoint's tables, until taken
+  // --clip-norm (sync): the step whose CLIP the shard waits for, and its part of the squares.
+  const bool clipping_;
+  bool clip_wait_ = false;
+  uint64_t clip_step_ = 0;
+  ExactSquares clip_part_;
+  uint64_t clip_steps_ = 0, clipped_steps_ = 0;  // steps applied, and those scaled down
+  double smallest_norm_ = 0, largest_norm_ = 0;  // of the steps' mean gradients
+  double largest_part_ = 0;                      // the largest norm of this shard's part of one
 };
 
 }  // namespace pstrain

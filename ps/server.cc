@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "shared/util/file_util.h"
@@ -16,6 +17,7 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
   uint64_t want;
   std::vector<bool> sent;
   size_t left;
+  bool norm_sent;  // --clip-norm: this PULL was sent the shard's NORM of the step it waits for
   uint64_t shm;  // 1: the parameters go into the worker's segment; 2: it reads the area (PULL's shm)
 };
 
@@ -124,6 +126,7 @@ void ParameterServer::handle(Message& msg) {
     case Op::kPull: ok = on_pull(msg, h, &error); break;
     case Op::kSparsePull: ok = on_sparse_pull(msg, h, &error); break;
     case Op::kSparsePush: ok = on_sparse_push(msg, h, &error); break;
+    case Op::kClip: ok = on_clip(msg, h, &error); break;
     case Op::kDone: on_done(msg, h); break;
     default: ok = false; error = std::string(op_name(h.op)) + " is not a request"; break;
   }
@@ -212,7 +215,47 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   Outcome out;
   if (!store_->push(update_of(msg, h), &out, error)) return false;
   if (out.changed && h.sender == 0) checkpoints_.mark(h);
-  if (out.advanced) chunk_advanced(out.part);
+  advanced(out);
+  if (out.norm_ready) {
+    for (Parked& p : parked_) send_norm(p);
+  }
+  return true;
+}
+
+void ParameterServer::advanced(const Outcome& out) {
+  if (out.every_part) {
+    for (size_t i = 0; i < store_->parts(); ++i) chunk_advanced(i);
+  } else if (out.advanced) {
+    chunk_advanced(out.part);
+  }
+}
+
+// --clip-norm with several shards: a PULL of the version after the step that waits for its norm
+// gets this shard's part of the squares, once; the worker sends back the whole sum (CLIP).
+void ParameterServer::send_norm(Parked& p) {
+  uint64_t step = 0;
+  ExactSquares part;
+  if (p.norm_sent || !store_->awaiting_clip(&step, &part) || p.want != step + 1) return;
+  Header h;
+  h.op = Op::kNorm;
+  h.request_id = p.request_id;
+  h.step = step;
+  h.length = kNormWords;
+  Frame payload(part.limbs().data(), sizeof(uint64_t) * ExactSquares::kLimbs);
+  reply(p.route, h, &payload);
+  p.norm_sent = true;
+}
+
+bool ParameterServer::on_clip(const Message& msg, const Header& h, std::string* error) {
+  if (store_ == nullptr) return (*error = "CLIP before HELLO", false);
+  if (h.length != kNormWords) {
+    return (*error = "CLIP carries " + std::to_string(h.length) + " words, not " + std::to_string(kNormWords), false);
+  }
+  uint64_t limbs[ExactSquares::kLimbs];
+  std::memcpy(limbs, msg.frames[1].data(), sizeof limbs);
+  Outcome out;
+  if (!store_->clip(h.step, ExactSquares::from_limbs(limbs), &out, error)) return false;
+  advanced(out);
   return true;
 }
 
@@ -231,7 +274,7 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
   }
   if (h.shm == 2 && !store_->area().mapped()) return (*error = "pull from the parameter area, but this PS has none", false);
   const size_t parts = store_->parts();
-  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(parts, false), parts, h.shm};
+  Parked p{msg.route, h.request_id, h.step, std::vector<bool>(parts, false), parts, false, h.shm};
   for (size_t i = 0; i < parts; ++i) {
     if (ready(i, h.step)) {
       send_chunk(msg.route, h.request_id, i, h.step, p.shm);
@@ -239,7 +282,10 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
       --p.left;
     }
   }
-  if (p.left > 0) parked_.push_back(std::move(p));
+  if (p.left > 0) {
+    send_norm(p);
+    parked_.push_back(std::move(p));
+  }
   return true;
 }
 

@@ -52,6 +52,11 @@ class ParameterServer {
   void sparse_advanced();
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
+  void advanced(const Outcome& out);  // chunk_advanced for the part(s) an update advanced
+  // --clip-norm with several shards (docs/models.md, "Gradient clipping"): NORM to a PULL of the
+  // step after the one waiting for its norm; CLIP from a worker applies that step.
+  void send_norm(Parked& p);
+  bool on_clip(const Message& msg, const Header& h, std::string* error);
   // Whether part `part` can be sent to a pull for version `want`: the store has it, and in sync a
   // job's tables are at that version too (so a worker's rows and parameters are of one version,
   // and a checkpoint holds both).

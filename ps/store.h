@@ -33,6 +33,8 @@ struct Outcome {
   bool changed = false;   // it changed the store (not a repeat of what it holds, not dropped)
   bool advanced = false;  // part `part` was initialised or reached a new version
   size_t part = 0;
+  bool every_part = false;  // --clip-norm: every part reached a new version (with `advanced`)
+  bool norm_ready = false;  // --clip-norm, several shards: the step waits for its CLIP (NORM goes out)
 };
 
 class Store {

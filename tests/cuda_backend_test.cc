@@ -791,6 +791,58 @@ TEST_F(CudaMlpTest, ConvolutionalModelGradientsMatchTheCpu) {
   expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "gradient (the CPU with --recompute)");
 }
 
+// Backend::add (a residual block's sum) is one rounding on either side: equal bit for bit, also
+// in place over either operand.
+TEST_F(CudaBackendTest, AddMatchesCpuExactly) {
+  const size_t n = 70001;
+  const auto a = random_floats(n, 61, -3.0f, 3.0f), b = random_floats(n, 62, -3.0f, 3.0f);
+  const auto run = [&](Backend& backend) {
+    BufferPtr da = put(backend, a), db = put(backend, b), dy = backend.allocate(n);
+    backend.add(da.get(), db.get(), dy.get(), n);
+    backend.add(da.get(), db.get(), da.get(), n);  // y = a
+    backend.add(dy.get(), db.get(), db.get(), n);  // y = b
+    std::vector<float> out = get(backend, dy.get(), n), in_a = get(backend, da.get(), n),
+                       in_b = get(backend, db.get(), n);
+    out.insert(out.end(), in_a.begin(), in_a.end());
+    out.insert(out.end(), in_b.begin(), in_b.end());
+    return out;
+  };
+  EXPECT_EQ(run(*gpu_), run(*cpu_));
+}
+
+// A ResNet's gradients on the GPU against the CPU's: an identity block, a projected one (1x1
+// convolution of stride 2, more channels) with dropout inside, and a flat block with a dense
+// projection; the CPU with --recompute, the GPU without.
+TEST_F(CudaMlpTest, ResidualModelGradientsMatchTheCpu) {
+  const char* const spec =
+      "conv 6 3 pad=1, relu, residual(conv 6 3 pad=1, relu, conv 6 3 pad=1), relu, "
+      "residual(conv 8 3 stride=2 pad=1, relu, dropout 0.3, conv 8 3 pad=1), relu, globalavgpool, "
+      "residual(dense 12, tanh), dense 5";
+  const std::vector<size_t> shape = {3, 16, 16};
+  const int batch = 12, classes = 5;
+  Model gpu_model(spec, shape, classes, batch, false, *gpu_), cpu_model(spec, shape, classes, batch, true, *cpu_);
+  const Layout& layout = cpu_model.layout();
+  const size_t n = layout.total();
+  std::vector<float> params(n);
+  cpu_model.init(8, params.data());
+  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 16 * 16, 40);
+  const auto y = random_labels(static_cast<size_t>(batch), classes, 41);
+  std::vector<uint64_t> records(batch);
+  for (int i = 0; i < batch; ++i) records[i] = 2000 + static_cast<uint64_t>(i);
+  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
+    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
+    const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false,
+                                              DropoutKeys{5, 6, records.data()});
+    grad = get(backend, dg.get(), n);
+    return stats;
+  };
+  std::vector<float> gpu_grad, cpu_grad;
+  const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+  EXPECT_EQ(g.correct, c.correct);
+  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "ResNet gradient (the CPU with --recompute)");
+}
+
 // A learnable task: labels are the arg-max of a fixed random linear map of the input.
 struct SgdData {
   std::vector<std::vector<float>> x;

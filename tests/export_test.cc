@@ -136,6 +136,15 @@ TEST_F(ExportTest, MlpRoundTripWithoutModelFlags) { round_trip("mlp", {"--hidden
 
 TEST_F(ExportTest, CnnRoundTripWithoutModelFlags) { round_trip("cnn", {"--model", kCnn}); }
 
+// A ResNet (an identity block, a projected one, a flat one with a dense projection): its variables, the projections'
+// included, go through --save-params, checkpoints, pstrain-export and --evaluate like any others.
+TEST_F(ExportTest, ResNetRoundTripWithoutModelFlags) {
+  round_trip("resnet", {"--model",
+                        "conv 4 3 pad=1, relu, residual(conv 4 3 pad=1, relu, conv 4 3 pad=1), relu, "
+                        "residual(conv 8 3 stride=2 pad=1, relu, conv 8 3 pad=1), relu, flatten, "
+                        "residual(dense 16, relu), dense 10"});
+}
+
 // A given model must be the saved one: the message names the variable (or layer) and both shapes.
 TEST_F(ExportTest, AModelThatIsNotTheSavedOneNamesTheVariableAndBothShapes) {
   train("a", {"--hidden", "16"});

@@ -526,6 +526,17 @@ void misbehave_in_barrier(FakeWorkers& f, uint64_t step) {
                std::to_string(kProtocolVersion) + ")",
            "version bit flipped");
   f.reject(1, {encode_header(f.push(1, step, 2)).substr(0, 40), bytes_of(g)}, kTruncated, "truncated header");
+  // CLIP belongs to --clip-norm jobs of several shards (this one has neither); NORM is the PS's.
+  Header clip = f.request(Op::kClip, 1, step);
+  clip.length = kNormWords;
+  const std::vector<float> squares(kNormWords, 0.0f);
+  f.reject(1, message(clip, &squares),
+           "CLIP, but this shard does not wait for other shards' norms (--clip-norm with several shards, sync)", "CLIP");
+  clip.length = 3;
+  f.reject(1, message(clip, &kFakeInit), "CLIP payload is 20 bytes, header says 3 float32 (12 bytes)", "short CLIP");
+  Header norm = f.request(Op::kNorm, 1, step);
+  norm.length = kNormWords;
+  f.reject(1, message(norm, &squares), "NORM is not a request", "NORM");
   for (Op op : {Op::kWelcome, Op::kError, Op::kWaiting}) {
     f.reject(1, message(f.request(op, 1, step)), std::string(op_name(op)) + " is not a request", op_name(op));
   }

@@ -265,8 +265,8 @@ TEST(LayerOpsTest, DropoutMaskDependsOnTheSampleAndTheSaltOnly) {
 // --- Whole models ----------------------------------------------------------------------------
 
 const char* const kEveryLayer =
-    "conv 3 3 pad=1, tanh, maxpool 2, conv 4 2 stride=1, gelu, avgpool 2 stride=1, flatten, dense 6, layernorm, "
-    "sigmoid, dense 5, relu, dropout 0.3, dense 3";
+    "conv 3 3 pad=1, tanh, maxpool 2, residual(conv 3 3 pad=1, relu, dropout 0.3, conv 3 3 pad=1), conv 4 2 stride=1, "
+    "gelu, avgpool 2 stride=1, flatten, dense 6, layernorm, sigmoid, dense 5, relu, dropout 0.3, dense 3";
 
 // The backward pass of a model with every kind of layer against central finite differences of
 // the summed loss (dropout's mask fixed by the keys, so the loss is a function of the parameters).
@@ -329,6 +329,20 @@ TEST(ModelGradientTest, LayerNormMatchesFiniteDifferences) {
 // gradients of the layers before it (tests/dot_layer_test.cc checks it alone).
 TEST(ModelGradientTest, DotInteractionMatchesFiniteDifferences) {
   EXPECT_GT(check_finite_differences("dense 12, tanh, dot 3 4, dense 6, sigmoid, dense 3"), 100u);
+}
+
+// Residual blocks (y = block(x) + shortcut(x)): an identity shortcut, a projected one (a 1x1
+// convolution of stride 2 that also changes the channels), a block as the first layer (its
+// projection's input needs no gradient), and flat blocks (identity, and a dense projection).
+TEST(ModelGradientTest, ResidualBlocksMatchFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("conv 4 3 pad=1, relu, residual(conv 4 3 pad=1, tanh, conv 4 3 pad=1), relu, "
+                                     "residual(conv 6 3 stride=2 pad=1, tanh, conv 6 3 pad=1), relu, globalavgpool, "
+                                     "dense 3"),
+            500u);
+  EXPECT_GT(check_finite_differences("residual(conv 4 3 pad=1, tanh), maxpool 2, flatten, dense 3"), 100u);
+  EXPECT_GT(check_finite_differences("flatten, dense 8, residual(dense 8, tanh, dense 8), "
+                                     "residual(dense 5, sigmoid, dropout 0.3), dense 3"),
+            1000u);
 }
 
 TEST(LayerOpsTest, LayerNormIsItsDefinition) {

@@ -98,6 +98,13 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   EXPECT_EQ(message({"--lr-decay-rate", "0"}), "--lr-decay-rate must be in (0, 1]");
   EXPECT_EQ(message({"--lr-cycle-mult", "0.5"}), "--lr-cycle-mult must be in [1, 100]");
   EXPECT_EQ(message({"--optimizer", "adamw", "--weight-decay", "0.01", "--warmup-steps", "100"}), "no error");
+  EXPECT_EQ(message({"--clip-norm", "1.5"}), "no error");
+  EXPECT_EQ(message({"--clip-norm", "1", "--mode", "allreduce"}), "no error");
+  EXPECT_EQ(message({"--clip-norm", "-1"}), "--clip-norm must be a number >= 0 (0: no clipping)");
+  EXPECT_EQ(message({"--clip-norm", "nan"}), "--clip-norm must be a number >= 0 (0: no clipping)");
+  EXPECT_EQ(message({"--clip-norm", "1", "--mode", "async"}),
+            "--clip-norm clips each step's global gradient: sync and allreduce modes only (in async each push is "
+            "applied alone)");
   EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "nohostport"}), UsageError);
   EXPECT_THROW(parse(Role::kWorker, {"--num-ps", "2", "--ps-hosts", "h:1"}), UsageError);
   EXPECT_THROW(parse(Role::kWorker, {"--ps-hosts", "ipc://"}), UsageError);

@@ -28,7 +28,7 @@ constexpr const char* kTruncated = "header is not valid MessagePack (insufficien
 const std::vector<Op>& all_ops() {
   static const std::vector<Op> ops = {Op::kHello, Op::kWelcome, Op::kInit,  Op::kPush,  Op::kPull,
                                       Op::kParams, Op::kDone,    Op::kError, Op::kWaiting,
-                                      Op::kSparsePull, Op::kSparseRows, Op::kSparsePush};
+                                      Op::kSparsePull, Op::kSparseRows, Op::kSparsePush, Op::kNorm, Op::kClip};
   return ops;
 }
 
@@ -182,11 +182,12 @@ class MapBuilder {
 
 TEST(ProtocolTest, OpNamesAndPayloadOps) {
   const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR",
-                                          "WAITING", "SPARSE_PULL", "SPARSE_ROWS", "SPARSE_PUSH"};
+                                          "WAITING", "SPARSE_PULL", "SPARSE_ROWS", "SPARSE_PUSH", "NORM", "CLIP"};
   for (size_t i = 0; i < all_ops().size(); ++i) EXPECT_EQ(op_name(all_ops()[i]), names[i]);
   for (Op op : all_ops()) {
     const bool sparse = op == Op::kSparsePull || op == Op::kSparseRows || op == Op::kSparsePush;
-    EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams || sparse) << op_name(op);
+    const bool clipping = op == Op::kNorm || op == Op::kClip;
+    EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams || sparse || clipping) << op_name(op);
   }
 }
 
@@ -328,7 +329,7 @@ TEST(ProtocolCorruptionTest, WrongVersion) {
 
 TEST(ProtocolCorruptionTest, UnknownOpAndRole) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 0).bytes()), "unknown op 0");
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 13).bytes()), "unknown op 13");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 15).bytes()), "unknown op 15");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", uint64_t{1} << 32 | 4).bytes()), "unknown op 4294967300");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("role", 2).bytes()), "unknown role 2");
 }

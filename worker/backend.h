@@ -115,6 +115,9 @@ class Backend {
   virtual void bias_grad(const float* dy, int outer, int channels, int inner, float* db, bool accumulate) = 0;
   // y = f(x) element-wise; y may be x.
   virtual void activation(Activation f, const float* x, float* y, size_t n) = 0;
+  // y = a + b element-wise (a residual block's output, and its input's two gradients); y may be
+  // a or b.
+  virtual void add(const float* a, const float* b, float* y, size_t n) = 0;
   // dx = dy * f'(x): from the activation's output y (relu, tanh, sigmoid; x may then be null) or
   // its input x (gelu); dx may be dy.
   virtual void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,

@@ -6,6 +6,7 @@
 #include "shared/checkpoint/checkpoint_store.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
+#include "shared/train/clip_norm.h"
 #include "shared/train/optimizer.h"
 
 namespace pstrain {
@@ -136,8 +137,13 @@ class AllreduceExchange final : public Exchange {
       if (float* slot = collective_->input_buffer(total_)) replica_.place_host_grad(slot);
       placed_ = true;
     }
-    optimizer_->apply(0, total_, host_params, host_grad, static_cast<float>(1.0 / sums[0]),
-                      scheduled_lr(o_.optimizer, step, total_steps_), step);
+    float scale = static_cast<float>(1.0 / sums[0]);
+    if (o_.optimizer.clip_norm > 0) {  // the whole summed gradient is here: its norm, as a PS computes it
+      ExactSquares squares;
+      squares.add(host_grad, total_);
+      scale = clipped_scale(scale, clip_factor(squares, static_cast<uint64_t>(sums[0]), o_.optimizer.clip_norm));
+    }
+    optimizer_->apply(0, total_, host_params, host_grad, scale, scheduled_lr(o_.optimizer, step, total_steps_), step);
     times->push_us = micros(t1 - t0);
     times->wait_us = 0;
     times->pull_us = micros(Clock::now() - t1);

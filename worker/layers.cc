@@ -105,7 +105,8 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   if (rule == nullptr) {
     std::string known;
     for (const KindRule& r : kinds()) known += (known.empty() ? "" : ", ") + std::string(r.name);
-    fail_at(spec, tokens[0].position, tokens[0].text.size(), "'" + tokens[0].text + "' is not a layer (" + known + ")");
+    fail_at(spec, tokens[0].position, tokens[0].text.size(),
+            "'" + tokens[0].text + "' is not a layer (" + known + ", residual(...))");
   }
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {
@@ -152,6 +153,85 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
                 ")");
   }
   return layer;
+}
+
+// The end of the item that starts at `from`: the next comma outside parentheses, else `to`.
+size_t item_end(const std::string& spec, size_t from, size_t to) {
+  int depth = 0;
+  size_t open = 0;
+  for (size_t i = from; i < to; ++i) {
+    if (spec[i] == '(') {
+      if (depth++ == 0) open = i;
+    } else if (spec[i] == ')') {
+      if (depth-- == 0) fail_at(spec, i, 1, "')' closes no '('");
+    } else if (spec[i] == ',' && depth == 0) {
+      return i;
+    }
+  }
+  if (depth > 0) fail_at(spec, open, 1, "'(' is not closed");
+  return to;
+}
+
+std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block);
+
+// "residual(<list>)" from the word [word, word_end) ("residual" in any case) to `to`.
+LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, size_t to, const std::string& name,
+                      bool nested) {
+  const size_t length = word_end - word;
+  if (nested) fail_at(spec, word, length, "residual blocks do not nest (a block's layers are plain layers)");
+  const size_t open = spec.find_first_not_of(" \t", word_end);
+  if (open >= to || spec[open] != '(') {
+    fail_at(spec, word, length,
+            "residual takes its layers in parentheses: residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)");
+  }
+  size_t close = open;
+  for (int depth = 0; close < to; ++close) {  // item_end checked that the parentheses balance
+    depth += spec[close] == '(' ? 1 : spec[close] == ')' ? -1 : 0;
+    if (depth == 0) break;
+  }
+  const size_t after = spec.find_first_not_of(" \t", close + 1);
+  if (after < to) {
+    const size_t extent = spec.find_last_not_of(" \t", to - 1) + 1 - after;
+    fail_at(spec, after, extent, "'" + spec.substr(after, extent) + "' follows a residual block's ')' (a comma is missing?)");
+  }
+  if (spec.find_first_not_of(" \t", open + 1) >= close) {
+    fail_at(spec, open, close + 1 - open, "the residual block of " + name + " has no layers");
+  }
+  LayerSpec layer;
+  layer.kind = "residual";
+  layer.position = word;
+  layer.text = spec.substr(word, close + 1 - word);
+  layer.list = spec;
+  layer.layers = parse_list(spec, open + 1, close, name);
+  for (const LayerSpec& l : layer.layers) {
+    if (l.kind == "softmax") fail_at(spec, l.position, l.text.size(), "softmax (the loss) cannot be in a residual block");
+  }
+  return layer;
+}
+
+// The layers of [from, to), separated by commas outside parentheses (a trailing comma allowed).
+// `block`: the name of the residual block they are in ("layer 3"), empty at the top.
+std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block) {
+  std::vector<LayerSpec> layers;
+  int number = 1;
+  while (from <= to) {
+    const size_t end = item_end(spec, from, to);
+    if (spec.find_first_not_of(" \t", from) >= end && end == to && !layers.empty()) break;  // trailing comma
+    const std::string name = block.empty() ? "layer " + std::to_string(number) : block + "." + std::to_string(number);
+    size_t word = spec.find_first_not_of(" \t", from), word_end = word;
+    while (word_end < end && (std::isalnum(static_cast<unsigned char>(spec[word_end])) || spec[word_end] == '_')) {
+      ++word_end;
+    }
+    if (word >= end) fail_at(spec, std::min(from, spec.size() - 1), 1, name + " is empty");
+    if (kind_of(spec.substr(word, word_end - word)) == "residual") {
+      layers.push_back(parse_block(spec, word, word_end, end, name, !block.empty()));
+    } else {
+      layers.push_back(parse_layer(spec, from, end, number));
+    }
+    ++number;
+    from = end + 1;
+  }
+  return layers;
 }
 
 // --- Layers ------------------------------------------------------------------------------
@@ -372,6 +452,173 @@ class Dot final : public Layer {
   int fields_, dim_;
 };
 
+// residual(<layers>): y = block(x) + shortcut(x), the shortcut x itself or a learned projection
+// (a 1x1 conv or a dense layer, `projection_`) where the block changes the shape. The block's
+// activations and backward's gradients live in the layer's scratch: per sample, each inner
+// buffer, each inner layer's own scratch, then two gradient buffers.
+class Residual final : public Layer {
+ public:
+  Residual(std::vector<std::unique_ptr<Layer>> inner, std::unique_ptr<Layer> projection)
+      : inner_(std::move(inner)), projection_(std::move(projection)) {
+    in_ = inner_.front()->in();
+    out_ = inner_.back()->out();
+    size_t offset = 0;
+    for (size_t j = 0; j < inner_.size(); ++j) {
+      const Layer& l = *inner_[j];
+      if (l.identity()) {
+        buffer_.push_back(j == 0 ? kInput : buffer_[j - 1]);
+      } else if (j > 0 && l.elementwise() && inner_[j - 1]->output_free_after_forward()) {
+        buffer_.push_back(buffer_[j - 1]);  // in place, as Network::plan does
+      } else {
+        buffer_.push_back(offset);
+        offset += l.out().size();
+      }
+      own_scratch_.push_back(offset);
+      offset += l.scratch_floats();
+      delta_size_ = std::max({delta_size_, l.in().size(), l.out().size()});
+    }
+    deltas_ = offset;
+  }
+  bool has_params() const override { return param_layers() > 0; }
+  int param_layers() const override {
+    int n = projection_ ? 1 : 0;
+    for (const auto& l : inner_) n += l->param_layers();
+    return n;
+  }
+  // Variables in order of appearance: the inner layers', then the projection's.
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.total();
+    for (const auto& l : inner_) {
+      if (!l->has_params()) continue;
+      l->declare(layout, p);
+      p += l->param_layers();
+    }
+    if (projection_) projection_->declare(layout, p);
+  }
+  // Backward reads x and the block's insides, not y.
+  bool output_free_after_forward() const override { return true; }
+  size_t col_floats(int batch) const override {
+    size_t col = projection_ ? projection_->col_floats(batch) : 0;
+    for (const auto& l : inner_) col = std::max(col, l->col_floats(batch));
+    return col;
+  }
+  size_t scratch_floats() const override { return deltas_ + 2 * delta_size_; }
+  std::string describe() const override {
+    std::string s = "residual(";
+    for (size_t j = 0; j < inner_.size(); ++j) {
+      const Layer& l = *inner_[j];
+      s += (j ? " -> " : "") + l.describe();
+      // The shape where it may have changed, as in Network::summary.
+      if (!l.elementwise() && !(l.in().flat == l.out().flat && l.in().size() == l.out().size() && !l.has_params())) {
+        s += " -> " + l.out().text();
+      }
+    }
+    return s + ") + " + (projection_ ? "projection " + projection_->text() : std::string("identity"));
+  }
+
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    float* scratch = ctx.scratch;
+    for (size_t j = 0; j < inner_.size(); ++j) {
+      if (inner_[j]->identity()) continue;
+      ctx.scratch = scratch + own_scratch_[j] * static_cast<size_t>(batch);
+      inner_[j]->forward(ctx, params, input(j, x, scratch, batch), output(j, x, scratch, batch), batch);
+    }
+    ctx.scratch = scratch;
+    const float* h = output(inner_.size() - 1, x, scratch, batch);
+    const size_t n = static_cast<size_t>(batch) * out_.size();
+    if (projection_) {
+      projection_->forward(ctx, params, x, y, batch);
+      ctx.backend.add(y, h, y, n);
+    } else {
+      ctx.backend.add(x, h, y, n);
+    }
+  }
+  // dx = the block's dx + the shortcut's (dy, or the projection's dx).
+  void backward(LayerContext& ctx, const float* params, const float* x, const float* y, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    float* scratch = ctx.scratch;
+    float* spare[2] = {scratch + deltas_ * static_cast<size_t>(batch),
+                       scratch + (deltas_ + delta_size_) * static_cast<size_t>(batch)};
+    size_t first = 0;  // the first inner layer that computes: its dx is the block's
+    while (first + 1 < inner_.size() && inner_[first]->identity()) ++first;
+    const float* delta = dy;
+    for (size_t j = inner_.size(); j-- > first;) {
+      Layer& l = *inner_[j];
+      if (l.identity()) continue;
+      float* out = l.elementwise() && delta != dy ? const_cast<float*>(delta) : delta == spare[0] ? spare[1] : spare[0];
+      if (j == first && dx == nullptr) out = nullptr;
+      ctx.scratch = scratch + own_scratch_[j] * static_cast<size_t>(batch);
+      l.backward(ctx, params, input(j, x, scratch, batch), output(j, x, scratch, batch), delta, out, grad, batch,
+                 accumulate);
+      delta = out;
+    }
+    ctx.scratch = scratch;
+    if (projection_) projection_->backward(ctx, params, x, y, dy, dx, grad, batch, accumulate);
+    if (dx == nullptr) return;
+    ctx.backend.add(projection_ ? dx : dy, delta, dx, static_cast<size_t>(batch) * in_.size());
+  }
+
+ private:
+  static constexpr size_t kInput = static_cast<size_t>(-1);  // a buffer that is the block's input
+  const float* input(size_t j, const float* x, float* scratch, int batch) const {
+    return j == 0 ? x : output(j - 1, x, scratch, batch);
+  }
+  float* output(size_t j, const float* x, float* scratch, int batch) const {
+    return buffer_[j] == kInput ? const_cast<float*>(x) : scratch + buffer_[j] * static_cast<size_t>(batch);
+  }
+  std::vector<std::unique_ptr<Layer>> inner_;
+  std::unique_ptr<Layer> projection_;
+  std::vector<size_t> buffer_, own_scratch_;  // per inner layer, per-sample offsets in the scratch
+  size_t deltas_ = 0, delta_size_ = 0;        // where the two gradient buffers start; each's size
+};
+
+// The layers of a residual block on input `in`, and the shortcut's projection where the block
+// changes the shape; throws UsageError pointing at the block where no projection fits.
+std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int index, const std::string& name) {
+  std::vector<std::unique_ptr<Layer>> inner;
+  Shape shape = in;
+  for (size_t j = 0; j < spec.layers.size(); ++j) {
+    // Dropout inside draws masks of its own: its index is apart from every top-level layer's.
+    const int inner_index = (index + 1) * 65536 + static_cast<int>(j);
+    inner.push_back(make_layer(spec.layers[j], shape, inner_index, name + "." + std::to_string(j + 1)));
+    shape = inner.back()->out();
+  }
+  const auto fail = [&](const std::string& why) {
+    const std::string message = name + " '" + spec.text + "' maps " + in.text() + " to " + shape.text() + ": " + why;
+    if (spec.list.empty()) throw UsageError("--model: " + message);
+    fail_at(spec.list, spec.position, spec.text.size(), message);
+  };
+  std::unique_ptr<Layer> projection;
+  if (shape.flat != in.flat || (shape.flat && shape.size() != in.size()) ||
+      (!shape.flat && (shape.c != in.c || shape.h != in.h || shape.w != in.w))) {
+    LayerSpec p;
+    if (in.flat && shape.flat) {
+      p.kind = "dense";
+      p.args = {static_cast<double>(shape.size())};
+      p.text = "dense " + std::to_string(shape.size());
+    } else if (!in.flat && !shape.flat) {
+      int stride = 1;  // the least that maps H x W to OH x OW: (H - 1) / S + 1
+      while (stride <= std::max(in.h, in.w) &&
+             ((in.h - 1) / stride + 1 != shape.h || (in.w - 1) / stride + 1 != shape.w)) {
+        ++stride;
+      }
+      if (stride > std::max(in.h, in.w)) {
+        fail("no 1x1 convolution with a whole stride maps " + std::to_string(in.h) + "x" + std::to_string(in.w) +
+             " to " + std::to_string(shape.h) + "x" + std::to_string(shape.w) + ", so the shortcut has no projection");
+      }
+      p.kind = "conv";
+      p.args = {static_cast<double>(shape.c), 1};
+      p.options = {{"stride", stride}};
+      p.text = "conv " + std::to_string(shape.c) + " 1 stride=" + std::to_string(stride);
+    } else {
+      fail(std::string("the shortcut cannot project ") + (in.flat ? "a flat vector to an image" : "an image to a flat vector") +
+           " (end the block before its flatten, globalavgpool or dense layer)");
+    }
+    projection = make_layer(p, in, (index + 1) * 65536 + 65535, name + "'s projection");
+  }
+  return std::make_unique<Residual>(std::move(inner), std::move(projection));
+}
+
 }  // namespace
 
 std::string Shape::text() const {
@@ -379,17 +626,8 @@ std::string Shape::text() const {
 }
 
 std::vector<LayerSpec> parse_model(const std::string& spec) {
-  std::vector<LayerSpec> layers;
-  size_t from = 0;
-  int number = 1;
   if (spec.find_first_not_of(" \t,") == std::string::npos) throw UsageError("--model: the layer list is empty");
-  while (from <= spec.size()) {
-    size_t to = spec.find(',', from);
-    if (to == std::string::npos) to = spec.size();
-    if (spec.find_first_not_of(" \t", from) >= to && to == spec.size() && !layers.empty()) break;  // trailing comma
-    layers.push_back(parse_layer(spec, from, to, number++));
-    from = to + 1;
-  }
+  std::vector<LayerSpec> layers = parse_list(spec, 0, spec.size(), "");
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i].kind == "softmax" && i + 1 != layers.size()) {
       fail_at(spec, layers[i].position, layers[i].text.size(), "softmax (the loss) can only be the last layer");
@@ -406,11 +644,15 @@ std::string mlp_model(const std::vector<int>& hidden, int classes) {
   return spec + "dense " + std::to_string(classes);
 }
 
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index) {
-  const std::string where = "--model: layer " + std::to_string(index + 1) + " '" + spec.text + "' ";
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index, const std::string& name) {
+  const std::string called = name.empty() ? "layer " + std::to_string(index + 1) : name;
+  const std::string where = "--model: " + called + " '" + spec.text + "' ";
   std::unique_ptr<Layer> layer;
   Shape out = in;
-  if (spec.kind == "dense") {
+  if (spec.kind == "residual") {
+    layer = make_residual(spec, in, index, called);
+    out = layer->out();
+  } else if (spec.kind == "dense") {
     const int outputs = static_cast<int>(spec.args[0]);
     layer = std::make_unique<Dense>(outputs);
     out = Shape::vector(static_cast<size_t>(outputs));

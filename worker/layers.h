@@ -34,10 +34,14 @@ struct LayerSpec {
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed
   size_t position = 0;       // of text in the whole spec, for errors
+  // residual(...): the block's layers, and the whole list as given (for errors that point at it).
+  std::vector<LayerSpec> layers;
+  std::string list;
 };
 
 // Parses a layer list ("conv 32 3 pad=1, relu, maxpool 2, flatten, dense 10"; a trailing
-// "softmax" names the loss and is dropped). Throws pstrain::UsageError naming the offending
+// "softmax" names the loss and is dropped). An item "residual(<layer list>)" is one layer of kind
+// residual whose `layers` are the list inside (blocks do not nest). Throws pstrain::UsageError naming the offending
 // token and showing where it is. Shapes are checked later, by Network.
 std::vector<LayerSpec> parse_model(const std::string& spec);
 // The layer list of --hidden's MLP: dense h, relu for each hidden width, then dense classes.
@@ -50,6 +54,8 @@ struct LayerContext {
   bool training = true;               // dropout is the identity when false
   uint64_t salt = 0;                  // dropout: a function of (seed, step); each layer mixes in its index
   const uint64_t* keys = nullptr;     // dropout: one per sample (its record), host memory
+  float* scratch = nullptr;           // the layer's own, Layer::scratch_floats() x batch floats, kept
+                                      // from its forward to its backward
 };
 
 class Layer {
@@ -63,9 +69,12 @@ class Layer {
   int index() const { return index_; }
 
   // Variables, appended to the layout as "layer<p>.weight" and "layer<p>.bias" (p counts the
-  // layers that have parameters).
+  // layers that have parameters; in a residual block its inner layers, then its projection).
   virtual bool has_params() const { return false; }
   virtual void declare(Layout& layout, int p) { (void)layout, (void)p; }
+  // How many of the counter p declare() takes (a residual block: its inner layers' and its
+  // projection's).
+  virtual int param_layers() const { return has_params() ? 1 : 0; }
   size_t weight_offset() const { return weight_; }
   // Element-wise layers (relu, tanh, dropout) may run in place over their input.
   virtual bool elementwise() const { return false; }
@@ -77,6 +86,11 @@ class Layer {
   // im2col scratch for a batch (conv: for up to kColumnChunkFloats floats' worth of samples at a
   // time, so the scratch does not grow with the batch).
   virtual size_t col_floats(int batch) const { (void)batch; return 0; }
+  // Per sample: memory of the layer's own that its backward reads after its forward (a residual
+  // block's inner activations and gradients), given as LayerContext::scratch.
+  virtual size_t scratch_floats() const { return 0; }
+  // The layer in Network::summary (a residual block: its inner layers and their shapes).
+  virtual std::string describe() const { return text_; }
 
   virtual void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) = 0;
   // dy: the loss's gradient w.r.t. y. Writes dx (skipped when null: the first layer) and the
@@ -90,11 +104,13 @@ class Layer {
   std::string text_, kind_;
   int index_ = 0;
   size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
-  friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);
+  friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index,
+                                           const std::string& name);
 };
 
 // The layer of `spec` at position `index` of the list, on input shape `in`. Throws
-// pstrain::UsageError naming the layer when the shape does not suit it.
-std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index);
+// pstrain::UsageError naming the layer ("layer <index + 1>", or `name`: "layer 3.2" inside a
+// residual block) when the shape does not suit it.
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index, const std::string& name = "");
 
 }  // namespace pstrain

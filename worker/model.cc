@@ -44,7 +44,10 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
   int p = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
     layers_.push_back(make_layer(specs[i], shape, static_cast<int>(i)));
-    if (layers_.back()->has_params()) layers_.back()->declare(layout_, p++);
+    if (layers_.back()->has_params()) {
+      layers_.back()->declare(layout_, p);
+      p += layers_.back()->param_layers();
+    }
     shape = layers_.back()->out();
   }
   if (!targets.empty() && shape.size() != static_cast<size_t>(classes)) {
@@ -62,7 +65,7 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
 std::string Network::summary() const {
   std::string s = input_.text();
   for (const auto& l : layers_) {
-    s += " -> " + l->text();
+    s += " -> " + l->describe();
     if (!l->elementwise() && !(l->in().flat == l->out().flat && l->in().size() == l->out().size() &&
                                !l->has_params())) {
       s += " -> " + l->out().text();
@@ -151,7 +154,10 @@ size_t Network::activation_floats(int batch, bool recompute) const {
     if (p.persistent[b]) per_sample += p.buffer_size[b];
   }
   size_t col = 0;
-  for (const auto& l : layers_) col = std::max(col, l->col_floats(batch));
+  for (const auto& l : layers_) {
+    col = std::max(col, l->col_floats(batch));
+    per_sample += l->scratch_floats();  // a residual block's insides
+  }
   return per_sample * static_cast<size_t>(batch) + col;
 }
 
@@ -192,6 +198,10 @@ Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
   size_t col = 0;
   for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch));
   if (col > 0) col_ = backend_.allocate(col);
+  for (const auto& l : net_.layers()) {
+    scratch_.push_back(l->scratch_floats() > 0 ? backend_.allocate(l->scratch_floats() * rows)
+                                               : BufferPtr(nullptr, [](float*) {}));
+  }
   row_keys_.resize(rows);
   std::iota(row_keys_.begin(), row_keys_.end(), uint64_t{0});
 }
@@ -219,6 +229,7 @@ LayerContext Model::context(bool training, const Keys& keys, int batch) {
 void Model::forward_layers(LayerContext& ctx, const float* params, const float* x, int batch, size_t from, size_t to) {
   for (size_t l = from; l < to; ++l) {
     Layer& layer = *net_.layers()[l];
+    ctx.scratch = scratch_[l].get();
     if (!layer.identity()) layer.forward(ctx, params, input_of(l, x), output_of(l, x), batch);
   }
 }
@@ -251,6 +262,7 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
     // unless the caller asks for it.
     float* dx = l == 0 ? nullptr : layer.elementwise() ? delta : spare;
     if (input_grad != nullptr && l == first) dx = input_grad;
+    ctx.scratch = scratch_[l].get();
     layer.backward(ctx, params, input_of(l, x), output_of(l, x), delta, dx, grad, batch, accumulate);
     if (layer.elementwise()) continue;
     if (layer.has_params() && on_ready) on_ready(layer.weight_offset(), stats);

@@ -143,6 +143,7 @@ class Model {
   std::vector<BufferPtr> buffers_;  // persistent buffers (null for arena ones)
   std::vector<float*> buffer_ptr_;  // every buffer: its own or a place in the arena
   BufferPtr arena_, delta_a_, delta_b_, col_;
+  std::vector<BufferPtr> scratch_;  // per layer: its LayerContext::scratch (null for most)
   std::vector<uint64_t> row_keys_;  // 0, 1, 2, ... for calls without keys
 };
 

@@ -24,29 +24,42 @@ std::string join_shape(const std::vector<size_t>& shape, const char* separator) 
   return s;
 }
 
-Json layers_json(const std::string& spec) {
+// A layer as written; a residual block's with its inner layers (without variables of their own).
+Json layer_json(const LayerSpec& l) {
+  Json j;
+  j["text"] = l.text;
+  j["kind"] = l.kind;
+  Json args = Json::array();
+  for (double a : l.args) {
+    if (a == std::floor(a) && std::fabs(a) < 1e15) {
+      args.push_back(static_cast<int64_t>(a));
+    } else {
+      args.push_back(a);
+    }
+  }
+  j["args"] = args;
+  Json options = Json::object();
+  for (const auto& [key, value] : l.options) options[key] = value;
+  j["options"] = options;
+  if (l.kind == "residual") {
+    Json inner = Json::array();
+    for (const LayerSpec& i : l.layers) inner.push_back(layer_json(i));
+    j["layers"] = inner;
+  }
+  return j;
+}
+
+// The list as written, each layer with the variables the network gives it (a residual block:
+// its inner layers', then its projection's).
+Json layers_json(const std::string& spec, const Network& net) {
   Json layers = Json::array();
   int p = 0;
-  for (const LayerSpec& l : parse_model(spec)) {
-    Json j;
-    j["text"] = l.text;
-    j["kind"] = l.kind;
-    Json args = Json::array();
-    for (double a : l.args) {
-      if (a == std::floor(a) && std::fabs(a) < 1e15) {
-        args.push_back(static_cast<int64_t>(a));
-      } else {
-        args.push_back(a);
-      }
-    }
-    j["args"] = args;
-    Json options = Json::object();
-    for (const auto& [key, value] : l.options) options[key] = value;
-    j["options"] = options;
+  const std::vector<LayerSpec> specs = parse_model(spec);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Json j = layer_json(specs[i]);
     Json variables = Json::array();
-    if (l.kind == "dense" || l.kind == "conv") {
+    for (int k = 0; k < net.layers()[i]->param_layers(); ++k, ++p) {  // the same count (and order) of layers
       for (const char* what : {".weight", ".bias"}) variables.push_back("layer" + std::to_string(p) + what);
-      ++p;
     }
     j["variables"] = variables;
     layers.push_back(j);
@@ -141,13 +154,14 @@ Layout layout_of(const ModelDescription& d) {
 }
 
 std::string model_json_text(const ModelDescription& d) {
-  const Layout layout = layout_of(d);
+  const Network net(d.spec, d.input_shape, d.classes);
+  const Layout& layout = net.layout();
   Json j;
   j["format"] = "pstrain-model";
   j["version"] = kModelFileFormat;
   j["model"] = d.spec;
   j["given_as"] = d.given_as;
-  j["layers"] = layers_json(d.spec);
+  j["layers"] = layers_json(d.spec, net);
   j["input_shape"] = d.input_shape;
   j["classes"] = d.classes;
   j["loss"] = loss_name(d.loss);
@@ -210,9 +224,10 @@ namespace {
 
 // The layer list without dropout (which changes no variable and nothing an evaluation computes)
 // and without a trailing softmax, each layer as parsed.
-std::vector<std::string> comparable_layers(const std::string& spec) {
+// (A residual block: "residual(" its inner layers so written ")".)
+std::vector<std::string> comparable_layers(const std::vector<LayerSpec>& specs) {
   std::vector<std::string> layers;
-  for (const LayerSpec& l : parse_model(spec)) {
+  for (const LayerSpec& l : specs) {
     if (l.kind == "dropout") continue;
     std::string text = l.kind;
     for (double a : l.args) {
@@ -221,10 +236,16 @@ std::vector<std::string> comparable_layers(const std::string& spec) {
       text += " " + number.str();
     }
     for (const auto& [key, value] : l.options) text += " " + key + "=" + std::to_string(value);
+    if (l.kind == "residual") {
+      const std::vector<std::string> inner = comparable_layers(l.layers);
+      for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "(") + inner[i];
+      text += ")";
+    }
     layers.push_back(text);
   }
   return layers;
 }
+std::vector<std::string> comparable_layers(const std::string& spec) { return comparable_layers(parse_model(spec)); }
 
 std::string given_text(const SavedModelQuery& q) {
   if (!q.model.empty()) return "--model";

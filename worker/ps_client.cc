@@ -259,6 +259,8 @@ void PsClient::init(const float* params) {
 void PsClient::request_params(uint64_t version) {
   pull_request_ = next_request_++;
   pull_version_ = version;
+  norm_from_.assign(static_cast<size_t>(options_.num_ps), false);
+  norm_sum_ = ExactSquares();
   for (int s = 0; s < options_.num_ps; ++s) {
     Header h = request(Op::kPull, version, s);
     h.request_id = pull_request_;
@@ -326,6 +328,10 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
     silence.heard[static_cast<size_t>(msg.shard)] = Clock::now();
     const Header h = decode(msg);
     if (take_rows(msg, h)) continue;  // the next step's embedding rows, asked for before this PULL
+    if (h.op == Op::kNorm) {
+      take_norm(msg, h);
+      continue;
+    }
     if (left == chunks_.size()) first = Clock::now();
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected parameters: " + h.message);
     if (h.op == Op::kWaiting) {  // the PS is there; its barrier waits for another worker
@@ -372,6 +378,30 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   if (wait_us != nullptr) *wait_us = micros(first - start);
   if (pull_us != nullptr) *pull_us = micros(end - first);
   return metrics;
+}
+
+void PsClient::take_norm(const Message& msg, const Header& h) {
+  const auto shard = static_cast<size_t>(msg.shard);
+  // The NORM of an earlier PULL: another worker's CLIP had its step applied, and the PARAMS came
+  // first (on the same host they take the local channel, a NORM's payload ZeroMQ).
+  if (h.request_id < pull_request_) return;
+  if (h.request_id != pull_request_ || h.step + 1 != pull_version_ || h.length != kNormWords) {
+    throw Error("unexpected NORM from ps" + std::to_string(msg.shard) + " (step " + std::to_string(h.step) +
+                ", request " + std::to_string(h.request_id) + ") while pulling version " + std::to_string(pull_version_));
+  }
+  if (norm_from_[shard]) return;  // a repeat (a duplicated message): its part is counted already
+  uint64_t limbs[ExactSquares::kLimbs];
+  std::memcpy(limbs, msg.frames[1].data(), sizeof limbs);
+  norm_sum_.merge(ExactSquares::from_limbs(limbs));
+  norm_from_[shard] = true;
+  if (std::find(norm_from_.begin(), norm_from_.end(), false) != norm_from_.end()) return;
+  for (int s = 0; s < options_.num_ps; ++s) {
+    Header clip = request(Op::kClip, h.step, s);
+    clip.request_id = pull_request_;
+    clip.length = kNormWords;
+    Frame payload(norm_sum_.limbs().data(), sizeof(uint64_t) * ExactSquares::kLimbs);
+    send(s, clip, &payload);
+  }
 }
 
 const float* PsClient::values_of(const Message& msg, const Header& h) const {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "shared/train/clip_norm.h"
 #include "shared/train/layout.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
@@ -143,6 +144,9 @@ class PsClient final : public RowSource {
   // A SPARSE_ROWS, or an ERROR or WAITING, of a pending request_rows: taken (and false for any
   // other message). Throws for an ERROR or a malformed answer.
   bool take_rows(const Message& msg, const Header& h);
+  // --clip-norm with several shards: a NORM of the pending PULL. Once every shard's part of the
+  // squares is in, their sum goes back to every shard (CLIP), which then applies the step.
+  void take_norm(const Message& msg, const Header& h);
 
   struct RowsRequest {  // a request_rows not fully answered or not received yet
     uint64_t ticket = 0;
@@ -160,6 +164,8 @@ class PsClient final : public RowSource {
   size_t unpushed_ = 0;            // chunks_[0, unpushed_) are not pushed yet this step
   uint64_t pushing_step_ = UINT64_MAX;
   uint64_t pull_request_ = 0, pull_version_ = 0;
+  std::vector<bool> norm_from_;    // --clip-norm: the shards whose NORM the pending PULL got
+  ExactSquares norm_sum_;          // their parts summed (exactly: in any order)
   const bool exact_versions_;      // plain sync: PARAMS carry exactly the version pulled
   uint64_t global_batch_ = 0;      // sent with HELLO: every worker must agree
   std::vector<uint64_t> versions_; // of each chunk as last received (PUSH's based_on)

@@ -77,7 +77,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
-      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\" (docs/models.md; default: the MLP of --hidden)")
+      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\"; residual(<layers>) is a block whose input is added to its output (projected where the shapes differ), e.g. \"conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, globalavgpool, dense 10\" (docs/models.md; default: the MLP of --hidden)")
       ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
       ("loss", po::value(&t.loss)->default_value(t.loss), "what the model's last layer's K outputs are trained against (docs/models.md, \"Losses\"): softmax (cross-entropy over class labels; test accuracy) | bce (binary cross-entropy with logits, K independent 0/1 labels per record: multi-label; test per-label accuracy and exact match) | mse | huber (regression against K float targets; test RMSE, MAE, R^2); each a sample's mean over its K outputs, as PyTorch's reduction='mean'. Other than softmax, the targets come from --train-data/--test-data's second .npy file, of shape (N,) or (N, K), or the CSV columns of --label-column (docs/data.md, \"Targets\")")
       ("huber-delta", po::value(&o.huber_delta)->default_value(o.huber_delta), "--loss huber: 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), d the output's error (PyTorch's HuberLoss(delta)); positive")
@@ -122,6 +122,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("lr-decay-steps", po::value(&o.optimizer.decay_steps)->default_value(o.optimizer.decay_steps), "--lr-schedule step: steps between decays; cosine-restarts: the first cycle's length (both need it)")
       ("lr-decay-rate", po::value(&o.optimizer.decay_rate)->default_value(o.optimizer.decay_rate), "--lr-schedule step: the factor applied at each decay, in (0, 1]")
       ("lr-cycle-mult", po::value(&o.optimizer.cycle_mult)->default_value(o.optimizer.cycle_mult), "--lr-schedule cosine-restarts: each cycle is this many times as long as the one before (>= 1)")
+      ("clip-norm", po::value(&o.optimizer.clip_norm)->default_value(o.optimizer.clip_norm), "scale each step's mean gradient down to this global norm where it is longer (0: no clipping; PyTorch's clip_grad_norm_): the norm of the whole gradient, over every PS shard, summed exactly so that the shard count never changes a bit; sync and allreduce modes")
       ("weight-decay", po::value(&o.optimizer.weight_decay)->default_value(o.optimizer.weight_decay), "decoupled weight decay per step, scaled by lr")
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order) and DIR/model.json; with --embedding-dim each PS shard also writes its rows of every table to DIR/embeddings/<table>.shard<s>-of-<S> (docs/sparse.md)")
@@ -284,6 +285,12 @@ void validate(const JobOptions& o, Role role) {
   require(opt.beta2 >= 0 && opt.beta2 < 1, "--beta2 must be in [0, 1)");
   require(opt.epsilon > 0, "--epsilon must be positive");
   require(opt.weight_decay >= 0, "--weight-decay must not be negative");
+  require(std::isfinite(opt.clip_norm) && opt.clip_norm >= 0, "--clip-norm must be a number >= 0 (0: no clipping)");
+  require(opt.clip_norm == 0 || o.mode == Mode::kSync || o.mode == Mode::kAllreduce,
+          "--clip-norm clips each step's global gradient: sync and allreduce modes only (in " +
+              std::string(mode_name(o.mode)) + " each push is applied alone)");
+  require(opt.clip_norm == 0 || o.embedding_dim == 0,
+          "--clip-norm: not with --embedding-dim yet (the norm would have to include the embedding rows' gradients)");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   require(std::isfinite(o.huber_delta) && o.huber_delta > 0, "--huber-delta must be a positive number");
   if (o.loss != Loss::kSoftmax) {

@@ -25,6 +25,9 @@ struct OptimizerOptions {
   uint64_t decay_steps = 0;   // step: decay every this many steps; cosine-restarts: the first cycle
   double decay_rate = 0.1;    // step: the factor of each decay
   double cycle_mult = 1.0;    // cosine-restarts: each cycle this many times as long as the one before
+  // Each step's mean gradient is scaled down to this global norm where it is longer (0: never);
+  // the norm is the whole vector's, over every PS shard (shared/train/clip_norm.h).
+  double clip_norm = 0.0;
 };
 
 class Optimizer {

@@ -192,7 +192,7 @@ struct Decoder {
       return fail("protocol version " + std::to_string(version) + " is not supported (expected " +
                   std::to_string(kProtocolVersion) + ")");
     }
-    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kSparsePush)) {
+    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kClip)) {
       return fail("unknown op " + std::to_string(op));
     }
     if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
@@ -243,13 +243,15 @@ const char* op_name(Op op) {
     case Op::kSparsePull: return "SPARSE_PULL";
     case Op::kSparseRows: return "SPARSE_ROWS";
     case Op::kSparsePush: return "SPARSE_PUSH";
+    case Op::kNorm: return "NORM";
+    case Op::kClip: return "CLIP";
   }
   return "?";
 }
 
 bool op_has_payload(Op op) {
   return op == Op::kInit || op == Op::kPush || op == Op::kParams || op == Op::kSparsePull || op == Op::kSparseRows ||
-         op == Op::kSparsePush;
+         op == Op::kSparsePush || op == Op::kNorm || op == Op::kClip;
 }
 
 bool payload_in_shared_memory(const Header& h) { return h.shm != 0 && (h.op == Op::kPush || h.op == Op::kParams); }

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 10 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 11 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
 // 4-byte words (shared/wire/sparse_wire.h). Every field is validated on receipt.
@@ -11,7 +11,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 10;
+constexpr uint32_t kProtocolVersion = 11;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -33,7 +33,13 @@ enum class Op : uint32_t {
   kSparsePull = 10,  // worker -> PS: rows of these IDs as they are at version `step`
   kSparseRows = 11,  // PS -> worker: the rows of SPARSE_PULL `request_id`, at version `step`
   kSparsePush = 12,  // worker -> PS: this worker's summed gradients per ID for `step` over `samples`
+  // Gradient clipping by global norm (--clip-norm with several shards, sync): frame 1 holds an
+  // ExactSquares sum (shared/train/clip_norm.h), `length` = kNormWords 4-byte words.
+  kNorm = 13,  // PS -> worker: PULL `request_id` waits for step `step`'s clipping: the squares of this
+               // shard's part of the summed gradient
+  kClip = 14,  // worker -> PS: the squares of the whole summed gradient of step `step` (every shard's)
 };
+constexpr uint64_t kNormWords = 20;  // ExactSquares::kLimbs 64-bit limbs
 const char* op_name(Op op);
 
 enum class SenderRole : uint32_t { kWorker = 0, kPs = 1 };

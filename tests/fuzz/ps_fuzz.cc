@@ -64,7 +64,7 @@ class FuzzEndpoint final : public pstrain::Endpoint {
 
 pstrain::Message structured(Input& in) {
   pstrain::Header h;
-  h.op = static_cast<pstrain::Op>(1 + in.take(1) % 8);
+  h.op = static_cast<pstrain::Op>(1 + in.take(1) % 14);  // every op; bytes 0..7 as before (HELLO..DONE)
   const std::string route(1, static_cast<char>('a' + in.take(1) % 4));
   h.request_id = in.take(1);
   h.sender = static_cast<uint32_t>(in.take(1) % 4);
@@ -115,6 +115,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.stall_report_s = 1e9;
   o.max_shard_mib = 64;
   o.allow_rejoin = size % 2 == 1;  // both ways of handling a second HELLO for a worker
+  o.optimizer.clip_norm = size % 4 >= 2 ? 1.0 : 0.0;  // half with --clip-norm: steps wait for a CLIP
   FuzzEndpoint endpoint;
   Input in(data, size);
   while (!in.empty()) endpoint.inbox.push_back(in.take(1) % 2 == 0 ? structured(in) : raw(in));

@@ -525,6 +525,12 @@ class CpuBackend final : public Backend {
     pool_.run(n, [&](size_t lo, size_t hi) { activation_serial(f, x + lo, y + lo, hi - lo); }, kMinElements);
   }
 
+  void add(const float* a, const float* b, float* y, size_t n) override {
+    pool_.run(n, [&](size_t lo, size_t hi) {
+      for (size_t i = lo; i < hi; ++i) y[i] = a[i] + b[i];
+    }, kMinElements);
+  }
+
   void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
                            size_t n) override {
     pool_.run(n, [&](size_t lo, size_t hi) {

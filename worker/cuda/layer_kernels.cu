@@ -43,6 +43,10 @@ __global__ void channel_sums_kernel(const float* dy, int outer, int channels, in
   if (threadIdx.x == 0) db[c] = accumulate ? db[c] + partial[0] : partial[0];
 }
 
+__global__ void add_kernel(const float* a, const float* b, float* y, size_t n) {
+  PSTRAIN_FOR_EACH(i, n) { y[i] = __fadd_rn(a[i], b[i]); }
+}
+
 __global__ void activation_kernel(Activation f, const float* x, float* y, size_t n) {
   PSTRAIN_FOR_EACH(i, n) {
     const float v = x[i];
@@ -314,6 +318,12 @@ void layer_norm_backward(const float* x, const float* dy, int rows, int cols, co
 void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   activation_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, x, y, n);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void add(const float* a, const float* b, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 
