@@ -4,7 +4,8 @@
 Both train the same model on Fashion-MNIST with Adam lr 1e-3 and batch 128 for the same number of
 steps: `--model mlp` (the default job's MLP 784-256-128-10) or `--model cnn` (configs/fashion_cnn.cfg's
 CNN: conv 32 3x3 pad 1, ReLU, max-pool 2, conv 64 3x3 pad 1, ReLU, max-pool 2, dense 128, ReLU,
-dropout 0.25, dense 10), and evaluate the whole test set at the
+dropout 0.25, dense 10) or `--model resnet` (configs/fashion_resnet.cfg's ResNet: 3 stages of 2
+residual blocks with batch norm), and evaluate the whole test set at the
 end of every epoch and after the last step (what pstrain's trainer does; both inside the timing):
 
 * pstrain: one `pstrain-worker --mode allreduce --num-workers 1` (no PS; the worker applies the
@@ -21,6 +22,7 @@ ratio. Compare ratios, not absolute figures across runs.
     python3 bench/train_vs_torch.py                      # --device cuda (a GPU), 3000 steps
     python3 bench/train_vs_torch.py --device cpu --threads 2
     python3 bench/train_vs_torch.py --device cpu --model cnn       # 300 steps unless --steps
+    python3 bench/train_vs_torch.py --model resnet                 # configs/fashion_resnet.cfg's model
     python3 bench/train_vs_torch.py --json
 
 Needs PyTorch and numpy (the GPU machine has them; `pip install torch numpy` elsewhere) and a
@@ -40,6 +42,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN = (256, 128)
 CNN = ("conv 32 3 pad=1, relu, maxpool 2, conv 64 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, "
        "dense 10")
+# configs/fashion_resnet.cfg's ResNet: a stem, then 3 stages of 2 basic blocks (16, 32, 64 channels;
+# the first block of stages 2 and 3 halves the image with stride 2, its shortcut a 1x1 conv),
+# global average pooling, dense 10.
+RESNET_STAGES = ((16, 1), (16, 1), (32, 2), (32, 1), (64, 2), (64, 1))  # (channels, stride) of each block
+
+
+def resnet_spec():
+    blocks = [f"residual(conv {c} 3 stride={s} pad=1, batchnorm, relu, conv {c} 3 pad=1, batchnorm), relu"
+              for c, s in RESNET_STAGES]
+    return ", ".join(["conv 16 3 pad=1, batchnorm, relu"] + blocks + ["globalavgpool, dense 10"])
 
 
 def die(message):
@@ -69,7 +81,12 @@ def run_pstrain(args):
            "--data-dir", data_dir(args.data_dir), "--batch-size", str(args.batch), "--steps", str(args.steps),
            "--epochs", "1000", "--optimizer", "adam", "--lr", "1e-3",
            "--threads", str(args.threads), "--log-every", str(max(args.steps, 1))]
-    cmd += ["--model", CNN] if args.model == "cnn" else ["--hidden", ",".join(map(str, HIDDEN))]
+    if args.model == "cnn":
+        cmd += ["--model", CNN]
+    elif args.model == "resnet":
+        cmd += ["--model", resnet_spec()]
+    else:
+        cmd += ["--hidden", ",".join(map(str, HIDDEN))]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         die(f"pstrain-worker failed (exit {proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -77,6 +94,28 @@ def run_pstrain(args):
     if not match:
         die(f"no summary line in pstrain-worker's output:\n{proc.stderr[-4000:]}")
     return float(match.group(1)), float(match.group(2))
+
+
+def resnet(nn):
+    """The PyTorch twin of resnet_spec(): BatchNorm2d with PyTorch's defaults (pstrain's batchnorm)."""
+
+    class Block(nn.Module):
+        def __init__(self, cin, cout, stride):
+            super().__init__()
+            self.body = nn.Sequential(nn.Conv2d(cin, cout, 3, stride=stride, padding=1), nn.BatchNorm2d(cout), nn.ReLU(),
+                                      nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout))
+            self.shortcut = nn.Identity() if cin == cout and stride == 1 else nn.Conv2d(cin, cout, 1, stride=stride)
+
+        def forward(self, x):
+            return (self.body(x) + self.shortcut(x)).relu()
+
+    layers = [nn.Conv2d(1, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU()]
+    channels = 16
+    for c, s in RESNET_STAGES:
+        layers.append(Block(channels, c, s))
+        channels = c
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10)]
+    return nn.Sequential(*layers)
 
 
 def run_torch(args):
@@ -88,13 +127,15 @@ def run_torch(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(42)
     directory = data_dir(args.data_dir)
-    shape = (-1, 1, 28, 28) if args.model == "cnn" else (-1, 784)
+    shape = (-1, 784) if args.model == "mlp" else (-1, 1, 28, 28)
     x = torch.from_numpy(read_idx(directory, "train-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0).to(device)
     y = torch.from_numpy(read_idx(directory, "train-labels-idx1-ubyte").astype(np.int64)).to(device)
     tx = torch.from_numpy(read_idx(directory, "t10k-images-idx3-ubyte").reshape(shape).astype(np.float32) / 255.0).to(device)
     ty = torch.from_numpy(read_idx(directory, "t10k-labels-idx1-ubyte").astype(np.int64)).to(device)
     nn = torch.nn
-    if args.model == "cnn":
+    if args.model == "resnet":
+        layers = [resnet(nn)]
+    elif args.model == "cnn":
         layers = [nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
                   nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Dropout(0.25),
                   nn.Linear(128, 10)]
@@ -150,9 +191,11 @@ def run_torch(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda | cuda:K | cpu, for both programs (default cuda)")
-    parser.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
-                        help="mlp: the default job's MLP; cnn: configs/fashion_cnn.cfg's CNN (default mlp)")
-    parser.add_argument("--steps", type=int, help="training steps of each program (default 3000; 300 with --model cnn)")
+    parser.add_argument("--model", choices=("mlp", "cnn", "resnet"), default="mlp",
+                        help="mlp: the default job's MLP; cnn: configs/fashion_cnn.cfg's CNN; resnet: "
+                             "configs/fashion_resnet.cfg's ResNet (default mlp)")
+    parser.add_argument("--steps", type=int,
+                        help="training steps of each program (default 3000; 300 with --model cnn or resnet)")
     parser.add_argument("--batch", type=int, default=128, help="batch size (default 128, the default job's global batch)")
     parser.add_argument("--threads", type=int, default=1,
                         help="CPU threads: pstrain --threads and torch.set_num_threads (default 1)")
@@ -164,7 +207,7 @@ def main():
     parser.add_argument("--json", action="store_true", help="one JSON object instead of text rows")
     args = parser.parse_args()
     if args.steps is None:
-        args.steps = 300 if args.model == "cnn" else 3000
+        args.steps = 3000 if args.model == "mlp" else 300
     if args.steps < 1 or args.batch < 1 or args.threads < 1 or args.repeat < 1:
         die("--steps, --batch, --threads and --repeat must be positive")
     if not os.access(args.worker, os.X_OK):
@@ -192,7 +235,8 @@ def main():
                           "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
                           "ratio": round(ratio, 3)}))
     else:
-        what = "CNN of configs/fashion_cnn.cfg" if args.model == "cnn" else "MLP 784-256-128-10"
+        what = {"cnn": "CNN of configs/fashion_cnn.cfg", "resnet": "ResNet of configs/fashion_resnet.cfg",
+                "mlp": "MLP 784-256-128-10"}[args.model]
         print(f"# bench/train_vs_torch: {what}, Adam, batch {args.batch}, {args.steps} steps + a test "
               f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s), "
               f"medians of {args.repeat} alternating runs")

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <sstream>
 
 #include "shared/util/file_util.h"
@@ -61,7 +62,8 @@ ParameterServer::ParameterServer(const ServerOptions& options, Endpoint& endpoin
       endpoint_(endpoint),
       policy_(options),
       members_(options_, policy_),
-      checkpoints_(options_) {}
+      checkpoints_(options_),
+      stats_(options_.num_workers) {}
 
 ParameterServer::~ParameterServer() = default;
 
@@ -127,6 +129,7 @@ void ParameterServer::handle(Message& msg) {
     case Op::kSparsePull: ok = on_sparse_pull(msg, h, &error); break;
     case Op::kSparsePush: ok = on_sparse_push(msg, h, &error); break;
     case Op::kClip: ok = on_clip(msg, h, &error); break;
+    case Op::kStats: ok = on_stats(msg, h, worker, &error); break;
     case Op::kDone: on_done(msg, h); break;
     default: ok = false; error = std::string(op_name(h.op)) + " is not a request"; break;
   }
@@ -368,6 +371,30 @@ void ParameterServer::chunk_advanced(size_t index) {
   }
   parked_.erase(std::remove_if(parked_.begin(), parked_.end(), [](const Parked& p) { return p.left == 0; }),
                 parked_.end());
+}
+
+bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, std::string* error) {
+  if (options_.index != 0) return (*error = "STATS goes to ps0 only", false);
+  if (options_.mode != Mode::kSync) return (*error = "STATS: batch-norm statistics are combined in sync mode only", false);
+  if (h.length % 2 != 0) return (*error = "STATS payload of " + std::to_string(h.length) + " words is not whole doubles", false);
+  std::vector<double> values(h.length / 2);
+  std::memcpy(values.data(), msg.frames[1].data(), values.size() * sizeof(double));
+  std::optional<StatsCombiner::Complete> complete;
+  *error = stats_.add(worker, msg.route, h.request_id, h.step, h.offset, std::move(values), &complete);
+  if (!error->empty()) return false;
+  if (!complete) return true;
+  const size_t bytes = complete->sums.size() * sizeof(double);
+  for (const auto& [route, request_id] : complete->askers) {
+    Header sum;
+    sum.op = Op::kStatsSum;
+    sum.request_id = request_id;
+    sum.step = h.step;
+    sum.offset = h.offset;
+    sum.length = bytes / 4;
+    Frame payload(complete->sums.data(), bytes);
+    reply(route, sum, &payload);
+  }
+  return true;
 }
 
 void ParameterServer::on_done(const Message& msg, const Header& h) {

@@ -16,6 +16,7 @@
 #include "ps/policy.h"
 #include "ps/server_options.h"
 #include "ps/sparse/sparse_store.h"
+#include "ps/stats_combiner.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/transport.h"
 
@@ -46,6 +47,8 @@ class ParameterServer {
   bool on_pull(const Message& msg, const Header& h, std::string* error);
   bool on_sparse_pull(const Message& msg, const Header& h, std::string* error);
   bool on_sparse_push(const Message& msg, const Header& h, std::string* error);
+  // STATS (shard 0): a worker's batch-norm sums; once every worker's are in, STATS_SUM to each.
+  bool on_stats(const Message& msg, const Header& h, int worker, std::string* error);
   // Answers a SPARSE_PULL with the rows as they are now; false, with the reason, for a pull
   // the tables refuse.
   bool send_rows(const SparseParked& p, std::string* error);
@@ -83,6 +86,7 @@ class ParameterServer {
   Clock::time_point last_waiting_;
   Clock::time_point last_tables_report_;  // when the parked pulls were last told what their barrier waits for
   ShardCheckpoints checkpoints_;
+  StatsCombiner stats_;
 };
 
 }  // namespace pstrain

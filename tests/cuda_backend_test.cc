@@ -711,6 +711,81 @@ TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
   expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
 }
 
+// Batch normalisation's four ops on both backends, after a conv (inner H x W) and after a dense
+// layer (inner 1), 700 values per channel (more than a block's threads): the sums in double (the
+// GPU's by a tree) agree to 1e-12 relative; the element-wise passes are rounded alike (no fused
+// multiply-add on the GPU), within a few float ulps.
+TEST_F(CudaBackendTest, BatchNormMatchesCpu) {
+  for (const auto& shape : {std::tuple{28, 5, 25}, std::tuple{700, 9, 1}}) {
+    const int outer = std::get<0>(shape), channels = std::get<1>(shape), inner = std::get<2>(shape);
+    const size_t n = static_cast<size_t>(outer) * channels * inner, c = static_cast<size_t>(channels);
+    const auto x = random_floats(n, 71, -1.0f, 3.0f), dy = random_floats(n, 72);
+    const auto gamma = random_floats(c, 73), beta = random_floats(c, 74);
+    std::vector<float> stats(4 * c);
+    for (size_t i = 0; i < c; ++i) {
+      stats[i] = 1.0f + 0.01f * static_cast<float>(i);                 // mean
+      stats[c + i] = 0.8f + 0.02f * static_cast<float>(i);             // invstd
+      stats[2 * c + i] = 0.03f * static_cast<float>(i);                // dy's mean
+      stats[3 * c + i] = -0.05f + 0.01f * static_cast<float>(i);       // (dy xhat)'s mean
+    }
+    std::vector<double> sums[2][2];
+    std::vector<float> out[2];
+    int b = 0;
+    for (Backend* backend : {gpu_.get(), cpu_.get()}) {
+      BufferPtr dx = put(*backend, x), ddy = put(*backend, dy), dg = put(*backend, gamma), db = put(*backend, beta),
+                ds = put(*backend, stats), y = backend->allocate(n), grad = backend->allocate(n);
+      sums[b][0].assign(2 * c, 0.0);
+      sums[b][1].assign(2 * c, 0.0);
+      backend->batch_norm_sums(dx.get(), outer, channels, inner, sums[b][0].data());
+      backend->batch_norm_backward_sums(dx.get(), ddy.get(), outer, channels, inner, ds.get(), sums[b][1].data());
+      backend->batch_norm_apply(dx.get(), outer, channels, inner, ds.get(), dg.get(), db.get(), y.get());
+      backend->batch_norm_backward_apply(dx.get(), ddy.get(), outer, channels, inner, ds.get(), dg.get(), grad.get());
+      out[b] = get(*backend, y.get(), n);
+      const std::vector<float> g = get(*backend, grad.get(), n);
+      out[b].insert(out[b].end(), g.begin(), g.end());
+      ++b;
+    }
+    const std::string what = std::to_string(channels) + " channels of " + std::to_string(outer) + " x " +
+                             std::to_string(inner);
+    for (int k = 0; k < 2; ++k) {
+      for (size_t i = 0; i < 2 * c; ++i) {
+        EXPECT_NEAR(sums[0][k][i], sums[1][k][i], 1e-12 * (1 + std::fabs(sums[1][k][i]))) << what << " sums " << k;
+      }
+    }
+    expect_within(out[0], out[1], 1e-6, "batch norm, " + what);
+  }
+}
+
+// A CNN with batch norm after a conv and after a dense layer: the gradients, the running
+// statistics after two steps, and evaluation's logits (from them) on the GPU against the CPU.
+TEST_F(CudaMlpTest, BatchNormModelMatchesTheCpu) {
+  const char* const spec = "conv 6 3 pad=1, batchnorm, relu, maxpool 2, flatten, dense 16, bn, relu, dense 5";
+  const std::vector<size_t> shape = {3, 12, 12};
+  const int batch = 10, classes = 5;
+  Model gpu_model(spec, shape, classes, batch, false, *gpu_), cpu_model(spec, shape, classes, batch, false, *cpu_);
+  const Layout& layout = cpu_model.layout();
+  const size_t n = layout.total();
+  std::vector<float> params(n);
+  cpu_model.init(8, params.data());
+  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 12 * 12, 75, -1.0f, 2.0f);
+  const auto y = random_labels(static_cast<size_t>(batch), classes, 76);
+  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad, std::vector<float>& logits) {
+    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
+    model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get());
+    const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get());
+    grad = get(backend, dg.get(), n);
+    logits = get(backend, model.logits(dp.get(), dx.get(), batch), static_cast<size_t>(batch) * classes);
+    return stats;
+  };
+  std::vector<float> gpu_grad, cpu_grad, gpu_logits, cpu_logits;
+  const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_logits), c = run(*cpu_, cpu_model, cpu_grad, cpu_logits);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "batch-norm CNN gradient");
+  expect_tensors_close(gpu_model.state(), cpu_model.state(), cpu_model.network().state_layout(), 1e-5,
+                       "running statistics");
+  expect_within(gpu_logits, cpu_logits, 1e-4, "evaluation logits (running statistics)");
+}
+
 TEST_F(CudaBackendTest, BatchedGemmMatchesCpu) {
   const int m = 17, n = 33, k = 29, count = 6;
   const auto a = random_floats(static_cast<size_t>(m) * k, 28);  // shared by all (stride 0)

@@ -145,6 +145,26 @@ TEST_F(ExportTest, ResNetRoundTripWithoutModelFlags) {
                         "residual(dense 16, relu), dense 10"});
 }
 
+// Batch norm's running statistics (the model's state, not on the PS shards) travel with the
+// parameters: --save-params writes them and --evaluate and --predict normalise with them (the
+// chief's test figures again), and the last checkpoint holds them, so its export evaluates the
+// same. They moved from their start (means 0, variances 1).
+TEST_F(ExportTest, BatchNormCnnRoundTripCarriesTheRunningStatistics) {
+  round_trip("bn", {"--model", "conv 4 3 pad=1, batchnorm, relu, maxpool 2, flatten, dense 12, bn, relu, dense 10",
+                    "--batchnorm-stats", "local"});
+  const std::string params = dir_ + "/bn-params", exported = dir_ + "/bn-exported";
+  EXPECT_NE(read_file(params + "/model.json").find("\"state\": ["), std::string::npos);
+  for (const std::string name : {"layer1.running_mean", "layer1.running_var", "layer3.running_mean",
+                                 "layer3.running_var"}) {
+    std::vector<size_t> shape;
+    const std::vector<float> saved = read_npy(params + "/" + name + ".npy", &shape);
+    EXPECT_EQ(shape, (std::vector<size_t>{name[5] == '1' ? 4u : 12u})) << name;
+    EXPECT_EQ(read_npy(exported + "/" + name + ".npy", &shape), saved) << name;
+    const float start = name.find("var") != std::string::npos ? 1.0f : 0.0f;
+    EXPECT_TRUE(std::any_of(saved.begin(), saved.end(), [start](float v) { return v != start; })) << name;
+  }
+}
+
 // A given model must be the saved one: the message names the variable (or layer) and both shapes.
 TEST_F(ExportTest, AModelThatIsNotTheSavedOneNamesTheVariableAndBothShapes) {
   train("a", {"--hidden", "16"});

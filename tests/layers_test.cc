@@ -325,6 +325,14 @@ TEST(ModelGradientTest, LayerNormMatchesFiniteDifferences) {
   EXPECT_GT(check_finite_differences("layernorm, dense 5, tanh, dense 3"), 100u);
 }
 
+// Batch normalisation's training-mode backward (the batch's statistics depend on every sample):
+// per channel after a conv, per feature after a dense layer, and as the first layer.
+TEST(ModelGradientTest, BatchNormMatchesFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("conv 3 3 pad=1, batchnorm, tanh, maxpool 2, flatten, dense 6, bn, gelu, dense 3"),
+            100u);
+  EXPECT_GT(check_finite_differences("batchnorm, flatten, dense 5, tanh, dense 3"), 100u);
+}
+
 // The dot interaction (no parameters) between dense layers: its input gradient carries the
 // gradients of the layers before it (tests/dot_layer_test.cc checks it alone).
 TEST(ModelGradientTest, DotInteractionMatchesFiniteDifferences) {

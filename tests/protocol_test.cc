@@ -28,7 +28,8 @@ constexpr const char* kTruncated = "header is not valid MessagePack (insufficien
 const std::vector<Op>& all_ops() {
   static const std::vector<Op> ops = {Op::kHello, Op::kWelcome, Op::kInit,  Op::kPush,  Op::kPull,
                                       Op::kParams, Op::kDone,    Op::kError, Op::kWaiting,
-                                      Op::kSparsePull, Op::kSparseRows, Op::kSparsePush, Op::kNorm, Op::kClip};
+                                      Op::kSparsePull, Op::kSparseRows, Op::kSparsePush, Op::kNorm, Op::kClip,
+                                      Op::kStats,     Op::kStatsSum};
   return ops;
 }
 
@@ -182,10 +183,12 @@ class MapBuilder {
 
 TEST(ProtocolTest, OpNamesAndPayloadOps) {
   const std::vector<std::string> names = {"HELLO", "WELCOME", "INIT", "PUSH", "PULL", "PARAMS", "DONE", "ERROR",
-                                          "WAITING", "SPARSE_PULL", "SPARSE_ROWS", "SPARSE_PUSH", "NORM", "CLIP"};
+                                          "WAITING", "SPARSE_PULL", "SPARSE_ROWS", "SPARSE_PUSH", "NORM", "CLIP",
+                                          "STATS", "STATS_SUM"};
   for (size_t i = 0; i < all_ops().size(); ++i) EXPECT_EQ(op_name(all_ops()[i]), names[i]);
   for (Op op : all_ops()) {
-    const bool sparse = op == Op::kSparsePull || op == Op::kSparseRows || op == Op::kSparsePush;
+    const bool sparse = op == Op::kSparsePull || op == Op::kSparseRows || op == Op::kSparsePush ||
+                        op == Op::kStats || op == Op::kStatsSum;  // a body of 4-byte words
     const bool clipping = op == Op::kNorm || op == Op::kClip;
     EXPECT_EQ(op_has_payload(op), op == Op::kInit || op == Op::kPush || op == Op::kParams || sparse || clipping) << op_name(op);
   }
@@ -329,7 +332,7 @@ TEST(ProtocolCorruptionTest, WrongVersion) {
 
 TEST(ProtocolCorruptionTest, UnknownOpAndRole) {
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 0).bytes()), "unknown op 0");
-  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 15).bytes()), "unknown op 15");
+  EXPECT_EQ(decode_error(MapBuilder().set_uint("op", 17).bytes()), "unknown op 17");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("op", uint64_t{1} << 32 | 4).bytes()), "unknown op 4294967300");
   EXPECT_EQ(decode_error(MapBuilder().set_uint("role", 2).bytes()), "unknown role 2");
 }

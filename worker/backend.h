@@ -148,6 +148,26 @@ class Backend {
   virtual void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps,
                                    float* dx, float* dy_xhat) = 0;
 
+  // Batch normalisation (worker/layers.cc, `batchnorm`) over x[outer, channels, inner]: channel c's
+  // values are x[o, c, i] for every o < outer, i < inner (after a dense layer: inner 1, a feature
+  // per channel; after a conv: inner H x W). host_sums (host memory, 2 x channels) receives each
+  // channel's sum of x, then its sum of x^2, summed in double in a fixed order per channel (the
+  // same bits every run, whatever --threads).
+  virtual void batch_norm_sums(const float* x, int outer, int channels, int inner, double* host_sums) = 0;
+  // y = (x - mean[c]) * invstd[c] * gamma[c] + beta[c], with stats = [mean | invstd] (2 x channels,
+  // backend memory). y may be x.
+  virtual void batch_norm_apply(const float* x, int outer, int channels, int inner, const float* stats,
+                                const float* gamma, const float* beta, float* y) = 0;
+  // Backward's sums: host_sums[c] = the sum of dy over channel c, host_sums[channels + c] = that of
+  // dy * xhat, xhat = (x - mean[c]) * invstd[c] (stats as batch_norm_apply's); in double, fixed
+  // order.
+  virtual void batch_norm_backward_sums(const float* x, const float* dy, int outer, int channels, int inner,
+                                        const float* stats, double* host_sums) = 0;
+  // dx = gamma[c] * invstd[c] * (dy - stats[2C + c] - xhat * stats[3C + c]), stats = [mean | invstd |
+  // mean of dy | mean of dy * xhat] (4 x channels, backend memory). dx may be dy, not x.
+  virtual void batch_norm_backward_apply(const float* x, const float* dy, int outer, int channels, int inner,
+                                         const float* stats, const float* gamma, float* dx) = 0;
+
   // The pairwise dot products of the `fields` vectors of `dim` floats that end each row of
   // x[rows, cols] (v_f = x[r, cols - fields*dim + f*dim ...]): y[r] = x[r] followed by <v_i, v_j>
   // for i < j in the order (0,1), (0,2), ..., (1,2), ...; y is [rows, cols + fields(fields-1)/2].

@@ -9,6 +9,7 @@
 #include "shared/util/file_util.h"
 #include "shared/checkpoint/job_fingerprint.h"
 #include "shared/util/log.h"
+#include "worker/data/npy_format.h"
 
 namespace pstrain {
 
@@ -69,6 +70,11 @@ double ChiefCheckpoints::completed(uint64_t version) {
       f.bytes = bytes.size();
       f.crc = file_crc(bytes);
       m.shards.push_back(f);
+    }
+    if (state_layout_ != nullptr) {  // the state as it is now: after the forward passes of steps < version
+      for (const TensorSpec& t : state_layout_->tensors()) {
+        write_file_durably(dir + "/" + t.name + ".npy", npy_bytes(t.shape, state_->data() + t.offset));
+      }
     }
     model_.training.steps = version;
     model_.training.source = "checkpoint " + dir;

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shared/checkpoint/checkpoint_options.h"
 #include "shared/train/layout.h"
@@ -35,6 +36,12 @@ class ChiefCheckpoints {
   double completed(uint64_t version);
   // --resume: the checkpoint the shards resumed from must be of this model (its layout).
   void check_resumed(uint64_t version) const;
+  // The model's state (batchnorm's running statistics, `layout`), written into every checkpoint
+  // as <name>.npy before its manifest; both must outlive this object. Without: none.
+  void set_state(const Layout& layout, const std::vector<float>& state) {
+    state_layout_ = &layout;
+    state_ = &state;
+  }
 
  private:
   std::string layout_text() const;
@@ -46,6 +53,8 @@ class ChiefCheckpoints {
   ModelDescription model_;
   const uint64_t total_steps_;
   const std::atomic<bool>* stop_requested_;
+  const Layout* state_layout_ = nullptr;
+  const std::vector<float>* state_ = nullptr;
   const bool enabled_;
   std::chrono::steady_clock::time_point last_;
   bool stopping_ = false;

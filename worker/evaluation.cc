@@ -139,6 +139,9 @@ void Evaluation::set_model(Model& model, Replica& replica, int eval_batch) {
   model_ = &model;
   replica_ = &replica;
   eval_batch_ = eval_batch;
+  // Batch norm's running statistics are each worker's own (docs/models.md): the chief evaluates
+  // alone, with its own.
+  if (!model.state().empty()) shared_ = false;
 }
 
 EvalSums Evaluation::take_share() {
@@ -280,6 +283,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
                                         static_cast<size_t>(m.batch) * m.data->feature_dim());
   load_params(o.init_params, m.model->layout(), m.replica->host_params());
+  const Layout& state_layout = m.model->network().state_layout();
+  if (!state_layout.tensors().empty()) {  // batchnorm's running statistics
+    std::vector<float> state(state_layout.total());
+    load_params(o.init_params, state_layout, state.data());
+    m.model->set_state(state);
+  }
   m.replica->params_to_device();
   return m;
 }

@@ -16,6 +16,21 @@ uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
 }
 
+// Batch norm's global statistics over ps0 (sync): the calls of a step numbered from 0, as every
+// worker makes them in the same order.
+class PsStats final : public StatsExchange {
+ public:
+  explicit PsStats(PsClient& client) : client_(client) {}
+  void at_step(uint64_t step) {
+    if (step != step_) step_ = step, call_ = 0;
+  }
+  void combine(std::vector<double>& sums) override { client_.combine_stats(step_, call_++, sums); }
+
+ private:
+  PsClient& client_;
+  uint64_t step_ = 0, call_ = 0;
+};
+
 class PsExchange final : public Exchange {
  public:
   PsExchange(const ExchangeOptions& o, uint64_t total, Endpoint& servers, Replica& replica)
@@ -32,6 +47,7 @@ class PsExchange final : public Exchange {
     // and the PS drops them as a replacement's repeat if it has them already.
     if (o_.index == 0 && first == 0) client_.init(host_params);
     client_.pull(first, host_params);
+    stats_.at_step(first);
     // In plain sync the PS keeps its values in an area it writes only while every worker waits
     // for PARAMS: forward and backward read the parameters there, and a PULL copies nothing.
     const float* area = client_.params_area();
@@ -70,16 +86,19 @@ class PsExchange final : public Exchange {
     // Backup workers: a late worker's step was applied without it; it goes on from the version
     // it received. Every other mode counts its own steps.
     m.next_step = o_.backup_workers > 0 ? std::max(step + 1, m.version) : step + 1;
+    stats_.at_step(m.next_step);
     return m;
   }
 
   void done() override { client_.done(); }
   RowSource* row_source() override { return &client_; }
+  StatsExchange* stats_exchange() override { return o_.mode == Mode::kSync ? &stats_ : nullptr; }
 
  private:
   const ExchangeOptions o_;
   PsClient client_;
   Replica& replica_;
+  PsStats stats_{client_};
 };
 
 class AllreduceExchange final : public Exchange {
@@ -90,7 +109,8 @@ class AllreduceExchange final : public Exchange {
         collective_(std::move(collective)),
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)),
-        store_(o.checkpoint, "w" + std::to_string(o.index)) {}
+        store_(o.checkpoint, "w" + std::to_string(o.index)),
+        stats_(make_collective_stats(*collective_)) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     // Every worker initialised from the same seed; nothing to fetch. On --resume every worker
@@ -166,6 +186,7 @@ class AllreduceExchange final : public Exchange {
 
   void done() override {}
   bool stages_gradient() const override { return !collective_->on_device(); }
+  StatsExchange* stats_exchange() override { return stats_.get(); }
 
  private:
   // The chief, after applying step version-1: the whole vector as the one shard of the checkpoint.
@@ -188,6 +209,7 @@ class AllreduceExchange final : public Exchange {
   bool placed_ = false;  // asked the collective where to compute the gradient
   std::unique_ptr<Optimizer> optimizer_;
   CheckpointStore store_;
+  std::unique_ptr<StatsExchange> stats_;  // over collective_
 };
 
 }  // namespace
@@ -234,6 +256,7 @@ class HybridExchange final : public Exchange {
   }
   bool stages_gradient() const override { return dense_->stages_gradient(); }
   RowSource* row_source() override { return &client_; }
+  StatsExchange* stats_exchange() override { return dense_->stats_exchange(); }
 
  private:
   // The tables' sync barrier: the client speaks sync to the PS (the dense all-reduce is the workers').

@@ -14,6 +14,7 @@
 #include "worker/collective/collective.h"
 #include "worker/ps_client.h"
 #include "worker/replica.h"
+#include "worker/stats_exchange.h"
 
 namespace pstrain {
 
@@ -51,6 +52,9 @@ class Exchange {
   // The PS shards' embedding tables (docs/sparse.md), for the trainer's CTR input; nullptr where
   // there are none (allreduce).
   virtual RowSource* row_source() { return nullptr; }
+  // Batch norm's global statistics among the workers of a step (worker/stats_exchange.h);
+  // nullptr where the mode has none (async, ssp).
+  virtual StatsExchange* stats_exchange() { return nullptr; }
   // Called by finish_step once this worker has sent what it had to send and only waits (for its
   // parameters, or its peers): the trainer wakes its data reader there, into a core that would
   // otherwise idle, instead of letting it preempt the step's compute.

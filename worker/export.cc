@@ -195,13 +195,19 @@ void write_npz(const std::string& path, const std::vector<std::pair<std::string,
 std::string export_checkpoint(const ExportOptions& o) {
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
   const ModelDescription model = model_of(c, o);
+  // The state (batchnorm's running statistics) is beside the shard files, as --save-params writes it.
+  const Layout state_layout = state_layout_of(model);
+  std::vector<float> state(state_layout.total());
+  if (!state_layout.tensors().empty()) load_params(c.dir, state_layout, state.data());
   if (o.format == "npz") {
     std::vector<std::pair<std::string, std::string>> members;
     for (const TensorSpec& t : c.layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset));
+    for (const TensorSpec& t : state_layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, state.data() + t.offset));
     members.emplace_back("model.json", model_json_text(model));
     write_npz(o.out, members);
   } else {
     save_params(o.out, c.layout, c.values.data());
+    if (!state_layout.tensors().empty()) save_params(o.out, state_layout, state.data());
     write_model_json(o.out, model);
   }
   std::cout << "pstrain-export: step " << c.manifest.version << " (" << c.dir << ", " << c.manifest.shards.size()

@@ -68,6 +68,7 @@ const std::vector<KindRule>& kinds() {
       {"flatten", 0, {nullptr, nullptr}, {}},
       {"globalavgpool", 0, {nullptr, nullptr}, {}},
       {"layernorm", 0, {nullptr, nullptr}, {}},
+      {"batchnorm", 0, {nullptr, nullptr}, {"momentum"}},
       {"relu", 0, {nullptr, nullptr}, {}},
       {"tanh", 0, {nullptr, nullptr}, {}},
       {"sigmoid", 0, {nullptr, nullptr}, {}},
@@ -88,6 +89,7 @@ std::string kind_of(const std::string& word) {
   if (k == "avgpool2d") return "avgpool";
   if (k == "gap" || k == "adaptiveavgpool2d") return "globalavgpool";
   if (k == "layer_norm") return "layernorm";
+  if (k == "bn" || k == "batch_norm" || k == "batchnorm1d" || k == "batchnorm2d") return "batchnorm";
   return k;
 }
 
@@ -121,6 +123,17 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
                                           (rule->options.empty() ? " (it takes none)" : ""));
       }
       const Token value{t.text.substr(eq + 1), t.position + eq + 1};
+      if (key == "momentum") {  // a fraction, kept as the layer's one number
+        char* end = nullptr;
+        const double momentum = std::strtod(value.text.c_str(), &end);
+        if (value.text.empty() || *end != '\0' || !(momentum >= 0 && momentum <= 1)) {
+          fail_at(spec, value.position, value.text.size(),
+                  "'" + value.text + "' is not a momentum in [0, 1] (PyTorch's default: 0.1)");
+        }
+        if (!layer.args.empty()) fail_at(spec, t.position, t.text.size(), "momentum is given twice");
+        layer.args.push_back(momentum);
+        continue;
+      }
       layer.options.emplace_back(key, integer(spec, value, key == "pad" ? 0 : 1, 4096,
                                               key == "pad" ? "a padding" : "a stride"));
       continue;
@@ -397,6 +410,126 @@ class LayerNorm final : public Layer {
   float eps_;
 };
 
+// Batch normalisation (docs/models.md): each channel normalised over the batch (and H x W after a
+// conv), as PyTorch's BatchNorm1d / BatchNorm2d, then scaled (weight, 1 at start) and shifted
+// (bias, 0). Training normalises with the batch's mean and biased variance and moves the running
+// statistics (the model's state) towards them by `momentum`, the variance unbiased; evaluation
+// normalises with the running statistics. The sums are the backend's (double, fixed order); the
+// statistics are formed from them on the host, the same code for every backend.
+class BatchNorm final : public Layer {
+ public:
+  BatchNorm(double momentum, double eps) : momentum_(momentum), eps_(eps) {}
+  bool has_params() const override { return true; }
+  bool has_state() const override { return true; }
+  bool output_free_after_forward() const override { return true; }  // backward reads x and dy
+  // The statistics' floats on the device: mean, invstd, dy's mean, (dy xhat)'s mean; then the
+  // parameters' gradients.
+  size_t col_floats(int) const override { return 6 * channels(); }
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.add("layer" + std::to_string(p) + ".weight", {channels()}, 1.0f).offset;
+    bias_ = layout.add("layer" + std::to_string(p) + ".bias", {channels()}).offset;
+  }
+  void declare_state(Layout& state, int p) override {
+    state_ = state.add("layer" + std::to_string(p) + ".running_mean", {channels()}).offset;
+    state.add("layer" + std::to_string(p) + ".running_var", {channels()}, 1.0f);
+  }
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    const size_t c = channels();
+    std::vector<float> stats(2 * c);
+    float* running_mean = ctx.state + state_;
+    float* running_var = running_mean + c;
+    if (ctx.training) {
+      double n = 0;
+      const std::vector<double> moments = batch_moments(ctx, x, batch, &n);
+      normalisation(moments.data(), moments.data() + c, stats);
+      if (ctx.update_state) update_running(moments, n, running_mean, running_var);
+    } else {
+      const std::vector<double> mean(running_mean, running_mean + c), var(running_var, running_var + c);
+      normalisation(mean.data(), var.data(), stats);
+    }
+    ctx.backend.upload(ctx.col, stats.data(), stats.size());
+    ctx.backend.batch_norm_apply(x, batch, static_cast<int>(c), inner(), ctx.col, params + weight_, params + bias_, y);
+  }
+  // The training-mode backward: with m = N x H x W values per channel,
+  // dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)); gamma's gradient is the sum of dy xhat,
+  // beta's that of dy. The batch's statistics are formed again from x (the same bits).
+  void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    const size_t c = channels();
+    const std::vector<double> moments = batch_moments(ctx, x, batch);
+    std::vector<float> stats(6 * c);
+    normalisation(moments.data(), moments.data() + c, stats);
+    ctx.backend.upload(ctx.col, stats.data(), 2 * c);
+    std::vector<double> sums(2 * c);
+    ctx.backend.batch_norm_backward_sums(x, dy, batch, static_cast<int>(c), inner(), ctx.col, sums.data());
+    for (size_t i = 0; i < c; ++i) {
+      stats[4 * c + i] = static_cast<float>(sums[c + i]);  // gamma's gradient: this worker's part (the PS sums them)
+      stats[5 * c + i] = static_cast<float>(sums[i]);      // beta's
+    }
+    const double m = combined(ctx, count(batch), sums);  // dx needs the means over every worker's batch
+    for (size_t i = 0; i < c; ++i) {
+      stats[2 * c + i] = static_cast<float>(sums[i] / m);
+      stats[3 * c + i] = static_cast<float>(sums[c + i] / m);
+    }
+    ctx.backend.upload(ctx.col, stats.data(), stats.size());
+    if (dx != nullptr) {
+      ctx.backend.batch_norm_backward_apply(x, dy, batch, static_cast<int>(c), inner(), ctx.col, params + weight_, dx);
+    }
+    // One row of C: bias_grad copies it into (or adds it to) the gradient.
+    ctx.backend.bias_grad(ctx.col + 4 * c, 1, static_cast<int>(c), 1, grad + weight_, accumulate);
+    ctx.backend.bias_grad(ctx.col + 5 * c, 1, static_cast<int>(c), 1, grad + bias_, accumulate);
+  }
+
+ private:
+  size_t channels() const { return in_.flat ? in_.size() : static_cast<size_t>(in_.c); }
+  int inner() const { return in_.flat ? 1 : in_.h * in_.w; }
+  double count(int batch) const { return static_cast<double>(batch) * inner(); }
+  // Global statistics: `sums` and this worker's count `n` replaced by their sums over the
+  // workers (in the order count, sums); returns the count. Without an exchange: n.
+  static double combined(LayerContext& ctx, double n, std::vector<double>& sums) {
+    if (ctx.stats == nullptr) return n;
+    sums.insert(sums.begin(), n);
+    ctx.stats->combine(sums);
+    n = sums.front();
+    sums.erase(sums.begin());
+    return n;
+  }
+  // Each channel's mean, then its biased variance, from the backend's sums (over every worker's
+  // batch with global statistics); *n receives the count.
+  std::vector<double> batch_moments(LayerContext& ctx, const float* x, int batch, double* n_out = nullptr) const {
+    const size_t c = channels();
+    std::vector<double> sums(2 * c);
+    ctx.backend.batch_norm_sums(x, batch, static_cast<int>(c), inner(), sums.data());
+    const double n = combined(ctx, count(batch), sums);
+    if (n_out != nullptr) *n_out = n;
+    for (size_t i = 0; i < c; ++i) {
+      const double mean = sums[i] / n;
+      sums[c + i] = std::max(sums[c + i] / n - mean * mean, 0.0);
+      sums[i] = mean;
+    }
+    return sums;
+  }
+  // stats[0, c) = mean, stats[c, 2c) = 1 / sqrt(var + eps), as floats.
+  void normalisation(const double* mean, const double* var, std::vector<float>& stats) const {
+    const size_t c = channels();
+    for (size_t i = 0; i < c; ++i) {
+      stats[i] = static_cast<float>(mean[i]);
+      stats[c + i] = static_cast<float>(1.0 / std::sqrt(var[i] + eps_));
+    }
+  }
+  // PyTorch's update: running = (1 - momentum) running + momentum * batch's, the variance
+  // unbiased (times n / (n - 1); with one value per channel, the biased variance, 0).
+  void update_running(const std::vector<double>& moments, double n, float* mean, float* var) const {
+    const size_t c = channels();
+    const double unbias = n > 1 ? n / (n - 1) : 1.0;
+    for (size_t i = 0; i < c; ++i) {
+      mean[i] = static_cast<float>((1 - momentum_) * mean[i] + momentum_ * moments[i]);
+      var[i] = static_cast<float>((1 - momentum_) * var[i] + momentum_ * moments[c + i] * unbias);
+    }
+  }
+  double momentum_, eps_;
+};
+
 class Act final : public Layer {
  public:
   explicit Act(Activation f) : f_(f) {}
@@ -494,6 +627,16 @@ class Residual final : public Layer {
       p += l->param_layers();
     }
     if (projection_) projection_->declare(layout, p);
+  }
+  // The inner batchnorm layers' running statistics, named by the same p as their variables.
+  bool has_state() const override {
+    return std::any_of(inner_.begin(), inner_.end(), [](const auto& l) { return l->has_state(); });
+  }
+  void declare_state(Layout& state, int p) override {
+    for (const auto& l : inner_) {
+      if (l->has_state()) l->declare_state(state, p);
+      p += l->param_layers();
+    }
   }
   // Backward reads x and the block's insides, not y.
   bool output_free_after_forward() const override { return true; }
@@ -682,6 +825,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
     }
   } else if (spec.kind == "layernorm") {
     layer = std::make_unique<LayerNorm>(1e-5f);  // PyTorch's default eps
+  } else if (spec.kind == "batchnorm") {
+    layer = std::make_unique<BatchNorm>(spec.args.empty() ? 0.1 : spec.args[0], 1e-5);  // PyTorch's defaults
   } else if (spec.kind == "globalavgpool") {
     if (in.flat) throw UsageError(where + "needs an image input (channels x height x width), not " + in.text());
     layer = std::make_unique<GlobalAvgPool>();

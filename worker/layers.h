@@ -11,6 +11,7 @@
 
 #include "shared/train/layout.h"
 #include "worker/backend.h"
+#include "worker/stats_exchange.h"
 
 namespace pstrain {
 
@@ -29,8 +30,8 @@ struct Shape {
 
 // A layer as written: "conv 32 3 pad=1" is kind conv, args {32, 3}, options {pad: 1}.
 struct LayerSpec {
-  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot ...
-  std::vector<double> args;  // positional numbers
+  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot batchnorm ...
+  std::vector<double> args;  // positional numbers (batchnorm: its momentum=, when given)
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed
   size_t position = 0;       // of text in the whole spec, for errors
@@ -56,6 +57,13 @@ struct LayerContext {
   const uint64_t* keys = nullptr;     // dropout: one per sample (its record), host memory
   float* scratch = nullptr;           // the layer's own, Layer::scratch_floats() x batch floats, kept
                                       // from its forward to its backward
+  // batchnorm: the model's state (Network::state_layout(): running statistics), host memory;
+  // training updates it unless `update_state` is false (a block recomputed by --recompute).
+  float* state = nullptr;
+  bool update_state = true;
+  // batchnorm in training: its sums combined across the workers of the step (global statistics,
+  // worker/stats_exchange.h); null: this worker's batch alone.
+  StatsExchange* stats = nullptr;
 };
 
 class Layer {
@@ -76,6 +84,10 @@ class Layer {
   // projection's).
   virtual int param_layers() const { return has_params() ? 1 : 0; }
   size_t weight_offset() const { return weight_; }
+  // State: variables that are not trained but assigned by the forward pass (batchnorm's running
+  // statistics), appended to the model's state layout as "layer<p>.<name>".
+  virtual bool has_state() const { return false; }
+  virtual void declare_state(Layout& state, int p) { (void)state, (void)p; }
   // Element-wise layers (relu, tanh, dropout) may run in place over their input.
   virtual bool elementwise() const { return false; }
   // Layers whose backward reads only their input (dense, conv) let the next element-wise layer
@@ -104,6 +116,7 @@ class Layer {
   std::string text_, kind_;
   int index_ = 0;
   size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
+  size_t state_ = 0;              // offset of the state (has_state)
   friend std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index,
                                            const std::string& name);
 };

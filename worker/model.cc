@@ -60,6 +60,7 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
   for (size_t i = 0; i < specs.size(); ++i) {
     layers_.push_back(make_layer(specs[i], shape, static_cast<int>(i)));
     if (layers_.back()->has_params()) {
+      if (layers_.back()->has_state()) layers_.back()->declare_state(state_layout_, p);
       layers_.back()->declare(layout_, p);
       p += layers_.back()->param_layers();
     }
@@ -193,6 +194,12 @@ void Network::init(uint64_t seed, float* host_params) const {
   }
 }
 
+std::vector<float> Network::initial_state() const {
+  std::vector<float> state(state_layout_.total());
+  for (const TensorSpec& t : state_layout_.tensors()) std::fill(state.begin() + t.offset, state.begin() + t.offset + t.size, t.fill);
+  return state;
+}
+
 Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
     : net_(std::move(network)), backend_(backend), max_batch_(max_batch), recompute_(recompute) {
   if (max_batch < 1) throw Error("model: invalid batch size");
@@ -217,6 +224,7 @@ Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
     scratch_.push_back(l->scratch_floats() > 0 ? backend_.allocate(l->scratch_floats() * rows)
                                                : BufferPtr(nullptr, [](float*) {}));
   }
+  state_ = net_.initial_state();
   row_keys_.resize(rows);
   std::iota(row_keys_.begin(), row_keys_.end(), uint64_t{0});
 }
@@ -231,6 +239,14 @@ float* Model::output_of(size_t l, const float* x) const {
   return b < 0 ? const_cast<float*>(x) : buffer_ptr_[static_cast<size_t>(b)];  // a leading flatten: x itself
 }
 
+void Model::set_state(const std::vector<float>& state) {
+  if (state.size() != state_.size()) {
+    throw Error("model: the state has " + std::to_string(state.size()) + " values, the model's " +
+                std::to_string(state_.size()));
+  }
+  state_ = state;
+}
+
 LayerContext Model::context(bool training, const Keys& keys, int batch) {
   PSTRAIN_CHECK(batch >= 1 && batch <= max_batch_);
   LayerContext ctx{backend_};
@@ -238,6 +254,8 @@ LayerContext Model::context(bool training, const Keys& keys, int batch) {
   ctx.training = training;
   ctx.salt = splitmix64(splitmix64(keys.seed ^ 0xd0d0d0d0d0d0d0d0ULL) + keys.step);
   ctx.keys = keys.records != nullptr ? keys.records : row_keys_.data();
+  ctx.state = state_.data();
+  ctx.stats = training ? stats_ : nullptr;
   return ctx;
 }
 
@@ -269,7 +287,9 @@ BatchStats Model::train_step(const float* params, const float* x, const int32_t*
       // The arena holds a later block's insides now: recompute this block's from its input.
       size_t first = l;
       while (first > 0 && plan_.block_of[first - 1] == block) --first;
+      ctx.update_state = false;  // the running statistics moved once, in the forward pass
       forward_layers(ctx, params, x, batch, first, l + 1);
+      ctx.update_state = true;
     }
     Layer& layer = *net_.layers()[l];
     if (layer.identity()) continue;

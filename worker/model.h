@@ -30,6 +30,11 @@ class Network {
           const std::string& targets = "");
 
   const Layout& layout() const { return layout_; }
+  // The state: variables the forward pass assigns rather than the optimizer trains
+  // ("layer<p>.running_mean", "layer<p>.running_var" of batchnorm layers); empty without them.
+  const Layout& state_layout() const { return state_layout_; }
+  // Each state variable at its initial value (running means 0, running variances 1).
+  std::vector<float> initial_state() const;
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
   const Shape& input() const { return input_; }
   int classes() const { return classes_; }
@@ -62,6 +67,7 @@ class Network {
  private:
   std::vector<std::unique_ptr<Layer>> layers_;
   Layout layout_;
+  Layout state_layout_;
   Shape input_;
   int classes_;
 };
@@ -87,6 +93,13 @@ class Model {
   const Layout& layout() const { return net_.layout(); }
   int classes() const { return net_.classes(); }
   void init(uint64_t seed, float* host_params) const { net_.init(seed, host_params); }
+  // The state (Network::state_layout(), host memory): updated by every training forward pass,
+  // read by evaluate() and logits().
+  const std::vector<float>& state() const { return state_; }
+  void set_state(const std::vector<float>& state);
+  // Batch norm's global statistics: training passes combine their sums through `stats` (null:
+  // each batch alone); it must outlive its use.
+  void set_stats_exchange(StatsExchange* stats) { stats_ = stats; }
 
   // Called during backward each time grad[from, total) is complete (layers finish last to
   // first), with the batch's loss statistics (known after the forward pass).
@@ -145,6 +158,8 @@ class Model {
   BufferPtr arena_, delta_a_, delta_b_, col_;
   std::vector<BufferPtr> scratch_;  // per layer: its LayerContext::scratch (null for most)
   std::vector<uint64_t> row_keys_;  // 0, 1, 2, ... for calls without keys
+  std::vector<float> state_;
+  StatsExchange* stats_ = nullptr;
 };
 
 }  // namespace pstrain

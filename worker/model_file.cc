@@ -153,8 +153,13 @@ Layout layout_of(const ModelDescription& d) {
   return Network(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json")).layout();
 }
 
+Layout state_layout_of(const ModelDescription& d) {
+  return Network(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json")).state_layout();
+}
+
 std::string model_json_text(const ModelDescription& d) {
-  const Network net(d.spec, d.input_shape, d.classes);
+  const Network net(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json"));
+  const Network& network = net;
   const Layout& layout = net.layout();
   Json j;
   j["format"] = "pstrain-model";
@@ -180,6 +185,18 @@ std::string model_json_text(const ModelDescription& d) {
     variables.push_back(v);
   }
   j["variables"] = variables;
+  if (!network.state_layout().tensors().empty()) {  // batchnorm's running statistics: not in the flat vector
+    Json state = Json::array();
+    for (const TensorSpec& t : network.state_layout().tensors()) {
+      Json v;
+      v["name"] = t.name;
+      v["file"] = t.name + ".npy";
+      v["shape"] = t.shape;
+      v["dtype"] = "float32";
+      state.push_back(v);
+    }
+    j["state"] = state;
+  }
   j["training"] = training_json(d.training);
   return j.dump(2) + "\n";
 }

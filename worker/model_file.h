@@ -50,6 +50,9 @@ std::optional<ModelDescription> read_model_json(const std::string& dir);
 
 // The layout of a model description (what its .npy files and a checkpoint's flat vector hold).
 Layout layout_of(const ModelDescription& d);
+// Its state layout (batchnorm's running statistics: DIR/<name>.npy beside the variables, in a
+// checkpoint's directory too); empty for a model without state.
+Layout state_layout_of(const ModelDescription& d);
 // "" when `ours` has exactly `saved`'s variables (names, shapes, offsets); else the first
 // difference, "layer2.weight has shape [128, 10] in WHERE, but the model needs [64, 10]".
 std::string layout_difference(const Layout& saved, const Layout& ours, const std::string& where);

@@ -104,6 +104,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.model = o.model;
   t.hidden = o.hidden;
   t.recompute = o.recompute;
+  t.batchnorm_global = o.batchnorm_global && (o.mode == Mode::kSync || o.mode == Mode::kAllreduce);
   t.label_smoothing = static_cast<float>(o.label_smoothing);
   t.huber_delta = static_cast<float>(o.huber_delta);
   t.embedding_dim = o.embedding_dim;

@@ -555,6 +555,25 @@ void PsClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std:
   }
 }
 
+void PsClient::combine_stats(uint64_t step, uint64_t call, std::vector<double>& sums) {
+  Header h = request(Op::kStats, step, 0);
+  h.request_id = next_request_++;
+  h.offset = call;
+  h.length = sums.size() * sizeof(double) / 4;
+  Frame payload(sums.data(), sums.size() * sizeof(double));
+  send(0, h, &payload);
+  std::vector<bool> pending(static_cast<size_t>(options_.num_ps), false);
+  pending[0] = true;
+  const std::vector<Message> replies = await(pending, h.request_id, Op::kStatsSum, "batch-norm statistics");
+  const Message& reply = replies[0];
+  if (reply.frames.size() != 2 || reply.frames[1].size() != sums.size() * sizeof(double)) {
+    throw Error("ps0 sent batch-norm statistics of " +
+                std::to_string(reply.frames.size() > 1 ? reply.frames[1].size() : 0) + " bytes, expected " +
+                std::to_string(sums.size() * sizeof(double)));
+  }
+  std::memcpy(sums.data(), reply.frames[1].data(), sums.size() * sizeof(double));
+}
+
 void PsClient::done() {
   // Waits for every shard's acknowledgement: the process may exit right after, and ZeroMQ
   // drops what is still queued when a socket with linger 0 closes.

@@ -96,6 +96,9 @@ class PsClient final : public RowSource {
   // shard s (SPARSE_PUSH): every shard gets one, empty or not, since a sync step is applied once
   // every worker pushed to it.
   void push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) override;
+  // Batch norm's global statistics (sync): this worker's sums of call `call` of `step` to ps0,
+  // replaced by every worker's added (STATS, STATS_SUM). Waits up to --timeout for the others.
+  void combine_stats(uint64_t step, uint64_t call, std::vector<double>& sums);
   void done();
 
   // With one shard, on this host (after hello): its segment's gradient area, the whole gradient;

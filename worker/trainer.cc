@@ -10,6 +10,7 @@
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "worker/backend.h"
+#include "shared/checkpoint/checkpoint.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"
 #include "worker/data/dataset.h"
@@ -199,6 +200,7 @@ class Trainer {
                        " micro-batches a step) is not built for embedding tables yet: drop --accum-steps, so that one "
                        "micro-batch holds this worker's " + std::to_string(share_) + " samples a step");
     }
+    check_batchnorm(network);
     if (batch_.micro_batches > 1 && !o_.batch_auto) {
       PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
                   << batch_.micro << " = " << share_ << " samples a step";
@@ -254,6 +256,7 @@ class Trainer {
     model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
     if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
       load_params(o_.init_params, model_->layout(), replica_->host_params());
+      load_state(o_.init_params);
       if (chief_) {
         PSLOG(INFO) << tag_ << "initial parameters from " << o_.init_params << " ("
                     << model_->layout().tensors().size() << " variables)";
@@ -261,13 +264,52 @@ class Trainer {
     }
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_.checkpoint, chief_, o_.checkpoint_shards, model_->layout(),
                                                       model_description_, total_steps_, stop_requested_);
+    checkpoints_->set_state(model_->network().state_layout(), model_->state());
     first_step_ = exchange_->start(replica_->host_params(), total_steps_);
     if (checkpoints_->enabled() && o_.checkpoint.resume && first_step_ > 0) {
       checkpoints_->check_resumed(first_step_);
     }
+    if (o_.batchnorm_global && o_.num_workers > 1 && !model_->state().empty()) {  // one worker: its own batch is global
+      StatsExchange* stats = exchange_->stats_exchange();
+      PSTRAIN_CHECK(stats != nullptr);  // sync and allreduce have one (options_from_job: global only there)
+      model_->set_stats_exchange(stats);
+    }
+    // Every worker: the state (batchnorm's running statistics) is not on the PS shards.
+    if (o_.checkpoint.resume && first_step_ > 0) load_state(checkpoint_version_dir(o_.checkpoint.dir, first_step_));
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
+  }
+
+  // Global batch-norm statistics need every worker's whole batch of a step in one pass.
+  void check_batchnorm(const Network& network) const {
+    if (!o_.batchnorm_global || network.state_layout().tensors().empty()) return;
+    const std::string layer = batchnorm_text(network);
+    if (batch_.micro_batches > 1) {
+      throw UsageError("--batchnorm-stats global: gradient accumulation (" + std::to_string(batch_.micro_batches) +
+                       " micro-batches a step) would normalise each micro-batch alone in " + layer +
+                       ": drop --accum-steps (or --batch-size auto's split), or give --batchnorm-stats local");
+    }
+    if (o_.evaluation.backup_workers > 0) {
+      throw UsageError("--batchnorm-stats global: " + layer + " combines every worker's statistics each step, "
+                       "which --backup-workers would wait for: give --batchnorm-stats local");
+    }
+  }
+  static std::string batchnorm_text(const Network& network) {
+    for (const auto& l : network.layers()) {
+      if (l->has_state()) return "layer " + std::to_string(l->index() + 1) + " '" + l->text() + "'";
+    }
+    return "";
+  }
+
+  // The model's state from DIR/<name>.npy (--init-params, a checkpoint), where it has any.
+  void load_state(const std::string& dir) {
+    const Layout& layout = model_->network().state_layout();
+    if (layout.tensors().empty()) return;
+    std::vector<float> state(layout.total());
+    load_params(dir, layout, state.data());
+    model_->set_state(state);
+    if (chief_) PSLOG(INFO) << tag_ << "running statistics from " << dir << " (" << layout.tensors().size() << " variables)";
   }
 
   // --bind-cpu: this thread and the data reader it starts next, now that the threads that stay
@@ -429,6 +471,8 @@ class Trainer {
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
       save_params(o_.save_params, model_->layout(), replica_->host_params());
+      const Layout& state = model_->network().state_layout();
+      if (!state.tensors().empty()) save_params(o_.save_params, state, model_->state().data());
       TrainingRecord& t = model_description_.training;
       t.source = "--save-params";
       t.steps = summary_.steps;

@@ -36,6 +36,9 @@ struct TrainOptions {
   std::string model;            // --model: layer list (docs/models.md); empty: the MLP of `hidden`
   std::vector<int> hidden = {256, 128};  // --hidden
   bool recompute = false;       // --recompute: keep only block inputs in forward
+  // --batchnorm-stats global in sync or allreduce mode: batchnorm layers combine their sums
+  // across the workers (Exchange::stats_exchange); false: each worker's batch alone.
+  bool batchnorm_global = true;
   float label_smoothing = 0;    // --label-smoothing
   float huber_delta = 1;        // --huber-delta (--loss huber; the loss itself is data.loss)
   int epochs = 10;              // passes over the training set

@@ -55,8 +55,8 @@ Fingerprint job_fingerprint(const JobIdentity& o) {
   if (opt.schedule == "step") f.emplace_back("lr-decay-rate", number(opt.decay_rate));
   if (opt.schedule == "cosine-restarts") f.emplace_back("lr-cycle-mult", number(opt.cycle_mult));
   if (o.label_smoothing > 0) f.emplace_back("label-smoothing", number(o.label_smoothing));
-  if (!o.loss.empty()) f.emplace_back("loss", o.loss);
   if (opt.clip_norm > 0) f.emplace_back("clip-norm", number(opt.clip_norm));
+  if (!o.loss.empty()) f.emplace_back("loss", o.loss);
   if (!o.embeddings.empty()) f.emplace_back("embeddings", o.embeddings);
   if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
   if (opt.kind == "adam" || opt.kind == "adamw") {

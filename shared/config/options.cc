@@ -41,6 +41,7 @@ struct TextOptions {  // flags parsed from text after Boost.Program_options has 
   std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
   std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
   std::string loss = "softmax";
+  std::string batchnorm_stats = "global";
 };
 
 po::options_description describe(JobOptions& o, TextOptions& t) {
@@ -81,6 +82,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
       ("loss", po::value(&t.loss)->default_value(t.loss), "what the model's last layer's K outputs are trained against (docs/models.md, \"Losses\"): softmax (cross-entropy over class labels; test accuracy) | bce (binary cross-entropy with logits, K independent 0/1 labels per record: multi-label; test per-label accuracy and exact match) | mse | huber (regression against K float targets; test RMSE, MAE, R^2); each a sample's mean over its K outputs, as PyTorch's reduction='mean'. Other than softmax, the targets come from --train-data/--test-data's second .npy file, of shape (N,) or (N, K), or the CSV columns of --label-column (docs/data.md, \"Targets\")")
       ("huber-delta", po::value(&o.huber_delta)->default_value(o.huber_delta), "--loss huber: 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), d the output's error (PyTorch's HuberLoss(delta)); positive")
+      ("batchnorm-stats", po::value(&t.batchnorm_stats)->default_value(t.batchnorm_stats), "batchnorm layers' batch statistics in --mode sync and allreduce: global (each step's sums combined across the workers, so N workers equal one process on the concatenated batch; not with --accum-steps or --backup-workers) | local (each worker's own batch, as TensorFlow's MirroredStrategy: breaks that contract). async and ssp always use local statistics (docs/models.md)")
       ("recompute", po::bool_switch(&o.recompute), "activation recomputation: keep only the inputs of layer blocks during forward and recompute the rest during backward (less memory, more compute; the same parameters)")
       ("train-data", po::value(&o.train_data), "training data: FEATURES,LABELS (two .npy files: float32 or uint8 features of shape (N, ...), integer labels of shape (N,); or two IDX files), one FILE.csv (features and a label column) or one Criteo TSV file FILE.tsv or FILE.txt (label, 13 integer and 26 hex categorical fields; see --data-format); gzip allowed; needs --test-data (docs/data.md; default: the IDX files in --data-dir). With --loss bce|mse|huber LABELS.npy holds float targets of shape (N,) or (N, K), and a CSV file's --label-column the target columns (docs/data.md, \"Targets\")")
       ("test-data", po::value(&o.test_data), "test data, in the same forms as --train-data; its records must have the training records' shape and its labels be below the training set's classes (default: the IDX files in --data-dir)")
@@ -427,6 +429,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   o.collective = choose<CollectiveKind>("--collective", text.collective,
                                         {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
   o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});
+  o.batchnorm_global = choose<bool>("--batchnorm-stats", text.batchnorm_stats, {{"global", true}, {"local", false}});
   o.checkpoint_errors =
       choose<OnError>("--checkpoint-errors", text.checkpoint_errors, {{"stop", OnError::kStop}, {"warn", OnError::kWarn}});
   if (text.resume == "auto") {

@@ -87,6 +87,7 @@ struct JobOptions {
   std::string cache_dir;        // uncompressed data cache; default $XDG_CACHE_HOME/pstrain
   std::string model;            // layer list (docs/models.md); empty: the MLP of `hidden`
   bool recompute = false;       // keep only block inputs in forward, recompute the rest in backward
+  bool batchnorm_global = true;  // --batchnorm-stats: global (sync, allreduce) | local (false)
   double label_smoothing = 0;   // training's target: (1 - e) onehot + e / classes
   Loss loss = Loss::kSoftmax;   // softmax cross-entropy over labels | bce | mse | huber over float targets
   double huber_delta = 1.0;     // --loss huber: quadratic within delta of the target, linear beyond

@@ -192,7 +192,7 @@ struct Decoder {
       return fail("protocol version " + std::to_string(version) + " is not supported (expected " +
                   std::to_string(kProtocolVersion) + ")");
     }
-    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kClip)) {
+    if (op < static_cast<uint64_t>(Op::kHello) || op > static_cast<uint64_t>(Op::kStatsSum)) {
       return fail("unknown op " + std::to_string(op));
     }
     if (role > static_cast<uint64_t>(SenderRole::kPs)) return fail("unknown role " + std::to_string(role));
@@ -245,13 +245,16 @@ const char* op_name(Op op) {
     case Op::kSparsePush: return "SPARSE_PUSH";
     case Op::kNorm: return "NORM";
     case Op::kClip: return "CLIP";
+    case Op::kStats: return "STATS";
+    case Op::kStatsSum: return "STATS_SUM";
   }
   return "?";
 }
 
 bool op_has_payload(Op op) {
   return op == Op::kInit || op == Op::kPush || op == Op::kParams || op == Op::kSparsePull || op == Op::kSparseRows ||
-         op == Op::kSparsePush || op == Op::kNorm || op == Op::kClip;
+         op == Op::kSparsePush || op == Op::kNorm || op == Op::kClip || op == Op::kStats ||
+         op == Op::kStatsSum;
 }
 
 bool payload_in_shared_memory(const Header& h) { return h.shm != 0 && (h.op == Op::kPush || h.op == Op::kParams); }

@@ -38,6 +38,9 @@ enum class Op : uint32_t {
   kNorm = 13,  // PS -> worker: PULL `request_id` waits for step `step`'s clipping: the squares of this
                // shard's part of the summed gradient
   kClip = 14,  // worker -> PS: the squares of the whole summed gradient of step `step` (every shard's)
+  // Batch norm's global statistics (shard 0 only; frame 1 is `length` / 2 little-endian doubles):
+  kStats = 15,     // worker -> PS: this worker's sums of call `offset` of `step` (docs/models.md)
+  kStatsSum = 16,  // PS -> worker: every worker's sums of that call added, in worker order
 };
 constexpr uint64_t kNormWords = 20;  // ExactSquares::kLimbs 64-bit limbs
 const char* op_name(Op op);

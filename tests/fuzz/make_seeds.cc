@@ -58,6 +58,14 @@ int main(int argc, char** argv) {
     h.message = op == 8 ? "why" : "";
     write(dir / "protocol_fuzz", n++, pstrain::encode_header(h));
   }
+  for (pstrain::Op op : {pstrain::Op::kStats, pstrain::Op::kStatsSum}) {  // batch norm's sums: 3 doubles
+    pstrain::Header h;
+    h.op = op;
+    h.step = 3;
+    h.offset = 1;
+    h.length = 6;
+    write(dir / "protocol_fuzz", n++, pstrain::encode_header(h));
+  }
   n = 0;
   for (int op = 1; op <= 8; ++op) {
     pstrain::RingHeader h;

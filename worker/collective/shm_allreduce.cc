@@ -110,8 +110,10 @@ class ShmCollective final : public Collective {
     PSTRAIN_CHECK(scalars != nullptr || k == 0);
     PSTRAIN_CHECK_LE(k, kMaxScalars);
     check_not_failed();
-    if (!decided_) decide(n);
-    if (!segment_.mapped() || n > floats_) {
+    // A call of scalars alone (batch norm's statistics, before the first gradient) does not size
+    // the segment: the ring carries it.
+    if (!decided_ && n > 0) decide(n);
+    if (!decided_ || !segment_.mapped() || n > floats_) {
       ring_->allreduce_sum(data, n, scalars, k);
       return;
     }

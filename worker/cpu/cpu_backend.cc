@@ -153,6 +153,70 @@ void layer_norm_backward_serial(const float* x, const float* dy, int rows, int c
   }
 }
 
+// Batch normalisation over x[outer, channels, inner]: the sums of channels [lo, hi), each in
+// double in order of (o, i), so a channel's result does not depend on how channels are split.
+void batch_norm_sums_serial(const float* x, int outer, int channels, int inner, double* sums, size_t lo,
+                            size_t hi) {
+  for (size_t c = lo; c < hi; ++c) {
+    double sum = 0, squares = 0;
+    for (int o = 0; o < outer; ++o) {
+      const float* v = x + (static_cast<size_t>(o) * channels + c) * inner;
+      for (int i = 0; i < inner; ++i) {
+        sum += v[i];
+        squares += static_cast<double>(v[i]) * v[i];
+      }
+    }
+    sums[c] = sum;
+    sums[channels + c] = squares;
+  }
+}
+
+void batch_norm_backward_sums_serial(const float* x, const float* dy, int outer, int channels, int inner,
+                                     const float* stats, double* sums, size_t lo, size_t hi) {
+  for (size_t c = lo; c < hi; ++c) {
+    const float mean = stats[c], invstd = stats[channels + c];
+    double dy_sum = 0, dy_xhat_sum = 0;
+    for (int o = 0; o < outer; ++o) {
+      const size_t at = (static_cast<size_t>(o) * channels + c) * inner;
+      for (int i = 0; i < inner; ++i) {
+        const float xhat = (x[at + i] - mean) * invstd;
+        dy_sum += dy[at + i];
+        dy_xhat_sum += static_cast<double>(dy[at + i]) * xhat;
+      }
+    }
+    sums[c] = dy_sum;
+    sums[channels + c] = dy_xhat_sum;
+  }
+}
+
+// Rows [0, outer) of y = (x - mean) invstd gamma + beta (forward), or of backward's dx.
+void batch_norm_apply_serial(const float* x, int outer, int channels, int inner, const float* stats,
+                             const float* gamma, const float* beta, float* y) {
+  for (int o = 0; o < outer; ++o) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t at = (static_cast<size_t>(o) * channels + c) * inner;
+      const float mean = stats[c], invstd = stats[channels + c], g = gamma[c], b = beta[c];
+      for (int i = 0; i < inner; ++i) y[at + i] = (x[at + i] - mean) * invstd * g + b;
+    }
+  }
+}
+
+void batch_norm_backward_apply_serial(const float* x, const float* dy, int outer, int channels, int inner,
+                                      const float* stats, const float* gamma, float* dx) {
+  for (int o = 0; o < outer; ++o) {
+    for (int c = 0; c < channels; ++c) {
+      const size_t at = (static_cast<size_t>(o) * channels + c) * inner;
+      const float mean = stats[c], invstd = stats[channels + c];
+      const float dy_mean = stats[2 * channels + c], dy_xhat_mean = stats[3 * channels + c];
+      const float scale = gamma[c] * invstd;
+      for (int i = 0; i < inner; ++i) {
+        const float xhat = (x[at + i] - mean) * invstd;
+        dx[at + i] = scale * (dy[at + i] - dy_mean - xhat * dy_xhat_mean);
+      }
+    }
+  }
+}
+
 void im2col_serial(const float* x, int batch, const ConvGeometry& g, float* col) {
   const size_t positions = g.positions();
   for (int b = 0; b < batch; ++b) {
@@ -550,6 +614,38 @@ class CpuBackend final : public Backend {
     pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
       layer_norm_backward_serial(x + lo * cols, dy + lo * cols, static_cast<int>(hi - lo), cols, gamma, eps,
                                  dx + lo * cols, dy_xhat + lo * cols);
+    });
+  }
+
+  // Sums split by channels, the element-wise passes by samples.
+  void batch_norm_sums(const float* x, int outer, int channels, int inner, double* host_sums) override {
+    pool_.run(static_cast<size_t>(channels), [&](size_t lo, size_t hi) {
+      batch_norm_sums_serial(x, outer, channels, inner, host_sums, lo, hi);
+    });
+  }
+
+  void batch_norm_apply(const float* x, int outer, int channels, int inner, const float* stats, const float* gamma,
+                        const float* beta, float* y) override {
+    const size_t sample = static_cast<size_t>(channels) * inner;
+    pool_.run(static_cast<size_t>(outer), [&](size_t lo, size_t hi) {
+      batch_norm_apply_serial(x + lo * sample, static_cast<int>(hi - lo), channels, inner, stats, gamma, beta,
+                              y + lo * sample);
+    });
+  }
+
+  void batch_norm_backward_sums(const float* x, const float* dy, int outer, int channels, int inner,
+                                const float* stats, double* host_sums) override {
+    pool_.run(static_cast<size_t>(channels), [&](size_t lo, size_t hi) {
+      batch_norm_backward_sums_serial(x, dy, outer, channels, inner, stats, host_sums, lo, hi);
+    });
+  }
+
+  void batch_norm_backward_apply(const float* x, const float* dy, int outer, int channels, int inner,
+                                 const float* stats, const float* gamma, float* dx) override {
+    const size_t sample = static_cast<size_t>(channels) * inner;
+    pool_.run(static_cast<size_t>(outer), [&](size_t lo, size_t hi) {
+      batch_norm_backward_apply_serial(x + lo * sample, dy + lo * sample, static_cast<int>(hi - lo), channels, inner,
+                                       stats, gamma, dx + lo * sample);
     });
   }
 

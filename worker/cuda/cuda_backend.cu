@@ -278,6 +278,37 @@ class CudaBackend final : public Backend {
     kernels::layer_norm_backward(x, dy, rows, cols, gamma, eps, dx, dy_xhat, stream_.get());
   }
 
+  void batch_norm_sums(const float* x, int outer, int channels, int inner, double* host_sums) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
+    ScopedDevice guard(device_);
+    double* sums = batch_norm_scratch(channels);
+    kernels::batch_norm_sums(x, outer, channels, inner, sums, stream_.get());
+    copy(host_sums, sums, 2 * static_cast<size_t>(channels) * sizeof(double), cudaMemcpyDeviceToHost);
+  }
+
+  void batch_norm_apply(const float* x, int outer, int channels, int inner, const float* stats, const float* gamma,
+                        const float* beta, float* y) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
+    ScopedDevice guard(device_);
+    kernels::batch_norm_apply(x, outer, channels, inner, stats, gamma, beta, y, stream_.get());
+  }
+
+  void batch_norm_backward_sums(const float* x, const float* dy, int outer, int channels, int inner,
+                                const float* stats, double* host_sums) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
+    ScopedDevice guard(device_);
+    double* sums = batch_norm_scratch(channels);
+    kernels::batch_norm_backward_sums(x, dy, outer, channels, inner, stats, sums, stream_.get());
+    copy(host_sums, sums, 2 * static_cast<size_t>(channels) * sizeof(double), cudaMemcpyDeviceToHost);
+  }
+
+  void batch_norm_backward_apply(const float* x, const float* dy, int outer, int channels, int inner,
+                                 const float* stats, const float* gamma, float* dx) override {
+    PSTRAIN_CHECK(outer >= 0 && channels >= 0 && inner >= 1);
+    ScopedDevice guard(device_);
+    kernels::batch_norm_backward_apply(x, dy, outer, channels, inner, stats, gamma, dx, stream_.get());
+  }
+
   void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y) override {
     PSTRAIN_CHECK(rows >= 0 && fields >= 2 && dim >= 1 &&
                   static_cast<size_t>(fields) * dim <= static_cast<size_t>(cols));
@@ -444,6 +475,19 @@ class CudaBackend final : public Backend {
     return reinterpret_cast<uint64_t*>(keys_scratch_.get());
   }
 
+  // Batch normalisation's per-channel sums (2 x channels doubles), grown to the widest layer
+  // seen, never shrunk.
+  double* batch_norm_scratch(int channels) {
+    if (channels > bn_channels_) {
+      bn_scratch_.reset();
+      bn_channels_ = 0;
+      bn_scratch_ = allocate_floats(4 * static_cast<size_t>(channels), "batch-norm sums of " +
+                                                                         std::to_string(channels) + " channels");
+      bn_channels_ = channels;
+    }
+    return reinterpret_cast<double*>(bn_scratch_.get());
+  }
+
   // [totals | row_loss x rows | labels x rows | row_correct x rows], grown to the largest batch
   // seen, never shrunk.
   XentScratch xent_scratch(int rows) {
@@ -482,6 +526,8 @@ class CudaBackend final : public Backend {
   int xent_rows_ = 0;
   BufferPtr keys_scratch_;
   int keys_rows_ = 0;
+  BufferPtr bn_scratch_;
+  int bn_channels_ = 0;
 };
 
 }  // namespace

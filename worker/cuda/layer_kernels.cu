@@ -132,6 +132,84 @@ __global__ void layer_norm_backward_kernel(const float* x, const float* dy, int 
   }
 }
 
+// ---- batch normalisation: one block per channel for the sums, in double by a fixed tree ----
+
+// The block's sums of a and b (double), left in shared[0][0] and shared[1][0] for thread 0.
+__device__ void block_sum_pair(double a, double b, double (*shared)[kThreads]) {
+  shared[0][threadIdx.x] = a;
+  shared[1][threadIdx.x] = b;
+  __syncthreads();
+  for (int half = kThreads / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) {
+      shared[0][threadIdx.x] += shared[0][threadIdx.x + half];
+      shared[1][threadIdx.x] += shared[1][threadIdx.x + half];
+    }
+    __syncthreads();
+  }
+}
+
+// Channel blockIdx.x's values x[o, c, i], the j-th in order of (o, i).
+__device__ size_t channel_at(size_t j, int channels, int inner) {
+  const size_t o = j / static_cast<size_t>(inner), i = j % static_cast<size_t>(inner);
+  return (o * static_cast<size_t>(channels) + blockIdx.x) * static_cast<size_t>(inner) + i;
+}
+
+__global__ void batch_norm_sums_kernel(const float* x, int outer, int channels, int inner, double* sums) {
+  __shared__ double shared[2][kThreads];
+  const size_t n = static_cast<size_t>(outer) * static_cast<size_t>(inner);
+  double sum = 0.0, squares = 0.0;
+  for (size_t j = threadIdx.x; j < n; j += kThreads) {
+    const double v = x[channel_at(j, channels, inner)];
+    sum += v;
+    squares = __dadd_rn(squares, __dmul_rn(v, v));
+  }
+  block_sum_pair(sum, squares, shared);
+  if (threadIdx.x == 0) {
+    sums[blockIdx.x] = shared[0][0];
+    sums[channels + blockIdx.x] = shared[1][0];
+  }
+}
+
+__global__ void batch_norm_backward_sums_kernel(const float* x, const float* dy, int outer, int channels, int inner,
+                                                const float* stats, double* sums) {
+  __shared__ double shared[2][kThreads];
+  const size_t n = static_cast<size_t>(outer) * static_cast<size_t>(inner);
+  const float mean = stats[blockIdx.x], invstd = stats[channels + blockIdx.x];
+  double dy_sum = 0.0, dy_xhat_sum = 0.0;
+  for (size_t j = threadIdx.x; j < n; j += kThreads) {
+    const size_t at = channel_at(j, channels, inner);
+    const float xhat = __fmul_rn(__fsub_rn(x[at], mean), invstd);
+    dy_sum += dy[at];
+    dy_xhat_sum = __dadd_rn(dy_xhat_sum, __dmul_rn(static_cast<double>(dy[at]), static_cast<double>(xhat)));
+  }
+  block_sum_pair(dy_sum, dy_xhat_sum, shared);
+  if (threadIdx.x == 0) {
+    sums[blockIdx.x] = shared[0][0];
+    sums[channels + blockIdx.x] = shared[1][0];
+  }
+}
+
+// Element-wise, rounded as the CPU's loops (no fused multiply-add): the same bits.
+__global__ void batch_norm_apply_kernel(const float* x, size_t n, int channels, int inner, const float* stats,
+                                        const float* gamma, const float* beta, float* y) {
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t c = (i / static_cast<size_t>(inner)) % static_cast<size_t>(channels);
+    const float xhat = __fmul_rn(__fsub_rn(x[i], stats[c]), stats[channels + c]);
+    y[i] = __fadd_rn(__fmul_rn(xhat, gamma[c]), beta[c]);
+  }
+}
+
+__global__ void batch_norm_backward_apply_kernel(const float* x, const float* dy, size_t n, int channels, int inner,
+                                                 const float* stats, const float* gamma, float* dx) {
+  PSTRAIN_FOR_EACH(i, n) {
+    const size_t c = (i / static_cast<size_t>(inner)) % static_cast<size_t>(channels);
+    const float invstd = stats[channels + c];
+    const float xhat = __fmul_rn(__fsub_rn(x[i], stats[c]), invstd);
+    const float centred = __fsub_rn(__fsub_rn(dy[i], stats[2 * channels + c]), __fmul_rn(xhat, stats[3 * channels + c]));
+    dx[i] = __fmul_rn(__fmul_rn(gamma[c], invstd), centred);
+  }
+}
+
 // One thread per col entry: (b, patch row, position).
 __global__ void im2col_kernel(const float* x, int batch, ConvGeometry g, float* col) {
   const size_t positions = g.positions(), patch = g.patch();
@@ -312,6 +390,37 @@ void layer_norm_backward(const float* x, const float* dy, int rows, int cols, co
   if (rows <= 0 || cols <= 0) return;
   layer_norm_backward_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, dy, cols, gamma, eps, dx,
                                                                                   dy_xhat);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_sums(const float* x, int outer, int channels, int inner, double* sums, cudaStream_t stream) {
+  if (channels <= 0) return;
+  batch_norm_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(x, outer, channels, inner, sums);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_apply(const float* x, int outer, int channels, int inner, const float* stats, const float* gamma,
+                      const float* beta, float* y, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(outer) * channels * inner;
+  if (n == 0) return;
+  batch_norm_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, n, channels, inner, stats, gamma, beta, y);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_sums(const float* x, const float* dy, int outer, int channels, int inner, const float* stats,
+                              double* sums, cudaStream_t stream) {
+  if (channels <= 0) return;
+  batch_norm_backward_sums_kernel<<<static_cast<unsigned>(channels), kThreads, 0, stream>>>(x, dy, outer, channels,
+                                                                                           inner, stats, sums);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_apply(const float* x, const float* dy, int outer, int channels, int inner,
+                               const float* stats, const float* gamma, float* dx, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(outer) * channels * inner;
+  if (n == 0) return;
+  batch_norm_backward_apply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, dy, n, channels, inner, stats, gamma,
+                                                                           dx);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

@@ -25,6 +25,15 @@ void layer_norm(const float* x, int rows, int cols, const float* gamma, const fl
                 cudaStream_t stream);
 void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps, float* dx,
                          float* dy_xhat, cudaStream_t stream);
+// Batch normalisation: the sums one block per channel (channels < 2^31), into device doubles
+// (2 x channels); apply and backward apply element-wise.
+void batch_norm_sums(const float* x, int outer, int channels, int inner, double* sums, cudaStream_t stream);
+void batch_norm_apply(const float* x, int outer, int channels, int inner, const float* stats, const float* gamma,
+                      const float* beta, float* y, cudaStream_t stream);
+void batch_norm_backward_sums(const float* x, const float* dy, int outer, int channels, int inner, const float* stats,
+                              double* sums, cudaStream_t stream);
+void batch_norm_backward_apply(const float* x, const float* dy, int outer, int channels, int inner,
+                               const float* stats, const float* gamma, float* dx, cudaStream_t stream);
 void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx, size_t n,
                          cudaStream_t stream);
 void im2col(const float* x, int batch, const ConvGeometry& g, float* col, cudaStream_t stream);
