@@ -164,6 +164,14 @@ TEST(TargetLossTest, TargetsOfTheWrongWidthNameTheLastLayerAndTheFile) {
                  "(100, 2)) are 2 wide (end the list with dense 2)");
   }
   EXPECT_NO_THROW(Network("dense 8, relu, dense 1", {5}, 1, "y.npy (shape (100,))"));  // one output: regression
+  try {
+    Network net("dense 8, relu, dense 2, Softmax ", {5}, 2, "y.npy (shape (100, 2))");
+    FAIL() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_STREQ(e.what(), "--model: the list ends in softmax, the loss of class labels, but the model is trained "
+                           "against the float targets of y.npy (shape (100, 2)) (--loss bce, mse or huber): drop the "
+                           "softmax");
+  }
 }
 
 // The test figures against their definitions on a small case worked by hand.

@@ -1,6 +1,7 @@
 #include "worker/model.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <numeric>
 
@@ -26,6 +27,16 @@ Shape input_shape(const std::vector<size_t>& sample) {
   return Shape::vector(std::accumulate(sample.begin(), sample.end(), size_t{1}, std::multiplies<size_t>()));
 }
 
+// Whether the last layer of a list is "softmax" (which parse_model drops: it names the loss).
+bool ends_in_softmax(const std::string& spec) {
+  const size_t comma = spec.find_last_of(',');
+  std::string last = spec.substr(comma == std::string::npos ? 0 : comma + 1);
+  last.erase(0, last.find_first_not_of(" \t"));
+  last.erase(last.find_last_not_of(" \t") + 1);
+  std::transform(last.begin(), last.end(), last.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return last == "softmax";
+}
+
 }  // namespace
 
 Network::Network(const std::string& spec, const std::vector<size_t>& sample_shape, int classes,
@@ -33,6 +44,10 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
     : input_(input_shape(sample_shape)), classes_(classes) {
   if (!targets.empty() && classes < 1) throw UsageError(targets + ": the targets have no values per record");
   if (targets.empty() && classes < 2) throw UsageError("the model needs at least 2 classes, the data has " + std::to_string(classes));
+  if (!targets.empty() && ends_in_softmax(spec)) {
+    throw UsageError("--model: the list ends in softmax, the loss of class labels, but the model is trained against "
+                     "the float targets of " + targets + " (--loss bce, mse or huber): drop the softmax");
+  }
   std::vector<LayerSpec> specs = parse_model(spec);
   // relu then maxpool computes as maxpool then relu: max commutes with max(., 0) exactly, and the
   // gradients agree (a window whose maximum is <= 0 passes none either way), so the parameters are
