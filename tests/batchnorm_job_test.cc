@@ -68,7 +68,8 @@ class BatchNormJobTest : public ::testing::Test {
   // `workers` workers of batch `batch` for 20 steps (num_ps 0: allreduce over the ring), the
   // saved parameters and running statistics together; the logs in *logs.
   SavedParams mirrored(int num_ps, int workers, int batch, const std::string& optimizer,
-                       const std::vector<std::string>& more = {}, std::string* logs = nullptr) {
+                       const std::vector<std::string>& more = {}, std::string* logs = nullptr,
+                       const std::string& model = kModel, const std::vector<std::string>& state = kState) {
     const std::string tag = "m" + std::to_string(runs_++);
     Job job;
     job.num_ps = std::max(num_ps, 1);
@@ -77,7 +78,7 @@ class BatchNormJobTest : public ::testing::Test {
     std::filesystem::create_directories(job.dir);
     const std::string params = dir_ + "/" + tag + "-params";
     const std::string lr = optimizer == "adam" ? "0.01" : optimizer == "momentum" ? "0.05" : "0.1";
-    job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--model", kModel, "--batch-size", std::to_string(batch),
+    job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--model", model, "--batch-size", std::to_string(batch),
                 "--steps", "20", "--epochs", "5", "--optimizer", optimizer, "--lr", lr, "--seed", "7",
                 "--timeout", "30", "--save-params", params};
     job.args.insert(job.args.end(), more.begin(), more.end());
@@ -86,7 +87,7 @@ class BatchNormJobTest : public ::testing::Test {
     if (logs != nullptr) *logs = result.logs;
     if (!result.ok()) return {};
     SavedParams p = load_saved_params(params);
-    for (const std::string& s : kState) {  // the running statistics compared as variables too
+    for (const std::string& s : state) {  // the running statistics compared as variables too
       std::vector<size_t> shape;
       p.names.push_back(s);
       p.values.push_back(read_npy(params + "/" + s + ".npy", &shape));
@@ -148,6 +149,26 @@ TEST_P(BatchNormMirroredTest, ThreeWorkersWithGlobalStatisticsEqualOneWorkerOnTh
 }
 
 INSTANTIATE_TEST_SUITE_P(Optimizers, BatchNormMirroredTest, ::testing::Values("sgd", "momentum", "adam"));
+
+// Batch norm inside residual blocks (an identity block, a stride-2 projected one) keeps the
+// contract too: 3 workers of batch 8 on 2 PS shards against one of 24, sgd, 20 steps.
+TEST_F(BatchNormJobTest, ResidualBlocksWithBatchNormKeepTheMirroredContract) {
+  const std::string resnet =
+      "conv 4 3 pad=1, bn, relu, residual(conv 4 3 pad=1, bn, relu, conv 4 3 pad=1, bn), relu, "
+      "residual(conv 8 3 stride=2 pad=1, bn, relu, conv 8 3 pad=1, bn), relu, flatten, dense 10";
+  std::vector<std::string> state;
+  for (int p : {1, 3, 5, 7, 9}) {
+    state.push_back("layer" + std::to_string(p) + ".running_mean");
+    state.push_back("layer" + std::to_string(p) + ".running_var");
+  }
+  const SavedParams reference = mirrored(1, 1, 24, "sgd", {}, nullptr, resnet, state);
+  const SavedParams p = mirrored(2, 3, 8, "sgd", {}, nullptr, resnet, state);
+  ASSERT_FALSE(reference.values.empty());
+  ASSERT_FALSE(p.values.empty());
+  const double rel = relative_difference(reference, p);
+  EXPECT_LE(rel, 1e-5);
+  std::printf("batchnorm in residual blocks, sgd N=3 2 PS shards: %.3g\n", rel);
+}
 
 // What global statistics cannot serve: the worker exits 2 naming the flag and the batchnorm layer
 // before it contacts a PS (none listens here).
