@@ -173,9 +173,11 @@ std::vector<Event> read_events(const std::string& file) {
   return events;
 }
 
-std::vector<std::string> event_files_in(const std::string& dir) {
+std::vector<std::string> event_files_in(const std::string& dir) {  // not the workers' w<i>
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
+  }
   return files;
 }
 
@@ -433,6 +435,49 @@ TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
                           "test/accuracy", "summary/samples_per_s", "ps0/apply_ms", "ps1/in_mib", "ps1/out_mib"}) {
     EXPECT_TRUE(std::any_of(got.begin(), got.end(), [&](const auto& g) { return g.first.second == tag; })) << tag;
   }
+}
+
+// Each worker's own breakdown, in DIR/w<i>: an event at each of the chief's progress steps, with
+// the tags of the chief's means; worker 1, slowed 30 times, computes longest and waits least.
+TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorkerStandsOut) {
+  TempDir data("tensorboard-data"), dir("tensorboard");
+  Job job = job_in(dir, data);
+  job.num_ps = 2;
+  job.worker_args[1] = {"--slowdown", "30"};
+  const std::string metrics = dir.path + "/metrics.jsonl", tb = dir.path + "/tb";
+  job.args.insert(job.args.end(), {"--metrics-file", metrics, "--tensorboard-dir", tb});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  std::vector<int64_t> progress_steps;
+  for (const nlohmann::json& r : read_lines(metrics)) {
+    if (r.at("kind") == "progress") progress_steps.push_back(r.at("step").get<int64_t>());
+  }
+  ASSERT_GE(progress_steps.size(), 8u);
+
+  std::map<std::string, double> compute_ms, wait_ms;  // summed over the events, by worker
+  for (const std::string w : {"w0", "w1", "w2"}) {
+    const std::vector<std::string> files = event_files_in(tb + "/" + w);
+    ASSERT_EQ(files.size(), 1u) << w;
+    const std::vector<Event> events = read_events(read_file(files[0]));
+    ASSERT_EQ(events.size(), progress_steps.size() + 1) << w << ": a file_version record, then one per progress step";
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_EQ(events[i].step, progress_steps[i - 1]) << w;
+      std::map<std::string, float> got;
+      for (const Scalar& v : events[i].values) got[v.tag] = v.value;
+      for (const char* tag : {"step_ms/step", "step_ms/data", "step_ms/compute", "step_ms/push", "step_ms/wait",
+                              "step_ms/pull", "step_ms/eval", "step_ms/ckpt"}) {
+        EXPECT_EQ(got.count(tag), 1u) << w << " " << tag << " at step " << events[i].step;
+      }
+      EXPECT_EQ(got.size(), 8u) << w;
+      EXPECT_GT(got["step_ms/step"], 0) << w;
+      compute_ms[w] += got["step_ms/compute"];
+      wait_ms[w] += got["step_ms/wait"];
+    }
+  }
+  EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w0"]) << result.logs;
+  EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w2"]) << result.logs;
+  EXPECT_LT(wait_ms["w1"], wait_ms["w0"]) << "the others wait for the straggler";
+  EXPECT_LT(wait_ms["w1"], wait_ms["w2"]) << "the others wait for the straggler";
 }
 
 TEST(TensorBoardJobTest, AnUnwritableDirectoryStopsTheJobBeforeItsFirstStepNamingIt) {
