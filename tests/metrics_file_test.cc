@@ -2,7 +2,7 @@
 // 3-worker job writes one JSON object per progress line, per epoch's evaluation and for the
 // summary, whose figures are the ones those log lines print (here rounded as they are); a
 // 2-shard job's records hold each shard's apply time and socket bytes, near what its slice
-// makes them; a path that cannot be written stops the job before its first step, naming the path.
+// makes them over TCP, the headers alone through shared memory; a path that cannot be written stops the job before its first step, naming the path.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -178,6 +178,33 @@ TEST(MetricsFileTest, EachPsShardsApplyTimeAndSocketBytesPerStepInEveryProgressR
                                               std::sregex_iterator())),
             progress.size())
       << result.logs;
+}
+
+// On one host (the PS reached at ipc://@NAME, --shared-memory auto) the gradients and parameters
+// go through shared memory, which no socket carries: the shards' bytes are the headers alone.
+TEST(MetricsFileTest, PayloadsInSharedMemoryAreNotSocketBytes) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  job.num_ps = 2;
+  job.ipc = true;
+  const std::string path = dir.path + "/metrics.jsonl";
+  job.args.insert(job.args.end(), {"--metrics-file", path});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const std::vector<nlohmann::json> progress = of_kind(read_lines(path), "progress");
+  ASSERT_GE(progress.size(), 6u);
+  const std::vector<Slice> slices = balance_slices(64 * 16 + 16 + 16 * 10 + 10, 2);
+  for (size_t i = 1; i < progress.size(); ++i) {  // the first holds the INIT, a payload frame
+    for (size_t s = 0; s < 2; ++s) {
+      const nlohmann::json& f = progress[i].at("ps").at("ps" + std::to_string(s));
+      const double volume = 3.0 * static_cast<double>(slices[s].length) * sizeof(float);
+      EXPECT_GT(f.at("in_mib").get<double>(), 0) << progress[i];
+      EXPECT_LT(f.at("in_mib").get<double>() * 1024 * 1024, volume / 2) << progress[i];
+      EXPECT_LT(f.at("out_mib").get<double>() * 1024 * 1024, volume / 2) << progress[i];
+    }
+  }
 }
 
 TEST(MetricsFileTest, AnUnwritablePathStopsTheJobBeforeItsFirstStepNamingIt) {
