@@ -79,6 +79,7 @@ class DenseStore final : public Store {
 
   bool oldest_barrier(Barrier* out) const;  // false: no chunk waits for pushes
   std::string counters_text() const;        // the mode's counters, for the last log line
+  uint64_t apply_us() const { return static_cast<uint64_t>(apply_s_ * 1e6); }  // all applies so far
 
  private:
   struct Source;

@@ -94,12 +94,14 @@ void ParameterServer::serve() {
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
               << (sparse_ != nullptr ? sparse_->counters_text() : "")
+              << "; socket_bytes_in=" << bytes_in_ << " socket_bytes_out=" << bytes_out_
               << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
 
 void ParameterServer::handle(Message& msg) {
+  for (const Frame& frame : msg.frames) bytes_in_ += frame.size();
   Header h;
   std::string error;
   if (msg.frames.empty() ||
@@ -411,6 +413,12 @@ void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, 
   Header h = store_->params_header(part, want, worker);
   h.request_id = request_id;
   checkpoints_.stamp(&h);
+  if (!figures_.taken || h.step > figures_.version) {
+    figures_ = Figures{true, h.step, store_->apply_us(), bytes_in_, bytes_out_};
+  }
+  h.apply_us = figures_.apply_us;
+  h.bytes_in = figures_.bytes_in;
+  h.bytes_out = figures_.bytes_out;
   if (shm == 2) {  // the worker reads them in the area (plain sync: nothing older is ever asked)
     h.shm = 1;
     return reply(route, h, nullptr);
@@ -445,12 +453,15 @@ void ParameterServer::reply(const std::string& route, Header h, Frame* payload) 
   const std::string header = encode_header(h);
   out.frames.emplace_back(header.data(), header.size());
   if (payload != nullptr) out.frames.push_back(std::move(*payload));
+  const uint64_t bytes = header.size() + (payload != nullptr ? out.frames.back().size() : 0);
   // One try, no waiting: a peer whose queue is full is not reading, and the PS's one thread must
   // not block on it while the other workers wait.
   std::string error;
   if (!endpoint_.send(std::move(out), Clock::now(), &error)) {
     PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << printable(route) << ": " << error;
+    return;
   }
+  bytes_out_ += bytes;
 }
 
 void ParameterServer::report_stall() {

@@ -82,6 +82,16 @@ class ParameterServer {
   std::unique_ptr<SparseStore> sparse_;  // made with the store, when the job has embedding tables
   std::vector<SparseParked> sparse_parked_;
   uint64_t rejected_ = 0;
+  // Message frame bytes received and handed to the endpoint (headers and payload frames; values
+  // in shared memory are not frames), for the PARAMS headers' b_in and b_out.
+  uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  // Those and the store's apply time as they were when the shard first sent a chunk of the newest
+  // version (in sync: right after applying it), stamped into every PARAMS of that version: the
+  // workers get the same figures for a version, whatever order their PARAMS leave in.
+  struct Figures {
+    bool taken = false;
+    uint64_t version = 0, apply_us = 0, bytes_in = 0, bytes_out = 0;
+  } figures_;
   Clock::time_point last_stall_report_;
   Clock::time_point last_waiting_;
   Clock::time_point last_tables_report_;  // when the parked pulls were last told what their barrier waits for

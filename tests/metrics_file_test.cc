@@ -1,16 +1,19 @@
 // The chief's metrics file (worker/metrics_file.h, docs/operations.md "Metrics file"): a real
 // 3-worker job writes one JSON object per progress line, per epoch's evaluation and for the
-// summary, whose figures are the ones those log lines print (here rounded as they are); a path
-// that cannot be written stops the job before its first step, naming the path.
+// summary, whose figures are the ones those log lines print (here rounded as they are); a
+// 2-shard job's records hold each shard's apply time and socket bytes, near what its slice
+// makes them over TCP, the headers alone through shared memory; a path that cannot be written stops the job before its first step, naming the path.
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "shared/train/layout.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 
@@ -127,6 +130,80 @@ TEST(MetricsFileTest, EveryProgressLineEpochAndTheSummaryAsJsonWithTheFiguresThe
   // Time runs forward through the file.
   for (size_t i = 1; i < records.size(); ++i) {
     EXPECT_GE(records[i].at("time_s").get<double>(), records[i - 1].at("time_s").get<double>());
+  }
+}
+
+// Over TCP (no shared memory), a sync step brings shard s N pushes of its slice and sends N
+// copies of it back, each with a header of a few hundred bytes: per step, within a factor of 2
+// of N x slice x 4 bytes each way (the first record also holds the HELLOs and the chief's INIT).
+TEST(MetricsFileTest, EachPsShardsApplyTimeAndSocketBytesPerStepInEveryProgressRecord) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  job.num_ps = 2;
+  const std::string path = dir.path + "/metrics.jsonl";
+  job.args.insert(job.args.end(), {"--metrics-file", path, "--shared-memory", "off"});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const std::vector<nlohmann::json> progress = of_kind(read_lines(path), "progress");
+  ASSERT_GE(progress.size(), 6u);
+
+  const std::vector<Slice> slices = balance_slices(64 * 16 + 16 + 16 * 10 + 10, 2);  // 8x8 -> 16 -> 10
+  constexpr double kMiB = 1024.0 * 1024.0;
+  double applied_ms[2] = {0, 0};
+  int64_t previous_step = 0;
+  for (const nlohmann::json& r : progress) {
+    ASSERT_TRUE(r.contains("ps")) << r;
+    ASSERT_EQ(r.at("ps").size(), 2u) << r;
+    const int64_t steps = r.at("step").get<int64_t>() - previous_step;
+    previous_step = r.at("step").get<int64_t>();
+    for (size_t s = 0; s < 2; ++s) {
+      const nlohmann::json& f = r.at("ps").at("ps" + std::to_string(s));
+      const double volume = 3.0 * static_cast<double>(slices[s].length) * sizeof(float);  // N x slice
+      EXPECT_GE(f.at("in_mib").get<double>() * kMiB, volume) << "ps" << s << " in " << r;
+      EXPECT_LE(f.at("in_mib").get<double>() * kMiB, 2 * volume) << "ps" << s << " in " << r;
+      EXPECT_GE(f.at("out_mib").get<double>() * kMiB, volume) << "ps" << s << " in " << r;
+      EXPECT_LE(f.at("out_mib").get<double>() * kMiB, 2 * volume) << "ps" << s << " in " << r;
+      EXPECT_GE(f.at("apply_ms").get<double>(), 0) << r;
+      EXPECT_LT(f.at("apply_ms").get<double>(), r.at("ms_per_step").get<double>()) << "within the step: " << r;
+      applied_ms[s] += f.at("apply_ms").get<double>() * static_cast<double>(steps);
+    }
+  }
+  EXPECT_GT(applied_ms[0], 0);
+  EXPECT_GT(applied_ms[1], 0);
+  // The progress lines say it in short: "; ps apply 0.00 ms max (ps1), in 0.01 MiB, out 0.01 MiB per step".
+  const std::regex ps_part(R"(; ps apply [0-9.]+ ms max \(ps[01]\), in [0-9.]+ MiB, out [0-9.]+ MiB per step)");
+  EXPECT_EQ(static_cast<size_t>(std::distance(std::sregex_iterator(result.logs.begin(), result.logs.end(), ps_part),
+                                              std::sregex_iterator())),
+            progress.size())
+      << result.logs;
+}
+
+// On one host (the PS reached at ipc://@NAME, --shared-memory auto) the gradients and parameters
+// go through shared memory, which no socket carries: the shards' bytes are the headers alone.
+TEST(MetricsFileTest, PayloadsInSharedMemoryAreNotSocketBytes) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  job.num_ps = 2;
+  job.ipc = true;
+  const std::string path = dir.path + "/metrics.jsonl";
+  job.args.insert(job.args.end(), {"--metrics-file", path});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const std::vector<nlohmann::json> progress = of_kind(read_lines(path), "progress");
+  ASSERT_GE(progress.size(), 6u);
+  const std::vector<Slice> slices = balance_slices(64 * 16 + 16 + 16 * 10 + 10, 2);
+  for (size_t i = 1; i < progress.size(); ++i) {  // the first holds the INIT, a payload frame
+    for (size_t s = 0; s < 2; ++s) {
+      const nlohmann::json& f = progress[i].at("ps").at("ps" + std::to_string(s));
+      const double volume = 3.0 * static_cast<double>(slices[s].length) * sizeof(float);
+      EXPECT_GT(f.at("in_mib").get<double>(), 0) << progress[i];
+      EXPECT_LT(f.at("in_mib").get<double>() * 1024 * 1024, volume / 2) << progress[i];
+      EXPECT_LT(f.at("out_mib").get<double>() * 1024 * 1024, volume / 2) << progress[i];
+    }
   }
 }
 

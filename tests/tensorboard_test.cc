@@ -2,7 +2,7 @@
 // a reader written here from the formats' specifications (TFRecord framing with both masked
 // CRC-32Cs checked; protobuf Event, Summary and Value decoded field by field): the encoding's
 // exact bytes, each metrics record's scalars, a file a corrupted or cut byte makes unreadable;
-// and a real job whose every scalar is the figure of its metrics.jsonl, at the same step.
+// and a real 2-shard job whose every scalar is the figure of its metrics.jsonl, at the same step.
 #include "worker/tensorboard.h"
 
 #include <gtest/gtest.h>
@@ -173,9 +173,11 @@ std::vector<Event> read_events(const std::string& file) {
   return events;
 }
 
-std::vector<std::string> event_files_in(const std::string& dir) {
+std::vector<std::string> event_files_in(const std::string& dir) {  // not the workers' w<i>
   std::vector<std::string> files;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) files.push_back(entry.path().string());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) files.push_back(entry.path().string());
+  }
   return files;
 }
 
@@ -220,6 +222,7 @@ TEST(TensorBoardTest, EachNumberOfARecordIsAScalarAtItsStep) {
                                      {"ms_per_step", 0.5}, {"staleness_mean", 1.25}, {"lead_max", 2},
                                      {"straggler", "w1 is the slowest"}};
   progress["breakdown"] = {{"step_ms", 0.5}, {"compute_ms", 0.25}};
+  progress["ps"] = {{"ps0", {{"apply_ms", 0.125}, {"in_mib", 2.5}}}, {"ps1", {{"out_mib", 0.75}}}};
   StepScalars s = scalars_of(progress);
   EXPECT_EQ(s.step, 60);
   std::map<std::string, float> got;
@@ -228,7 +231,8 @@ TEST(TensorBoardTest, EachNumberOfARecordIsAScalarAtItsStep) {
                                                {"train/accuracy", 0.25f}, {"train/samples_per_s", 1000.0f},
                                                {"train/ms_per_step", 0.5f}, {"train/staleness_mean", 1.25f},
                                                {"train/lead_max", 2.0f}, {"step_ms/step", 0.5f},
-                                               {"step_ms/compute", 0.25f}}));
+                                               {"step_ms/compute", 0.25f}, {"ps0/apply_ms", 0.125f},
+                                               {"ps0/in_mib", 2.5f}, {"ps1/out_mib", 0.75f}}));
 
   const nlohmann::ordered_json epoch = {{"time_s", 2.0}, {"kind", "epoch"}, {"epoch", 2}, {"step", 20},
                                         {"train_loss", 1.25}, {"train_accuracy", 0.5}, {"test_loss", 1.0},
@@ -241,14 +245,14 @@ TEST(TensorBoardTest, EachNumberOfARecordIsAScalarAtItsStep) {
                                                {"epoch/train_accuracy", 0.5f}, {"test/loss", 1.0f},
                                                {"test/accuracy", 0.75f}, {"test/samples", 40.0f}}));
 
-  nlohmann::ordered_json summary = {{"kind", "summary"}, {"mode", "sync"}, {"workers", 2}, {"steps", 20},
+  nlohmann::ordered_json summary = {{"kind", "summary"}, {"mode", "sync"}, {"workers", 2}, {"ps", 2}, {"steps", 20},
                                     {"seconds", 1.5}, {"stopped", false}};
   summary["breakdown"] = {{"wait_ms", 0.125}};
   s = scalars_of(summary);
   EXPECT_EQ(s.step, 20);
   got.clear();
   for (const Scalar& v : s.scalars) got[v.tag] = v.value;
-  EXPECT_EQ(got, (std::map<std::string, float>{{"summary/workers", 2.0f}, {"summary/seconds", 1.5f},
+  EXPECT_EQ(got, (std::map<std::string, float>{{"summary/workers", 2.0f}, {"summary/ps", 2.0f}, {"summary/seconds", 1.5f},
                                                {"summary/step_ms/wait", 0.125f}}));
 
   EXPECT_TRUE(scalars_of({{"kind", "progress"}, {"loss", 1.0}}).scalars.empty());  // no step: nowhere to go
@@ -347,8 +351,11 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
 }
 
 // The tag docs/operations.md gives a metrics record's figure (written here apart from
-// worker/tensorboard.cc, so that the test checks the documented names).
-std::string documented_tag(const std::string& kind, const std::string& key, bool in_breakdown) {
+// worker/tensorboard.cc, so that the test checks the documented names); `shard`: of the record's
+// "ps" object, "ps0".
+std::string documented_tag(const std::string& kind, const std::string& key, bool in_breakdown,
+                           const std::string& shard = "") {
+  if (!shard.empty()) return shard + "/" + key;
   if (in_breakdown) {
     const std::string part = key.substr(0, key.size() - 3);  // "compute_ms" -> "compute"
     return (kind == "progress" ? "" : kind + "/") + "step_ms/" + part;
@@ -372,6 +379,7 @@ Job job_in(const TempDir& dir, const TempDir& data) {
 TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
   TempDir data("tensorboard-data"), dir("tensorboard");
   Job job = job_in(dir, data);
+  job.num_ps = 2;
   const std::string metrics = dir.path + "/metrics.jsonl", tb = dir.path + "/tb";
   job.args.insert(job.args.end(), {"--metrics-file", metrics, "--tensorboard-dir", tb});
   const JobResult result = run_job(job);
@@ -397,6 +405,15 @@ TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
         expected[{step, documented_tag(kind, key, true)}] = value.get<float>();
       }
     }
+    if (kind == "progress") {
+      ASSERT_TRUE(r.contains("ps")) << r;
+      EXPECT_EQ(r.at("ps").size(), 2u) << r;
+      for (const auto& [shard, figures] : r.at("ps").items()) {
+        for (const auto& [key, value] : figures.items()) {
+          expected[{step, documented_tag(kind, key, false, shard)}] = value.get<float>();
+        }
+      }
+    }
   }
   ASSERT_GE(records, 9u);  // 4 progress lines and an evaluation an epoch, and the summary
 
@@ -415,9 +432,52 @@ TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
   }
   EXPECT_EQ(got, expected);
   for (const char* tag : {"train/loss", "train/accuracy", "train/samples_per_s", "step_ms/compute", "test/loss",
-                          "test/accuracy", "summary/samples_per_s"}) {
+                          "test/accuracy", "summary/samples_per_s", "ps0/apply_ms", "ps1/in_mib", "ps1/out_mib"}) {
     EXPECT_TRUE(std::any_of(got.begin(), got.end(), [&](const auto& g) { return g.first.second == tag; })) << tag;
   }
+}
+
+// Each worker's own breakdown, in DIR/w<i>: an event at each of the chief's progress steps, with
+// the tags of the chief's means; worker 1, slowed 30 times, computes longest and waits least.
+TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorkerStandsOut) {
+  TempDir data("tensorboard-data"), dir("tensorboard");
+  Job job = job_in(dir, data);
+  job.num_ps = 2;
+  job.worker_args[1] = {"--slowdown", "30"};
+  const std::string metrics = dir.path + "/metrics.jsonl", tb = dir.path + "/tb";
+  job.args.insert(job.args.end(), {"--metrics-file", metrics, "--tensorboard-dir", tb});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  std::vector<int64_t> progress_steps;
+  for (const nlohmann::json& r : read_lines(metrics)) {
+    if (r.at("kind") == "progress") progress_steps.push_back(r.at("step").get<int64_t>());
+  }
+  ASSERT_GE(progress_steps.size(), 8u);
+
+  std::map<std::string, double> compute_ms, wait_ms;  // summed over the events, by worker
+  for (const std::string w : {"w0", "w1", "w2"}) {
+    const std::vector<std::string> files = event_files_in(tb + "/" + w);
+    ASSERT_EQ(files.size(), 1u) << w;
+    const std::vector<Event> events = read_events(read_file(files[0]));
+    ASSERT_EQ(events.size(), progress_steps.size() + 1) << w << ": a file_version record, then one per progress step";
+    for (size_t i = 1; i < events.size(); ++i) {
+      EXPECT_EQ(events[i].step, progress_steps[i - 1]) << w;
+      std::map<std::string, float> got;
+      for (const Scalar& v : events[i].values) got[v.tag] = v.value;
+      for (const char* tag : {"step_ms/step", "step_ms/data", "step_ms/compute", "step_ms/push", "step_ms/wait",
+                              "step_ms/pull", "step_ms/eval", "step_ms/ckpt"}) {
+        EXPECT_EQ(got.count(tag), 1u) << w << " " << tag << " at step " << events[i].step;
+      }
+      EXPECT_EQ(got.size(), 8u) << w;
+      EXPECT_GT(got["step_ms/step"], 0) << w;
+      compute_ms[w] += got["step_ms/compute"];
+      wait_ms[w] += got["step_ms/wait"];
+    }
+  }
+  EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w0"]) << result.logs;
+  EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w2"]) << result.logs;
+  EXPECT_LT(wait_ms["w1"], wait_ms["w0"]) << "the others wait for the straggler";
+  EXPECT_LT(wait_ms["w1"], wait_ms["w2"]) << "the others wait for the straggler";
 }
 
 TEST(TensorBoardJobTest, AnUnwritableDirectoryStopsTheJobBeforeItsFirstStepNamingIt) {

@@ -14,6 +14,8 @@
 
 namespace pstrain {
 
+constexpr double kMiB = 1024.0 * 1024.0;
+
 std::string fixed(double value, int digits) {
   std::ostringstream os;
   os << std::fixed << std::setprecision(digits) << value;
@@ -30,6 +32,7 @@ void StepStats::add(const StepMetrics& m) {
   stale_max_ = std::max(stale_max_, m.stale_max);
   lead_max_ = std::max(lead_max_, m.lead_max);
   dropped_ += m.dropped;
+  if (!m.shards.empty()) shards_last_ = m.shards;
   if (m.times.total_us() == 0) return;  // the first step carries no times yet
   ++timed_steps_;
   times_ += m.times;
@@ -37,7 +40,54 @@ void StepStats::add(const StepMetrics& m) {
   if (m.slowest < slowest_count_.size()) ++slowest_count_[m.slowest];
 }
 
-void StepStats::reset() { *this = StepStats(static_cast<int>(slowest_count_.size())); }
+void StepStats::reset() {
+  StepStats next(static_cast<int>(slowest_count_.size()));
+  next.shards_before_ = next.shards_last_ = shards_last_;
+  *this = std::move(next);
+}
+
+ShardFigures StepStats::shard_delta(size_t s) const {
+  const ShardFigures& last = shards_last_[s];
+  if (s >= shards_before_.size()) return last;
+  const ShardFigures& before = shards_before_[s];
+  auto since = [](uint64_t now, uint64_t then) { return now >= then ? now - then : now; };
+  return ShardFigures{since(last.apply_us, before.apply_us), since(last.bytes_in, before.bytes_in),
+                      since(last.bytes_out, before.bytes_out)};
+}
+
+std::string StepStats::shards_text() const {
+  if (shards_last_.empty() || steps_ == 0) return "";
+  const double per = static_cast<double>(steps_);
+  double apply_ms = -1, in = 0, out = 0;
+  size_t slowest = 0;
+  for (size_t s = 0; s < shards_last_.size(); ++s) {
+    const ShardFigures d = shard_delta(s);
+    if (d.apply_us / 1e3 / per > apply_ms) {
+      apply_ms = d.apply_us / 1e3 / per;
+      slowest = s;
+    }
+    in += d.bytes_in / per;
+    out += d.bytes_out / per;
+  }
+  char part[160];
+  std::snprintf(part, sizeof part, "; ps apply %.2f ms max (ps%zu), in %.2f MiB, out %.2f MiB per step", apply_ms,
+                slowest, in / kMiB, out / kMiB);
+  return part;
+}
+
+void StepStats::add_shards(nlohmann::ordered_json* record) const {
+  if (shards_last_.empty() || steps_ == 0) return;
+  const double per = static_cast<double>(steps_);
+  nlohmann::ordered_json ps = nlohmann::ordered_json::object();
+  for (size_t s = 0; s < shards_last_.size(); ++s) {
+    const ShardFigures d = shard_delta(s);
+    nlohmann::ordered_json& f = ps["ps" + std::to_string(s)];
+    f["apply_ms"] = d.apply_us / 1e3 / per;
+    f["in_mib"] = d.bytes_in / kMiB / per;
+    f["out_mib"] = d.bytes_out / kMiB / per;
+  }
+  (*record)["ps"] = std::move(ps);
+}
 
 std::string StepStats::breakdown() const {
   if (timed_steps_ == 0) return "";
@@ -135,7 +185,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
                 << (o_.loss == Loss::kSoftmax ? " acc " + fixed(interval_.accuracy(), 4) : "") << " samples/s "
                 << fixed(interval_.samples() / std::max(secs, 1e-9), 0) << " | measured "
                 << fixed(1e3 * secs / static_cast<double>(interval_.steps()), 2) << " ms/step; "
-                << interval_.breakdown() << interval_.consistency();
+                << interval_.breakdown() << interval_.consistency() << interval_.shards_text();
     const std::string slow = interval_.straggler();
     if (!slow.empty()) PSLOG(WARN) << "straggler: " << slow;
     if (metrics_ != nullptr) {
@@ -152,6 +202,7 @@ void Progress::report(uint64_t step, uint64_t epoch, bool last) {
       r["breakdown"] = interval_.breakdown_record();
       interval_.add_consistency(&r);
       if (!slow.empty()) r["straggler"] = slow;
+      interval_.add_shards(&r);
       metrics_->write(r);
     }
     interval_.reset();

@@ -63,6 +63,13 @@ class StepStats {  // sums over a run of global steps
   // *record.
   nlohmann::ordered_json breakdown_record() const;
   void add_consistency(nlohmann::ordered_json* record) const;
+  // The PS shards' figures per step of this run of steps (their cumulative counters at its last
+  // step less those at the previous run's last, for one that reset() followed; a counter that went
+  // back, a restarted PS's, counts from 0): "; ps apply 0.12 ms max (ps1), in 1.50 MiB, out 1.50
+  // MiB per step" (in and out summed over the shards) and, for the metrics file, {"ps0":
+  // {"apply_ms", "in_mib", "out_mib"}, ...} added to *record as "ps"; neither without a PS.
+  std::string shards_text() const;
+  void add_shards(nlohmann::ordered_json* record) const;
 
  private:
   uint64_t steps_ = 0, timed_steps_ = 0, samples_ = 0, correct_ = 0;
@@ -71,6 +78,8 @@ class StepStats {  // sums over a run of global steps
   uint64_t slowest_us_ = 0;      // summed busy time of each step's slowest worker
   uint64_t stale_sum_ = 0, stale_count_ = 0, stale_max_ = 0, lead_max_ = 0, dropped_ = 0;
   std::vector<uint64_t> slowest_count_;
+  std::vector<ShardFigures> shards_before_, shards_last_;  // cumulative: at the start, at the last step
+  ShardFigures shard_delta(size_t s) const;
 };
 
 // What the progress lines need of the job (filled from the job's flags in main:

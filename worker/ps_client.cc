@@ -310,6 +310,7 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
   std::vector<bool> received(chunks_.size(), false);
   size_t left = chunks_.size();
   StepMetrics metrics;
+  std::vector<ShardFigures> shards(static_cast<size_t>(options_.num_ps));
   bool stop = false;
   uint64_t write_us = 0, version = UINT64_MAX;
   Silence silence{std::vector<Clock::time_point>(static_cast<size_t>(options_.num_ps), start),
@@ -368,10 +369,14 @@ StepMetrics PsClient::receive_params(float* params, uint64_t* wait_us, uint64_t*
     version = std::min(version, h.step);
     --left;
     if (index == 0) metrics = metrics_of(h);
+    if (h.offset == slices_[static_cast<size_t>(msg.shard)].offset) {
+      shards[static_cast<size_t>(msg.shard)] = ShardFigures{h.apply_us, h.bytes_in, h.bytes_out};
+    }
     stop = stop || h.stop != 0;
     write_us = std::max(write_us, h.write_us);
   }
   metrics.stop = stop;
+  metrics.shards = std::move(shards);
   metrics.write_us = write_us;
   metrics.version = version;
   const auto end = Clock::now();

@@ -27,6 +27,13 @@ struct EvalSums {
   uint64_t correct = 0;
 };
 
+// A PS shard's own figures since it started, from its PARAMS (the first chunk of its slice):
+// time spent applying updates, and message frame bytes received and sent on its sockets (not the
+// payloads that go through shared memory).
+struct ShardFigures {
+  uint64_t apply_us = 0, bytes_in = 0, bytes_out = 0;
+};
+
 struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint64_t samples = 0;
   double loss_sum = 0;
@@ -46,6 +53,7 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   // the largest lead of a pushing worker over the slowest. Backup workers: late pushes dropped.
   uint64_t stale_sum = 0, stale_count = 0, stale_max = 0, lead_max = 0, dropped = 0;
   EvalSums eval{};  // the workers' shares of the test set, evaluated after the step before (summed)
+  std::vector<ShardFigures> shards{};  // PS exchange: shard s's figures, cumulative; else empty
 };
 
 struct PushInfo {  // what rides along with this worker's gradient chunks

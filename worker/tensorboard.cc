@@ -137,6 +137,13 @@ StepScalars scalars_of(const nlohmann::ordered_json& record) {
       for (auto part = it.value().begin(); part != it.value().end(); ++part) {
         if (part.value().is_number()) out.scalars.push_back({prefix + part_of(part.key()), part.value().get<float>()});
       }
+    } else if (it.key() == "ps" && it.value().is_object()) {  // progress: {"ps0": {"apply_ms": ..}, ..}
+      for (auto shard = it.value().begin(); shard != it.value().end(); ++shard) {
+        if (!shard.value().is_object()) continue;
+        for (auto f = shard.value().begin(); f != shard.value().end(); ++f) {
+          if (f.value().is_number()) out.scalars.push_back({shard.key() + "/" + f.key(), f.value().get<float>()});
+        }
+      }
     }
   }
   return out;

@@ -1,9 +1,9 @@
 // TensorBoard event files of the chief's metrics (docs/operations.md, "TensorBoard"): every
 // number of every metrics record (worker/metrics_sink.h) as a scalar, tagged by its record's
-// kind and its name ("train/loss", "step_ms/compute", "test/accuracy"), at the record's global
-// step. The file is what TensorFlow's summary writer makes: TFRecords (length, masked CRC-32C,
-// data, masked CRC-32C) of protobuf tensorflow.Event messages, of which only the few fields a
-// scalar needs are written, by hand.
+// kind and its name ("train/loss", "step_ms/compute", "ps0/apply_ms", "test/accuracy"), at the
+// record's global step. The file is what TensorFlow's summary writer makes: TFRecords (length,
+// masked CRC-32C, data, masked CRC-32C) of protobuf tensorflow.Event messages, of which only the
+// few fields a scalar needs are written, by hand.
 #pragma once
 
 #include <cstdint>

@@ -26,6 +26,7 @@
 #include "worker/model_file.h"
 #include "worker/param_files.h"
 #include "worker/progress.h"
+#include "worker/own_figures.h"
 #include "worker/tensorboard.h"
 #include "worker/replica.h"
 #include "worker/sparse/ctr_input.h"
@@ -91,6 +92,10 @@ class Trainer {
     evaluation_ = std::make_unique<Evaluation>(o_.evaluation, o_.data, std::move(test_data), train_data_->num_classes(),
                                                steps_per_epoch_, total_steps_, &summary_);
     if (chief_) open_metrics();
+    if (!o_.tensorboard_dir.empty()) {  // every worker's own breakdown, in DIR/w<i>
+      own_figures_ =
+          std::make_unique<OwnStepFigures>(o_.tensorboard_dir, o_.index, o_.progress.log_every, steps_per_epoch_);
+    }
     input_shape_ = train_data_->sample_shape();
     if (o_.embedding_dim > 0) open_tables();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
@@ -340,6 +345,7 @@ class Trainer {
       if (chief_) report(step, m);
       if (m.stop) break;
       if (!chief_) evaluation_->share_after(step, &previous_);
+      if (own_figures_ != nullptr) own_figures_->add(step, previous_, step + 1 == total_steps_);
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
         // Backup workers: the job moved on without this worker's late steps; so does its data.
         skipped_ += m.next_step - step - 1;
@@ -524,6 +530,7 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;
   Batch batch_data_;
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
+  std::unique_ptr<OwnStepFigures> own_figures_;  // --tensorboard-dir: DIR/w<i>
   TrainSummary summary_;
   std::unique_ptr<Evaluation> evaluation_;
   MetricsSinks metrics_;                // the chief's, if any: opened before the first step

@@ -52,7 +52,8 @@ struct TrainOptions {
   std::string init_params;      // start from DIR/<variable>.npy (the model from DIR/model.json unless given)
   std::string save_params;      // chief: write every variable as DIR/<name>.npy and DIR/model.json at the end
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
-  std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); empty: none
+  std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); every
+                                // worker: its own breakdown in DIR/w<i> (worker/own_figures.h); empty: none
   // --embedding-dim > 0: the data's categorical IDs become rows of the PS's tables (docs/sparse.md)
   int embedding_dim = 0;
   bool per_field_tables = false;  // --embedding-tables per-field

@@ -126,7 +126,7 @@ def breakdown(pyplot, progress, title, path):
     axes.set_ylabel("ms per step")
     axes.grid(True, alpha=0.3)
     axes.set_title(f"{title}: step time by part, the mean over all workers\n"
-                   "(each worker's own breakdown is not recorded)", fontsize="medium")
+                   "(each worker's own: TensorBoard's w<i> runs, with --tensorboard-dir)", fontsize="medium")
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)

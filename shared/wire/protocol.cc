@@ -51,8 +51,11 @@ constexpr const char* kKeyShm = "shm";
 constexpr const char* kKeyEvalSamples = "e_n";
 constexpr const char* kKeyEvalCorrect = "e_correct";
 constexpr const char* kKeyEvalLoss = "e_loss";
+constexpr const char* kKeyApplyTime = "t_apply";
+constexpr const char* kKeyBytesIn = "b_in";
+constexpr const char* kKeyBytesOut = "b_out";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 40;  // every key encode_header writes
+constexpr size_t kNumKeys = 43;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -86,7 +89,8 @@ constexpr std::string_view kAllKeys[] = {
     kKeyChunk,   kKeyData,        kKeyCompute,    kKeyPush,     kKeyWait,      kKeyPull,       kKeyEval,
     kKeySlowest, kKeySlowestTime, kKeyCheckpoint, kKeyStop,     kKeyCheckpointTime, kKeyWriteTime, kKeyMode,
     kKeyBasedOn, kKeyStaleSum,    kKeyStaleCount, kKeyStaleMax, kKeyLead,      kKeyDropped,    kKeyShm,
-    kKeyEvalSamples, kKeyEvalCorrect, kKeyLoss,   kKeyEvalLoss, kKeyMessage};
+    kKeyEvalSamples, kKeyEvalCorrect, kKeyApplyTime, kKeyBytesIn, kKeyBytesOut, kKeyLoss, kKeyEvalLoss,
+    kKeyMessage};
 constexpr int kNumAllKeys = static_cast<int>(sizeof kAllKeys / sizeof kAllKeys[0]);
 static_assert(kNumAllKeys == static_cast<int>(kNumKeys) && kNumAllKeys <= 64, "every key, one bit each");
 constexpr int kLossIndex = kNumAllKeys - 3;  // the two numbers, then kKeyMessage, the last
@@ -141,7 +145,10 @@ struct Decoder {
                 &h->dropped,
                 &h->shm,
                 &h->eval_samples,
-                &h->eval_correct} {}
+                &h->eval_correct,
+                &h->apply_us,
+                &h->bytes_in,
+                &h->bytes_out} {}
   Header* h;
   std::string* error;
   uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0, slowest = 0;
@@ -304,6 +311,9 @@ std::string encode_header(const Header& h) {
   put(kKeyShm, h.shm);
   put(kKeyEvalSamples, h.eval_samples);
   put(kKeyEvalCorrect, h.eval_correct);
+  put(kKeyApplyTime, h.apply_us);
+  put(kKeyBytesIn, h.bytes_in);
+  put(kKeyBytesOut, h.bytes_out);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyEvalLoss);

@@ -109,6 +109,10 @@ struct Header {
   // the workers (docs/operations.md, "Reading the progress lines").
   uint64_t eval_samples = 0, eval_correct = 0;
   double eval_loss = 0;
+  // PARAMS: the shard's own figures since it started (cumulative; docs/operations.md, "Metrics
+  // file"): time spent applying updates to its dense slice, and message frame bytes received and
+  // sent on its sockets (ZeroMQ and the local channel; payloads in shared memory are not counted).
+  uint64_t apply_us = 0, bytes_in = 0, bytes_out = 0;
 };
 
 enum class Mode;  // --mode (shared/util/modes.h)

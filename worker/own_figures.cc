@@ -1,0 +1,31 @@
+#include "worker/own_figures.h"
+
+#include <nlohmann/json.hpp>
+
+#include "worker/metrics_sink.h"
+#include "worker/tensorboard.h"
+
+namespace pstrain {
+
+OwnStepFigures::OwnStepFigures(const std::string& tensorboard_dir, int index, int log_every,
+                               uint64_t steps_per_epoch)
+    : sink_(open_tensorboard(tensorboard_dir + "/w" + std::to_string(index), "--tensorboard-dir")),
+      log_every_(static_cast<uint64_t>(log_every)),
+      steps_per_epoch_(steps_per_epoch) {}
+
+OwnStepFigures::~OwnStepFigures() = default;
+
+void OwnStepFigures::add(uint64_t step, const StepTimes& times, bool last) {
+  StepMetrics m;
+  m.times = times;
+  interval_.add(m);
+  if ((step + 1) % log_every_ != 0 && (step + 1) % steps_per_epoch_ != 0 && !last) return;
+  nlohmann::ordered_json r;
+  r["kind"] = "progress";
+  r["step"] = step + 1;
+  r["breakdown"] = interval_.breakdown_record();
+  sink_->write(r);
+  interval_.reset();
+}
+
+}  // namespace pstrain
