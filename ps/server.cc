@@ -378,7 +378,9 @@ void ParameterServer::chunk_advanced(size_t index) {
 bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, std::string* error) {
   if (options_.index != 0) return (*error = "STATS goes to ps0 only", false);
   if (options_.mode != Mode::kSync) return (*error = "STATS: batch-norm statistics are combined in sync mode only", false);
-  if (h.length % 2 != 0) return (*error = "STATS payload of " + std::to_string(h.length) + " words is not whole doubles", false);
+  if (h.length == 0 || h.length % 2 != 0) {
+    return (*error = "STATS payload of " + std::to_string(h.length) + " words is not one or more doubles", false);
+  }
   std::vector<double> values(h.length / 2);
   std::memcpy(values.data(), msg.frames[1].data(), values.size() * sizeof(double));
   std::optional<StatsCombiner::Complete> complete;
