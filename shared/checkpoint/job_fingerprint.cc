@@ -28,7 +28,7 @@ void add_sep(std::string* to, const std::string& text) {
 
 const std::vector<std::string>& fingerprint_keys() {
   static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "warmup-steps",
-                                                "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "label-smoothing", "loss",
+                                                "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "label-smoothing", "clip-norm", "loss",
                                                 "embeddings", "momentum",
                                                 "beta1", "beta2", "epsilon", "weight-decay", "seed", "shuffle",
                                                 "data", "num-workers", "worker-batches"};
