@@ -153,7 +153,8 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (members_.map_segment(worker, h, store_->slice().length)) store_->share_values();
   Header welcome;
   // 2: and the values live in the area named in `message`, which this PS writes only in the
-  // apply that the worker's push completes (plain sync): the worker may compute from it.
+  // apply of a step every worker pushed (the last push completes it, or with --clip-norm on
+  // several shards the first CLIP; plain sync): the worker may compute from it.
   welcome.shm = !members_.has_segment(worker) ? 0 : store_->area().mapped() ? 2 : 1;
   if (welcome.shm == 2) welcome.message = store_->area().name();
   members_.offered_area(worker, welcome.shm == 2);
@@ -380,6 +381,16 @@ bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, 
   if (options_.mode != Mode::kSync) return (*error = "STATS: batch-norm statistics are combined in sync mode only", false);
   if (h.length == 0 || h.length % 2 != 0) {
     return (*error = "STATS payload of " + std::to_string(h.length) + " words is not one or more doubles", false);
+  }
+  if (h.length / 2 > StatsCombiner::kMaxValues) {  // before anything is copied
+    return (*error = "STATS of " + std::to_string(h.length / 2) + " values (1 to " +
+                     std::to_string(StatsCombiner::kMaxValues) + ")", false);
+  }
+  // A replacement worker redoes its step from its first call, which the others have passed: the
+  // job would wait out --timeout. Refused at once, naming the way out.
+  if (options_.allow_rejoin) {
+    return (*error = "STATS: batch norm's global statistics do not survive a replaced worker (--allow-rejoin, "
+                     "launch.sh --max-restarts): give the workers --batchnorm-stats local, or no --max-restarts", false);
   }
   std::vector<double> values(h.length / 2);
   std::memcpy(values.data(), msg.frames[1].data(), values.size() * sizeof(double));

@@ -204,6 +204,24 @@ TEST_F(BatchNormJobTest, WhatGlobalStatisticsCannotServeIsRefused) {
   }
 }
 
+// A replaced worker (--allow-rejoin, what launch.sh --max-restarts gives the PS) would redo its
+// step's calls that the others have passed: ps0 refuses the first STATS of such a job, naming the
+// way out, rather than let the job wait out --timeout.
+TEST_F(BatchNormJobTest, GlobalStatisticsWithReplaceableWorkersAreRefusedByPs0) {
+  Job job;
+  job.dir = dir_;
+  job.num_workers = 2;
+  job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--model", kModel, "--steps", "2", "--timeout", "10",
+              "--allow-rejoin"};
+  const JobResult result = run_job_stopping_servers(job);
+  EXPECT_FALSE(result.ok()) << result.logs;
+  EXPECT_NE(result.logs.find("ps0 rejected batch-norm statistics: STATS: batch norm's global statistics do not "
+                             "survive a replaced worker (--allow-rejoin, launch.sh --max-restarts): give the workers "
+                             "--batchnorm-stats local, or no --max-restarts"),
+            std::string::npos)
+      << result.logs;
+}
+
 // 20 steps at once, against 10 steps checkpointed every 5 and then resumed to 20 (the running
 // statistics of step 10 loaded from the checkpoint by every worker): the same parameters and
 // running statistics, bit for bit, with global statistics (every worker holds the chief's) and

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "shared/checkpoint/job_fingerprint.h"
+#include "worker/data/records.h"
 #include "shared/config/options.h"
 #include "shared/config/part_options.h"
 #include "shared/util/error.h"
@@ -271,6 +272,19 @@ TEST(TargetDataTest, NpyTargetsOfFloat64AndIntegersAreReadAsFloats) {
             }, &usage),
             dir.path + "/y64.npy: target 0.25 of record 0 is not 0 or 1 (--loss bce takes multi-label 0/1 targets)");
   EXPECT_TRUE(usage);
+}
+
+// A float64 target beyond float32's range would train as infinity: refused when the file is opened.
+TEST(TargetDataTest, ATargetBeyondFloat32IsRefusedWhenRead) {
+  const TargetRule rule{false, "--loss mse"};
+  EXPECT_NO_THROW(check_target(3.4e38, rule, "y.npy", 7, 0, 1));
+  try {
+    check_target(1e300, rule, "y.npy", 7, 0, 1);
+    ADD_FAILURE() << "1e300 was taken";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("y.npy: target 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("of record 7 is not a finite float32 (--loss mse)"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

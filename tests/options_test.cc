@@ -101,6 +101,8 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   EXPECT_EQ(message({"--clip-norm", "1.5"}), "no error");
   EXPECT_EQ(message({"--clip-norm", "1", "--mode", "allreduce"}), "no error");
   EXPECT_EQ(message({"--clip-norm", "-1"}), "--clip-norm must be a number >= 0 (0: no clipping)");
+  EXPECT_EQ(message({"--clip-norm", "1", "--num-workers", "3", "--backup-workers", "1"}),
+            "--clip-norm: not with --backup-workers (each chunk's step may sum another set of workers)");
   EXPECT_EQ(message({"--clip-norm", "nan"}), "--clip-norm must be a number >= 0 (0: no clipping)");
   EXPECT_EQ(message({"--clip-norm", "1", "--mode", "async"}),
             "--clip-norm clips each step's global gradient: sync and allreduce modes only (in async each push is "

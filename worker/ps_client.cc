@@ -133,6 +133,9 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     if (take_rows(msg, h)) continue;
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
     if (h.op == Op::kWaiting) continue;  // about a PULL answered since (it crossed the PARAMS)
+    // --clip-norm: a NORM of a PULL answered since (another worker's CLIP applied its step, and
+    // on one host the PARAMS took the local channel past this NORM's ZeroMQ): nothing to do.
+    if (h.op == Op::kNorm && h.request_id <= pull_request_) continue;
     const auto s = static_cast<size_t>(msg.shard);
     if (h.request_id != request_id || h.op != want || !waiting[s]) {
       throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(msg.shard));

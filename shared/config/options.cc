@@ -129,7 +129,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("log-every", po::value(&o.log_every)->default_value(o.log_every), "chief: print a progress line (loss, accuracy, samples/s and where the step time went, see docs/operations.md) every this many steps and at each epoch's end")
       ("save-params", po::value(&o.save_params), "chief: at the end write every variable as DIR/<name>.npy (float32, C order) and DIR/model.json; with --embedding-dim each PS shard also writes its rows of every table to DIR/embeddings/<table>.shard<s>-of-<S> (docs/sparse.md)")
       ("metrics-file", po::value(&o.metrics_file), "chief: write a JSON object per progress line, per epoch's evaluation and for the summary to PATH, as the run goes (JSON Lines; docs/operations.md, \"Metrics file\"); default under launch.sh: RUNDIR/metrics.jsonl; none: no file")
-      ("tensorboard-dir", po::value(&o.tensorboard_dir), "chief: write the same figures as TensorBoard scalars (train/loss, test/accuracy, step_ms/compute, ...) to an event file in DIR, as the run goes; view them with `tensorboard --logdir DIR` (docs/operations.md, \"TensorBoard\"); default under launch.sh: RUNDIR/tensorboard; none: no event file");
+      ("tensorboard-dir", po::value(&o.tensorboard_dir), "chief: write the same figures as TensorBoard scalars (train/loss, test/accuracy, step_ms/compute, ps0/apply_ms, ...) to an event file in DIR, as the run goes; every worker also writes its own step breakdown to DIR/w<i> (so DIR must be writable on every worker's host); view them with `tensorboard --logdir DIR` (docs/operations.md, \"TensorBoard\"); default under launch.sh: RUNDIR/tensorboard; none: no event file");
   po::options_description emb("Embedding tables on the PS (docs/sparse.md)");
   emb.add_options()
       ("embedding-dim", po::value(&o.embedding_dim)->default_value(o.embedding_dim), "floats per embedding row: with Criteo data, each categorical field's ID becomes a row of a table kept on the PS shards (sharded by the ID's hash, rows made on first use); the model's input is the 13 dense features followed by the 26 rows. 0: no embeddings (the categorical fields are not used)")
@@ -291,6 +291,8 @@ void validate(const JobOptions& o, Role role) {
   require(opt.clip_norm == 0 || o.mode == Mode::kSync || o.mode == Mode::kAllreduce,
           "--clip-norm clips each step's global gradient: sync and allreduce modes only (in " +
               std::string(mode_name(o.mode)) + " each push is applied alone)");
+  require(opt.clip_norm == 0 || o.backup_workers == 0,
+          "--clip-norm: not with --backup-workers (each chunk's step may sum another set of workers)");
   require(opt.clip_norm == 0 || o.embedding_dim == 0,
           "--clip-norm: not with --embedding-dim yet (the norm would have to include the embedding rows' gradients)");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");

@@ -1,7 +1,9 @@
 // pstrain wire protocol, version 12 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
-// 4-byte words (shared/wire/sparse_wire.h). Every field is validated on receipt.
+// 4-byte words (shared/wire/sparse_wire.h), NORM and CLIP one of ExactSquares' u64 limbs, STATS
+// and STATS_SUM one of doubles (`length` counting 4-byte words). Every field is validated on
+// receipt.
 #pragma once
 
 #include <cstddef>

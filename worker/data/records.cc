@@ -1,6 +1,7 @@
 #include "worker/data/records.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "shared/util/error.h"
@@ -45,16 +46,17 @@ std::array<float, 256> uint8_scale_table(double scale) {
 
 void check_target(double value, const TargetRule& rule, const std::string& file, uint64_t record, size_t k,
                   size_t width) {
-  const bool finite = std::isfinite(value);
+  // float32 in training: a double beyond its range would become infinite there.
+  const bool finite = std::isfinite(value) && std::fabs(value) <= FLT_MAX;
   if (finite && (!rule.binary || value == 0 || value == 1)) return;
   std::string v = std::to_string(value);
   v.erase(v.find_last_not_of('0') + 1);
   if (!v.empty() && v.back() == '.') v.pop_back();
-  if (!finite) v = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
+  if (!std::isfinite(value)) v = std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf";
   throw UsageError(file + ": target " + v + " of record " + std::to_string(record) +
                    (width > 1 ? " (value " + std::to_string(k) + " of its " + std::to_string(width) + ")" : "") +
                    (finite ? " is not 0 or 1 (" + rule.loss + " takes multi-label 0/1 targets)"
-                           : " is not finite (" + rule.loss + ")"));
+                           : " is not a finite float32 (" + rule.loss + ")"));
 }
 
 }  // namespace pstrain

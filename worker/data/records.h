@@ -45,7 +45,7 @@ struct TargetRule {
 
 // Throws pstrain::UsageError "<file>: target <v> of record <r> (value <k> of its <width>) is not 0
 // or 1 (--loss bce takes multi-label 0/1 targets)" for such a value under a binary rule, and
-// "... is not finite" for NaN or infinity under any rule.
+// "... is not a finite float32" for NaN, infinity or a value beyond float32's range under any rule.
 void check_target(double value, const TargetRule& rule, const std::string& file, uint64_t record, size_t k,
                   size_t width);
 
