@@ -257,10 +257,8 @@ bool ParameterServer::on_clip(const Message& msg, const Header& h, std::string* 
   if (h.length != kNormWords) {
     return (*error = "CLIP carries " + std::to_string(h.length) + " words, not " + std::to_string(kNormWords), false);
   }
-  uint64_t limbs[ExactSquares::kLimbs];
-  std::memcpy(limbs, msg.frames[1].data(), sizeof limbs);
   Outcome out;
-  if (!store_->clip(h.step, ExactSquares::from_limbs(limbs), &out, error)) return false;
+  if (!store_->clip(h.step, ExactSquares::from_bytes(msg.frames[1].data()), &out, error)) return false;
   advanced(out);
   return true;
 }

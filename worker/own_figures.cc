@@ -19,7 +19,7 @@ void OwnStepFigures::add(uint64_t step, const StepTimes& times, bool last) {
   StepMetrics m;
   m.times = times;
   interval_.add(m);
-  if ((step + 1) % log_every_ != 0 && (step + 1) % steps_per_epoch_ != 0 && !last) return;
+  if (!reports_at(step, log_every_, steps_per_epoch_, last)) return;
   nlohmann::ordered_json r;
   r["kind"] = "progress";
   r["step"] = step + 1;

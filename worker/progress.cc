@@ -177,8 +177,7 @@ void Progress::add(const StepMetrics& m) {
 }
 
 void Progress::report(uint64_t step, uint64_t epoch, bool last) {
-  const bool epoch_end = (step + 1) % steps_per_epoch_ == 0;
-  if ((step + 1) % static_cast<uint64_t>(o_.log_every) == 0 || epoch_end || last) {
+  if (reports_at(step, static_cast<uint64_t>(o_.log_every), steps_per_epoch_, last)) {
     const double secs = std::chrono::duration<double>(Clock::now() - interval_start_).count();
     PSLOG(INFO) << "epoch " << epoch + 1 << "/" << o_.epochs << " step " << step % steps_per_epoch_ + 1
                 << "/" << steps_per_epoch_ << " (global " << step + 1 << ") loss " << fixed(interval_.mean_loss(), 4)

@@ -36,6 +36,11 @@ struct TrainSummary {
 
 // `value` with `digits` decimals, as the progress lines print their figures.
 std::string fixed(double value, int digits);
+// Whether the chief's progress record (and each worker's own figures) is written after `step`
+// (from 0): every `log_every` steps, at each epoch's end and at the last step.
+inline bool reports_at(uint64_t step, uint64_t log_every, uint64_t steps_per_epoch, bool last) {
+  return (step + 1) % log_every == 0 || (step + 1) % steps_per_epoch == 0 || last;
+}
 
 class StepStats {  // sums over a run of global steps
  public:

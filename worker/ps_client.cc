@@ -398,9 +398,7 @@ void PsClient::take_norm(const Message& msg, const Header& h) {
                 ", request " + std::to_string(h.request_id) + ") while pulling version " + std::to_string(pull_version_));
   }
   if (norm_from_[shard]) return;  // a repeat (a duplicated message): its part is counted already
-  uint64_t limbs[ExactSquares::kLimbs];
-  std::memcpy(limbs, msg.frames[1].data(), sizeof limbs);
-  norm_sum_.merge(ExactSquares::from_limbs(limbs));
+  norm_sum_.merge(ExactSquares::from_bytes(msg.frames[1].data()));
   norm_from_[shard] = true;
   if (std::find(norm_from_.begin(), norm_from_.end(), false) != norm_from_.end()) return;
   for (int s = 0; s < options_.num_ps; ++s) {

@@ -57,6 +57,12 @@ bool ExactSquares::zero() const {
   return true;
 }
 
+ExactSquares ExactSquares::from_bytes(const void* bytes) {
+  ExactSquares s;
+  std::memcpy(s.limbs_.data(), bytes, sizeof(uint64_t) * kLimbs);
+  return s;
+}
+
 ExactSquares ExactSquares::from_limbs(const uint64_t* limbs) {
   ExactSquares s;
   std::memcpy(s.limbs_.data(), limbs, sizeof(uint64_t) * kLimbs);

@@ -24,7 +24,8 @@ class ExactSquares {
 
   // On the wire (NORM and CLIP, docs/wire_protocol.md): the limbs, least significant first.
   const std::array<uint64_t, kLimbs>& limbs() const { return limbs_; }
-  static ExactSquares from_limbs(const uint64_t* limbs);
+  static ExactSquares from_limbs(const uint64_t* limbs);  // kLimbs of them, aligned
+  static ExactSquares from_bytes(const void* bytes);      // the same as a frame holds them (any alignment)
   bool operator==(const ExactSquares& o) const { return limbs_ == o.limbs_; }
 
  private:
