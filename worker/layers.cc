@@ -1,6 +1,7 @@
 #include "worker/layers.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -443,6 +444,7 @@ class BatchNorm final : public Layer {
       const std::vector<double> moments = batch_moments(ctx, x, batch, &n);
       normalisation(moments.data(), moments.data() + c, stats);
       if (ctx.update_state) update_running(moments, n, running_mean, running_var);
+      forward_stats_ = stats;  // for backward: the batch's statistics need no second pass (nor exchange)
     } else {
       const std::vector<double> mean(running_mean, running_mean + c), var(running_var, running_var + c);
       normalisation(mean.data(), var.data(), stats);
@@ -452,13 +454,14 @@ class BatchNorm final : public Layer {
   }
   // The training-mode backward: with m = N x H x W values per channel,
   // dx = gamma invstd (dy - mean(dy) - xhat mean(dy xhat)); gamma's gradient is the sum of dy xhat,
-  // beta's that of dy. The batch's statistics are formed again from x (the same bits).
+  // beta's that of dy. The batch's statistics are those its training forward formed (with
+  // --recompute, the forward run again for this backward).
   void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
                 float* grad, int batch, bool accumulate) override {
     const size_t c = channels();
-    const std::vector<double> moments = batch_moments(ctx, x, batch);
+    if (forward_stats_.size() != 2 * c) throw std::logic_error("batchnorm backward without its training forward");
     std::vector<float> stats(6 * c);
-    normalisation(moments.data(), moments.data() + c, stats);
+    std::copy(forward_stats_.begin(), forward_stats_.end(), stats.begin());
     ctx.backend.upload(ctx.col, stats.data(), 2 * c);
     std::vector<double> sums(2 * c);
     ctx.backend.batch_norm_backward_sums(x, dy, batch, static_cast<int>(c), inner(), ctx.col, sums.data());
@@ -483,6 +486,7 @@ class BatchNorm final : public Layer {
  private:
   size_t channels() const { return in_.flat ? in_.size() : static_cast<size_t>(in_.c); }
   int inner() const { return in_.flat ? 1 : in_.h * in_.w; }
+  std::vector<float> forward_stats_;  // the last training forward's mean and 1 / sqrt(var + eps), 2C floats
   double count(int batch) const { return static_cast<double>(batch) * inner(); }
   // Global statistics: `sums` and this worker's count `n` replaced by their sums over the
   // workers (in the order count, sums); returns the count. Without an exchange: n.
