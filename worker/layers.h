@@ -1,6 +1,7 @@
 // The layers a model is made of (docs/models.md): their specs as written in --model, their
 // shapes, parameters and forward and backward passes in terms of Backend operations. A layer
-// holds no memory; worker/model.h plans and owns the buffers.
+// holds no buffers (batchnorm keeps only its last training forward's 2C statistics, on the host,
+// for its backward); worker/model.h plans and owns the buffers.
 #pragma once
 
 #include <cstddef>
