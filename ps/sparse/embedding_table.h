@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "ps/sparse/id_index.h"
 #include "ps/sparse/initializer.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
@@ -96,7 +97,7 @@ class EmbeddingTable {
   const TableOptions options_;
   const std::unique_ptr<SparseOptimizer> optimizer_;
   RowArena arena_;
-  std::unordered_map<uint64_t, uint32_t> index_;       // ID -> row of arena_
+  IdIndex index_;                                      // ID -> row of arena_
   std::unordered_map<uint64_t, Sighting> sightings_;   // IDs not admitted yet (min_count > 1)
   uint64_t admissions_ = 0, evictions_ = 0;
 };
