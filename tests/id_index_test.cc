@@ -93,7 +93,7 @@ TEST(IdIndexTest, ClearKeepsTheSlotsAndForgetsTheIds) {
   IdIndex index;
   index.reserve(1000);
   const size_t bytes = index.bytes();
-  EXPECT_EQ(bytes, 2048u * 12);  // the power of two at most half full
+  EXPECT_EQ(bytes, 2048u * 16);  // the power of two at most half full
   for (uint64_t id = 0; id < 1000; ++id) index.find_or_insert(id, 1);
   EXPECT_EQ(index.bytes(), bytes);  // reserved: no growth
   index.clear();
@@ -109,9 +109,9 @@ TEST(IdIndexTest, BytesWithForeseesTheGrowth) {
     index.find_or_insert(id, 0);
     ASSERT_EQ(index.bytes(), foreseen) << id;
   }
-  EXPECT_EQ(index.bytes(), 256u * 12);
-  EXPECT_EQ(index.bytes_with(28), 256u * 12);
-  EXPECT_EQ(index.bytes_with(29), 512u * 12);
+  EXPECT_EQ(index.bytes(), 256u * 16);
+  EXPECT_EQ(index.bytes_with(28), 256u * 16);
+  EXPECT_EQ(index.bytes_with(29), 512u * 16);
 }
 
 }  // namespace

@@ -106,7 +106,7 @@ TEST(SparseStoreTest, BadTablesAreErrors) {
 }
 
 // 10^5 rows of dim 16 with Adagrad: rows * ((16 + 16) * 4 + 24 bookkeeping) bytes, plus the ID
-// index's and the shard's scratch map's 2^18 slots of 12 bytes each (the power of two at most half
+// index's and the shard's scratch map's 2^18 slots of 16 bytes each (the power of two at most half
 // full), within 20%; and what malloc handed out, where it can be measured.
 TEST(SparseStoreTest, MemoryAccountingForAHundredThousandRows) {
   constexpr size_t kRows = 100000, kDim = 16;
@@ -119,7 +119,7 @@ TEST(SparseStoreTest, MemoryAccountingForAHundredThousandRows) {
   ShardTables s = shard(table("adagrad", kDim));
   apply_ok(s, 0, {g});
   const size_t heap = allocated() - heap_before;
-  const double expected = kRows * ((kDim + kDim) * 4.0 + 24) + 2.0 * (1 << 18) * 12;
+  const double expected = kRows * ((kDim + kDim) * 4.0 + 24) + 2.0 * (1 << 18) * 16;
   RecordProperty("accounted_bytes", std::to_string(s.bytes()));
   RecordProperty("malloc_bytes", std::to_string(heap));
   EXPECT_NEAR(static_cast<double>(s.bytes()), expected, 0.2 * expected);

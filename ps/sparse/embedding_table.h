@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "ps/sparse/id_index.h"
 #include "ps/sparse/initializer.h"
@@ -86,6 +87,9 @@ class EmbeddingTable {
     uint64_t last_seen = 0;
   };
   struct Saved;
+  // rows[i]: the row of ids[i], or IdIndex::kAbsent.
+  void find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const;
+  void prefetch_row(uint32_t row) const;
   uint32_t create_row(uint64_t id, uint64_t step);
   void update_row(uint32_t row, uint64_t step, const float* grad_sum, float grad_scale, double lr);
   void sight(uint64_t id, uint64_t step);
@@ -100,6 +104,7 @@ class EmbeddingTable {
   IdIndex index_;                                      // ID -> row of arena_
   std::unordered_map<uint64_t, Sighting> sightings_;   // IDs not admitted yet (min_count > 1)
   uint64_t admissions_ = 0, evictions_ = 0;
+  mutable std::vector<uint32_t> found_;  // find_rows' result for lookup and apply, reused
 };
 
 }  // namespace pstrain

@@ -10,13 +10,6 @@ namespace {
 
 constexpr size_t kMinSlots = 16;
 
-// SplitMix64's finaliser: every bit of the ID moves every bit of the slot.
-uint64_t mix(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t process_salt() {
   static const uint64_t salt = [] {
     std::random_device device;
@@ -36,25 +29,23 @@ size_t IdIndex::slots_for(size_t n) {
   return slots;
 }
 
-size_t IdIndex::home(uint64_t id) const { return static_cast<size_t>(mix(id ^ salt_)) & mask_; }
-
 uint32_t IdIndex::find(uint64_t id) const {
   if (size_ == 0) return kAbsent;
   for (size_t i = home(id);; i = (i + 1) & mask_) {
-    if (values_[i] == kAbsent) return kAbsent;
-    if (ids_[i] == id) return values_[i];
+    const Slot& s = slots_[i];
+    if (s.value == kAbsent) return kAbsent;
+    if (s.id == id) return s.value;
   }
 }
 
 uint32_t IdIndex::find_or_insert(uint64_t id, uint32_t value) {
   PSTRAIN_CHECK_LT(value, kAbsent);
-  if (values_.size() / 2 < size_ + 1) grow(slots_for(size_ + 1));
+  if (slots_.size() / 2 < size_ + 1) grow(slots_for(size_ + 1));
   size_t i = home(id);
-  for (; values_[i] != kAbsent; i = (i + 1) & mask_) {
-    if (ids_[i] == id) return values_[i];
+  for (; slots_[i].value != kAbsent; i = (i + 1) & mask_) {
+    if (slots_[i].id == id) return slots_[i].value;
   }
-  ids_[i] = id;
-  values_[i] = value;
+  slots_[i] = Slot{id, value};
   ++size_;
   return kAbsent;
 }
@@ -62,50 +53,46 @@ uint32_t IdIndex::find_or_insert(uint64_t id, uint32_t value) {
 void IdIndex::erase(uint64_t id) {
   if (size_ == 0) return;
   size_t i = home(id);
-  for (; ids_[i] != id || values_[i] == kAbsent; i = (i + 1) & mask_) {
-    if (values_[i] == kAbsent) return;
+  for (; slots_[i].id != id || slots_[i].value == kAbsent; i = (i + 1) & mask_) {
+    if (slots_[i].value == kAbsent) return;
   }
   // Backward shift: move later IDs of the run into the hole when their home is not between the
   // hole and them (cyclically), so every ID stays reachable from its home without tombstones.
-  for (size_t j = (i + 1) & mask_; values_[j] != kAbsent; j = (j + 1) & mask_) {
-    const size_t h = home(ids_[j]);
+  for (size_t j = (i + 1) & mask_; slots_[j].value != kAbsent; j = (j + 1) & mask_) {
+    const size_t h = home(slots_[j].id);
     const bool between = i <= j ? (i < h && h <= j) : (i < h || h <= j);
     if (between) continue;
-    ids_[i] = ids_[j];
-    values_[i] = values_[j];
+    slots_[i] = slots_[j];
     i = j;
   }
-  values_[i] = kAbsent;
+  slots_[i].value = kAbsent;
   --size_;
 }
 
 void IdIndex::clear() {
   if (size_ == 0) return;
-  std::fill(values_.begin(), values_.end(), kAbsent);
+  for (Slot& s : slots_) s.value = kAbsent;
   size_ = 0;
 }
 
 void IdIndex::reserve(size_t n) {
-  if (values_.size() / 2 < n) grow(slots_for(n));
+  if (slots_.size() / 2 < n) grow(slots_for(n));
 }
 
 size_t IdIndex::bytes_with(size_t extra) const {
   const size_t n = size_ + extra;
-  return values_.size() / 2 >= n ? bytes() : slots_bytes(slots_for(n));
+  return slots_.size() / 2 >= n ? bytes() : slots_bytes(slots_for(n));
 }
 
 void IdIndex::grow(size_t slots) {
-  std::vector<uint64_t> ids(slots);
-  std::vector<uint32_t> values(slots, kAbsent);
-  ids_.swap(ids);
-  values_.swap(values);
+  std::vector<Slot> old(slots);
+  slots_.swap(old);
   mask_ = slots - 1;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (values[i] == kAbsent) continue;
-    size_t j = home(ids[i]);
-    while (values_[j] != kAbsent) j = (j + 1) & mask_;
-    ids_[j] = ids[i];
-    values_[j] = values[i];
+  for (const Slot& s : old) {
+    if (s.value == kAbsent) continue;
+    size_t j = home(s.id);
+    while (slots_[j].value != kAbsent) j = (j + 1) & mask_;
+    slots_[j] = s;
   }
 }
 

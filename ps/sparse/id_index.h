@@ -1,10 +1,11 @@
 // A hash map from 64-bit ID to a 32-bit number (an embedding table's row, a place in a list):
-// open addressing with linear probing in two flat arrays (IDs, numbers), a power-of-two number of
-// slots at most half full, deletion by backward shift (no tombstones). One probe usually touches
-// one cache line of each array, where std::unordered_map chases a node per lookup and allocates
-// one per insert: the PS's sparse apply and pulls spend most of their time here (docs/sparse.md,
-// "Memory" and "Speed"). The slot of an ID is a mix of it with a per-process salt, so a peer
-// cannot pick IDs that share slots. Single-threaded.
+// open addressing with linear probing in one flat array of 16-byte slots (ID, number), a
+// power-of-two number of slots at most half full, deletion by backward shift (no tombstones). A
+// lookup usually touches one cache line, where std::unordered_map chases a node per lookup and
+// allocates one per insert: the PS's sparse apply and pulls spend most of their time here, and
+// prefetch() lets a loop over many IDs ask for the lines ahead (docs/sparse.md, "Memory"). The
+// slot of an ID is a mix of it with a per-process salt, so a peer cannot pick IDs that share
+// slots. Single-threaded.
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,10 @@ class IdIndex {
   bool empty() const { return size_ == 0; }
   // The value of `id`, or kAbsent.
   uint32_t find(uint64_t id) const;
+  // A hint that find(id) or find_or_insert(id) comes soon: its slot's cache line is fetched.
+  void prefetch(uint64_t id) const {
+    if (!slots_.empty()) __builtin_prefetch(&slots_[home(id)]);
+  }
   bool contains(uint64_t id) const { return find(id) != kAbsent; }
   // The value of `id` when it has one (nothing changes); else `id` gets `value` (< kAbsent) and
   // kAbsent is returned.
@@ -37,24 +42,33 @@ class IdIndex {
   // f(id, value) for every ID, in slot order (no order a caller may rely on).
   template <class F>
   void for_each(F&& f) const {
-    for (size_t i = 0; i < values_.size(); ++i) {
-      if (values_[i] != kAbsent) f(ids_[i], values_[i]);
+    for (const Slot& s : slots_) {
+      if (s.value != kAbsent) f(s.id, s.value);
     }
   }
 
   // The slots' bytes now, and after `extra` more IDs (the slots double when they would be more
   // than half full).
-  size_t bytes() const { return slots_bytes(values_.size()); }
+  size_t bytes() const { return slots_bytes(slots_.size()); }
   size_t bytes_with(size_t extra) const;
 
  private:
-  static size_t slots_bytes(size_t slots) { return slots * (sizeof(uint64_t) + sizeof(uint32_t)); }
+  struct Slot {
+    uint64_t id = 0;
+    uint32_t value = kAbsent;  // kAbsent: an empty slot
+  };
+  static size_t slots_bytes(size_t slots) { return slots * sizeof(Slot); }
   static size_t slots_for(size_t n);  // the power of two a map of n IDs has (0 for n = 0)
-  size_t home(uint64_t id) const;
+  size_t home(uint64_t id) const { return static_cast<size_t>(mix(id ^ salt_)) & mask_; }
+  // SplitMix64's finaliser: every bit of the ID moves every bit of the slot.
+  static uint64_t mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+  }
   void grow(size_t slots);
 
-  std::vector<uint64_t> ids_;
-  std::vector<uint32_t> values_;  // kAbsent: an empty slot
+  std::vector<Slot> slots_;
   size_t size_ = 0;
   size_t mask_ = 0;
   uint64_t salt_;
