@@ -29,7 +29,7 @@ struct TableOptions {
   uint64_t seed = 0;                 // the job's seed (the initialiser's key)
   uint32_t min_count = 1;            // an ID is admitted at its min_count-th sighting (<= 1: at once)
   uint64_t expiry_steps = 0;         // rows and sightings unused this many steps are evicted (0: never)
-  size_t block_rows = 0;             // rows per arena block (0: about 1 MiB)
+  size_t block_rows = 0;             // rows per arena block, a power of two (0: up to 1 MiB)
 };
 
 struct TableStats {
