@@ -143,6 +143,25 @@ TEST_F(CtrEvaluateTest, EvaluateRepeatsTheChiefsFiguresAndPredictHasItsAuc) {
   }
 }
 
+// pstrain-export of a CTR job's last checkpoint carries its tables: the files --save-params
+// wrote at the same step, byte for byte, and --evaluate of the export repeats the chief.
+TEST_F(CtrEvaluateTest, ExportedCheckpointCarriesTheTables) {
+  const std::string ckpt = *dir_ + "/export-ckpt", out = *dir_ + "/exported";
+  const std::string chief = train("export", {"--checkpoint-dir", ckpt, "--checkpoint-every", "20"});
+  const std::string log_path = *dir_ + "/export.log";
+  const ExitStatus exported = wait_for(spawn({PSTRAIN_EXPORT_BIN, ckpt, out}, log_path), 60);
+  ASSERT_TRUE(exported.ok()) << read_file(log_path);
+  EXPECT_NE(read_file(log_path).find("2 embedding table file(s)"), std::string::npos) << read_file(log_path);
+  for (const char* name : {"ids.shard0-of-2", "ids.shard1-of-2"}) {
+    const std::string a = read_file(out + "/embeddings/" + name), b = read_file(params("export") + "/embeddings/" + name);
+    EXPECT_FALSE(a.empty()) << name;
+    EXPECT_TRUE(a == b) << name << ": the checkpoint's table differs from --save-params'";
+  }
+  std::string log;
+  ASSERT_TRUE(evaluate(out, {}, &log).ok()) << log;
+  expect_the_chiefs_figures(chief, log);
+}
+
 // Per-field tables, FTRL (rows start at zero) and admission at the second sighting:
 // model.json says so, and the evaluation still repeats the chief.
 TEST_F(CtrEvaluateTest, PerFieldTablesWithAdmissionRepeatTheChiefsFigures) {
