@@ -125,7 +125,7 @@ std::unique_ptr<RowSource> open_saved_tables(const std::string& dir, const Embed
   }
   PSLOG(INFO) << "embedding tables from " << from << ": " << tables.size() << " table(s) of dim " << setup.dim
               << " in " << setup.num_ps << " shard file(s) each, " << rows << " rows; other IDs read as "
-              << (setup.min_count > 1 ? std::string("zeros (not admitted)") : setup.init + " initial rows");
+              << (setup.min_count > 1 ? std::string("zeros (not admitted)") : "their initial rows (" + setup.init + ")");
   return std::make_unique<SavedTables>(setup, std::move(tables));
 }
 
