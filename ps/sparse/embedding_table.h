@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "ps/sparse/id_index.h"
-#include "ps/sparse/initializer.h"
+#include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
 
