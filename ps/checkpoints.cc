@@ -15,7 +15,13 @@ void ShardCheckpoints::mark(const Header& push) {
 }
 
 void ShardCheckpoints::advanced(const Store& store, const SparseStore* sparse) {
-  if (checkpoint_at_ == 0 || store.version() != checkpoint_at_) return;
+  if (checkpoint_at_ == 0) return;
+  // Hybrid mode: the workers hold the dense vector (this store never advances); the tables alone.
+  if (options_.checkpoint.table_shards > 0) {
+    if (sparse != nullptr && sparse->version() == checkpoint_at_) write(store, sparse);
+    return;
+  }
+  if (store.version() != checkpoint_at_) return;
   // Sync: the tables reach the version with the same step (their pushes may come after the dense
   // ones); async applies pushes as they come, and the tables are saved as they are.
   if (sparse != nullptr && options_.mode == Mode::kSync && sparse->version() != checkpoint_at_) return;
@@ -36,6 +42,14 @@ void ShardCheckpoints::write(const Store& store, const SparseStore* sparse) {
   c.optimizer = options_.optimizer.kind;
   store.save(&c);
   if (sparse != nullptr) sparse->save(&c.tables);
+  if (options_.checkpoint.table_shards > 0) {
+    // Hybrid mode: file s of S + 1, before the chief's dense vector (the last file): no slice of
+    // it here, only the tables (docs/checkpoints.md, "Hybrid mode").
+    c.num_shards = static_cast<uint32_t>(options_.checkpoint.table_shards + 1);
+    c.offset = 0;
+    c.values.clear();
+    for (std::vector<float>& slot : c.slots) slot.clear();
+  }
   checkpoint_at_ = 0;
   const auto start = Clock::now();
   files_.write(c);

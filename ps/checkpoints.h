@@ -25,7 +25,8 @@ class ShardCheckpoints {
   void mark(const Header& push);
   // After a part of `store` (or `sparse`, the tables, if any) advanced: writes the checkpoint if
   // the store is at the marked version, and in sync the tables too (their rows go in the same
-  // file). Throws pstrain::Error when the write fails and --checkpoint-errors is stop.
+  // file); in hybrid mode when the tables are (the file holds them alone). Throws pstrain::Error
+  // when the write fails and --checkpoint-errors is stop.
   void advanced(const Store& store, const SparseStore* sparse);
   // A PARAMS header of version h->step: whether the job stops after it, and the time its write took.
   void stamp(Header* h) const;

@@ -314,11 +314,16 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
 
 bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::string* error) {
   if (sparse_ == nullptr) return (*error = "SPARSE_PUSH, but this job has no embedding tables", false);
+  if (h.sender == 0 && h.checkpoint != 0 && h.checkpoint != h.step + 1) {
+    return (*error = "SPARSE_PUSH for step " + std::to_string(h.step) + " asks for a checkpoint of version " +
+                     std::to_string(h.checkpoint), false);
+  }
   std::vector<SparseSection> sections;
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &sections, error)) return false;
   bool applied = false;
   const int worker = static_cast<int>(h.sender);
   if (!sparse_->push(worker, members_.rejoined(worker), h, std::move(sections), &applied, error)) return false;
+  if (h.sender == 0) checkpoints_.mark(h);  // hybrid mode: the chief's marks come with its rows
   if (applied) sparse_advanced();
   return true;
 }
@@ -347,6 +352,8 @@ bool ParameterServer::ready(size_t part, uint64_t want) const {
 }
 
 void ParameterServer::sparse_advanced() {
+  // Hybrid mode: the tables' file is on disk before any worker has rows of the version.
+  checkpoints_.advanced(*store_, sparse_.get());
   auto waiting = sparse_parked_.begin();
   for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
     if (sparse_->ready(it->want)) {

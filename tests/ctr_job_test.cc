@@ -293,6 +293,64 @@ TEST_F(CtrJobTest, HybridModeEqualsSync) {
               rows);
 }
 
+// Hybrid mode's checkpoints: the chief's dense vector and every shard's tables of one step. A
+// job stopped after 10 of 20 steps on 2 shards and resumed on 3 ends with the uninterrupted
+// job's dense parameters and rows, bit for bit; so does one resumed from a directory whose newest
+// checkpoint has a damaged table file (both sides pass over it and take step 5, not a mix).
+TEST_F(CtrJobTest, HybridCheckpointsResumeOnAnotherShardCountWithNothingLost) {
+  const std::string ckpt = *dir_ + "/hybrid-ckpt";
+  // A constant schedule (launch.sh's default config has a cosine one): the 10-step job's first
+  // half is the 20-step job's.
+  const std::vector<std::string> every = {"--mode", "allreduce", "--lr-schedule", "constant", "--checkpoint-dir", ckpt,
+                                          "--checkpoint-every", "5"};
+  ASSERT_TRUE(launch("hybrid-whole", kSteps, {}, nullptr, {"--mode", "allreduce", "--lr-schedule", "constant"}).ok())
+      << read_file(*dir_ + "/hybrid-whole.log");
+  ASSERT_TRUE(launch("hybrid-first", 10, {}, nullptr, every).ok()) << read_file(*dir_ + "/hybrid-first.log");
+  const std::string v10 = ckpt + "/v0000000010";
+  for (const std::string file : {"shard0of3.ckpt", "shard1of3.ckpt", "shard2of3.ckpt", "MANIFEST"}) {
+    EXPECT_TRUE(std::filesystem::exists(v10 + "/" + file)) << file;  // ps0's tables, ps1's, the dense vector
+  }
+  const std::string damaged = *dir_ + "/hybrid-ckpt-damaged";
+  std::filesystem::copy(ckpt, damaged, std::filesystem::copy_options::recursive);
+  std::vector<std::string> resume = every;
+  resume.push_back("--resume");
+  ASSERT_TRUE(launch("hybrid-resumed", kSteps, {"--num-ps", "3", "--num-workers", "3"}, nullptr, resume).ok())
+      << read_file(*dir_ + "/hybrid-resumed.log");
+  const std::string log = read_file(*dir_ + "/hybrid-resumed.log");
+  EXPECT_NE(log.find("--resume: from checkpoint " + v10), std::string::npos) << log;
+  EXPECT_NE(log.find("resuming at step 10"), std::string::npos) << log;
+
+  {  // a flipped byte in ps1's tables of step 10
+    std::fstream f(damaged + "/v0000000010/shard1of3.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(100);
+    char c = 0;
+    f.read(&c, 1);
+    c = static_cast<char>(c ^ 0x10);
+    f.seekp(100);
+    f.write(&c, 1);
+  }
+  resume[5] = damaged;
+  ASSERT_TRUE(launch("hybrid-damaged", kSteps, {}, nullptr, resume).ok()) << read_file(*dir_ + "/hybrid-damaged.log");
+  const std::string damaged_log = read_file(*dir_ + "/hybrid-damaged.log");
+  EXPECT_NE(damaged_log.find("--resume: from checkpoint " + damaged + "/v0000000005"), std::string::npos) << damaged_log;
+  EXPECT_NE(damaged_log.find("w0: --resume: skipping checkpoint " + damaged + "/v0000000010: shard1of3.ckpt"),
+            std::string::npos)
+      << damaged_log;
+
+  const CtrRun whole = saved(*dir_ + "/hybrid-whole-params", "adam", false);
+  const CtrRun first = saved(*dir_ + "/hybrid-first-params", "adam", false);
+  EXPECT_GT(rows_difference(whole, first), 1e-4);  // the first half is not the whole
+  for (const std::string name : {"hybrid-resumed", "hybrid-damaged"}) {
+    const CtrRun resumed = saved(*dir_ + "/" + name + "-params", "adam", false);
+    EXPECT_TRUE(bit_identical(whole.dense, resumed.dense)) << name << ": " << relative_difference(whole.dense, resumed.dense);
+    EXPECT_EQ(rows_difference(whole, resumed), 0.0) << name;
+    EXPECT_EQ(whole.table_rows, resumed.table_rows) << name;
+    std::printf("%s vs uninterrupted hybrid job: dense %.3g, rows %.3g (max |difference| / max |value|), %zu rows\n",
+                name.c_str(), relative_difference(whole.dense, resumed.dense), rows_difference(whole, resumed),
+                resumed.table_rows);
+  }
+}
+
 // A model starting with the dot interaction ("dot 26 4": the 26 rows' 325 pairwise products):
 // its input gradient reaches the tables (the rows move), and 3 workers of batch 8 on 2 shards
 // still equal one worker of batch 24.

@@ -46,10 +46,14 @@ TEST(CtrOptionsTest, BadEmbeddingValuesAreUsageErrors) {
 
 TEST(CtrOptionsTest, WhatTablesDoNotSupportYetIsRefused) {
   const std::string why = "--embedding-dim: embedding tables ";
-  EXPECT_EQ(ctr_usage_error({"--mode", "allreduce", "--checkpoint-dir", "/tmp/ckpt"}),
-            why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
   EXPECT_EQ(ctr_usage_error({"--num-workers", "2", "--backup-workers", "1"}),
             why + "do not work with --backup-workers yet");
+}
+
+// Hybrid mode (--mode allreduce with tables) checkpoints, resumes and may be restarted (--allow-rejoin).
+TEST(CtrOptionsTest, HybridJobsTakeCheckpointsAndResume) {
+  EXPECT_TRUE(parse_worker_flags({"--train-data", "a.tsv", "--test-data", "b.tsv", "--embedding-dim", "4", "--mode",
+                                  "allreduce", "--checkpoint-dir", "/tmp/ckpt", "--resume", "--allow-rejoin"}));
 }
 
 // --evaluate and --predict of a CTR model need no PS (the rows come from --init-params'

@@ -192,6 +192,9 @@ class AllreduceExchange final : public Exchange {
   // The chief, after applying step version-1: the whole vector as the one shard of the checkpoint.
   void write_checkpoint(uint64_t version, const float* host_params) {
     ShardCheckpoint c;
+    // Hybrid mode: the last of S + 1 files, after the PS shards' tables.
+    c.shard = static_cast<uint32_t>(o_.checkpoint.table_shards);
+    c.num_shards = c.shard + 1;
     c.version = version;
     c.total = total_;
     c.total_steps = total_steps_;
@@ -232,23 +235,35 @@ namespace {
 class HybridExchange final : public Exchange {
  public:
   HybridExchange(std::unique_ptr<Exchange> dense, const ExchangeOptions& o, uint64_t total, Endpoint& servers)
-      : dense_(std::move(dense)), client_(tables_client(o.client), total, servers) {}
+      : dense_(std::move(dense)), client_(tables_client(o.client), total, servers), num_ps_(o.client.num_ps) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
+    // Both sides take the newest checkpoint that is complete (its manifest) and whose every file,
+    // the dense vector's and each shard's tables', is intact: the same one.
     const uint64_t tables_at = client_.hello(total_steps);
     const uint64_t first = dense_->start(host_params, total_steps);
     if (tables_at != first) {
       throw Error("hybrid mode: the PS's tables are at step " + std::to_string(tables_at) + ", the dense parameters at " +
-                  std::to_string(first) + " (tables are not checkpointed in hybrid mode)");
+                  std::to_string(first) + " (were the PS shards and the workers given the same --checkpoint-dir?)");
     }
     return first;
   }
   void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
+    client_.mark_rows(step, info.checkpoint);  // the shards write their tables at the chief's versions
     dense_->gradient_ready(step, host_grad, from, info);
   }
   StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                           StepTimes* times) override {
-    return dense_->finish_step(step, host_params, host_grad, info, times);
+    StepMetrics m = dense_->finish_step(step, host_params, host_grad, info, times);
+    if (info.checkpoint != 0) {
+      // The chief wrote the dense vector; the manifest may follow once every shard wrote its tables
+      // of the version, which it does before it answers a pull of that version.
+      const auto start = Clock::now();
+      const std::vector<const std::vector<SparseSection>*> none(static_cast<size_t>(num_ps_), nullptr);
+      client_.receive_rows(client_.request_rows(info.checkpoint, none));
+      times->ckpt_us += micros(Clock::now() - start);
+    }
+    return m;
   }
   void done() override {
     dense_->done();
@@ -267,6 +282,7 @@ class HybridExchange final : public Exchange {
 
   std::unique_ptr<Exchange> dense_;
   PsClient client_;
+  const int num_ps_;
 };
 
 }  // namespace

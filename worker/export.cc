@@ -159,6 +159,8 @@ std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out
     out->tables.push_back(std::move(c.tables));
   }
   if (covered != m.total) return "the shards hold " + std::to_string(covered) + " of " + std::to_string(m.total) + " values";
+  // Hybrid mode: the last file, the chief's dense vector, holds no tables; the others are the PS's.
+  if (out->tables.size() > 1 && out->tables.back().empty() && !out->tables.front().empty()) out->tables.pop_back();
   return "";
 }
 

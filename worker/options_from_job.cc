@@ -142,7 +142,8 @@ TrainOptions train_options(const JobOptions& o) {
   t.data = data_options(o);
   t.backend = backend_options(o);
   t.checkpoint = checkpoint_options(o);
-  t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 : o.num_ps;  // allreduce: the chief's one file
+  // allreduce: the chief's one file; hybrid: the PS shards' tables, then the chief's dense vector
+  t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 + t.checkpoint.table_shards : o.num_ps;
   t.evaluation = EvaluationOptions{o.index, o.num_workers, o.mode, o.backup_workers};
   t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every, o.optimizer, o.loss};
   t.placement = [o](const std::string& device) { return describe_placement(o, device); };

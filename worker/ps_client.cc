@@ -553,6 +553,7 @@ void PsClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std:
     Header h = request(Op::kSparsePush, step, s);
     h.request_id = next_request_++;
     h.samples = samples;
+    h.checkpoint = step == marked_step_ ? marked_checkpoint_ : 0;
     std::string body = encode_sparse_body(Op::kSparsePush, sections[static_cast<size_t>(s)]);
     h.offset = 0;
     h.length = body.size() / 4;

@@ -104,6 +104,12 @@ class PsClient final : public RowSource {
   // shard s (SPARSE_PUSH): every shard gets one, empty or not, since a sync step is applied once
   // every worker pushed to it.
   void push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) override;
+  // Hybrid mode, the chief: its SPARSE_PUSHes of `step` carry the version to checkpoint (the
+  // shards write their tables once they reach it), as its dense PUSHes do in sync.
+  void mark_rows(uint64_t step, uint64_t checkpoint) {
+    marked_step_ = step;
+    marked_checkpoint_ = checkpoint;
+  }
   // Batch norm's global statistics (sync): this worker's sums of call `call` of `step` to ps0,
   // replaced by every worker's added (STATS, STATS_SUM). Waits up to --timeout for the others.
   void combine_stats(uint64_t step, uint64_t call, std::vector<double>& sums);
@@ -187,6 +193,7 @@ class PsClient final : public RowSource {
   // PARAMS are then read there (PULL shm 2).
   std::vector<SharedMemory> areas_;
   uint64_t next_request_ = 1;
+  uint64_t marked_step_ = UINT64_MAX, marked_checkpoint_ = 0;  // mark_rows
 };
 
 }  // namespace pstrain

@@ -66,7 +66,7 @@ struct TrainOptions {
   // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).
   BackendOptions backend;
   CheckpointOptions checkpoint;  // the chief's checkpoint decisions and manifests; --resume
-  int checkpoint_shards = 1;    // a checkpoint's shard files: the PS shards' (allreduce: the chief's one)
+  int checkpoint_shards = 1;    // a checkpoint's shard files: the PS shards' (allreduce: the chief's one; hybrid: S + 1)
   EvaluationOptions evaluation;
   ProgressOptions progress;
   // This process's start line for the device it computes on (main gives describe_placement of

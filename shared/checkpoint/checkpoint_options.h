@@ -23,6 +23,9 @@ struct CheckpointOptions {
   std::vector<std::string> resume_allow;
   OnError errors = OnError::kStop;  // --checkpoint-errors: a failed write stops the job | warn, go on
   JobIdentity job;  // what the manifests' fingerprint is made of (and the shard files' optimizer)
+  // Hybrid mode (--mode allreduce with tables): the PS shards, this many, write only their tables
+  // (tables<s>of<S>.ckpt) beside the chief's file of the dense vector. 0 in every other mode.
+  int table_shards = 0;
 };
 
 }  // namespace pstrain

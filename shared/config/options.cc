@@ -140,7 +140,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("embedding-expiry", po::value(&o.embedding_expiry)->default_value(o.embedding_expiry), "steps: rows (and sightings) unused this long are dropped, freeing their memory (0: never)");
   po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
   ckpt.add_options()
-      ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state there, the chief a manifest once all shards wrote (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")
+      ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state (and its embedding tables) there, the chief a manifest once all shards wrote (allreduce: the chief writes the whole vector; hybrid mode: the chief the dense vector, each PS shard its tables) (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")
       ("checkpoint-every", po::value(&o.checkpoint_every)->default_value(o.checkpoint_every), "checkpoint every this many steps (0 = not by steps)")
       ("checkpoint-secs", po::value(&o.checkpoint_secs)->default_value(o.checkpoint_secs), "also checkpoint when this many seconds passed since the last one (0 = not by time)")
       ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
@@ -318,8 +318,6 @@ void validate(const JobOptions& o, Role role) {
   require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
-    require(o.mode != Mode::kAllreduce || o.checkpoint_dir.empty(),
-            why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
     require(o.backup_workers == 0, why + "do not work with --backup-workers yet");
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
             why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");

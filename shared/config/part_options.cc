@@ -51,6 +51,7 @@ CheckpointOptions checkpoint_options(const JobOptions& o) {
   c.resume_allow = o.resume_allow;
   c.errors = o.checkpoint_errors;
   c.job = job_identity(o);
+  c.table_shards = o.mode == Mode::kAllreduce && o.embedding_dim > 0 ? o.num_ps : 0;
   return c;
 }
 
