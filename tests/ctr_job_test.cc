@@ -351,6 +351,42 @@ TEST_F(CtrJobTest, HybridCheckpointsResumeOnAnotherShardCountWithNothingLost) {
   }
 }
 
+// kill -9 of a worker, then of a PS shard, of a hybrid job under launch.sh --max-restarts 1 with
+// checkpoints every 20 steps: the ring cannot take a replacement in, so either death restarts the
+// whole job from its last complete checkpoint, and both runs end with the uninterrupted job's
+// dense parameters and rows, bit for bit.
+TEST_F(CtrJobTest, HybridKilledWorkerOrServerRestartsTheJobAndLosesNothing) {
+  constexpr int kJobSteps = 300;
+  ASSERT_TRUE(launch("hybrid-long", kJobSteps, {}, nullptr, {"--mode", "allreduce"}).ok())
+      << read_file(*dir_ + "/hybrid-long.log");
+  const CtrRun want = saved(*dir_ + "/hybrid-long-params", "adam", false);
+  std::mt19937 rng(2);
+  for (const std::string victim : {"w1", "ps1"}) {
+    const int at = 30 + static_cast<int>(rng() % 60);
+    const std::string name = "hybrid-killed-" + victim + "-" + std::to_string(at);
+    const std::string ckpt = *dir_ + "/ckpt-" + name;
+    std::filesystem::create_directories(ckpt);
+    pid_t killed = -1;
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, [&](pid_t launcher, const std::string& run_dir) {
+      ASSERT_TRUE(wait_for_step(launcher, run_dir, at)) << read_file(*dir_ + "/" + name + ".log");
+      killed = pid_of(run_dir, victim);
+      ASSERT_GT(killed, 0);
+      ASSERT_EQ(kill(killed, SIGKILL), 0);
+    }, {"--mode", "allreduce", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"});
+    const std::string log = read_file(*dir_ + "/" + name + ".log");
+    ASSERT_TRUE(status.ok()) << log;
+    EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("restarting the whole job from its last complete checkpoint"), std::string::npos) << log;
+    const CtrRun got = saved(*dir_ + "/" + name + "-params", "adam", false);
+    EXPECT_TRUE(bit_identical(want.dense, got.dense)) << victim << ": " << relative_difference(want.dense, got.dense);
+    EXPECT_EQ(rows_difference(want, got), 0.0) << victim;
+    EXPECT_EQ(want.table_rows, got.table_rows) << victim;
+    std::printf("hybrid, %s killed after step %d: dense %.3g, rows %.3g (max |difference| / max |value|)\n",
+                victim.c_str(), at, relative_difference(want.dense, got.dense), rows_difference(want, got));
+  }
+}
+
 // A model starting with the dot interaction ("dot 26 4": the 26 rows' 325 pairwise products):
 // its input gradient reaches the tables (the rows move), and 3 workers of batch 8 on 2 shards
 // still equal one worker of batch 24.

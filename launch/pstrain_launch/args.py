@@ -77,7 +77,8 @@ def parser(repo, forwarded_env):
         "restart a worker that dies, with the same index, up to R times in all (default 0: any death stops the "
         "job). The replacement gets the current parameters and redoes the step its predecessor left, so nothing "
         "is lost or counted twice. A PS shard that dies restarts the whole job from its last complete checkpoint "
-        "(needs the job's --checkpoint-dir). Sync mode, local or ssh launcher."))
+        "(needs the job's --checkpoint-dir). Sync mode; in hybrid mode (--mode allreduce with --embedding-dim, "
+        "with --checkpoint-dir) any death restarts the whole job so. Local or ssh launcher."))
     job.add_argument("--progress", metavar="MODE", default="auto", help=(
         "auto (default) | bar | lines. bar: one live status line at the bottom of the terminal (bar, "
         "percentage, step/total, samples/s, loss, the slowest worker if there is a straggler, ETA), from the "

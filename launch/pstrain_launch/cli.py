@@ -143,8 +143,12 @@ class Settings:
             raise UsageError("--resume needs the job's --checkpoint-dir (after --, or in the config file)")
         self.checkpoint_grace = require_int("PSTRAIN_CHECKPOINT_GRACE",
                                             os.environ.get("PSTRAIN_CHECKPOINT_GRACE", "60"), 1)
-        if self.max_restarts and self.mode != "sync":
-            raise UsageError("--max-restarts needs --mode sync (the PS takes the replacement into its barrier)")
+        if self.max_restarts and self.mode != "sync" and not self.hybrid:
+            raise UsageError("--max-restarts needs --mode sync (the PS takes the replacement into its barrier), or "
+                             "hybrid mode (--mode allreduce with --embedding-dim) with --checkpoint-dir")
+        if self.max_restarts and self.hybrid and not self.checkpointing:
+            raise UsageError("--max-restarts in hybrid mode restarts the whole job from its last complete checkpoint "
+                             "(the workers' ring cannot take a replacement in): it needs the job's --checkpoint-dir")
         if self.max_restarts and self.launcher not in ("local", "ssh"):
             raise UsageError(f"--max-restarts works with the local and ssh launchers, not {self.launcher} "
                              "(a step's ranks cannot be restarted one by one)")
@@ -496,7 +500,10 @@ class Run:
                 error = self.last_error(child)
                 if error:
                     why += f" ({error})"
-                if child.name.startswith("ps") and self.restarts < self.s.max_restarts and self.s.checkpointing:
+                # A dead PS shard, or in hybrid mode any process (the ring takes no replacement in):
+                # the whole job restarts from its last complete checkpoint.
+                whole_job = child.name.startswith("ps") or self.s.hybrid
+                if whole_job and self.restarts < self.s.max_restarts and self.s.checkpointing:
                     self.restarts += 1
                     where = self.last_checkpoint()
                     if where is None:
