@@ -310,6 +310,16 @@ TEST_F(CtrJobTest, HybridCheckpointsResumeOnAnotherShardCountWithNothingLost) {
   for (const std::string file : {"shard0of3.ckpt", "shard1of3.ckpt", "shard2of3.ckpt", "MANIFEST"}) {
     EXPECT_TRUE(std::filesystem::exists(v10 + "/" + file)) << file;  // ps0's tables, ps1's, the dense vector
   }
+  {  // pstrain-export of it: the tables --save-params wrote at the same step, byte for byte
+    const std::string out = *dir_ + "/hybrid-exported", log_path = *dir_ + "/hybrid-export.log";
+    ASSERT_TRUE(wait_for(spawn({PSTRAIN_EXPORT_BIN, ckpt, out}, log_path), 60).ok()) << read_file(log_path);
+    EXPECT_NE(read_file(log_path).find("2 embedding table file(s)"), std::string::npos) << read_file(log_path);
+    for (const char* name : {"ids.shard0-of-2", "ids.shard1-of-2"}) {
+      const std::string a = read_file(out + "/embeddings/" + name);
+      EXPECT_FALSE(a.empty()) << name;
+      EXPECT_TRUE(a == read_file(*dir_ + "/hybrid-first-params/embeddings/" + name)) << name;
+    }
+  }
   const std::string damaged = *dir_ + "/hybrid-ckpt-damaged";
   std::filesystem::copy(ckpt, damaged, std::filesystem::copy_options::recursive);
   std::vector<std::string> resume = every;
