@@ -82,6 +82,12 @@ class CtrJobTest : public ::testing::Test {
       if (flag.rfind("--", 0) == 0 && at != job.args.end()) job.args.erase(at, at + 2);
     }
     job.args.insert(job.args.end(), more.begin(), more.end());
+    // With --global-batch or --worker-batch the micro-batch follows from --accum-steps.
+    if (std::find(more.begin(), more.end(), "--global-batch") != more.end() ||
+        std::find(more.begin(), more.end(), "--worker-batch") != more.end()) {
+      const auto at = std::find(job.args.begin(), job.args.end(), "--batch-size");
+      job.args.erase(at, at + 2);
+    }
     const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
     EXPECT_EQ(result.ok(), expect_ok) << result.logs;
     CtrRun run;
@@ -166,6 +172,37 @@ TEST_F(CtrJobTest, MirroredContractForEveryTableOptimizer) {
     EXPECT_EQ(reference.table_rows, p.table_rows) << optimizer;
     std::printf("table optimizer %s, N=3 S=2 vs N=1: dense %.3g, rows %.3g (max |difference| / max |value|), %zu rows\n",
                 optimizer.c_str(), dense, sparse, p.table_rows);
+  }
+}
+
+// Gradient accumulation: 3 workers whose step of 8 records is 3 micro-batches (of 3, 3 and 2)
+// on 2 shards equal one worker of batch 24, dense parameters and rows, for every table
+// optimizer: a worker pulls the rows of its step's IDs once and pushes one gradient per ID summed
+// over its micro-batches. One worker of 4 micro-batches of 6 equals it too.
+TEST_F(CtrJobTest, GradientAccumulationKeepsTheMirroredContract) {
+  for (const std::string optimizer : {"sgd", "adagrad", "adam", "ftrl"}) {
+    const CtrRun reference = train(1, 1, 3 * kBatch, optimizer, false);
+    ASSERT_FALSE(reference.rows.empty()) << optimizer;
+    const CtrRun p = train(2, 3, kBatch, optimizer, false, {"--global-batch", "24", "--accum-steps", "3"});
+    ASSERT_FALSE(p.rows.empty()) << optimizer << p.logs;
+    EXPECT_NE(p.logs.find("gradient accumulation: 3 micro-batches of up to 3 = 8 samples a step"), std::string::npos)
+        << p.logs;
+    const double dense = relative_difference(reference.dense, p.dense);
+    const double sparse = rows_difference(reference, p);
+    EXPECT_LE(dense, 1e-5) << optimizer;
+    EXPECT_LE(sparse, 1e-5) << optimizer;
+    EXPECT_EQ(reference.table_rows, p.table_rows) << optimizer;
+    std::printf("table optimizer %s, N=3 S=2 of 3 micro-batches vs N=1: dense %.3g, rows %.3g (max |difference| / "
+                "max |value|)\n", optimizer.c_str(), dense, sparse);
+    if (optimizer != "adam") continue;
+    const CtrRun one = train(1, 1, 3 * kBatch, optimizer, false, {"--global-batch", "24", "--accum-steps", "4"});
+    ASSERT_FALSE(one.rows.empty()) << one.logs;
+    EXPECT_NE(one.logs.find("gradient accumulation: 4 micro-batches of up to 6 = 24 samples a step"), std::string::npos)
+        << one.logs;
+    const double one_dense = relative_difference(reference.dense, one.dense), one_rows = rows_difference(reference, one);
+    EXPECT_LE(one_dense, 1e-5);
+    EXPECT_LE(one_rows, 1e-5);
+    std::printf("table optimizer adam, N=1 of 4 micro-batches vs N=1: dense %.3g, rows %.3g\n", one_dense, one_rows);
   }
 }
 
