@@ -24,9 +24,9 @@ TEST(CtrOptionsTest, AValidCtrCommandLineParses) {
   ASSERT_TRUE(o);
   EXPECT_EQ(o->embedding_dim, 4);
   EXPECT_EQ(embedding_table_names(*o).size(), 26u);
-  // Gradient accumulation is built for tables (docs/sparse.md).
+  // Gradient accumulation and backup workers are built for tables (docs/sparse.md).
   EXPECT_TRUE(parse_worker_flags({"--train-data", "train.tsv", "--test-data", "test.tsv", "--embedding-dim", "4",
-                                  "--num-workers", "3", "--accum-steps", "2"}));
+                                  "--num-workers", "3", "--backup-workers", "1", "--accum-steps", "2"}));
   EXPECT_TRUE(parse_worker_flags({"--train-data", "train.tsv", "--test-data", "test.tsv", "--embedding-dim", "4",
                                   "--global-batch", "24", "--batch-size", "auto"}));
 }
@@ -49,8 +49,6 @@ TEST(CtrOptionsTest, WhatTablesDoNotSupportYetIsRefused) {
   const std::string why = "--embedding-dim: embedding tables ";
   EXPECT_EQ(ctr_usage_error({"--mode", "allreduce", "--checkpoint-dir", "/tmp/ckpt"}),
             why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
-  EXPECT_EQ(ctr_usage_error({"--num-workers", "2", "--backup-workers", "1"}),
-            why + "do not work with --backup-workers yet");
   EXPECT_EQ(ctr_usage_error({"--evaluate", "--init-params", "/tmp/model"}),
             why + "live on the PS: --evaluate and --predict of such a model are not built yet");
   EXPECT_EQ(ctr_usage_error({"--predict", "more.tsv", "--predictions", "p.npy", "--init-params", "/tmp/model"}),

@@ -342,8 +342,10 @@ class Trainer {
       if (!chief_) evaluation_->share_after(step, &previous_);
       if (own_figures_ != nullptr) own_figures_->add(step, previous_, step + 1 == total_steps_);
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
-        // Backup workers: the job moved on without this worker's late steps; so does its data.
+        // Backup workers: the job moved on without this worker's late steps; so does its data,
+        // and the rows asked for the step after this one go unused.
         skipped_ += m.next_step - step - 1;
+        if (ctr_ != nullptr && ctr_->requested()) ctr_->discard();
         start_prefetch(m.next_step);
       }
       step = std::max(m.next_step, step + 1);

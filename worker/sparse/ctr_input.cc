@@ -42,6 +42,12 @@ const float* CtrInput::input(const float* dense, size_t n) {
   return input(dense, 0, n);
 }
 
+void CtrInput::discard() {
+  PSTRAIN_CHECK(requested_);
+  requested_ = false;
+  source_->receive_rows(ticket_);
+}
+
 void CtrInput::add_gradient(size_t first, size_t n, const float* dx) {
   PSTRAIN_CHECK(received_);
   PSTRAIN_CHECK(first <= embedding_.batch() && n <= embedding_.batch() - first);

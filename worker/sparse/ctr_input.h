@@ -41,6 +41,9 @@ class CtrInput {
     return input(dense, n);
   }
   bool requested() const { return requested_; }
+  // The rows of the last request(), received and dropped unused (backup workers: the job moved on
+  // past the version they were asked for).
+  void discard();
   // After backward of input(dense, first, n): `dx` (host, n * input_dim()) is the gradient of the
   // summed loss with respect to it. Kept until push().
   void add_gradient(size_t first, size_t n, const float* dx);
