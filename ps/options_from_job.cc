@@ -1,6 +1,7 @@
 #include "ps/options_from_job.h"
 
 #include "shared/config/part_options.h"
+#include "shared/train/row_init.h"
 
 namespace pstrain {
 
@@ -32,7 +33,7 @@ ServerOptions server_options(const JobOptions& o) {
     table.optimizer.beta1 = o.optimizer.beta1;
     table.optimizer.beta2 = o.optimizer.beta2;
     table.optimizer.epsilon = o.optimizer.epsilon;
-    table.init.kind = o.embedding_optimizer == "ftrl" ? RowInitKind::kZeros : RowInitKind::kUniform;
+    table.init.kind = row_init_for(o.embedding_optimizer);
     table.seed = o.seed;
     table.min_count = static_cast<uint32_t>(o.embedding_min_count);
     table.expiry_steps = static_cast<uint64_t>(o.embedding_expiry);

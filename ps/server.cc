@@ -301,8 +301,7 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
   *error = sparse_->check_pull(h.step);
   if (!error->empty()) return false;
   if (sparse_->ready(h.step)) return send_rows(p, error);
-  std::vector<SparseSection> rows;  // checked now, so that a bad pull is refused at once
-  if (!sparse_->rows(p.request, h.step, &rows, error)) return false;
+  if (!sparse_->check_rows(p.request, error)) return false;  // now, so that a bad pull is refused at once
   // A worker has at most two waiting (its next step's, and an evaluation's): more would let one
   // peer grow the shard's memory with parked requests.
   const auto mine = std::count_if(sparse_parked_.begin(), sparse_parked_.end(),
@@ -320,7 +319,7 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &sections, error)) return false;
   bool applied = false;
   const int worker = static_cast<int>(h.sender);
-  if (!sparse_->push(worker, members_.rejoined(worker), h, sections, &applied, error)) return false;
+  if (!sparse_->push(worker, members_.rejoined(worker), h, std::move(sections), &applied, error)) return false;
   if (applied) sparse_advanced();
   settle_step();
   return true;
@@ -347,8 +346,14 @@ void ParameterServer::settle_step() {
 }
 
 bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {
+  if (!sparse_->check_rows(p.request, error)) return false;
+  send_checked_rows(p);
+  return true;
+}
+
+void ParameterServer::send_checked_rows(const SparseParked& p) {
   std::vector<SparseSection> rows;
-  if (!sparse_->rows(p.request, p.want, &rows, error)) return false;
+  sparse_->checked_rows(p.request, p.want, &rows);
   Header h;
   h.op = Op::kSparseRows;
   h.request_id = p.request_id;
@@ -357,7 +362,6 @@ bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {
   h.length = body.size() / 4;
   Frame payload(std::move(body));
   reply(p.route, h, &payload);
-  return true;
 }
 
 bool ParameterServer::ready(size_t part, uint64_t want) const {
@@ -368,8 +372,7 @@ void ParameterServer::sparse_advanced() {
   auto waiting = sparse_parked_.begin();
   for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
     if (sparse_->ready(it->want)) {
-      std::string error;  // it was checked when it arrived; the tables may have changed since
-      if (!send_rows(*it, &error)) reject(it->route, it->request_id, error);
+      send_checked_rows(*it);  // checked when it arrived (on_sparse_pull)
     } else {
       *waiting++ = std::move(*it);
     }

@@ -52,6 +52,7 @@ class ParameterServer {
   // Answers a SPARSE_PULL with the rows as they are now; false, with the reason, for a pull
   // the tables refuse.
   bool send_rows(const SparseParked& p, std::string* error);
+  void send_checked_rows(const SparseParked& p);  // one that passed SparseStore::check_rows
   void sparse_advanced();
   void settle_step();  // --backup-workers with tables: applies a step once its workers are known
   void on_done(const Message& msg, const Header& h);

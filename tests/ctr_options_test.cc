@@ -49,10 +49,16 @@ TEST(CtrOptionsTest, WhatTablesDoNotSupportYetIsRefused) {
   const std::string why = "--embedding-dim: embedding tables ";
   EXPECT_EQ(ctr_usage_error({"--mode", "allreduce", "--checkpoint-dir", "/tmp/ckpt"}),
             why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
-  EXPECT_EQ(ctr_usage_error({"--evaluate", "--init-params", "/tmp/model"}),
-            why + "live on the PS: --evaluate and --predict of such a model are not built yet");
-  EXPECT_EQ(ctr_usage_error({"--predict", "more.tsv", "--predictions", "p.npy", "--init-params", "/tmp/model"}),
-            why + "live on the PS: --evaluate and --predict of such a model are not built yet");
+}
+
+// --evaluate and --predict of a CTR model need no PS (the rows come from --init-params'
+// embeddings/); --embedding-dim may be given, model.json's then being checked against it.
+TEST(CtrOptionsTest, EvaluateAndPredictOfACtrModelAreAccepted) {
+  EXPECT_TRUE(parse_worker_flags({"--evaluate", "--init-params", "/tmp/model", "--test-data", "b.tsv"}));
+  EXPECT_TRUE(parse_worker_flags({"--evaluate", "--init-params", "/tmp/model", "--test-data", "b.tsv",
+                                  "--embedding-dim", "4"}));
+  EXPECT_TRUE(parse_worker_flags({"--predict", "more.tsv", "--predictions", "p.npy", "--init-params", "/tmp/model",
+                                  "--embedding-dim", "4"}));
 }
 
 // A --batch-size beside --worker-batch / --global-batch cannot be given: the micro-batch follows

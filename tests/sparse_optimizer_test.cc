@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "shared/train/optimizer.h"
@@ -102,6 +104,50 @@ TEST(SparseOptimizerTest, FtrlL1GivesExactZeros) {
   o.l1 = 100.0;  // above every |z| these gradients reach
   for (float w : run(o, kW0)) EXPECT_EQ(w, 0.0f);
   EXPECT_EQ(std::signbit(run(o, kW0)[0]), false);
+}
+
+// The optimizer's loop is written branch-free so that it vectorises: the same bits as the
+// per-element float expression with its branches, for every width (vector body and remainder),
+// with and without l1, over zero, tiny and large gradients and weights driven to exactly 0.
+TEST(SparseOptimizerTest, FtrlIsThePerElementFloatExpressionBitForBit) {
+  for (const double l1 : {0.0, 0.01, 0.3}) {
+    SparseOptimizerOptions o = opts("ftrl");
+    o.l1 = l1;
+    o.l2 = 0.1;
+    const auto opt = make_sparse_optimizer(o);
+    for (size_t dim = 1; dim <= 19; ++dim) {
+      std::vector<float> w(dim), slots(2 * dim), w_ref(dim), z_ref(dim, 0.0f), n_ref(dim);
+      opt->init_slots(dim, slots.data());
+      for (size_t i = 0; i < dim; ++i) n_ref[i] = slots[dim + i];
+      uint32_t state = static_cast<uint32_t>(dim * 7919 + static_cast<size_t>(l1 * 1000));
+      for (int t = 0; t < 12; ++t) {
+        std::vector<float> g(dim);
+        for (float& x : g) {
+          state = state * 1664525u + 1013904223u;
+          const int kind = static_cast<int>(state >> 29);
+          x = kind == 0 ? 0.0f : kind == 1 ? 1e-30f : (static_cast<float>(state >> 8) / 16777216.0f - 0.5f) * 4.0f;
+        }
+        opt->apply(dim, w.data(), slots.data(), g.data(), kScale, kLr, static_cast<uint64_t>(t));
+        const float inv_alpha = static_cast<float>(1.0 / kLr), beta = static_cast<float>(o.ftrl_beta);
+        const float fl1 = static_cast<float>(o.l1), fl2 = static_cast<float>(o.l2);
+        for (size_t i = 0; i < dim; ++i) {
+          const float gi = kScale * g[i];
+          const float n_new = n_ref[i] + gi * gi;
+          const float root = std::sqrt(n_new);
+          z_ref[i] += gi - (root - std::sqrt(n_ref[i])) * inv_alpha * w_ref[i];
+          n_ref[i] = n_new;
+          const float shrunk = z_ref[i] > 0 ? z_ref[i] - fl1 : z_ref[i] + fl1;
+          w_ref[i] = std::fabs(z_ref[i]) <= fl1 ? 0.0f : -shrunk / ((beta + root) * inv_alpha + fl2);
+        }
+        for (size_t i = 0; i < dim; ++i) {
+          ASSERT_EQ(std::memcmp(&w[i], &w_ref[i], 4), 0) << "l1 " << l1 << " dim " << dim << " step " << t << " i " << i
+                                                         << ": " << w[i] << " vs " << w_ref[i];
+          ASSERT_EQ(std::memcmp(&slots[i], &z_ref[i], 4), 0) << "z, dim " << dim << " i " << i;
+          ASSERT_EQ(std::memcmp(&slots[dim + i], &n_ref[i], 4), 0) << "n, dim " << dim << " i " << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(SparseOptimizerTest, BadOptionsAreErrors) {

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "ps/sparse/initializer.h"
+#include "shared/train/row_init.h"
 #include "shared/train/optimizer.h"
 #include "shared/util/error.h"
 #include "tests/sparse_test_util.h"

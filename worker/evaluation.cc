@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <numeric>
 #include <vector>
 
+#include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/metrics_sink.h"
 #include "worker/data/open.h"
@@ -18,6 +20,7 @@
 #include "worker/auc.h"
 #include "worker/target_metrics.h"
 #include "worker/sparse/ctr_input.h"
+#include "worker/sparse/saved_tables.h"
 
 namespace pstrain {
 namespace {
@@ -254,6 +257,41 @@ LoadedModel::LoadedModel() = default;
 LoadedModel::LoadedModel(LoadedModel&&) noexcept = default;
 LoadedModel::~LoadedModel() = default;
 
+namespace {
+
+// --embedding-dim / --embedding-tables given with --evaluate or --predict: model.json's or exit 2.
+void check_embedding_flags(const EvaluateOptions& o, const EmbeddingSetup& saved) {
+  if (o.embedding_dim == 0) return;
+  const std::string where = "--init-params " + o.init_params + ": ";
+  const std::string file = o.init_params + "/model.json";
+  if (saved.dim == 0) throw UsageError(where + "the model of " + file + " has no embedding tables: drop --embedding-dim");
+  if (static_cast<uint32_t>(o.embedding_dim) != saved.dim) {
+    throw UsageError(where + "its embedding rows have dim " + std::to_string(saved.dim) + " (" + file +
+                     "), but --embedding-dim is " + std::to_string(o.embedding_dim));
+  }
+  if (o.per_field_tables != saved.per_field_tables) {
+    const auto name = [](bool per_field) { return per_field ? "per-field" : "shared"; };
+    throw UsageError(where + "its embedding tables are " + name(saved.per_field_tables) + " (" + file +
+                     "), but --embedding-tables is " + name(o.per_field_tables));
+  }
+}
+
+// A CTR model's input for records of `data`: dense features, then a row per field. The data must
+// have the fields and dense features the tables were trained on.
+std::vector<size_t> ctr_input_shape(const EvaluateOptions& o, const EmbeddingSetup& e, const Dataset& data,
+                                    const std::string& source) {
+  if (data.id_fields() != e.fields || data.feature_dim() != e.dense) {
+    throw Error("--init-params " + o.init_params + ": the model takes records of " + std::to_string(e.dense) +
+                " dense features and " + std::to_string(e.fields) + " categorical fields (" + o.init_params +
+                "/model.json's embeddings), but the data's records (" + source + ") have " +
+                std::to_string(data.feature_dim()) + " and " + std::to_string(data.id_fields()) +
+                (data.id_fields() == 0 ? " (Criteo data: --test-data FILE.tsv, or --data-format criteo)" : ""));
+  }
+  return {e.dense + e.fields * e.dim};
+}
+
+}  // namespace
+
 LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) {
   SavedModelQuery q;
   q.dir = o.init_params;
@@ -267,21 +305,35 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   DataOptions with_targets = data;  // the model's loss says what the data's labels are
   with_targets.loss = saved.loss;
   m.data = open_test_data(with_targets, saved.classes);
+  const EmbeddingSetup& tables = saved.embeddings;
+  check_embedding_flags(o, tables);
+  const std::vector<size_t> shape = tables.dim > 0 ? ctr_input_shape(o, tables, *m.data, data.test_data.empty() ? training_data_source(data) : data.test_data) : m.data->sample_shape();
   if (saved.described) {  // the data's records must fit the saved model
     q.classes = saved.classes;
-    q.sample_shape = m.data->sample_shape();
+    q.sample_shape = shape;
     resolve_saved_model(q);
+  }
+  if (tables.dim > 0) {
+    m.rows = open_saved_tables(o.init_params, tables);
+    EmbeddingInputOptions in;
+    in.dense = tables.dense;
+    in.fields = tables.fields;
+    in.dim = tables.dim;
+    in.per_field_tables = tables.per_field_tables;
+    in.num_ps = 1;  // every shard's rows in one source
+    m.ctr = std::make_unique<CtrInput>(in);
+    m.ctr->set_source(m.rows.get());
   }
   m.backend = make_backend(o.backend);
   m.batch = static_cast<int>(std::min<size_t>(kEvalBatch, std::max<size_t>(m.data->size(), 1)));
   m.model = std::make_unique<Model>(
-      Network(saved.spec, m.data->sample_shape(), saved.classes,
+      Network(saved.spec, shape, saved.classes,
               saved.loss == Loss::kSoftmax ? "" : m.data->target_source()),
       m.batch, false, *m.backend);
   m.model->set_loss(saved.loss, static_cast<float>(saved.huber_delta));
   m.huber_delta = static_cast<float>(saved.huber_delta);
-  m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(),
-                                        static_cast<size_t>(m.batch) * m.data->feature_dim());
+  const size_t input_floats = std::accumulate(shape.begin(), shape.end(), size_t{1}, std::multiplies<size_t>());
+  m.replica = std::make_unique<Replica>(*m.backend, m.model->layout().total(), static_cast<size_t>(m.batch) * input_floats);
   load_params(o.init_params, m.model->layout(), m.replica->host_params());
   const Layout& state_layout = m.model->network().state_layout();
   if (!state_layout.tensors().empty()) {  // batchnorm's running statistics
@@ -311,6 +363,18 @@ BatchStats evaluate_saved_model(const EvaluateOptions& o) {
                 << " records=" << data->size()
                 << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
     return BatchStats{t.loss_sum(), 0};
+  }
+  if (loaded.ctr != nullptr) {  // the chief's figures of a CTR model (Evaluation::report)
+    double auc = 0;
+    const BatchStats stats = evaluate_ctr(model, replica, *loaded.backend, *loaded.ctr, *data, batch, 0, data->size(),
+                                          0, &auc);
+    const double n = static_cast<double>(std::max<size_t>(data->size(), 1));
+    PSLOG(INFO) << "evaluation: test_loss=" << fixed(stats.loss_sum / n, 4)
+                << " test_accuracy=" << fixed(static_cast<double>(stats.correct) / n, 4)
+                << " test_auc=" << fixed(auc, 4) << " test_logloss=" << fixed(stats.loss_sum / n, 4)
+                << " records=" << data->size()
+                << " time_s=" << fixed(std::chrono::duration<double>(Clock::now() - t0).count(), 2);
+    return stats;
   }
   const BatchStats stats = evaluate(model, replica, *data, batch, 0, data->size());
   const double n = static_cast<double>(std::max<size_t>(data->size(), 1));

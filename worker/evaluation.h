@@ -21,6 +21,7 @@ class MetricsSink;
 class CtrInput;
 class Model;
 class Replica;
+class RowSource;
 
 // Test records per evaluation batch (--batch-size auto may choose fewer: worker/memory_plan.h).
 constexpr int kEvalBatch = 500;
@@ -112,6 +113,10 @@ struct EvaluateOptions {
   std::vector<int> hidden = {256, 128};  // --hidden
   DataOptions data;                      // the test set (data.classes 0: the saved model's classes)
   BackendOptions backend;
+  // --embedding-dim and --embedding-tables when --embedding-dim is given: they must be model.json's
+  // (0: not given; the tables are model.json's).
+  int embedding_dim = 0;
+  bool per_field_tables = false;
 };
 
 // A saved model loaded for --evaluate or --predict, with the records it runs on.
@@ -120,6 +125,9 @@ struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
   std::unique_ptr<Replica> replica;
+  // A CTR model (model.json's "embeddings"): its input, the rows from DIR/embeddings/.
+  std::unique_ptr<RowSource> rows;
+  std::unique_ptr<CtrInput> ctr;
   int batch = 0;  // records per forward pass
   float huber_delta = 1;  // of a --loss huber model
   LoadedModel();
@@ -132,7 +140,8 @@ LoadedModel load_saved_model(const EvaluateOptions& options, const DataOptions& 
 
 // --evaluate: loads --init-params into its model, evaluates it on the test data (--test-data, or
 // --data-dir's test set) and prints loss and accuracy (a model of another --loss than softmax:
-// its figures, worker/target_metrics.h, against the data's float targets). No PS, no training. The model is
+// its figures, worker/target_metrics.h, against the data's float targets; a CTR model: the AUC
+// and log loss too, its rows from DIR/embeddings/). No PS, no training. The model is
 // DIR/model.json's, or --model/--hidden's; the number of classes is the saved model's, or
 // --classes, else the length of the saved last layer's bias.
 BatchStats evaluate_saved_model(const EvaluateOptions& options);

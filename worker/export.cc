@@ -8,6 +8,7 @@
 #include <sstream>
 #include <utility>
 
+#include "shared/checkpoint/table_file.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
@@ -155,6 +156,7 @@ std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out
     std::copy(c.values.begin(), c.values.end(), out->values.begin() + static_cast<long>(covered));
     covered += c.values.size();
     out->optimizer = c.optimizer;
+    out->tables.push_back(std::move(c.tables));
   }
   if (covered != m.total) return "the shards hold " + std::to_string(covered) + " of " + std::to_string(m.total) + " values";
   return "";
@@ -192,9 +194,40 @@ void write_npz(const std::string& path, const std::vector<std::pair<std::string,
   write_file_atomically(path, zip);
 }
 
+namespace {
+
+// A CTR checkpoint's tables as --save-params writes them: (embeddings/<table>.shard<s>-of-<S>,
+// bytes), each named by its own header (checked, CRC included).
+std::vector<std::pair<std::string, std::string>> table_files(const CheckpointParams& c) {
+  std::vector<std::pair<std::string, std::string>> files;
+  const size_t shards = c.tables.size();
+  for (size_t s = 0; s < shards; ++s) {
+    for (const std::string& bytes : c.tables[s]) {
+      SavedTableRows table;
+      std::string error;
+      if (!read_saved_table(bytes, &table, &error, true)) {
+        throw Error("checkpoint " + c.dir + ": " + c.manifest.shards[s].name + ": an embedding table: " + error);
+      }
+      files.emplace_back("embeddings/" + table.header.name + ".shard" + std::to_string(s) + "-of-" +
+                             std::to_string(shards),
+                         bytes);
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
 std::string export_checkpoint(const ExportOptions& o) {
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
-  const ModelDescription model = model_of(c, o);
+  ModelDescription model = model_of(c, o);
+  const std::vector<std::pair<std::string, std::string>> tables = table_files(c);
+  if (!tables.empty() && model.embeddings.dim == 0) {
+    PSLOG(WARN) << "pstrain-export: " << c.dir << "/model.json does not describe the checkpoint's embedding tables "
+                << "(written before pstrain recorded them): they are exported, but --evaluate and --predict "
+                << "cannot use them";
+  }
+  model.embeddings.num_ps = static_cast<int>(c.tables.size());  // the files' shard count
   // The state (batchnorm's running statistics) is beside the shard files, as --save-params writes it.
   const Layout state_layout = state_layout_of(model);
   std::vector<float> state(state_layout.total());
@@ -203,15 +236,22 @@ std::string export_checkpoint(const ExportOptions& o) {
     std::vector<std::pair<std::string, std::string>> members;
     for (const TensorSpec& t : c.layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset));
     for (const TensorSpec& t : state_layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, state.data() + t.offset));
+    members.insert(members.end(), tables.begin(), tables.end());
     members.emplace_back("model.json", model_json_text(model));
     write_npz(o.out, members);
   } else {
     save_params(o.out, c.layout, c.values.data());
     if (!state_layout.tensors().empty()) save_params(o.out, state_layout, state.data());
+    std::error_code ec;
+    if (!tables.empty() && !std::filesystem::create_directories(o.out + "/embeddings", ec) && ec) {
+      throw Error("cannot create " + o.out + "/embeddings: " + ec.message());
+    }
+    for (const auto& [name, bytes] : tables) write_file_atomically(o.out + "/" + name, bytes);
     write_model_json(o.out, model);
   }
   std::cout << "pstrain-export: step " << c.manifest.version << " (" << c.dir << ", " << c.manifest.shards.size()
-            << " shard(s), " << c.layout.tensors().size() << " variables, " << c.manifest.total << " parameters) to "
+            << " shard(s), " << c.layout.tensors().size() << " variables, " << c.manifest.total << " parameters"
+            << (tables.empty() ? "" : ", " + std::to_string(tables.size()) + " embedding table file(s)") << ") to "
             << o.out << std::endl;
   return c.dir;
 }

@@ -1,5 +1,6 @@
 // pstrain-export: a checkpoint (docs/checkpoints.md) as the files --save-params writes (every
-// variable as OUT/<name>.npy, and OUT/model.json), or as one .npz archive of them.
+// variable as OUT/<name>.npy, OUT/model.json, and a CTR job's tables as
+// OUT/embeddings/<table>.shard<s>-of-<S>), or as one .npz archive of them.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,9 @@ struct CheckpointParams {
   Layout layout;    // from the manifest
   std::vector<float> values;
   std::string optimizer;
+  // The embedding tables of a CTR job's checkpoint: per shard, each table's saved bytes
+  // (docs/sparse.md, "Checkpoint format"; empty for a job without tables).
+  std::vector<std::vector<std::string>> tables;
 };
 
 // Reads version directory `dir`: its MANIFEST, every shard file (size and CRC-32 as the manifest

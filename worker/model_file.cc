@@ -92,14 +92,74 @@ std::string targets_of(Loss loss, const std::string& where) {
   return loss == Loss::kSoftmax ? "" : "the --loss " + std::string(loss_name(loss)) + " model of " + where;
 }
 
+// The "embeddings" object: what --evaluate and --predict need to read the saved tables.
+Json embeddings_json(const EmbeddingSetup& e) {
+  Json j;
+  j["dim"] = e.dim;
+  j["tables"] = e.per_field_tables ? "per-field" : "shared";
+  j["table_names"] = e.tables;
+  j["key"] = e.per_field_tables ? "raw" : "mix_id(raw ^ mix_id(field + 1))";
+  j["dense_features"] = e.dense;
+  j["fields"] = e.fields;
+  j["init"] = e.init;
+  j["seed"] = e.seed;
+  j["min_count"] = e.min_count;
+  j["optimizer"] = e.optimizer;
+  j["num_ps"] = e.num_ps;
+  j["files"] = "embeddings/<table>.shard<s>-of-<num_ps>";
+  return j;
+}
+
+EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_shape, const std::string& path) {
+  const auto fail = [&](const std::string& why) { return Error(path + ": \"embeddings\": " + why); };
+  if (!j.is_object()) throw fail("not an object");
+  EmbeddingSetup e;
+  std::string tables, key;
+  try {
+    e.dim = j.at("dim").get<uint32_t>();
+    tables = j.at("tables").get<std::string>();
+    e.tables = j.at("table_names").get<std::vector<std::string>>();
+    key = j.at("key").get<std::string>();
+    e.dense = j.at("dense_features").get<size_t>();
+    e.fields = j.at("fields").get<size_t>();
+    e.init = j.at("init").get<std::string>();
+    e.seed = j.at("seed").get<uint64_t>();
+    e.min_count = j.at("min_count").get<int64_t>();
+    e.optimizer = j.value("optimizer", "");
+    e.num_ps = j.at("num_ps").get<int>();
+  } catch (const Json::exception& ex) {
+    throw fail(std::string("a field is missing or of the wrong type: ") + ex.what());
+  }
+  if (e.dim < 1 || e.dim > 4096) throw fail("dim " + std::to_string(e.dim) + " is not in [1, 4096]");
+  if (tables != "shared" && tables != "per-field") throw fail("tables '" + tables + "' is not one of shared, per-field");
+  e.per_field_tables = tables == "per-field";
+  const std::string expected_key = e.per_field_tables ? "raw" : "mix_id(raw ^ mix_id(field + 1))";
+  if (key != expected_key) throw fail("key '" + key + "' is not this pstrain's key of " + tables + " tables ('" + expected_key + "')");
+  if (e.fields < 1 || e.fields > 4096 || e.dense > (size_t{1} << 24)) throw fail("bad dense_features or fields");
+  if (e.tables.size() != (e.per_field_tables ? e.fields : 1)) {
+    throw fail(std::to_string(e.tables.size()) + " table_names for " + tables + " tables of " + std::to_string(e.fields) + " fields");
+  }
+  for (const std::string& name : e.tables) {
+    if (name.empty() || name.find_first_of("/\\") != std::string::npos || name[0] == '.') throw fail("bad table name '" + name + "'");
+  }
+  if (e.init != "uniform" && e.init != "zeros") throw fail("init '" + e.init + "' is not one of uniform, zeros");
+  if (e.min_count < 1 || e.num_ps < 1 || e.num_ps > 4096) throw fail("min_count and num_ps must be at least 1");
+  if (input_shape != std::vector<size_t>{e.dense + e.fields * e.dim}) {
+    throw fail("input_shape " + bracket_shape(input_shape) + " is not dense_features + fields x dim = [" +
+               std::to_string(e.dense + e.fields * e.dim) + "]");
+  }
+  return e;
+}
+
 // Reads the fields that matter; `path` names the file in errors.
 ModelDescription description_from(const Json& j, const std::string& path) {
   const auto fail = [&](const std::string& why) { return Error(path + ": " + why); };
   if (!j.is_object()) throw fail("not a JSON object");
   if (!j.contains("format") || j["format"] != "pstrain-model") throw fail("not a pstrain model file (no \"format\": \"pstrain-model\")");
-  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() != kModelFileFormat) {
+  if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() < 1 ||
+      j["version"].get<int>() > kModelFileFormat) {
     throw fail("version " + (j.contains("version") ? j["version"].dump() : std::string("(none)")) +
-               " is not supported (this pstrain reads version " + std::to_string(kModelFileFormat) + ")");
+               " is not supported (this pstrain reads versions 1 to " + std::to_string(kModelFileFormat) + ")");
   }
   ModelDescription d;
   try {
@@ -119,6 +179,7 @@ ModelDescription description_from(const Json& j, const std::string& path) {
     }
     if (j.contains("loss")) d.loss = loss_of(j["loss"].get<std::string>(), path);
     d.huber_delta = j.value("huber_delta", 1.0);
+    if (j.contains("embeddings")) d.embeddings = embeddings_from(j["embeddings"], d.input_shape, path);
   } catch (const Json::exception& e) {
     throw fail(std::string("a field is missing or of the wrong type: ") + e.what());
   }
@@ -162,7 +223,7 @@ std::string model_json_text(const ModelDescription& d) {
   const Layout& layout = net.layout();
   Json j;
   j["format"] = "pstrain-model";
-  j["version"] = kModelFileFormat;
+  j["version"] = d.embeddings.dim > 0 ? kModelFileFormat : 1;
   j["model"] = d.spec;
   j["given_as"] = d.given_as;
   j["layers"] = layers_json(d.spec, net);
@@ -170,6 +231,7 @@ std::string model_json_text(const ModelDescription& d) {
   j["classes"] = d.classes;
   j["loss"] = loss_name(d.loss);
   if (d.loss == Loss::kHuber) j["huber_delta"] = d.huber_delta;
+  if (d.embeddings.dim > 0) j["embeddings"] = embeddings_json(d.embeddings);
   j["dtype"] = "float32";
   j["total_parameters"] = layout.total();
   Json variables = Json::array();
@@ -299,6 +361,7 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
   out.spec = saved->spec;
   out.loss = saved->loss;
   out.huber_delta = saved->huber_delta;
+  out.embeddings = saved->embeddings;
   const std::string targets = targets_of(saved->loss, file);
   const Layout saved_layout = layout_of(*saved);
   if (q.model_given) {

@@ -12,10 +12,13 @@
 
 #include "shared/train/layout.h"
 #include "shared/util/modes.h"
+#include "worker/sparse/embedding_setup.h"
 
 namespace pstrain {
 
-constexpr int kModelFileFormat = 1;
+// The newest model.json version: 2, written for a model with embedding tables (its
+// "embeddings"), so that a pstrain that cannot use them refuses it; 1 otherwise. Both are read.
+constexpr int kModelFileFormat = 2;
 
 // How the parameters were obtained (informative: nothing reads these back but people).
 struct TrainingRecord {
@@ -36,6 +39,9 @@ struct ModelDescription {
   // softmax, as every model was before there were others), and --huber-delta for huber
   Loss loss = Loss::kSoftmax;
   double huber_delta = 1.0;
+  // A CTR model (--embedding-dim): its tables, whose rows are in DIR/embeddings/ (dim 0: none).
+  // input_shape is then {dense + fields * dim}: the input the tables' rows make.
+  EmbeddingSetup embeddings;
   TrainingRecord training;
 };
 
@@ -76,6 +82,7 @@ struct SavedModel {
   int classes = 0;
   Loss loss = Loss::kSoftmax;  // DIR/model.json's (softmax without one)
   double huber_delta = 1.0;
+  EmbeddingSetup embeddings;  // DIR/model.json's (dim 0: no tables)
   bool described = false;  // DIR has a model.json
 };
 

@@ -5,6 +5,7 @@
 
 #include "shared/config/cluster_env.h"
 #include "shared/config/part_options.h"
+#include "shared/train/row_init.h"
 
 namespace pstrain {
 
@@ -61,6 +62,19 @@ ExchangeOptions exchange_options(const JobOptions& o) {
   return e;
 }
 
+EmbeddingSetup embedding_setup(const JobOptions& o) {
+  EmbeddingSetup e;
+  e.dim = static_cast<uint32_t>(o.embedding_dim);
+  e.per_field_tables = o.embedding_tables == "per-field";
+  e.tables = embedding_table_names(o);
+  e.init = row_init_name(row_init_for(o.embedding_optimizer));  // as the PS makes its tables
+  e.seed = o.seed;
+  e.min_count = o.embedding_min_count;
+  e.optimizer = o.embedding_optimizer;
+  e.num_ps = o.num_ps;
+  return e;
+}
+
 EvaluateOptions evaluate_options(const JobOptions& o) {
   EvaluateOptions e;
   e.init_params = o.init_params;
@@ -69,6 +83,8 @@ EvaluateOptions evaluate_options(const JobOptions& o) {
   e.hidden = o.hidden;
   e.data = data_options(o);
   e.backend = backend_options(o);
+  e.embedding_dim = o.embedding_dim;
+  e.per_field_tables = o.embedding_tables == "per-field";
   return e;
 }
 
@@ -110,6 +126,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.embedding_dim = o.embedding_dim;
   t.per_field_tables = o.embedding_tables == "per-field";
   t.num_ps = o.num_ps;
+  t.embeddings = embedding_setup(o);
   t.epochs = o.epochs;
   t.steps = o.steps;
   t.seed = o.seed;

@@ -18,6 +18,9 @@ BackendOptions backend_options(const JobOptions& o);
 DataOptions data_options(const JobOptions& o);
 PsClientOptions ps_client_options(const JobOptions& o);
 ExchangeOptions exchange_options(const JobOptions& o);
+// --embedding-dim's tables as model.json records them (dense and fields: the data's, left at
+// Criteo's); dim 0 without tables.
+EmbeddingSetup embedding_setup(const JobOptions& o);
 EvaluateOptions evaluate_options(const JobOptions& o);  // --evaluate
 PredictOptions predict_options(const JobOptions& o);    // --predict
 TrainOptions train_options(const JobOptions& o);

@@ -10,11 +10,13 @@
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
+#include "worker/auc.h"
 #include "worker/data/npy_format.h"
 #include "worker/model.h"
 #include "worker/progress.h"
 #include "worker/loss_math.h"
 #include "worker/replica.h"
+#include "worker/sparse/ctr_input.h"
 #include "worker/target_metrics.h"
 
 namespace pstrain {
@@ -104,17 +106,27 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
   std::vector<float> probabilities(s.records * classes), logits(batch * classes);
   std::vector<size_t> records(batch);
   std::vector<float> x(batch * data.feature_dim());
-  std::vector<int32_t> y(batch);
+  std::vector<int32_t> y(batch), labels;
+  CtrInput* const ctr = loaded.ctr.get();  // a CTR model: its input takes the records' rows
+  std::vector<uint64_t> ids(ctr != nullptr ? batch * data.id_fields() : 0);
   for (size_t start = 0; start < s.records; start += batch) {
     const size_t count = std::min(batch, s.records - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
     data.read(records.data(), count, x.data(), y.data());
-    const float* input = loaded.replica->input(x.data(), count * data.feature_dim());
+    const float* host = x.data();
+    size_t floats = count * data.feature_dim();
+    if (ctr != nullptr) {
+      data.read_ids(records.data(), count, ids.data());
+      host = ctr->input(x.data(), ids.data(), count, 0);
+      floats = count * ctr->input_dim();
+    }
+    const float* input = loaded.replica->input(host, floats);
     const float* out = loaded.model->logits(loaded.replica->params(), input, static_cast<int>(count));
     loaded.backend->download(logits.data(), out, count * classes);
     for (size_t r = 0; r < count; ++r) {
       const int top = softmax_row(&logits[r * classes], s.classes, &probabilities[(start + r) * classes]);
       if (top == y[r]) ++s.correct;
+      if (ctr != nullptr) labels.push_back(y[r] == s.classes - 1 ? 1 : 0);
     }
   }
   if (ends_with(o.output, ".csv")) {
@@ -123,9 +135,15 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
     write_npy(o.output, {s.records, classes}, probabilities.data());
   }
   const double n = static_cast<double>(std::max<size_t>(s.records, 1));
+  std::string auc_text;  // a CTR model: the AUC of p(click), the last class's probability
+  if (ctr != nullptr) {
+    std::vector<float> clicks(s.records);
+    for (size_t r = 0; r < s.records; ++r) clicks[r] = probabilities[r * classes + classes - 1];
+    auc_text = ", auc " + fixed(exact_auc(clicks.data(), labels.data(), s.records), 4);
+  }
   std::cout << "predictions: " << s.records << " records x " << s.classes << " classes written to " << o.output
-            << " (accuracy against the input's labels " << fixed(static_cast<double>(s.correct) / n, 4) << ")"
-            << std::endl;
+            << " (accuracy against the input's labels " << fixed(static_cast<double>(s.correct) / n, 4) << auc_text
+            << ")" << std::endl;
   return s;
 }
 

@@ -150,6 +150,11 @@ class Trainer {
     d.loss = o_.data.loss;
     d.huber_delta = o_.huber_delta;
     d.input_shape = input_shape_;
+    if (ctr_ != nullptr) {
+      d.embeddings = o_.embeddings;
+      d.embeddings.dense = train_data_->feature_dim();
+      d.embeddings.fields = train_data_->id_fields();
+    }
     d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
     d.given_as = "--model";
     if (o_.model.empty()) {

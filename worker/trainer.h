@@ -21,6 +21,7 @@
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
 #include "worker/progress.h"  // TrainSummary
+#include "worker/sparse/embedding_setup.h"
 
 namespace pstrain {
 
@@ -58,6 +59,8 @@ struct TrainOptions {
   int embedding_dim = 0;
   bool per_field_tables = false;  // --embedding-tables per-field
   int num_ps = 1;               // the shards the tables are sharded over
+  // With embedding_dim: the tables as model.json records them (dense and fields: the data's).
+  EmbeddingSetup embeddings;
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
   // refused, and --batch-size auto chooses a micro-batch whose plan fits it (also on the CPU).

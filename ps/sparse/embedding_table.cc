@@ -42,12 +42,36 @@ EmbeddingTable::EmbeddingTable(const TableOptions& options)
       optimizer_(make_sparse_optimizer(checked(options))),
       arena_(options.dim * (1 + optimizer_->slots()), options.block_rows) {}
 
+// Loops over many IDs fetch ahead: the index slot kSlotAhead IDs on, the row kRowAhead on (its
+// index slot fetched by then), so the cache misses of a table larger than the cache overlap.
+constexpr size_t kSlotAhead = 16, kRowAhead = 8;
+
+void EmbeddingTable::find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const {
+  rows->resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (i + kSlotAhead < n) index_.prefetch(ids[i + kSlotAhead]);
+    (*rows)[i] = index_.find(ids[i]);
+  }
+}
+
+void EmbeddingTable::prefetch_row(uint32_t row) const {
+  if (row == IdIndex::kAbsent) return;
+  const float* v = arena_.values(row);
+  __builtin_prefetch(v);
+  __builtin_prefetch(v + row_floats() - 1);
+  __builtin_prefetch(&arena_.meta(row));
+}
+
 void EmbeddingTable::lookup(const uint64_t* ids, size_t n, float* out) const {
   const size_t d = dim();
+  std::vector<uint32_t>& rows = found_;
+  find_rows(ids, n, &rows);
   for (size_t i = 0; i < n; ++i, out += d) {
-    const auto it = index_.find(ids[i]);
-    if (it != index_.end()) {
-      std::memcpy(out, arena_.values(it->second), d * sizeof(float));
+    if (i + kRowAhead < n && rows[i + kRowAhead] != IdIndex::kAbsent) {
+      __builtin_prefetch(arena_.values(rows[i + kRowAhead]));
+    }
+    if (rows[i] != IdIndex::kAbsent) {
+      std::memcpy(out, arena_.values(rows[i]), d * sizeof(float));
     } else if (options_.min_count <= 1) {
       init_row(options_.init, options_.seed, options_.id, ids[i], d, out);
     } else {
@@ -59,7 +83,7 @@ void EmbeddingTable::lookup(const uint64_t* ids, size_t n, float* out) const {
 void EmbeddingTable::count_new(const uint64_t* ids, size_t n, size_t* rows, size_t* sightings) const {
   *rows = *sightings = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (index_.count(ids[i]) != 0) continue;
+    if (index_.contains(ids[i])) continue;
     if (options_.min_count <= 1) {
       ++*rows;
       continue;
@@ -72,17 +96,19 @@ void EmbeddingTable::count_new(const uint64_t* ids, size_t n, size_t* rows, size
 }
 
 size_t EmbeddingTable::bytes_with(size_t rows, size_t sightings) const {
-  return arena_.bytes() + arena_.bytes_to_add(rows) + map_bytes(index_, rows) + map_bytes(sightings_, sightings);
+  return arena_.bytes() + arena_.bytes_to_add(rows) + index_.bytes_with(rows) + map_bytes(sightings_, sightings);
 }
 
 void EmbeddingTable::apply(uint64_t step, const uint64_t* ids, size_t n, const float* grad_sums, float grad_scale,
                            double lr) {
   const size_t d = dim();
+  std::vector<uint32_t>& rows = found_;
+  find_rows(ids, n, &rows);
   for (size_t i = 0; i < n; ++i) {
+    if (i + kRowAhead < n) prefetch_row(rows[i + kRowAhead]);
     const float* g = grad_sums + i * d;
-    const auto it = index_.find(ids[i]);
-    if (it != index_.end()) {
-      update_row(it->second, step, g, grad_scale, lr);
+    if (rows[i] != IdIndex::kAbsent) {
+      update_row(rows[i], step, g, grad_scale, lr);
     } else if (options_.min_count <= 1) {
       update_row(create_row(ids[i], step), step, g, grad_scale, lr);
     } else {
@@ -97,7 +123,7 @@ uint32_t EmbeddingTable::create_row(uint64_t id, uint64_t step) {
   init_row(options_.init, options_.seed, options_.id, id, dim(), w);
   optimizer_->init_slots(dim(), w + dim());
   arena_.meta(row) = RowMeta{id, step, 0};
-  index_.emplace(id, row);
+  index_.find_or_insert(id, row);
   ++admissions_;
   return row;
 }
@@ -128,15 +154,15 @@ bool EmbeddingTable::expired(uint64_t last, uint64_t step) const {
 void EmbeddingTable::expire(uint64_t step) {
   const uint64_t t = options_.expiry_steps;
   if (t == 0 || (step + 1) % std::max<uint64_t>(1, (t + 3) / 4) != 0) return;
-  for (auto it = index_.begin(); it != index_.end();) {
-    if (!expired(arena_.meta(it->second).last_touched, step)) {
-      ++it;
-      continue;
-    }
-    arena_.release(it->second);
-    it = index_.erase(it);
-    ++evictions_;
+  std::vector<uint64_t> gone;
+  index_.for_each([&](uint64_t id, uint32_t row) {
+    if (expired(arena_.meta(row).last_touched, step)) gone.push_back(id);
+  });
+  for (uint64_t id : gone) {
+    arena_.release(index_.find(id));
+    index_.erase(id);
   }
+  evictions_ += gone.size();
   for (auto it = sightings_.begin(); it != sightings_.end();) {
     it = expired(it->second.last_seen, step) ? sightings_.erase(it) : std::next(it);
   }

@@ -11,8 +11,10 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
-#include "ps/sparse/initializer.h"
+#include "ps/sparse/id_index.h"
+#include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
 
@@ -27,7 +29,7 @@ struct TableOptions {
   uint64_t seed = 0;                 // the job's seed (the initialiser's key)
   uint32_t min_count = 1;            // an ID is admitted at its min_count-th sighting (<= 1: at once)
   uint64_t expiry_steps = 0;         // rows and sightings unused this many steps are evicted (0: never)
-  size_t block_rows = 0;             // rows per arena block (0: about 1 MiB)
+  size_t block_rows = 0;             // rows per arena block, a power of two (0: up to 1 MiB)
 };
 
 struct TableStats {
@@ -85,6 +87,9 @@ class EmbeddingTable {
     uint64_t last_seen = 0;
   };
   struct Saved;
+  // rows[i]: the row of ids[i], or IdIndex::kAbsent.
+  void find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const;
+  void prefetch_row(uint32_t row) const;
   uint32_t create_row(uint64_t id, uint64_t step);
   void update_row(uint32_t row, uint64_t step, const float* grad_sum, float grad_scale, double lr);
   void sight(uint64_t id, uint64_t step);
@@ -96,9 +101,10 @@ class EmbeddingTable {
   const TableOptions options_;
   const std::unique_ptr<SparseOptimizer> optimizer_;
   RowArena arena_;
-  std::unordered_map<uint64_t, uint32_t> index_;       // ID -> row of arena_
+  IdIndex index_;                                      // ID -> row of arena_
   std::unordered_map<uint64_t, Sighting> sightings_;   // IDs not admitted yet (min_count > 1)
   uint64_t admissions_ = 0, evictions_ = 0;
+  mutable std::vector<uint32_t> found_;  // find_rows' result for lookup and apply, reused
 };
 
 }  // namespace pstrain

@@ -9,15 +9,27 @@ namespace {
 
 constexpr size_t kBlockTarget = size_t{1} << 20;  // bytes of rows per block by default
 
+// The largest power of two of rows within kBlockTarget (at least 1).
 size_t default_rows(size_t floats_per_row) {
-  return std::max<size_t>(1, kBlockTarget / (floats_per_row * sizeof(float) + sizeof(RowMeta)));
+  const size_t fit = kBlockTarget / (floats_per_row * sizeof(float) + sizeof(RowMeta));
+  size_t rows = 1;
+  while (2 * rows <= fit) rows *= 2;
+  return rows;
+}
+
+int log2_of(size_t power_of_two) {
+  PSTRAIN_CHECK(power_of_two != 0 && (power_of_two & (power_of_two - 1)) == 0);
+  int shift = 0;
+  while ((size_t{1} << shift) < power_of_two) ++shift;
+  return shift;
 }
 
 }  // namespace
 
 RowArena::RowArena(size_t floats_per_row, size_t rows_per_block)
     : floats_per_row_(floats_per_row),
-      rows_per_block_(rows_per_block > 0 ? rows_per_block : default_rows(floats_per_row)) {
+      rows_per_block_(rows_per_block > 0 ? rows_per_block : default_rows(floats_per_row)),
+      shift_(log2_of(rows_per_block_)) {
   PSTRAIN_CHECK_LE(size_t{1}, floats_per_row);
 }
 

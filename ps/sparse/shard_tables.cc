@@ -5,7 +5,6 @@
 #include <cstring>
 #include <iomanip>
 #include <sstream>
-#include <unordered_map>
 
 #include "shared/train/sparse_ids.h"
 #include "shared/util/error.h"
@@ -54,7 +53,7 @@ EmbeddingTable* ShardTables::find(uint32_t table, std::string* error) const {
 }
 
 size_t ShardTables::bytes() const {
-  size_t sum = 0;
+  size_t sum = scratch_.bytes();  // held between steps: as large as the largest step's IDs made it
   for (const auto& [id, t] : tables_) sum += t->bytes();
   return sum;
 }
@@ -62,25 +61,35 @@ size_t ShardTables::bytes() const {
 // IDs unique and all of this shard.
 bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t n, std::string* error) const {
   const std::string where = "embedding table '" + t.options().name + "': ";
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < n && options_.num_ps > 1; ++i) {
     if (shard_of(ids[i], options_.num_ps) == options_.index) continue;
     *error = where + "ID " + std::to_string(ids[i]) + " is not held by shard " + std::to_string(options_.index) +
              " of " + std::to_string(options_.num_ps);
     return false;
   }
-  std::vector<uint64_t> sorted(ids, ids + n);
-  std::sort(sorted.begin(), sorted.end());
-  const auto twice = std::adjacent_find(sorted.begin(), sorted.end());
-  if (twice == sorted.end()) return true;
-  *error = where + "ID " + std::to_string(*twice) + " appears twice (IDs must be unique)";
-  return false;
+  scratch_.clear();
+  scratch_.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (scratch_.find_or_insert(ids[i], 0) == IdIndex::kAbsent) continue;
+    *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
+    return false;
+  }
+  return true;
 }
 
 bool ShardTables::pull(uint32_t table, const uint64_t* ids, size_t n, float* out, std::string* error) const {
-  const EmbeddingTable* t = find(table, error);
-  if (t == nullptr || !check_ids(*t, ids, n, error)) return false;
-  t->lookup(ids, n, out);
+  if (!check_pull(table, ids, n, error)) return false;
+  lookup_checked(table, ids, n, out);
   return true;
+}
+
+bool ShardTables::check_pull(uint32_t table, const uint64_t* ids, size_t n, std::string* error) const {
+  const EmbeddingTable* t = find(table, error);
+  return t != nullptr && check_ids(*t, ids, n, error);
+}
+
+void ShardTables::lookup_checked(uint32_t table, const uint64_t* ids, size_t n, float* out) const {
+  tables_.at(table)->lookup(ids, n, out);
 }
 
 bool ShardTables::check_push(const TablePush& push, std::string* error) const {
@@ -149,23 +158,32 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     Merged m;
     m.table = table.get();
     const size_t d = table->dim();
-    std::unordered_map<uint64_t, size_t> at;  // ID -> its place in m.ids
+    size_t pushed = 0;
+    for (const auto& pushes : by_worker) {
+      for (const TablePush& p : pushes) pushed += p.table == id ? p.count : 0;
+    }
+    if (pushed == 0) continue;
+    m.ids.reserve(pushed);
+    m.sums.reserve(pushed * d);
+    IdIndex& at = scratch_;  // ID -> its place in m.ids
+    at.clear();
+    at.reserve(pushed);
     for (const auto& pushes : by_worker) {
       for (const TablePush& p : pushes) {
         if (p.table != id) continue;
         for (size_t i = 0; i < p.count; ++i) {
           const float* g = p.grads + i * d;
-          const auto [it, added] = at.emplace(p.ids[i], m.ids.size());
-          if (added) {
+          const uint32_t place = at.find_or_insert(p.ids[i], static_cast<uint32_t>(m.ids.size()));
+          if (place == IdIndex::kAbsent) {
             m.ids.push_back(p.ids[i]);
             m.sums.insert(m.sums.end(), g, g + d);
           } else {
-            add_into(m.sums.data() + it->second * d, g, d);
+            add_into(m.sums.data() + size_t{place} * d, g, d);
           }
         }
       }
     }
-    if (!m.ids.empty()) merged.push_back(std::move(m));
+    merged.push_back(std::move(m));
   }
   return merged;
 }
@@ -173,9 +191,12 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
 bool ShardTables::check_memory(const std::vector<Merged>& merged, uint64_t step, std::string* error) const {
   size_t total = bytes(), new_rows = 0;
   for (const Merged& m : merged) {
+    const size_t held = m.table->stats().rows;
+    // Without a bound, the new rows need counting only near the row numbers' end.
+    if (options_.max_bytes == 0 && held + m.ids.size() < size_t{UINT32_MAX}) continue;
     size_t rows = 0, sightings = 0;
     m.table->count_new(m.ids.data(), m.ids.size(), &rows, &sightings);
-    if (m.table->stats().rows + rows >= size_t{UINT32_MAX}) {
+    if (held + rows >= size_t{UINT32_MAX}) {
       *error = "embedding table '" + m.table->options().name + "': more than 2^32 - 1 rows on one shard";
       return false;
     }
@@ -192,6 +213,13 @@ bool ShardTables::check_memory(const std::vector<Merged>& merged, uint64_t step,
 bool ShardTables::apply_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker,
                              std::string* error) {
   if (!check_all(step, by_worker, error)) return false;
+  return apply_checked_step(step, by_worker, error);
+}
+
+bool ShardTables::apply_checked_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker,
+                                     std::string* error) {
+  error->clear();
+  if (!check_step(step, error)) return false;
   const std::vector<Merged> merged = merge(by_worker);
   if (!check_memory(merged, step.step, error)) return false;
   for (const Merged& m : merged) {
@@ -224,7 +252,7 @@ std::string ShardTables::counters_text() const {
   }
   std::ostringstream os;
   os << "embedding rows " << sum.rows << " (admitted " << sum.admissions << ", evicted " << sum.evictions
-     << ", pending " << sum.sightings << "), " << mib(sum.bytes) << " MiB";
+     << ", pending " << sum.sightings << "), " << mib(bytes()) << " MiB";
   return os.str();
 }
 

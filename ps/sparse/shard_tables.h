@@ -1,7 +1,7 @@
 // A PS shard's embedding tables: the checks every pull and push gets before it reaches a table,
 // the step's apply (gradients summed per ID in worker order, then each table's optimizer), the
 // memory bound over all tables, and the counters of the shard's log lines. Nothing that fails a
-// check changes anything. Not wired to the server loop yet (docs/sparse.md). Single-threaded.
+// check changes anything (docs/sparse.md). Single-threaded.
 #pragma once
 
 #include <cstddef>
@@ -44,10 +44,19 @@ class ShardTables {
 
   // A pull of `n` unique IDs of this shard from `table` into out (n * dim floats).
   bool pull(uint32_t table, const uint64_t* ids, size_t n, float* out, std::string* error) const;
+  // A pull's checks alone (the table known, the IDs unique and this shard's), and the lookup of
+  // one that passed them (a parked pull is checked when it arrives and looked up when it can be
+  // answered).
+  bool check_pull(uint32_t table, const uint64_t* ids, size_t n, std::string* error) const;
+  void lookup_checked(uint32_t table, const uint64_t* ids, size_t n, float* out) const;
   // A step's pushes, by_worker[i] worker i's (any number of tables, each at most once). Each
   // ID's gradient is summed in worker order (bit-for-bit the same whatever order the pushes
   // arrived in), then every table's touched rows are updated and expired rows dropped.
   bool apply_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker, std::string* error);
+  // apply_step for pushes that each passed check_pushes already (a sync step's, checked as they
+  // arrived): the step's own checks and the memory bound only.
+  bool apply_checked_step(const SparseStep& step, const std::vector<std::vector<TablePush>>& by_worker,
+                          std::string* error);
 
   // One worker's pushes of a step, checked as apply_step checks them (each table at most once,
   // known, lengths, finite gradients, unique IDs of this shard), without applying anything: a
@@ -55,7 +64,7 @@ class ShardTables {
   bool check_pushes(const std::vector<TablePush>& pushes, std::string* error) const;
 
   const EmbeddingTable* table(uint32_t id) const;
-  size_t bytes() const;  // all tables
+  size_t bytes() const;  // all tables, and the scratch map the checks and the step's sums reuse
   // Adds the rows of a saved table (any shard count's file) that this shard holds.
   bool load(uint32_t table, const std::string& saved, std::string* error);
   // "embedding rows R (admitted A, evicted E, pending S), T MiB": for the progress and last lines.
@@ -74,6 +83,7 @@ class ShardTables {
 
   const SparseShardOptions options_;
   std::map<uint32_t, std::unique_ptr<EmbeddingTable>> tables_;  // by id: a fixed order
+  mutable IdIndex scratch_;  // check_ids' IDs seen, merge's places: reused, step after step
   bool applied_ = false;
   uint64_t last_step_ = 0;
 };

@@ -84,16 +84,22 @@ class SparseFtrl final : public Base {
   void apply(size_t dim, float* w, float* s, const float* g, float scale, double lr, uint64_t) const override {
     const float inv_alpha = static_cast<float>(1.0 / lr), beta = static_cast<float>(o_.ftrl_beta);
     const float l1 = static_cast<float>(o_.l1), l2 = static_cast<float>(o_.l2);
-    float* z = s;
-    float* n = s + dim;
+    // Branch-free, so that the loop vectorises (the same bits: where copysign's sign differs from
+    // the comparison's, at z = +-0, |z| <= l1 makes the weight 0 either way).
+    float* __restrict__ wr = w;
+    float* __restrict__ z = s;
+    float* __restrict__ n = s + dim;
+    const float* __restrict__ gr = g;
     for (size_t i = 0; i < dim; ++i) {
-      const float gi = scale * g[i];
+      const float gi = scale * gr[i];
       const float n_new = n[i] + gi * gi;
       const float root = std::sqrt(n_new);
-      z[i] += gi - (root - std::sqrt(n[i])) * inv_alpha * w[i];
+      const float zi = z[i] + (gi - (root - std::sqrt(n[i])) * inv_alpha * wr[i]);
+      z[i] = zi;
       n[i] = n_new;
-      const float shrunk = z[i] > 0 ? z[i] - l1 : z[i] + l1;
-      w[i] = std::fabs(z[i]) <= l1 ? 0.0f : -shrunk / ((beta + root) * inv_alpha + l2);
+      const float shrunk = zi - std::copysign(l1, zi);
+      const float wi = -shrunk / ((beta + root) * inv_alpha + l2);
+      wr[i] = std::fabs(zi) <= l1 ? 0.0f : wi;
     }
   }
 };

@@ -44,7 +44,7 @@ SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobS
       samples_(static_cast<size_t>(options.num_workers), 0),
       backup_(mode == ModeCode::kSync && options.backup_workers > 0) {}
 
-bool SparseStore::push(int worker, bool rejoined, const Header& h, const std::vector<SparseSection>& sections,
+bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections,
                        bool* applied, std::string* error) {
   *applied = false;
   if (h.samples == 0) return (*error = "SPARSE_PUSH with zero samples", false);
@@ -72,12 +72,12 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, const std::ve
     return false;
   }
   if (pushed_[w] && rejoined) {  // the predecessor's push of this step, again
-    pending_[w] = sections;
+    pending_[w] = std::move(sections);
     return true;
   }
   if (pushed_[w]) return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + " twice", false);
   if (pushes_ == 0) since_ = Clock::now();
-  pending_[w] = sections;
+  pending_[w] = std::move(sections);
   pushed_[w] = true;
   pending_samples_ += h.samples;
   samples_[w] = h.samples;
@@ -143,7 +143,8 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
       }
     }
   }
-  if (!tables_.apply_step(s, pushes, error)) return false;
+  // Each push passed check_pushes when it arrived (push()).
+  if (!tables_.apply_checked_step(s, pushes, error)) return false;
   previous_ = std::move(before);
   ++version_;
   return true;
@@ -163,27 +164,38 @@ uint64_t SparseStore::next_step_of(int worker, bool rejoined) const {
 
 bool SparseStore::rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out,
                        std::string* error) const {
+  if (!check_rows(request, error)) return false;
+  checked_rows(request, want, out);
+  return true;
+}
+
+bool SparseStore::check_rows(const std::vector<SparseSection>& request, std::string* error) const {
+  for (const SparseSection& r : request) {
+    if (!tables_.check_pull(r.table, r.ids.data(), r.ids.size(), error)) {
+      *error = "SPARSE_PULL: " + *error;
+      return false;
+    }
+  }
+  return true;
+}
+
+void SparseStore::checked_rows(const std::vector<SparseSection>& request, uint64_t want,
+                               std::vector<SparseSection>* out) const {
   const bool before = options_.allow_rejoin && mode_ == ModeCode::kSync && want + 1 == version_;
   out->clear();
   out->reserve(request.size());
   for (const SparseSection& r : request) {
-    const EmbeddingTable* t = tables_.table(r.table);
-    if (t == nullptr) return (*error = "SPARSE_PULL: unknown embedding table " + std::to_string(r.table), false);
     SparseSection rows;
     rows.table = r.table;
-    rows.dim = static_cast<uint32_t>(t->dim());
-    rows.values.resize(r.ids.size() * t->dim());
-    if (!tables_.pull(r.table, r.ids.data(), r.ids.size(), rows.values.data(), error)) {
-      *error = "SPARSE_PULL: " + *error;
-      return false;
-    }
+    rows.dim = static_cast<uint32_t>(tables_.table(r.table)->dim());
+    rows.values.resize(r.ids.size() * rows.dim);
+    tables_.lookup_checked(r.table, r.ids.data(), r.ids.size(), rows.values.data());
     for (size_t i = 0; before && i < r.ids.size(); ++i) {  // the rows the last step changed, before it
       const auto it = previous_.find({r.table, r.ids[i]});
       if (it != previous_.end()) std::copy(it->second.begin(), it->second.end(), rows.values.begin() + i * rows.dim);
     }
     out->push_back(std::move(rows));
   }
-  return true;
 }
 
 bool SparseStore::barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const {

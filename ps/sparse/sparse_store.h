@@ -35,7 +35,7 @@ class SparseStore {
   // answered). Throws pstrain::Error when a complete step cannot be applied (the memory bound).
   // A replacement of a worker (`rejoined`, --allow-rejoin) may push a step its predecessor pushed:
   // the same gradient (a step is a pure function of its inputs), which replaces the first.
-  bool push(int worker, bool rejoined, const Header& h, const std::vector<SparseSection>& sections, bool* applied,
+  bool push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections, bool* applied,
             std::string* error);
   // --backup-workers (sync): whether `worker` pushed the step being collected; and that step
   // applied with the pushes of `workers` only (the dense step's, ps/server.cc), scaled by the
@@ -53,6 +53,10 @@ class SparseStore {
   // step its predecessor had pushed here), as they were before the last step.
   bool rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out,
             std::string* error) const;
+  // rows()'s checks alone (each table known, its IDs unique and this shard's): a pull parked
+  // until its version is checked when it arrives; and rows() of a request that passed them.
+  bool check_rows(const std::vector<SparseSection>& request, std::string* error) const;
+  void checked_rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out) const;
   // The step a worker does next here (WELCOME's step is the smaller of this and the dense
   // store's): sync, for a replacement, the step being collected unless its predecessor pushed it.
   uint64_t next_step_of(int worker, bool rejoined) const;

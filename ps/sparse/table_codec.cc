@@ -76,7 +76,9 @@ void EmbeddingTable::save(std::string* out) const {
   put(out, slots(), 4);
   put_text(out, options_.name);
   put_text(out, optimizer_kind());
-  std::vector<std::pair<uint64_t, uint32_t>> rows(index_.begin(), index_.end());
+  std::vector<std::pair<uint64_t, uint32_t>> rows;
+  rows.reserve(index_.size());
+  index_.for_each([&](uint64_t id, uint32_t row) { rows.emplace_back(id, row); });
   std::sort(rows.begin(), rows.end());
   std::vector<std::pair<uint64_t, Sighting>> seen(sightings_.begin(), sightings_.end());
   std::sort(seen.begin(), seen.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -178,12 +180,12 @@ bool EmbeddingTable::load(const std::string& bytes, int shard, int num_ps, size_
   for (const RowMeta& m : saved.rows) {
     if (shard_of(m.id, num_ps) != shard) continue;
     ++rows;
-    if (index_.count(m.id) != 0) return *error = "ID " + std::to_string(m.id) + " is saved twice", false;
+    if (index_.contains(m.id)) return *error = "ID " + std::to_string(m.id) + " is saved twice", false;
   }
   for (const auto& [id, s] : saved.sightings) {
     if (shard_of(id, num_ps) != shard) continue;
     ++seen;
-    if (index_.count(id) + sightings_.count(id) != 0) return *error = "ID " + std::to_string(id) + " is saved twice", false;
+    if (index_.contains(id) || sightings_.count(id) != 0) return *error = "ID " + std::to_string(id) + " is saved twice", false;
   }
   if (bytes_with(rows, seen) > max_bytes) {
     *error = "embedding table '" + options_.name + "': loading " + std::to_string(rows) + " rows would take " +
@@ -200,7 +202,7 @@ void EmbeddingTable::restore(const Saved& saved, int shard, int num_ps) {
     const uint32_t row = arena_.allocate();
     std::memcpy(arena_.values(row), &saved.values[i * row_floats()], row_floats() * sizeof(float));
     arena_.meta(row) = saved.rows[i];
-    index_.emplace(saved.rows[i].id, row);
+    index_.find_or_insert(saved.rows[i].id, row);
   }
   for (const auto& [id, s] : saved.sightings) {
     if (shard_of(id, num_ps) == shard) sightings_.emplace(id, s);

@@ -1,4 +1,4 @@
-#include "ps/sparse/initializer.h"
+#include "shared/train/row_init.h"
 
 #include <cmath>
 
@@ -12,6 +12,12 @@ bool parse_row_init(const std::string& name, RowInitKind* out) {
   else if (name == "zeros") *out = RowInitKind::kZeros;
   else return false;
   return true;
+}
+
+const char* row_init_name(RowInitKind kind) { return kind == RowInitKind::kZeros ? "zeros" : "uniform"; }
+
+RowInitKind row_init_for(const std::string& optimizer) {
+  return optimizer == "ftrl" ? RowInitKind::kZeros : RowInitKind::kUniform;
 }
 
 void init_row(const RowInit& init, uint64_t seed, uint32_t table, uint64_t id, size_t dim, float* out) {

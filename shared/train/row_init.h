@@ -1,5 +1,7 @@
 // The values a new embedding row starts with: a pure function of (seed, table, ID), so a row is
-// the same whichever shard creates it, whenever, and however many shards there are.
+// the same whichever shard creates it, whenever, and however many shards there are. In shared/:
+// a PS shard creates rows with it, and a worker reading saved tables (--evaluate, --predict)
+// reads an ID without a row as the PS would.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,10 @@ struct RowInit {
 
 // "uniform" | "zeros"; false for another name.
 bool parse_row_init(const std::string& name, RowInitKind* out);
+const char* row_init_name(RowInitKind kind);
+// A table's initialiser under its optimizer (--embedding-optimizer): zeros for ftrl (its usual
+// start), uniform for the others.
+RowInitKind row_init_for(const std::string& optimizer);
 
 // Writes row `id` of table `table` (dim floats) to out. Element j of a uniform row is
 // (2 * (u + 0.5) / 2^24 - 1) * scale, u the top 24 bits of mix_id(key + j * kGolden),
