@@ -223,6 +223,7 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   if (!store_->push(update_of(msg, h), &out, error)) return false;
   if (out.changed && h.sender == 0) checkpoints_.mark(h);
   advanced(out);
+  settle_step();
   if (out.norm_ready) {
     for (Parked& p : parked_) send_norm(p);
   }
@@ -321,7 +322,28 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   const int worker = static_cast<int>(h.sender);
   if (!sparse_->push(worker, members_.rejoined(worker), h, std::move(sections), &applied, error)) return false;
   if (applied) sparse_advanced();
+  settle_step();
   return true;
+}
+
+// --backup-workers with tables (docs/sparse.md, "Backup workers"): a worker counts for the step
+// being collected once its whole step is here (every chunk of the slice and its SPARSE_PUSH,
+// which may come over different channels, in any order); the first N - b such workers make the
+// step, for the dense chunks and the tables alike, scaled by their samples, and every other
+// push of the step is dropped as late.
+void ParameterServer::settle_step() {
+  if (sparse_ == nullptr || !store_->holds_steps()) return;
+  std::vector<bool> workers(static_cast<size_t>(options_.num_workers), false);
+  int whole = 0;
+  for (int w = 0; w < options_.num_workers; ++w) {
+    workers[static_cast<size_t>(w)] = store_->pushed_every_chunk(w) && sparse_->pushed(w);
+    whole += workers[static_cast<size_t>(w)] ? 1 : 0;
+  }
+  if (whole < policy_.quorum()) return;
+  Outcome out;
+  const uint64_t samples = store_->apply_step(workers, &out);
+  sparse_->apply_step(workers, samples);
+  sparse_advanced();  // the parked SPARSE_PULLs, and the chunks of the new version
 }
 
 bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {

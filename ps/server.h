@@ -54,6 +54,7 @@ class ParameterServer {
   bool send_rows(const SparseParked& p, std::string* error);
   void send_checked_rows(const SparseParked& p);  // one that passed SparseStore::check_rows
   void sparse_advanced();
+  void settle_step();  // --backup-workers with tables: applies a step once its workers are known
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
   void advanced(const Outcome& out);  // chunk_advanced for the part(s) an update advanced

@@ -323,7 +323,6 @@ void validate(const JobOptions& o, Role role) {
     const std::string why = "--embedding-dim: embedding tables ";
     require(o.mode != Mode::kAllreduce || o.checkpoint_dir.empty(),
             why + "of a hybrid job (--mode allreduce) are not checkpointed yet: drop --checkpoint-dir");
-    require(o.backup_workers == 0, why + "do not work with --backup-workers yet");
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
             why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
   }
