@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "ps/metrics.h"
+#include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/util/numeric.h"
 
@@ -19,6 +20,7 @@ struct DenseStore::Source {
   const float* shm = nullptr;  // in the worker's segment (else `frame`)
   Frame frame;
   double loss_sum = 0, eval_loss = 0;  // the push's sums that rounding makes order-dependent
+  Header header;  // held steps: the push's metrics, summed once the step's workers are known
   const float* data() const { return shm != nullptr ? shm : frame.data_as<float>(); }
 };
 
@@ -85,6 +87,8 @@ DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& po
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
       ordered_sums_(every_worker_every_step(policy, options.num_workers)),
+      held_steps_(policy.mode() == ModeCode::kSync && options.backup_workers > 0 && !options.tables.empty()),
+      held_pushes_(static_cast<size_t>(options.num_workers), 0),
       shared_area_(ordered_sums_ && policy.mode() == ModeCode::kSync && !options.allow_rejoin),
       clipping_(options.optimizer.clip_norm > 0 && policy.mode() == ModeCode::kSync) {
   for (size_t local = 0; local < slice_.length; local += chunk_len_) {
@@ -208,6 +212,10 @@ bool DenseStore::push(const Update& u, Outcome* out, std::string* error) {
   add(*c, verdict.slot, u, grad);
   // Steps are applied in order, each once its quorum pushed it.
   *out = Outcome{true, false, static_cast<size_t>(c - chunks_.data())};
+  if (held_steps_) {  // applied once the loop names the step's workers (apply_step)
+    ++held_pushes_[static_cast<size_t>(worker)];
+    return true;
+  }
   if (clipping_) {
     if (c->pending.front().pushes >= policy_.quorum()) sum_step(out);
     return true;
@@ -245,12 +253,13 @@ void DenseStore::add(Chunk& c, uint64_t slot, const Update& u, const float* grad
 // The push's gradient: kept in worker order (ordered_sums_), or summed into the step's first.
 void DenseStore::keep(Pending& p, const Update& u, const float* grad, size_t n) {
   const Header& h = u.header;
-  if (ordered_sums_) {
+  if (ordered_sums_ || held_steps_) {
     const auto at = std::find_if(p.sources.begin(), p.sources.end(), [&](const Source& s) { return s.worker > u.worker; });
     Source& source = *p.sources.emplace(at);
     source.worker = u.worker;
     source.loss_sum = h.loss_sum;
     source.eval_loss = h.eval_loss;
+    if (held_steps_) source.header = h;
     if (payload_in_shared_memory(h)) {
       source.shm = grad;  // the worker writes its next gradient there only after this step's PARAMS
     } else {
@@ -266,6 +275,34 @@ void DenseStore::keep(Pending& p, const Update& u, const float* grad, size_t n) 
   } else {
     add_into(p.accum.data_as<float>(), grad, n);
   }
+}
+
+bool DenseStore::pushed_every_chunk(int worker) const {
+  return held_pushes_[static_cast<size_t>(worker)] == chunks_.size();
+}
+
+uint64_t DenseStore::apply_step(const std::vector<bool>& workers, Outcome* out) {
+  PSTRAIN_CHECK(held_steps_);
+  uint64_t samples = 0;
+  for (Chunk& c : chunks_) {
+    PSTRAIN_CHECK(!c.pending.empty());
+    Pending& p = c.pending.front();
+    const auto late = std::remove_if(p.sources.begin(), p.sources.end(),
+                                     [&](const Source& s) { return !workers[static_cast<size_t>(s.worker)]; });
+    const auto dropped = static_cast<uint64_t>(p.sources.end() - late);
+    p.sources.erase(late, p.sources.end());
+    c.dropped += dropped;
+    if (&c == &chunks_[0]) dropped_ += dropped;
+    p.pushes = 0;  // the step's metrics: its workers' pushes only, in worker order
+    for (const Source& source : p.sources) add_metrics(&p.metrics, source.header, p.pushes++);
+    PSTRAIN_CHECK(!p.sources.empty());
+    samples = p.metrics.samples;
+    apply(c, p);
+    c.pending.erase(c.pending.begin());
+  }
+  held_pushes_.assign(held_pushes_.size(), 0);
+  *out = Outcome{true, true, 0, true, false};
+  return samples;
 }
 
 // ssp, at a push of `step` by `worker` to this shard's first chunk: how many steps the worker is

@@ -2,7 +2,8 @@
 // it. The slice is cut into chunks of --chunk-kib; every message carries one chunk, and every
 // chunk has its own barrier and version. A chunk is applied as soon as its quorum of workers
 // pushed it (ps/policy.h), so the loop can send it at once to the workers whose PULL waits for
-// it: receiving, applying and sending overlap. Also here: copy-on-write of values that PARAMS
+// it: receiving, applying and sending overlap (except with backup workers and embedding tables:
+// held steps, below). Also here: copy-on-write of values that PARAMS
 // still being sent hold, the version before the last (--allow-rejoin), the shared parameter area
 // (plain sync, same host), and the slice's part of a checkpoint.
 #pragma once
@@ -77,6 +78,17 @@ class DenseStore final : public Store {
   // advances). A repeat (another worker's CLIP of a step applied already) changes nothing.
   bool clip(uint64_t step, const ExactSquares& total, Outcome* out, std::string* error);
 
+  // --backup-workers in a job with embedding tables (held steps): a step is applied when the
+  // loop names its workers, not when each chunk has its quorum, so that every chunk of the shard
+  // and the shard's tables take the same workers' pushes (ps/server.cc, settle_step).
+  bool holds_steps() const { return held_steps_; }
+  // Held steps: whether `worker` pushed every chunk of the step being collected.
+  bool pushed_every_chunk(int worker) const;
+  // Held steps: applies the step being collected to every chunk with the pushes of `workers`
+  // (each pushed every chunk); the others' pushes of it are dropped and counted as late. Returns
+  // the samples of those workers' pushes, which scale the step's gradient.
+  uint64_t apply_step(const std::vector<bool>& workers, Outcome* out);
+
   bool oldest_barrier(Barrier* out) const;  // false: no chunk waits for pushes
   std::string counters_text() const;        // the mode's counters, for the last log line
   uint64_t apply_us() const { return static_cast<uint64_t>(apply_s_ * 1e6); }  // all applies so far
@@ -122,6 +134,10 @@ class DenseStore final : public Store {
   // are kept, not summed on arrival, and apply_sources sums them in worker order (see
   // Pending::sources), so the result does not depend on which worker was faster.
   const bool ordered_sums_;
+  // --backup-workers with tables: pushes kept (in worker order, as ordered_sums_ keeps them),
+  // applied by apply_step; and each worker's chunks pushed of the step being collected.
+  const bool held_steps_;
+  std::vector<size_t> held_pushes_;
   // Plain sync without replacements: the values live in area_ (create_area).
   const bool shared_area_;
   std::vector<std::string> resumed_tables_;  // resume(): the checkpoint's tables, until taken

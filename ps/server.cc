@@ -74,6 +74,7 @@ std::vector<float> ParameterServer::params() const {
 }
 
 void ParameterServer::serve() {
+  rss_start_kib_ = rss_kib();  // before any row: the tables' growth is measured from here
   PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address()
               << (options_.ipc.empty() ? "" : " and ipc://" + options_.ipc) << ", mode "
               << mode_text() << ", " << options_.num_workers << " worker(s), optimizer "
@@ -95,7 +96,7 @@ void ParameterServer::serve() {
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
               << (sparse_ != nullptr ? sparse_->counters_text() : "")
               << "; socket_bytes_in=" << bytes_in_ << " socket_bytes_out=" << bytes_out_
-              << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
+              << "; peak_rss_kib=" << peak_rss_kib() << " rss_start_kib=" << rss_start_kib_ << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }
@@ -222,6 +223,7 @@ bool ParameterServer::on_push(Message& msg, const Header& h, std::string* error)
   if (!store_->push(update_of(msg, h), &out, error)) return false;
   if (out.changed && h.sender == 0) checkpoints_.mark(h);
   advanced(out);
+  settle_step();
   if (out.norm_ready) {
     for (Parked& p : parked_) send_norm(p);
   }
@@ -325,7 +327,28 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   if (!sparse_->push(worker, members_.rejoined(worker), h, std::move(sections), &applied, error)) return false;
   if (h.sender == 0) checkpoints_.mark(h);  // hybrid mode: the chief's marks come with its rows
   if (applied) sparse_advanced();
+  settle_step();
   return true;
+}
+
+// --backup-workers with tables (docs/sparse.md, "Backup workers"): a worker counts for the step
+// being collected once its whole step is here (every chunk of the slice and its SPARSE_PUSH,
+// which may come over different channels, in any order); the first N - b such workers make the
+// step, for the dense chunks and the tables alike, scaled by their samples, and every other
+// push of the step is dropped as late.
+void ParameterServer::settle_step() {
+  if (sparse_ == nullptr || !store_->holds_steps()) return;
+  std::vector<bool> workers(static_cast<size_t>(options_.num_workers), false);
+  int whole = 0;
+  for (int w = 0; w < options_.num_workers; ++w) {
+    workers[static_cast<size_t>(w)] = store_->pushed_every_chunk(w) && sparse_->pushed(w);
+    whole += workers[static_cast<size_t>(w)] ? 1 : 0;
+  }
+  if (whole < policy_.quorum()) return;
+  Outcome out;
+  const uint64_t samples = store_->apply_step(workers, &out);
+  sparse_->apply_step(workers, samples);
+  sparse_advanced();  // the parked SPARSE_PULLs, and the chunks of the new version
 }
 
 bool ParameterServer::send_rows(const SparseParked& p, std::string* error) {

@@ -54,6 +54,7 @@ class ParameterServer {
   bool send_rows(const SparseParked& p, std::string* error);
   void send_checked_rows(const SparseParked& p);  // one that passed SparseStore::check_rows
   void sparse_advanced();
+  void settle_step();  // --backup-workers with tables: applies a step once its workers are known
   void on_done(const Message& msg, const Header& h);
   void chunk_advanced(size_t index);
   void advanced(const Outcome& out);  // chunk_advanced for the part(s) an update advanced
@@ -86,6 +87,7 @@ class ParameterServer {
   // Message frame bytes received and handed to the endpoint (headers and payload frames; values
   // in shared memory are not frames), for the PARAMS headers' b_in and b_out.
   uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  long rss_start_kib_ = 0;  // resident memory when serve() began (the last line shows it beside the peak)
   // Those and the store's apply time as they were when the shard first sent a chunk of the newest
   // version (in sync: right after applying it), stamped into every PARAMS of that version: the
   // workers get the same figures for a version, whatever order their PARAMS leave in.

@@ -82,6 +82,12 @@ class CtrJobTest : public ::testing::Test {
       if (flag.rfind("--", 0) == 0 && at != job.args.end()) job.args.erase(at, at + 2);
     }
     job.args.insert(job.args.end(), more.begin(), more.end());
+    // With --global-batch or --worker-batch the micro-batch follows from --accum-steps.
+    if (std::find(more.begin(), more.end(), "--global-batch") != more.end() ||
+        std::find(more.begin(), more.end(), "--worker-batch") != more.end()) {
+      const auto at = std::find(job.args.begin(), job.args.end(), "--batch-size");
+      job.args.erase(at, at + 2);
+    }
     const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
     EXPECT_EQ(result.ok(), expect_ok) << result.logs;
     CtrRun run;
@@ -166,6 +172,85 @@ TEST_F(CtrJobTest, MirroredContractForEveryTableOptimizer) {
     EXPECT_EQ(reference.table_rows, p.table_rows) << optimizer;
     std::printf("table optimizer %s, N=3 S=2 vs N=1: dense %.3g, rows %.3g (max |difference| / max |value|), %zu rows\n",
                 optimizer.c_str(), dense, sparse, p.table_rows);
+  }
+}
+
+// Gradient accumulation: 3 workers whose step of 8 records is 3 micro-batches (of 3, 3 and 2)
+// on 2 shards equal one worker of batch 24, dense parameters and rows, for every table
+// optimizer: a worker pulls the rows of its step's IDs once and pushes one gradient per ID summed
+// over its micro-batches. One worker of 4 micro-batches of 6 equals it too.
+TEST_F(CtrJobTest, GradientAccumulationKeepsTheMirroredContract) {
+  for (const std::string optimizer : {"sgd", "adagrad", "adam", "ftrl"}) {
+    const CtrRun reference = train(1, 1, 3 * kBatch, optimizer, false);
+    ASSERT_FALSE(reference.rows.empty()) << optimizer;
+    const CtrRun p = train(2, 3, kBatch, optimizer, false, {"--global-batch", "24", "--accum-steps", "3"});
+    ASSERT_FALSE(p.rows.empty()) << optimizer << p.logs;
+    EXPECT_NE(p.logs.find("gradient accumulation: 3 micro-batches of up to 3 = 8 samples a step"), std::string::npos)
+        << p.logs;
+    const double dense = relative_difference(reference.dense, p.dense);
+    const double sparse = rows_difference(reference, p);
+    EXPECT_LE(dense, 1e-5) << optimizer;
+    EXPECT_LE(sparse, 1e-5) << optimizer;
+    EXPECT_EQ(reference.table_rows, p.table_rows) << optimizer;
+    std::printf("table optimizer %s, N=3 S=2 of 3 micro-batches vs N=1: dense %.3g, rows %.3g (max |difference| / "
+                "max |value|)\n", optimizer.c_str(), dense, sparse);
+    if (optimizer != "adam") continue;
+    const CtrRun one = train(1, 1, 3 * kBatch, optimizer, false, {"--global-batch", "24", "--accum-steps", "4"});
+    ASSERT_FALSE(one.rows.empty()) << one.logs;
+    EXPECT_NE(one.logs.find("gradient accumulation: 4 micro-batches of up to 6 = 24 samples a step"), std::string::npos)
+        << one.logs;
+    const double one_dense = relative_difference(reference.dense, one.dense), one_rows = rows_difference(reference, one);
+    EXPECT_LE(one_dense, 1e-5);
+    EXPECT_LE(one_rows, 1e-5);
+    std::printf("table optimizer adam, N=1 of 4 micro-batches vs N=1: dense %.3g, rows %.3g\n", one_dense, one_rows);
+  }
+}
+
+// Backup workers with tables (docs/sparse.md, "Backup workers"): 3 workers on 2 shards with
+// --backup-workers 1, each worker's pushes delayed at random (--push-jitter-ms: up to 4 ms, so
+// the late worker changes from step to step; worker 2's up to 8 ms, the slowest). The job
+// completes and the rows train, over TCP and over the same-host local channel (the dense pushes'
+// headers there, the rows on ZeroMQ: in either order at the PS). On each shard the tables
+// dropped as many pushes as the dense slice did: every step's tables took the same workers as
+// its dense chunks (the exact sums: BackupSparseTest). Over the local channel a late worker's
+// last SPARSE_PUSH may come after its DONE, when the PS has finished: one a worker may go
+// uncounted there.
+TEST_F(CtrJobTest, BackupWorkersDropTheSamePushesFromTablesAndDenseSlices) {
+  constexpr int kBackupSteps = 100;
+  // The figure after `label` on the shard's last line (-1: none).
+  const auto counter = [](const std::string& log, const std::string& label) -> long {
+    const size_t at = log.rfind(label);
+    return at == std::string::npos ? -1 : std::stol(log.substr(at + label.size()));
+  };
+  const CtrRun untrained = train(2, 3, kBatch, "adagrad", false, {}, "1e-30", kBackupSteps);
+  for (const bool local : {false, true}) {
+    const TempDir dir("ctr-backup");
+    Job job;
+    job.num_ps = 2;
+    job.num_workers = 3;
+    job.dir = dir.path;
+    job.ipc = local;
+    job.args = flags(kBatch, "adagrad", false, "0.1", kBackupSteps, dir.path);
+    job.args.insert(job.args.end(), {"--backup-workers", "1", "--log-every", "10", "--save-params", dir.path + "/params"});
+    job.worker_args = {{0, {"--push-jitter-ms", "4"}}, {1, {"--push-jitter-ms", "4"}}, {2, {"--push-jitter-ms", "8"}}};
+    const JobResult result = run_job(job);
+    ASSERT_TRUE(result.ok()) << result.logs;
+    const CtrRun run = saved(dir.path + "/params", "adagrad", false);
+    EXPECT_GT(rows_difference(run, untrained), 1e-3) << "the rows did not move";
+    for (int s = 0; s < 2; ++s) {
+      const std::string log = read_file(dir.path + "/ps" + std::to_string(s) + ".log");
+      EXPECT_NE(log.find("tables at version " + std::to_string(kBackupSteps)), std::string::npos) << log;
+      const long dense = counter(log, "; late pushes dropped: "), sparse = counter(log, "; late sparse pushes dropped: ");
+      EXPECT_GT(dense, 0) << log;
+      if (local) {
+        EXPECT_GE(sparse, dense - 3) << log;
+        EXPECT_LE(sparse, dense) << log;
+      } else {
+        EXPECT_EQ(dense, sparse) << log;
+      }
+      std::printf("%s, ps%d: late pushes dropped in %d steps: dense %ld (first chunk), tables %ld\n",
+                  local ? "local channel" : "tcp", s, kBackupSteps, dense, sparse);
+    }
   }
 }
 

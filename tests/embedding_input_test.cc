@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -186,6 +187,27 @@ TEST(EmbeddingInputTest, GatherPlacesDenseFeaturesThenEachFieldsRow) {
         }
       }
     }
+  }
+}
+
+// A micro-batch of a step prepared whole (gradient accumulation): gathering records [first,
+// first + n) with their own dense features gives those records' part of the whole gather.
+TEST(EmbeddingInputTest, GatherOfARecordRangeIsThatPartOfTheWhole) {
+  const EmbeddingInputOptions o = small_options(2, false, 2, 3, 4);
+  const size_t batch = 9;
+  const auto raw = random_ids(batch, o.fields, 5, 7);
+  std::vector<float> dense(batch * o.dense);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = static_cast<float>(i) + 0.25f;
+  EmbeddingInput in(o);
+  in.prepare(raw.data(), batch);
+  set_all_rows(in);
+  std::vector<float> whole(batch * in.input_dim());
+  in.gather(dense.data(), whole.data());
+  for (const auto& [first, n] : std::vector<std::pair<size_t, size_t>>{{0, 3}, {3, 3}, {6, 3}, {8, 1}, {0, 9}}) {
+    std::vector<float> part(n * in.input_dim(), std::nanf(""));
+    in.gather(dense.data() + first * o.dense, first, n, part.data());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin() + static_cast<long>(first * in.input_dim())))
+        << first << " +" << n;
   }
 }
 

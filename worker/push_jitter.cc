@@ -29,6 +29,10 @@ class JitteredExchange final : public Exchange {
   }
   void done() override { inner_->done(); }
   bool stages_gradient() const override { return inner_->stages_gradient(); }
+  // Not delayed: the tables' rows and batch norm's statistics (a job with tables or global
+  // statistics runs with jitter too).
+  RowSource* row_source() override { return inner_->row_source(); }
+  StatsExchange* stats_exchange() override { return inner_->stats_exchange(); }
 
  private:
   void sleep() { std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(delay_us_(rng_)))); }

@@ -97,6 +97,9 @@ class Trainer {
           std::make_unique<OwnStepFigures>(o_.tensorboard_dir, o_.index, o_.progress.log_every, steps_per_epoch_);
     }
     input_shape_ = train_data_->sample_shape();
+    const std::string refusal = augment_refusal(o_.augment, input_shape_);
+    if (!refusal.empty()) throw UsageError(refusal);
+    if (o_.augment.any()) PSLOG(INFO) << tag_ << "augmenting training images: " << o_.augment.text();
     if (o_.embedding_dim > 0) open_tables();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
@@ -204,11 +207,6 @@ class Trainer {
       batch_.micro = std::min(o_.micro_batch, share_);
       batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
       batch_.eval_batch = kEvalBatch;
-    }
-    if (ctr_ != nullptr && batch_.micro_batches > 1) {
-      throw UsageError("--embedding-dim: gradient accumulation (" + std::to_string(batch_.micro_batches) +
-                       " micro-batches a step) is not built for embedding tables yet: drop --accum-steps, so that one "
-                       "micro-batch holds this worker's " + std::to_string(share_) + " samples a step");
     }
     check_batchnorm(network);
     if (batch_.micro_batches > 1 && !o_.batch_auto) {
@@ -336,7 +334,7 @@ class Trainer {
     prefetch_.reset();
     const uint64_t epoch = step / steps_per_epoch_;
     prefetch_ = std::make_unique<Prefetcher>(*train_data_, *sampler_, epoch, static_cast<uint64_t>(o_.epochs) - epoch,
-                                             total_steps_ - step, o_.prefetch, step % steps_per_epoch_);
+                                             total_steps_ - step, o_.prefetch, step % steps_per_epoch_, o_.augment);
   }
 
   void loop() {
@@ -352,8 +350,10 @@ class Trainer {
       if (!chief_) evaluation_->share_after(step, &previous_);
       if (own_figures_ != nullptr) own_figures_->add(step, previous_, step + 1 == total_steps_);
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
-        // Backup workers: the job moved on without this worker's late steps; so does its data.
+        // Backup workers: the job moved on without this worker's late steps; so does its data,
+        // and the rows asked for the step after this one go unused.
         skipped_ += m.next_step - step - 1;
+        if (ctr_ != nullptr && ctr_->requested()) ctr_->discard();
         start_prefetch(m.next_step);
       }
       step = std::max(m.next_step, step + 1);
@@ -371,11 +371,24 @@ class Trainer {
     info.eval = evaluation_->take_share();
     checkpoints_->plan(step, &info.checkpoint, &info.stop);
     BatchStats done;  // of the micro-batches before the current one
+    if (ctr_ != nullptr) {  // every micro-batch of the step at once: one pull of their rows
+      const auto d0 = Clock::now();
+      if (ctr_->requested()) {
+        std::swap(step_batches_, next_batches_);  // taken, their rows asked for, at the end of the step before
+      } else if (!take_step(&step_batches_)) {
+        throw Error("data ended before step " + std::to_string(step));
+      }
+      data += Clock::now() - d0;
+      const auto r0 = Clock::now();
+      if (!ctr_->requested()) request_rows(step_batches_, step);
+      rows += Clock::now() - r0;
+    }
+    size_t first = 0;  // with ctr_: the micro-batch's first record among the step's
     for (int j = 0; j < batch_.micro_batches; ++j) {
       const auto d0 = Clock::now();
       // The reader refills the queue when the exchange goes idle (Exchange::set_idle_hook).
-      if (ctr_ != nullptr && ctr_->requested()) {
-        std::swap(batch_data_, next_batch_);  // taken, its rows asked for, at the end of the step before
+      if (ctr_ != nullptr) {
+        std::swap(batch_data_, step_batches_[static_cast<size_t>(j)]);
       } else if (!prefetch_->take(batch_data_)) {
         throw Error("data ended before step " + std::to_string(step));
       }
@@ -397,8 +410,7 @@ class Trainer {
       if (ctr_ != nullptr) {  // the rows of this batch's IDs as they are at version `step`
         const auto r0 = Clock::now();
         const size_t n = static_cast<size_t>(batch_data_.size);
-        if (!ctr_->requested()) ctr_->request(batch_data_.ids.data(), n, step);
-        x = replica_->input(ctr_->input(batch_data_.x.data(), n), n * ctr_->input_dim());
+        x = replica_->input(ctr_->input(batch_data_.x.data(), first, n), n * ctr_->input_dim());
         rows += Clock::now() - r0;
       } else {
         x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
@@ -415,17 +427,19 @@ class Trainer {
       }
       if (ctr_ != nullptr) {  // the rows' gradients, after the dense ones (pushed during backward)
         const auto p0 = Clock::now();
-        const size_t floats = static_cast<size_t>(batch_data_.size) * ctr_->input_dim();
+        const size_t n = static_cast<size_t>(batch_data_.size);
         const float* dx = input_grad_.get();
         if (host_input_grad_ != nullptr) {
-          backend_->download(host_input_grad_.get(), dx, floats);
+          backend_->download(host_input_grad_.get(), dx, n * ctr_->input_dim());
           dx = host_input_grad_.get();
         }
-        ctr_->push(step, static_cast<uint64_t>(batch_data_.size), dx);
-        // The next step's batch, its rows asked for now (version step + 1): the shards answer as
-        // soon as this step is applied, while this worker waits for its parameters.
-        if (step + 1 < total_steps_ && prefetch_->take(next_batch_)) {
-          ctr_->request(next_batch_.ids.data(), static_cast<size_t>(next_batch_.size), step + 1);
+        ctr_->add_gradient(first, n, dx);
+        first += n;
+        if (last) {  // one gradient per unique ID, summed over the step's micro-batches
+          ctr_->push(step, info.samples);
+          // The next step's batches, their rows asked for now (version step + 1): the shards
+          // answer as soon as this step is applied, while this worker waits for its parameters.
+          if (step + 1 < total_steps_ && take_step(&next_batches_)) request_rows(next_batches_, step + 1);
         }
         pushing += Clock::now() - p0;
       }
@@ -457,6 +471,30 @@ class Trainer {
                   << ": the chief was asked to stop; the final checkpoint is complete";
     }
     return m;
+  }
+
+  // With tables: the micro-batches of one step from the reader. False when the data ended.
+  bool take_step(std::vector<Batch>* batches) {
+    batches->resize(static_cast<size_t>(batch_.micro_batches));
+    for (Batch& b : *batches) {
+      if (!prefetch_->take(b)) return false;
+    }
+    return true;
+  }
+
+  // Asks the shards for the rows of every record of a step's micro-batches, one after the other,
+  // as they are at `version`.
+  void request_rows(const std::vector<Batch>& batches, uint64_t version) {
+    if (batches.size() == 1) {
+      return ctr_->request(batches[0].ids.data(), static_cast<size_t>(batches[0].size), version);
+    }
+    step_ids_.clear();
+    size_t n = 0;
+    for (const Batch& b : batches) {
+      step_ids_.insert(step_ids_.end(), b.ids.begin(), b.ids.end());
+      n += static_cast<size_t>(b.size);
+    }
+    ctr_->request(step_ids_.data(), n, version);
   }
 
   // --slowdown F: this worker's compute takes F times as long (a debugging aid for stragglers).
@@ -523,7 +561,10 @@ class Trainer {
   std::vector<size_t> input_shape_;    // the model's input: the data's records, or with embeddings their rows too
   std::unique_ptr<CtrInput> ctr_;      // --embedding-dim: the rows of each batch's IDs
   std::unique_ptr<CtrInput> eval_ctr_;  // ... and of the test records'
-  Batch next_batch_;                   // with ctr_: the next step's, once its rows were asked for
+  // With ctr_: the step's micro-batches (taken together: one pull of their rows), and the next
+  // step's once their rows were asked for; and the IDs of a step of several.
+  std::vector<Batch> step_batches_, next_batches_;
+  std::vector<uint64_t> step_ids_;
   BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
   BufferPtr targets_;                  // --loss bce | mse | huber: a micro-batch's float targets on the backend
 

@@ -40,7 +40,9 @@ SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobS
       tables_(shard_options(options, dense_bytes), options.tables),
       version_(start),
       pending_(static_cast<size_t>(options.num_workers)),
-      pushed_(static_cast<size_t>(options.num_workers), false) {}
+      pushed_(static_cast<size_t>(options.num_workers), false),
+      samples_(static_cast<size_t>(options.num_workers), 0),
+      backup_(mode == ModeCode::kSync && options.backup_workers > 0) {}
 
 bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections,
                        bool* applied, std::string* error) {
@@ -60,6 +62,10 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
   }
   const size_t w = static_cast<size_t>(worker);
   if (rejoined && h.step + 1 == version_) return true;  // a step its predecessor pushed, applied: a repeat
+  if (backup_ && h.step < version_) {  // its step was applied without it, as its dense pushes were
+    ++dropped_;
+    return true;
+  }
   if (h.step != version_) {
     *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ", but the tables are collecting step " +
              std::to_string(version_);
@@ -74,14 +80,38 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
   pending_[w] = std::move(sections);
   pushed_[w] = true;
   pending_samples_ += h.samples;
-  if (++pushes_ < options_.num_workers) return true;
+  samples_[w] = h.samples;
+  if (++pushes_ < options_.num_workers || backup_) return true;
   if (!apply(version_, pending_, static_cast<double>(pending_samples_), error)) throw Error(*error);
-  for (auto& p : pending_) p.clear();
-  pushed_.assign(pushed_.size(), false);
-  pending_samples_ = 0;
-  pushes_ = 0;
+  clear_step();
   *applied = true;
   return true;
+}
+
+void SparseStore::apply_step(const std::vector<bool>& workers, uint64_t samples) {
+  PSTRAIN_CHECK(backup_);
+  uint64_t pushed_samples = 0;
+  for (size_t w = 0; w < pending_.size(); ++w) {
+    if (workers[w]) {
+      PSTRAIN_CHECK(pushed_[w]);
+      pushed_samples += samples_[w];
+      continue;
+    }
+    if (pushed_[w]) ++dropped_;
+    pending_[w].clear();
+  }
+  if (samples == 0) samples = pushed_samples;
+  std::string error;
+  if (!apply(version_, pending_, static_cast<double>(samples), &error)) throw Error(error);
+  clear_step();
+}
+
+void SparseStore::clear_step() {
+  for (auto& p : pending_) p.clear();
+  pushed_.assign(pushed_.size(), false);
+  samples_.assign(samples_.size(), 0);
+  pending_samples_ = 0;
+  pushes_ = 0;
 }
 
 // One update: sync's step over `samples` samples (a mean gradient), or async's push (samples 0:
@@ -107,8 +137,7 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
           auto [it, added] = before.try_emplace({section.table, id});
           if (!added) continue;
           it->second.resize(section.dim);
-          std::string ignored;  // the push was checked: the ID is this shard's
-          tables_.pull(section.table, &id, 1, it->second.data(), &ignored);
+          tables_.lookup_checked(section.table, &id, 1, it->second.data());  // the push was checked
         }
       }
     }
@@ -213,7 +242,8 @@ void SparseStore::save(const std::string& dir) const {
 }
 
 std::string SparseStore::counters_text() const {
-  return "; tables at version " + std::to_string(version_) + ": " + tables_.counters_text();
+  return "; tables at version " + std::to_string(version_) + ": " + tables_.counters_text() +
+         (backup_ ? "; late sparse pushes dropped: " + std::to_string(dropped_) : "");
 }
 
 }  // namespace pstrain

@@ -1,7 +1,8 @@
 // The sparse side of a PS shard's loop (docs/sparse.md, "Serving"): the shard's embedding tables
 // (ps/sparse/shard_tables.h) behind the messages SPARSE_PULL and SPARSE_PUSH. In sync each step's
 // pushes are collected per worker and applied once every worker pushed it (summed in worker
-// order: the mirrored contract); in async and ssp each push is applied when it arrives. A pull
+// order: the mirrored contract), or with --backup-workers once the loop names the step's workers
+// (apply_step: those of the dense step); in async and ssp each push is applied when it arrives. A pull
 // asks for the rows as they are at a version (the number of steps applied): it is answered once
 // the tables reach it. Single-threaded: the loop's thread.
 #pragma once
@@ -36,6 +37,14 @@ class SparseStore {
   // the same gradient (a step is a pure function of its inputs), which replaces the first.
   bool push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections, bool* applied,
             std::string* error);
+  // --backup-workers (sync): whether `worker` pushed the step being collected; and that step
+  // applied with the pushes of `workers` only (the dense step's, ps/server.cc), scaled by the
+  // gradient's `samples` (the dense step's too; 0: the samples of those workers' sparse pushes,
+  // for a shard without a dense slice). The others' pushes are dropped and counted, as is a
+  // later push of an applied step. Throws pstrain::Error when the step cannot be applied (the
+  // memory bound).
+  bool pushed(int worker) const { return pushed_[static_cast<size_t>(worker)]; }
+  void apply_step(const std::vector<bool>& workers, uint64_t samples);
   // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
   std::string check_pull(uint64_t want) const;
   bool ready(uint64_t want) const { return version_ >= want; }
@@ -62,12 +71,14 @@ class SparseStore {
   // --save-params DIR at the job's end: each table's rows on this shard, in the checkpoint
   // format (docs/sparse.md), to DIR/embeddings/<table>.shard<index>-of-<num_ps>.
   void save(const std::string& dir) const;
-  // "; embedding rows R (admitted A, evicted E, pending P), M MiB": for the log lines.
+  // "; tables at version V: embedding rows R (admitted A, evicted E, pending P), M MiB" (and
+  // with backup workers "; late sparse pushes dropped: D"): for the log lines.
   std::string counters_text() const;
 
  private:
   bool apply(uint64_t step, const std::vector<std::vector<SparseSection>>& by_worker, double samples,
              std::string* error);
+  void clear_step();
 
   const ServerOptions& options_;
   const ModeCode mode_;
@@ -80,7 +91,10 @@ class SparseStore {
   std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> previous_;
   std::vector<bool> pushed_;
   uint64_t pending_samples_ = 0;
+  std::vector<uint64_t> samples_;  // each worker's pushed samples (backup workers)
   int pushes_ = 0;
+  const bool backup_;      // --backup-workers: the loop applies a step (apply_step)
+  uint64_t dropped_ = 0;   // backup workers: pushes of a step applied without them
   Clock::time_point since_;
 };
 

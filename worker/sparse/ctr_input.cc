@@ -1,5 +1,7 @@
 #include "worker/sparse/ctr_input.h"
 
+#include <algorithm>
+
 #include "shared/util/error.h"
 
 namespace pstrain {
@@ -13,30 +15,53 @@ void CtrInput::request(const uint64_t* ids, size_t n, uint64_t version) {
   for (size_t s = 0; s < shards; ++s) requests[s] = &embedding_.pull(static_cast<int>(s));
   ticket_ = source_->request_rows(version, requests);
   requested_ = true;
+  received_ = false;
 }
 
-const float* CtrInput::input(const float* dense, size_t n) {
-  PSTRAIN_CHECK(requested_);
-  PSTRAIN_CHECK_EQ(n, embedding_.batch());
-  requested_ = false;
-  const size_t shards = static_cast<size_t>(options_.num_ps);
-  std::vector<std::vector<SparseSection>> rows = source_->receive_rows(ticket_);
-  for (size_t s = 0; s < shards; ++s) {
-    std::string error;
-    if (!embedding_.set_rows(static_cast<int>(s), std::move(rows[s]), &error)) {
-      throw Error("ps" + std::to_string(s) + "'s embedding rows: " + error);
+const float* CtrInput::input(const float* dense, size_t first, size_t n) {
+  if (!received_) {
+    PSTRAIN_CHECK(requested_);
+    requested_ = false;
+    const size_t shards = static_cast<size_t>(options_.num_ps);
+    std::vector<std::vector<SparseSection>> rows = source_->receive_rows(ticket_);
+    for (size_t s = 0; s < shards; ++s) {
+      std::string error;
+      if (!embedding_.set_rows(static_cast<int>(s), std::move(rows[s]), &error)) {
+        throw Error("ps" + std::to_string(s) + "'s embedding rows: " + error);
+      }
     }
+    received_ = true;
   }
   x_.resize(n * input_dim());
-  embedding_.gather(dense, x_.data());
+  embedding_.gather(dense, first, n, x_.data());
   return x_.data();
 }
 
-void CtrInput::push(uint64_t step, uint64_t samples, const float* dx) {
-  PSTRAIN_CHECK(source_ != nullptr);
+const float* CtrInput::input(const float* dense, size_t n) {
+  PSTRAIN_CHECK_EQ(n, embedding_.batch());
+  return input(dense, 0, n);
+}
+
+void CtrInput::discard() {
+  PSTRAIN_CHECK(requested_);
+  requested_ = false;
+  source_->receive_rows(ticket_);
+}
+
+void CtrInput::add_gradient(size_t first, size_t n, const float* dx) {
+  PSTRAIN_CHECK(received_);
+  PSTRAIN_CHECK(first <= embedding_.batch() && n <= embedding_.batch() - first);
+  const size_t width = input_dim();
+  dx_.resize(embedding_.batch() * width);
+  std::copy(dx, dx + n * width, dx_.begin() + static_cast<std::ptrdiff_t>(first * width));
+}
+
+void CtrInput::push(uint64_t step, uint64_t samples) {
+  PSTRAIN_CHECK(source_ != nullptr && received_);
+  PSTRAIN_CHECK_EQ(dx_.size(), embedding_.batch() * input_dim());
   const size_t shards = static_cast<size_t>(options_.num_ps);
   std::vector<std::vector<SparseSection>> sections(shards);
-  for (size_t s = 0; s < shards; ++s) sections[s] = embedding_.gradients(static_cast<int>(s), dx);
+  for (size_t s = 0; s < shards; ++s) sections[s] = embedding_.gradients(static_cast<int>(s), dx_.data());
   source_->push_rows(step, samples, sections);
 }
 

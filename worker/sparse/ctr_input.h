@@ -25,11 +25,15 @@ class CtrInput {
 
   // Asks the shards for the rows of `ids` (n * options.fields) at `version`, without waiting: a
   // step asks for its batch's rows before it waits for its parameters (sync: both arrive once the
-  // step before is applied).
+  // step before is applied). With gradient accumulation the n records are all the step's
+  // micro-batches, one after the other: the tables do not change within a step.
   void request(const uint64_t* ids, size_t n, uint64_t version);
-  // The model's input for the `n` records of the last request() (host memory, n * input_dim()
-  // floats, valid until the next call): `dense` (n * options.dense) and their rows. Throws
-  // pstrain::Error when a shard's answer does not match what was asked.
+  // The model's input for records [first, first + n) of the last request() (host memory,
+  // n * input_dim() floats, valid until the next call): `dense` (n * options.dense) and their
+  // rows. The first call after request() waits for the rows. Throws pstrain::Error when a shard's
+  // answer does not match what was asked.
+  const float* input(const float* dense, size_t first, size_t n);
+  // All the records of the last request().
   const float* input(const float* dense, size_t n);
   // request() and input() in one.
   const float* input(const float* dense, const uint64_t* ids, size_t n, uint64_t version) {
@@ -37,16 +41,23 @@ class CtrInput {
     return input(dense, n);
   }
   bool requested() const { return requested_; }
-  // After backward of the last input(): `dx` (host, n * input_dim()) is the gradient of the
-  // summed loss with respect to it; pushes its rows' part to the shards for `step`.
-  void push(uint64_t step, uint64_t samples, const float* dx);
+  // The rows of the last request(), received and dropped unused (backup workers: the job moved on
+  // past the version they were asked for).
+  void discard();
+  // After backward of input(dense, first, n): `dx` (host, n * input_dim()) is the gradient of the
+  // summed loss with respect to it. Kept until push().
+  void add_gradient(size_t first, size_t n, const float* dx);
+  // Once every record of the request has its gradient: pushes the rows' part to the shards for
+  // `step`, one gradient per unique ID summed over all the records (record order, field order).
+  void push(uint64_t step, uint64_t samples);
 
  private:
   EmbeddingInput embedding_;
   const EmbeddingInputOptions options_;
   RowSource* source_ = nullptr;
   std::vector<float> x_;
-  bool requested_ = false;
+  std::vector<float> dx_;  // the request's records' dL/dx, filled by add_gradient
+  bool requested_ = false, received_ = false;
   uint64_t ticket_ = 0;
 };
 

@@ -192,15 +192,16 @@ const float* EmbeddingInput::row(uint32_t slot) const {
   return rows_[at.shard][at.section].values.data() + static_cast<size_t>(at.position) * options_.dim;
 }
 
-void EmbeddingInput::gather(const float* dense, float* x) const {
+void EmbeddingInput::gather(const float* dense, size_t first, size_t n, float* x) const {
   for (size_t s = 0; s < pull_.size(); ++s) PSTRAIN_CHECK(has_rows_[s] || pull_[s].empty());
   PSTRAIN_CHECK(dense != nullptr || options_.dense == 0);
+  PSTRAIN_CHECK(first <= batch_ && n <= batch_ - first);
   const size_t fields = options_.fields, dim = options_.dim, width = input_dim();
-  for (size_t r = 0; r < batch_; ++r) {
+  for (size_t r = 0; r < n; ++r) {
     float* out = x + r * width;
     if (options_.dense > 0) std::memcpy(out, dense + r * options_.dense, options_.dense * sizeof(float));
     out += options_.dense;
-    const uint32_t* slot = slot_of_.data() + r * fields;
+    const uint32_t* slot = slot_of_.data() + (first + r) * fields;
     for (size_t f = 0; f < fields; ++f) std::memcpy(out + f * dim, row(slot[f]), dim * sizeof(float));
   }
 }

@@ -59,7 +59,10 @@ class EmbeddingInput {
   // x: batch x input_dim(), record by record: its dense features (dense: batch x options.dense;
   // may be null when that is 0), then field 0's row, field 1's, ... Every shard with keys must
   // have had its rows set.
-  void gather(const float* dense, float* x) const;
+  void gather(const float* dense, float* x) const { gather(dense, 0, batch_, x); }
+  // The same for records [first, first + n) of the batch only (a micro-batch of a step whose
+  // records were prepared together): dense and x hold those n records.
+  void gather(const float* dense, size_t first, size_t n, float* x) const;
   // dx: batch x input_dim() (dL/dx; the embedding columns are read). For pull(shard)'s keys, in
   // the same sections and order (dim and ids set), each key's gradient summed over the batch in
   // record order, then field order: the same bits on every run.
