@@ -106,10 +106,13 @@ def run_pstrain(args, name, work, data, epochs=None):
         raise Failed(f"{name}: no summary line in the chief's output; logs in {run_dir}\n{out[-3000:]}")
     table = re.search(r"embedding rows (\d+) .*?, ([0-9.]+) MiB", out)
     rss = {p: int(kib) / 1024 for p, kib in re.findall(r"^\[(\w+)\] .*peak_rss_kib=(\d+)", out, re.M)}
+    # The PS's growth: its peak less what it held when it began serving, before any row.
+    start = re.search(r"^\[ps0\] .*peak_rss_kib=(\d+) rss_start_kib=(\d+)", out, re.M)
+    growth = (int(start.group(1)) - int(start.group(2))) / 1024 if start else None
     return {"samples_per_s": float(summary.group(1)), "test_auc": float(summary.group(2)),
             "test_logloss": float(summary.group(3)), "step_ms": float(summary.group(4)), "wall_s": wall,
             "rss_mib": rss, "rows": int(table.group(1)) if table else None,
-            "table_mib": float(table.group(2)) if table else None}
+            "table_mib": float(table.group(2)) if table else None, "ps_growth_mib": growth}
 
 
 # ------------------------------------------------------------------------------------- PyTorch
@@ -292,7 +295,8 @@ def run_torch(args, name, _work, data, epochs=None):
     chief = results[0]
     return {"samples_per_s": chief["samples_per_s"], "test_auc": chief["test_auc"],
             "test_logloss": chief["test_logloss"], "step_ms": chief["step_ms"], "wall_s": time.monotonic() - start,
-            "rss_mib": {f"rank{r['rank']}": r["rss_mib"] for r in results}, "rows": chief["rows"], "table_mib": None}
+            "rss_mib": {f"rank{r['rank']}": r["rss_mib"] for r in results}, "rows": chief["rows"], "table_mib": None,
+            "ps_growth_mib": None}
 
 
 def has_torch(args):
@@ -363,12 +367,15 @@ def sweep(args, configs, work):
         print(json.dumps({"mode": "sweep", "lines": args.sweep_lines, "rows": rows}))
         return
     print(f"# bench/ctr --sweep: configs/ctr.cfg, 1 epoch of {args.sweep_lines} lines per size; rows: the IDs the "
-          f"data showed; table_mib: the PS's tables")
-    print(f"{'distinct_ids':>12} {'config':<10} {'step_ms':>8} {'rows':>9} {'table_mib':>9}  rss_mib")
+          f"data showed; table_mib: the PS's tables as it counts them; ps_growth_mib: its peak RSS less its RSS "
+          f"before the first row")
+    print(f"{'distinct_ids':>12} {'config':<10} {'step_ms':>8} {'rows':>9} {'table_mib':>9} {'ps_growth_mib':>13}  "
+          f"rss_mib")
     for r in rows:
         mib = f"{r['table_mib']:.1f}" if r["table_mib"] is not None else "-"
-        print(f"{r['distinct_ids']:>12} {r['config']:<10} {r['step_ms']:>8.2f} {r['rows'] or 0:>9} {mib:>9}  "
-              f"{rss_text(r['rss_mib'])}")
+        growth = f"{r['ps_growth_mib']:.1f}" if r.get("ps_growth_mib") is not None else "-"
+        print(f"{r['distinct_ids']:>12} {r['config']:<10} {r['step_ms']:>8.2f} {r['rows'] or 0:>9} {mib:>9} "
+              f"{growth:>13}  {rss_text(r['rss_mib'])}")
 
 
 def parse_args(argv):

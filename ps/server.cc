@@ -74,6 +74,7 @@ std::vector<float> ParameterServer::params() const {
 }
 
 void ParameterServer::serve() {
+  rss_start_kib_ = rss_kib();  // before any row: the tables' growth is measured from here
   PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address()
               << (options_.ipc.empty() ? "" : " and ipc://" + options_.ipc) << ", mode "
               << mode_text() << ", " << options_.num_workers << " worker(s), optimizer "
@@ -95,7 +96,7 @@ void ParameterServer::serve() {
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
               << (sparse_ != nullptr ? sparse_->counters_text() : "")
               << "; socket_bytes_in=" << bytes_in_ << " socket_bytes_out=" << bytes_out_
-              << "; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
+              << "; peak_rss_kib=" << peak_rss_kib() << " rss_start_kib=" << rss_start_kib_ << " " << cpu_usage_text()
               << "; exiting";
   endpoint_.close(deadline_after(kCloseSeconds));  // lets the last DONE acknowledgement leave
 }

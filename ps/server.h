@@ -86,6 +86,7 @@ class ParameterServer {
   // Message frame bytes received and handed to the endpoint (headers and payload frames; values
   // in shared memory are not frames), for the PARAMS headers' b_in and b_out.
   uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  long rss_start_kib_ = 0;  // resident memory when serve() began (the last line shows it beside the peak)
   // Those and the store's apply time as they were when the shard first sent a chunk of the newest
   // version (in sync: right after applying it), stamped into every PARAMS of that version: the
   // workers get the same figures for a version, whatever order their PARAMS leave in.

@@ -221,6 +221,35 @@ TEST_F(LaunchTest, ConvolutionalModelWithDropoutKeepsTheMirroredContract) {
   }
 }
 
+// Augmentation (--augment-flip, --augment-shift) draws each record's transform from (seed,
+// epoch, record): 3 workers on batches of 8 equal 1 worker on 24, with 1 and 2 shards, for 130
+// steps (past the first epoch's 125, where the draws change); and it does change the training.
+TEST_F(LaunchTest, AugmentedTrainingKeepsTheMirroredContract) {
+  const std::string model = "conv 4 3 pad=1, relu, maxpool 2, flatten, dense 10";
+  const auto train = [&](const std::string& run, int ps, int workers, int batch, bool augment) {
+    const std::string params = dir_ + "/" + run + "-params";
+    std::vector<std::string> flags = {"--model", model, "--steps", "130", "--batch-size", std::to_string(batch),
+                                      "--optimizer", "adam", "--lr", "0.01", "--save-params", params};
+    if (augment) flags.insert(flags.end(), {"--augment-flip", "--augment-shift", "2"});
+    const pid_t launcher = spawn(launch(run, {"--num-ps", std::to_string(ps), "--num-workers", std::to_string(workers)},
+                                        flags),
+                                 dir_ + "/" + run + ".log");
+    const ExitStatus status = wait_for(launcher, 120);
+    EXPECT_TRUE(status.ok()) << read_file(dir_ + "/" + run + ".log");
+    return load_saved_params(params);
+  };
+  const SavedParams one = train("aug-1x24", 1, 1, 24, true);
+  EXPECT_NE(read_file(dir_ + "/aug-1x24/w0.log").find("augmenting training images: flip shift 2"), std::string::npos)
+      << read_file(dir_ + "/aug-1x24/w0.log");
+  EXPECT_GT(relative_difference(one, train("plain-1x24", 1, 1, 24, false)), 1e-3) << "augmentation changed nothing";
+  for (const auto& [ps, workers] : {std::pair{1, 3}, std::pair{2, 3}}) {
+    const std::string run = "aug-s" + std::to_string(ps) + "-n" + std::to_string(workers);
+    const double rel = relative_difference(one, train(run, ps, workers, 24 / workers, true));
+    EXPECT_LE(rel, 1e-5) << run;
+    std::printf("augmented CNN, S=%d N=%d: max |difference| / max |parameter| = %.3g\n", ps, workers, rel);
+  }
+}
+
 // SIGTERM or SIGINT to the launcher while processes of its job are stopped (SIGSTOP): it exits
 // 143 or 130 within seconds, and leaves no process and no /dev/shm name of the job behind. The
 // stopped ones get SIGCONT with their SIGTERM; a checkpointing job gives up its final checkpoint

@@ -131,6 +131,9 @@ TrainOptions train_options(const JobOptions& o) {
   t.steps = o.steps;
   t.seed = o.seed;
   t.shuffle = o.shuffle;
+  t.augment.flip = o.augment_flip;
+  t.augment.shift = o.augment_shift;
+  t.augment.seed = o.seed;
   t.prefetch = o.prefetch;
   t.bind_cpu = o.bind_cpu;
   t.slowdown = o.slowdown;

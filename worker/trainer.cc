@@ -97,6 +97,9 @@ class Trainer {
           std::make_unique<OwnStepFigures>(o_.tensorboard_dir, o_.index, o_.progress.log_every, steps_per_epoch_);
     }
     input_shape_ = train_data_->sample_shape();
+    const std::string refusal = augment_refusal(o_.augment, input_shape_);
+    if (!refusal.empty()) throw UsageError(refusal);
+    if (o_.augment.any()) PSLOG(INFO) << tag_ << "augmenting training images: " << o_.augment.text();
     if (o_.embedding_dim > 0) open_tables();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
@@ -336,7 +339,7 @@ class Trainer {
     prefetch_.reset();
     const uint64_t epoch = step / steps_per_epoch_;
     prefetch_ = std::make_unique<Prefetcher>(*train_data_, *sampler_, epoch, static_cast<uint64_t>(o_.epochs) - epoch,
-                                             total_steps_ - step, o_.prefetch, step % steps_per_epoch_);
+                                             total_steps_ - step, o_.prefetch, step % steps_per_epoch_, o_.augment);
   }
 
   void loop() {

@@ -17,6 +17,7 @@
 
 #include "shared/checkpoint/checkpoint_options.h"
 #include "worker/backend.h"
+#include "worker/data/augment.h"
 #include "worker/data/open.h"
 #include "worker/evaluation.h"
 #include "worker/exchange.h"
@@ -46,6 +47,7 @@ struct TrainOptions {
   int64_t steps = 0;            // stop after this many global steps (0 = no limit)
   uint64_t seed = 42;           // initialisation, shuffling and dropout
   bool shuffle = true;          // reshuffle every epoch
+  AugmentOptions augment;       // --augment-flip, --augment-shift (training images only)
   int prefetch = 4;             // batches queued ahead of the loop
   int bind_cpu = -1;            // --bind-cpu: the loop's thread runs on this CPU only (-1: anywhere)
   double slowdown = 1;          // debugging: the compute takes this many times as long

@@ -67,6 +67,14 @@ bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t
              " of " + std::to_string(options_.num_ps);
     return false;
   }
+  if (n <= 16) {  // a few IDs: compared pairwise, without sweeping the scratch map's slots
+    for (size_t i = 1; i < n; ++i) {
+      if (std::find(ids, ids + i, ids[i]) == ids + i) continue;
+      *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
+      return false;
+    }
+    return true;
+  }
   scratch_.clear();
   scratch_.reserve(n);
   for (size_t i = 0; i < n; ++i) {

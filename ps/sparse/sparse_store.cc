@@ -107,8 +107,7 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
           auto [it, added] = before.try_emplace({section.table, id});
           if (!added) continue;
           it->second.resize(section.dim);
-          std::string ignored;  // the push was checked: the ID is this shard's
-          tables_.pull(section.table, &id, 1, it->second.data(), &ignored);
+          tables_.lookup_checked(section.table, &id, 1, it->second.data());  // the push was checked
         }
       }
     }

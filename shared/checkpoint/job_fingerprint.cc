@@ -29,7 +29,7 @@ void add_sep(std::string* to, const std::string& text) {
 const std::vector<std::string>& fingerprint_keys() {
   static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "warmup-steps",
                                                 "lr-decay-steps", "lr-decay-rate", "lr-cycle-mult", "label-smoothing", "clip-norm", "loss",
-                                                "embeddings", "momentum",
+                                                "embeddings", "augment", "momentum",
                                                 "beta1", "beta2", "epsilon", "weight-decay", "seed", "shuffle",
                                                 "data", "num-workers", "worker-batches"};
   return keys;
@@ -58,6 +58,7 @@ Fingerprint job_fingerprint(const JobIdentity& o) {
   if (opt.clip_norm > 0) f.emplace_back("clip-norm", number(opt.clip_norm));
   if (!o.loss.empty()) f.emplace_back("loss", o.loss);
   if (!o.embeddings.empty()) f.emplace_back("embeddings", o.embeddings);
+  if (!o.augment.empty()) f.emplace_back("augment", o.augment);
   if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
   if (opt.kind == "adam" || opt.kind == "adamw") {
     f.emplace_back("beta1", number(opt.beta1));

@@ -35,6 +35,7 @@ struct JobIdentity {
   // Embedding tables (docs/sparse.md): "" without --embedding-dim, else their dim, layout,
   // optimizer, learning rate, admission and expiry in one line.
   std::string embeddings;
+  std::string augment;                   // --augment-flip / --augment-shift: "flip shift 2"; "" for none
 };
 
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order

@@ -113,6 +113,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
       ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
+      ("augment-flip", po::bool_switch(&o.augment_flip), "image data: mirror each training image left-right with probability 1/2, drawn per (--seed, epoch, record), so N workers still equal one process (docs/models.md, \"Augmentation\"); test data are never augmented")
+      ("augment-shift", po::value(&o.augment_shift)->default_value(o.augment_shift), "image data: move each training image by a random (dx, dy) in [-K, K]^2 pixels, 0 filling what moves in, drawn per (--seed, epoch, record); 0: none")
       ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam | adamw (applied on the PS; adamw is Adam, whose --weight-decay is decoupled as AdamW's: give it, e.g. 0.01, PyTorch's AdamW default)")
       ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
       ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
@@ -145,7 +147,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("checkpoint-secs", po::value(&o.checkpoint_secs)->default_value(o.checkpoint_secs), "also checkpoint when this many seconds passed since the last one (0 = not by time)")
       ("keep-checkpoints", po::value(&o.keep_checkpoints)->default_value(o.keep_checkpoints), "complete checkpoints to keep; older ones are removed")
       ("resume", po::value(&t.resume)->implicit_value("on"), "start from the newest usable checkpoint in --checkpoint-dir (a truncated, corrupted, incomplete or other job's checkpoint is named in the log and the one before it is used). --resume=auto: the same where the directory holds a complete checkpoint, else start fresh (for Slurm --requeue and Kubernetes restarts: one command for the first start and every restart). A resumed job may run more (or fewer) steps than the one that saved: the learning-rate schedule is recomputed over the new length")
-      ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, warmup-steps, lr-decay-steps, lr-decay-rate, lr-cycle-mult, label-smoothing, clip-norm, loss, embeddings, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
+      ("resume-allow", po::value(&t.resume_allow), "--resume: accept a checkpoint whose job differs from this one in these keys of its fingerprint, comma-separated (mode, model, optimizer, lr, lr-schedule, warmup-steps, lr-decay-steps, lr-decay-rate, lr-cycle-mult, label-smoothing, clip-norm, loss, embeddings, augment, momentum, beta1, beta2, epsilon, weight-decay, seed, shuffle, data, num-workers, worker-batches; or all); each accepted difference is logged. Without it another job's checkpoint is refused, naming what differs (docs/checkpoints.md)")
       ("checkpoint-errors", po::value(&t.checkpoint_errors)->default_value(t.checkpoint_errors), "PS: when a checkpoint cannot be written (disk full, no permission): stop (the job ends with the error; earlier checkpoints stay intact) | warn (log it every time and go on)");
   po::options_description all;
   all.add(cluster).add(model).add(train).add(emb).add(ckpt);
@@ -296,6 +298,7 @@ void validate(const JobOptions& o, Role role) {
   require(opt.clip_norm == 0 || o.embedding_dim == 0,
           "--clip-norm: not with --embedding-dim yet (the norm would have to include the embedding rows' gradients)");
   require(o.label_smoothing >= 0 && o.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  require(o.augment_shift >= 0 && o.augment_shift <= 64, "--augment-shift must be in [0, 64] pixels");
   require(std::isfinite(o.huber_delta) && o.huber_delta > 0, "--huber-delta must be a positive number");
   if (o.loss != Loss::kSoftmax) {
     const std::string loss = std::string("--loss ") + loss_name(o.loss);

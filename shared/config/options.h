@@ -123,6 +123,8 @@ struct JobOptions {
   int64_t steps = 0;            // stop after this many global steps (0 = no limit)
   uint64_t seed = 42;           // initialisation and shuffling seed (same on every process)
   bool shuffle = true;          // reshuffle every epoch
+  bool augment_flip = false;    // training images mirrored left-right, half of them (worker/data/augment.h)
+  int augment_shift = 0;        // ... and moved by up to this many pixels each way
   OptimizerOptions optimizer;
   int log_every = 100;          // chief: progress line every this many steps
   std::string save_params;      // chief: write every variable as DIR/<name>.npy at the end

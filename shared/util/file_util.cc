@@ -91,13 +91,22 @@ std::string cpu_usage_text() {
   return text;
 }
 
-long peak_rss_kib() {
+namespace {
+
+long status_kib(const char* field) {
   std::ifstream status("/proc/self/status");
   std::string line;
+  const size_t n = std::strlen(field);
   while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+    if (line.compare(0, n, field) == 0) return std::atol(line.c_str() + n);
   }
   return 0;
 }
+
+}  // namespace
+
+long peak_rss_kib() { return status_kib("VmHWM:"); }
+
+long rss_kib() { return status_kib("VmRSS:"); }
 
 }  // namespace pstrain

@@ -21,6 +21,8 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* err
 // Peak resident memory of this process in KiB (VmHWM of /proc/self/status), 0 where /proc is
 // unavailable. Every process prints it on its last line.
 long peak_rss_kib();
+// Resident memory now in KiB (VmRSS), 0 where /proc is unavailable.
+long rss_kib();
 
 // This process's CPU time and context switches so far, all threads (getrusage), as the last
 // line's text: "cpu_s=1.234 (user 1.100 + sys 0.134) switches=900+12" (voluntary, the waits,

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "shared/util/error.h"
+#include "worker/data/augment.h"
 #include "worker/data/dataset.h"
 #include "worker/data/sampler.h"
 
@@ -16,9 +17,11 @@ namespace pstrain {
 class Prefetcher::Impl {
  public:
   Impl(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch, uint64_t epochs,
-       uint64_t max_batches, size_t depth, uint64_t first_step)
+       uint64_t max_batches, size_t depth, uint64_t first_step, const AugmentOptions& augment)
       : data_(data),
         sampler_(sampler),
+        augment_(augment),
+        shape_(data.sample_shape()),
         first_epoch_(first_epoch),
         first_step_(first_step),
         epochs_(epochs),
@@ -120,6 +123,7 @@ class Prefetcher::Impl {
     sampler_.micro_records(epoch, step, micro, records_.data());
     data_.read(records_.data(), size, batch.x.data(), batch.y.data());
     batch.records.assign(records_.begin(), records_.begin() + size);
+    augment_batch(augment_, shape_, epoch, batch.records.data(), size, batch.x.data(), &augment_scratch_);
     if (data_.target_width() > 0) {
       batch.t.resize(size * data_.target_width());
       data_.read_targets(records_.data(), size, batch.t.data());
@@ -151,6 +155,9 @@ class Prefetcher::Impl {
 
   const Dataset& data_;
   const ShardSampler& sampler_;
+  const AugmentOptions augment_;
+  const std::vector<size_t> shape_;  // one record's, for augment_
+  std::vector<float> augment_scratch_;
   const uint64_t first_epoch_, first_step_, epochs_, max_batches_;
 
   std::mutex mu_;
@@ -167,10 +174,13 @@ class Prefetcher::Impl {
 };
 
 Prefetcher::Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch,
-                       uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step) {
+                       uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step,
+                       const AugmentOptions& augment) {
   if (depth < 1) throw Error("prefetcher: depth must be >= 1, got " + std::to_string(depth));
+  const std::string refusal = augment_refusal(augment, data.sample_shape());
+  if (!refusal.empty()) throw UsageError(refusal);
   impl_ = std::make_unique<Impl>(data, sampler, first_epoch, epochs, max_batches,
-                                 static_cast<size_t>(depth), first_step);
+                                 static_cast<size_t>(depth), first_step, augment);
 }
 
 Prefetcher::~Prefetcher() = default;

@@ -5,6 +5,8 @@
 #include <memory>
 #include <vector>
 
+#include "worker/data/augment.h"
+
 namespace pstrain {
 
 class Dataset;
@@ -29,9 +31,11 @@ class Prefetcher {
   // mid-epoch (a replaced worker, a checkpoint) starts at first_step > 0: the sampler is a pure
   // function of (seed, epoch, step), so its batches are the uninterrupted run's. At most `depth`
   // (>= 1) batches are queued. `data` and `sampler` must outlive the Prefetcher. The reader
-  // thread starts here.
+  // thread starts here. With `augment`, each batch's images are augmented (worker/data/augment.h);
+  // throws pstrain::UsageError when the data are not images it can apply to.
   Prefetcher(const Dataset& data, const ShardSampler& sampler, uint64_t first_epoch,
-             uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step = 0);
+             uint64_t epochs, uint64_t max_batches, int depth, uint64_t first_step = 0,
+             const AugmentOptions& augment = {});
   ~Prefetcher();  // stops the reader and joins it, also when the consumer stopped early
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
