@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 
 #include "shared/checkpoint/table_file.h"
 #include "shared/train/row_init.h"
@@ -175,29 +176,88 @@ TEST(SparseSavedTablesTest, DamagedOrMismatchedFilesAreRefusedNamingTheFile) {
 }
 
 // The reader of the format itself: the header as written, the rows' weights without their
-// slots, and a file whose checksum holds but whose sizes do not add up.
+// slots, everything (slots, bookkeeping, sightings) written back to the same bytes, and a file
+// whose checksum holds but whose sizes do not add up.
 TEST(SparseSavedTablesTest, TheFileReaderReadsWhatATableSaved) {
   const TableOptions t = ids_table("adam", 1);
   const ShardTables s = trained(t);
   const std::string bytes = saved_bytes(s, 0);
-  SavedTableRows rows;
+  SavedTable rows;
   std::string error;
-  ASSERT_TRUE(read_saved_table(bytes, &rows, &error)) << error;
+  ASSERT_TRUE(read_saved_table(bytes, &rows, &error, SavedTableParts::kWeights)) << error;
   EXPECT_EQ(rows.header.name, "ids");
   EXPECT_EQ(rows.header.optimizer, "adam");
   EXPECT_EQ(rows.header.slots, 2u);
   EXPECT_EQ(rows.header.dim, kDim);
-  ASSERT_EQ(rows.ids.size(), 40u);
-  EXPECT_TRUE(sparse_test::same_bits(rows.weights, pulled(s, rows.ids)));
-  SavedTableRows header;
-  ASSERT_TRUE(read_saved_table(bytes, &header, &error, true)) << error;
+  ASSERT_EQ(rows.rows.size(), 40u);
+  std::vector<uint64_t> ids;
+  for (const SavedRow& r : rows.rows) ids.push_back(r.id);
+  EXPECT_TRUE(sparse_test::same_bits(rows.values, pulled(s, ids)));
+  EXPECT_TRUE(rows.sightings.empty());
+  SavedTable header;
+  ASSERT_TRUE(read_saved_table(bytes, &header, &error, SavedTableParts::kHeader)) << error;
   EXPECT_EQ(header.header.rows, 40u);
-  EXPECT_TRUE(header.ids.empty());
+  EXPECT_TRUE(header.rows.empty());
+  EXPECT_TRUE(header.values.empty());
+  SavedTable all;
+  ASSERT_TRUE(read_saved_table(bytes, &all, &error)) << error;
+  ASSERT_EQ(all.values.size(), 40u * 3 * kDim);
+  EXPECT_EQ(all.rows[0].updates, 3u);
+  EXPECT_EQ(all.rows[0].last_touched, 2u);
+  EXPECT_EQ(encode_saved_table(all), bytes);
   std::string short_by_one = bytes.substr(0, bytes.size() - 5);  // a row's last byte gone, checksum redone
   const uint32_t crc = crc32c::value(short_by_one.data(), short_by_one.size());
   for (int i = 0; i < 4; ++i) short_by_one.push_back(static_cast<char>((crc >> (8 * i)) & 0xff));
   EXPECT_FALSE(read_saved_table(short_by_one, &rows, &error));
   EXPECT_EQ(error, "its sizes do not add up");
+}
+
+// What only a file written by hand can hold, each refused with its reason: IDs out of order, a
+// value (a slot's too) that is not finite, a sighting of a held ID or of count 0.
+TEST(SparseSavedTablesTest, TheFileReaderRefusesWhatNoTableWrites) {
+  SavedTable good;
+  good.header.table = 3;
+  good.header.dim = 2;
+  good.header.slots = 1;
+  good.header.name = "C1";
+  good.header.optimizer = "adagrad";
+  good.rows = {{5, 1, 1}, {9, 2, 2}};
+  good.values = {1, 2, 0.5f, 0.5f, 3, 4, 0.25f, 0.25f};
+  good.sightings = {{7, 1, 2}, {11, 2, 2}};
+  const auto error_of = [](const SavedTable& t) {
+    SavedTable back;
+    std::string error;
+    for (SavedTableParts parts : {SavedTableParts::kHeader, SavedTableParts::kWeights}) {
+      EXPECT_FALSE(read_saved_table(encode_saved_table(t), &back, &error, parts));
+    }
+    EXPECT_FALSE(read_saved_table(encode_saved_table(t), &back, &error)) << "it was read";
+    EXPECT_TRUE(back.rows.empty() && back.values.empty() && back.sightings.empty());
+    return error;
+  };
+  SavedTable back;
+  std::string error;
+  ASSERT_TRUE(read_saved_table(encode_saved_table(good), &back, &error)) << error;
+  EXPECT_EQ(back.sightings.size(), 2u);
+  EXPECT_EQ(back.sightings[1].count, 2u);
+  SavedTable bad = good;
+  bad.rows[1].id = 5;
+  EXPECT_EQ(error_of(bad), "IDs not sorted or repeated");
+  bad = good;
+  bad.sightings[1].id = 7;
+  EXPECT_EQ(error_of(bad), "IDs not sorted or repeated");
+  bad = good;
+  bad.values[7] = std::numeric_limits<float>::quiet_NaN();  // the second row's slot
+  EXPECT_EQ(error_of(bad), "a value is not finite");
+  bad = good;
+  bad.sightings[1].id = 9;
+  EXPECT_EQ(error_of(bad), "a sighting of a held ID, or of count 0");
+  bad = good;
+  bad.sightings[0].count = 0;
+  EXPECT_EQ(error_of(bad), "a sighting of a held ID, or of count 0");
+  bad = good;
+  bad.header.slots = 9;
+  bad.values.resize(2 * 10 * 2);
+  EXPECT_EQ(error_of(bad), "dim 2 with 9 slots");
 }
 
 }  // namespace

@@ -205,9 +205,9 @@ std::vector<std::pair<std::string, std::string>> table_files(const CheckpointPar
   const size_t shards = c.tables.size();
   for (size_t s = 0; s < shards; ++s) {
     for (const std::string& bytes : c.tables[s]) {
-      SavedTableRows table;
+      SavedTable table;
       std::string error;
-      if (!read_saved_table(bytes, &table, &error, true)) {
+      if (!read_saved_table(bytes, &table, &error, SavedTableParts::kHeader)) {
         throw Error("checkpoint " + c.dir + ": " + c.manifest.shards[s].name + ": an embedding table: " + error);
       }
       files.emplace_back("embeddings/" + table.header.name + ".shard" + std::to_string(s) + "-of-" +

@@ -95,7 +95,6 @@ class EmbeddingTable {
   void sight(uint64_t id, uint64_t step);
   bool expired(uint64_t last, uint64_t step) const;
   bool decode(const std::string& bytes, Saved* out, std::string* error) const;
-  bool check_saved(const Saved& saved, std::string* error) const;
   void restore(const Saved& saved, int shard, int num_ps);
 
   const TableOptions options_;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "shared/util/crc32c.h"
+#include "shared/util/error.h"
 
 namespace pstrain {
 namespace {
@@ -36,6 +37,17 @@ struct Reader {
   }
 };
 
+void put(std::string* out, uint64_t v, size_t bytes) {
+  for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+void put_text(std::string* out, const std::string& s) {
+  put(out, s.size(), 4);
+  out->append(s);
+}
+
+uint64_t row_bytes(const SavedTableHeader& h) { return kRowHead + (1 + h.slots) * h.dim * sizeof(float); }
+
 bool read_header(Reader& r, SavedTableHeader* h, std::string* error) {
   if (r.bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) {
     return *error = "not a saved embedding table (bad magic)", false;
@@ -56,49 +68,147 @@ bool read_header(Reader& r, SavedTableHeader* h, std::string* error) {
   if (h->dim == 0 || h->dim > kMaxDim || h->slots > kMaxSlots) {
     return *error = "dim " + std::to_string(h->dim) + " with " + std::to_string(h->slots) + " slots", false;
   }
-  const uint64_t row_bytes = kRowHead + (1 + h->slots) * h->dim * sizeof(float);
-  if (h->rows > r.left() / row_bytes || h->sightings > r.left() / kSighting ||
-      h->rows * row_bytes + h->sightings * kSighting != r.left()) {
+  const uint64_t row = row_bytes(*h);
+  if (h->rows > r.left() / row || h->sightings > r.left() / kSighting ||
+      h->rows * row + h->sightings * kSighting != r.left()) {
     return *error = "its sizes do not add up", false;
+  }
+  return true;
+}
+
+float get_float(Reader& r) {
+  const uint32_t bits = static_cast<uint32_t>(r.get(4));
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+void put_float(std::string* out, float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  put(out, bits, 4);
+}
+
+// The rows after the header (whose sizes were checked), keeping the first `keep` floats of each.
+bool read_rows(Reader& r, const SavedTableHeader& h, size_t keep, SavedTable* out, std::string* error) {
+  const size_t row_floats = static_cast<size_t>((1 + h.slots) * h.dim);
+  if (keep > 0) {
+    out->rows.reserve(h.rows);
+    out->values.resize(h.rows * keep);
+  }
+  float* v = out->values.data();
+  uint64_t last = 0;
+  for (uint64_t i = 0; i < h.rows; ++i) {
+    const SavedRow row{r.get(8), r.get(8), r.get(8)};
+    if (i > 0 && row.id <= last) return *error = "IDs not sorted or repeated", false;
+    last = row.id;
+    for (size_t j = 0; j < row_floats; ++j) {
+      const float f = get_float(r);
+      if (!std::isfinite(f)) return *error = "a value is not finite", false;
+      if (j < keep) *v++ = f;
+    }
+    if (keep > 0) out->rows.push_back(row);
+  }
+  return true;
+}
+
+// The sightings after the rows. A merge with the rows' IDs, read where they lie in the bytes
+// (kept or not), finds a sighting of a held ID.
+bool read_sightings(Reader& r, const SavedTableHeader& h, bool keep, SavedTable* out, std::string* error) {
+  const size_t stride = static_cast<size_t>(row_bytes(h)), first_row = r.at - h.rows * stride;
+  const auto row_id = [&](uint64_t i) { return Reader{r.bytes, first_row + i * stride, r.end}.get(8); };
+  uint64_t below = 0;  // rows with IDs below the sighting's
+  uint64_t last = 0;
+  if (keep) out->sightings.reserve(h.sightings);
+  for (uint64_t i = 0; i < h.sightings; ++i) {
+    SavedSighting s;
+    s.id = r.get(8);
+    s.count = static_cast<uint32_t>(r.get(4));
+    s.last_seen = r.get(8);
+    if (i > 0 && s.id <= last) return *error = "IDs not sorted or repeated", false;
+    last = s.id;
+    while (below < h.rows && row_id(below) < s.id) ++below;
+    if (s.count == 0 || (below < h.rows && row_id(below) == s.id)) {
+      return *error = "a sighting of a held ID, or of count 0", false;
+    }
+    if (keep) out->sightings.push_back(s);
   }
   return true;
 }
 
 }  // namespace
 
-bool read_saved_table(const std::string& bytes, SavedTableRows* out, std::string* error, bool header_only) {
+bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* error, SavedTableParts parts) {
+  out->rows.clear();
+  out->values.clear();
+  out->sightings.clear();
   if (bytes.size() < sizeof kMagic + 4) return *error = "truncated (" + std::to_string(bytes.size()) + " bytes)", false;
   const size_t body = bytes.size() - 4;
   Reader tail{bytes, body, bytes.size()};
   if (tail.get(4) != crc32c::value(bytes.data(), body)) return *error = "checksum mismatch (corrupted)", false;
   Reader r{bytes, 0, body};
-  SavedTableHeader& h = out->header;
-  if (!read_header(r, &h, error)) return false;
-  out->ids.clear();
-  out->weights.clear();
-  const size_t dim = static_cast<size_t>(h.dim), slot_floats = h.slots * dim;
-  if (!header_only) {
-    out->ids.reserve(h.rows);
-    out->weights.resize(h.rows * dim);
+  const SavedTableHeader& h = out->header;
+  if (!read_header(r, &out->header, error)) return false;
+  const size_t keep = parts == SavedTableParts::kAll       ? static_cast<size_t>((1 + h.slots) * h.dim)
+                      : parts == SavedTableParts::kWeights ? static_cast<size_t>(h.dim)
+                                                           : 0;
+  if (read_rows(r, h, keep, out, error) && read_sightings(r, h, parts == SavedTableParts::kAll, out, error)) {
+    return true;
   }
-  float* w = out->weights.data();
-  uint64_t last = 0;
-  for (uint64_t i = 0; i < h.rows; ++i) {
-    const uint64_t id = r.get(8);
-    if (i > 0 && id <= last) return *error = "IDs not sorted or repeated", false;
-    last = id;
-    r.at += 2 * sizeof(uint64_t);  // last touched, updates: the sizes were checked
-    for (size_t j = 0; j < dim; ++j) {
-      const uint32_t bits = static_cast<uint32_t>(r.get(4));
-      float f;
-      std::memcpy(&f, &bits, sizeof f);
-      if (!std::isfinite(f)) return *error = "a value is not finite", false;
-      if (!header_only) *w++ = f;
-    }
-    r.at += slot_floats * sizeof(float);
-    if (!header_only) out->ids.push_back(id);
-  }
-  return true;
+  out->rows.clear();
+  out->values.clear();
+  out->sightings.clear();
+  return false;
+}
+
+SavedTableWriter::SavedTableWriter(const SavedTableHeader& h, std::string* out)
+    : out_(out), start_(out->size()), row_floats_(static_cast<size_t>((1 + h.slots) * h.dim)),
+      rows_left_(h.rows), sightings_left_(h.sightings) {
+  out->append(kMagic, sizeof kMagic);
+  put(out, kFormat, 4);
+  put(out, h.table, 4);
+  put(out, h.dim, 8);
+  put(out, h.slots, 4);
+  put_text(out, h.name);
+  put_text(out, h.optimizer);
+  put(out, h.rows, 8);
+  put(out, h.sightings, 8);
+}
+
+void SavedTableWriter::row(const SavedRow& row, const float* values) {
+  PSTRAIN_CHECK(rows_left_ > 0);
+  --rows_left_;
+  put(out_, row.id, 8);
+  put(out_, row.last_touched, 8);
+  put(out_, row.updates, 8);
+  for (size_t j = 0; j < row_floats_; ++j) put_float(out_, values[j]);
+}
+
+void SavedTableWriter::sighting(const SavedSighting& s) {
+  PSTRAIN_CHECK(rows_left_ == 0 && sightings_left_ > 0);
+  --sightings_left_;
+  put(out_, s.id, 8);
+  put(out_, s.count, 4);
+  put(out_, s.last_seen, 8);
+}
+
+void SavedTableWriter::finish() {
+  PSTRAIN_CHECK(rows_left_ == 0 && sightings_left_ == 0);
+  put(out_, crc32c::value(out_->data() + start_, out_->size() - start_), 4);
+}
+
+std::string encode_saved_table(const SavedTable& t) {
+  SavedTableHeader h = t.header;
+  h.rows = t.rows.size();
+  h.sightings = t.sightings.size();
+  const size_t row_floats = static_cast<size_t>((1 + h.slots) * h.dim);
+  PSTRAIN_CHECK_EQ(t.values.size(), t.rows.size() * row_floats);
+  std::string out;
+  SavedTableWriter w(h, &out);
+  for (size_t i = 0; i < t.rows.size(); ++i) w.row(t.rows[i], &t.values[i * row_floats]);
+  for (const SavedSighting& s : t.sightings) w.sighting(s);
+  w.finish();
+  return out;
 }
 
 }  // namespace pstrain

@@ -1,10 +1,12 @@
-// Reading one embedding table's saved bytes (docs/sparse.md, "Checkpoint format": what a PS shard
-// writes to DIR/embeddings/<table>.shard<s>-of-<S> and into its checkpoint file) without the PS's
-// table: its header, and each row's ID and weights. For the worker (--evaluate and --predict of a
-// CTR model read the saved rows) and pstrain-export (which names a checkpoint's tables by their
-// header). A pure function of bytes.
+// One embedding table's saved bytes (docs/sparse.md, "Checkpoint format": what a PS shard writes to
+// DIR/embeddings/<table>.shard<s>-of-<S> and into its checkpoint file), both ways. The one reader
+// of the format: the PS (ps/sparse/table_codec.cc: checkpoints and --resume, which then checks the
+// file against its own table), the worker (--evaluate and --predict of a CTR model read the saved
+// rows) and pstrain-export (which names a checkpoint's tables by their header). Pure functions of
+// bytes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,16 +23,54 @@ struct SavedTableHeader {
   uint64_t rows = 0, sightings = 0;
 };
 
-struct SavedTableRows {
-  SavedTableHeader header;
-  std::vector<uint64_t> ids;   // increasing
-  std::vector<float> weights;  // ids.size() x dim: each row's weights (its slots are not kept)
+struct SavedRow {
+  uint64_t id = 0;
+  uint64_t last_touched = 0;  // the last step that updated (or created) the row
+  uint64_t updates = 0;       // updates applied to the row (lazy Adam's t)
 };
 
-// Decodes a table's bytes, checking the CRC-32C, the magic and format, that the sizes add up
-// exactly, strictly increasing IDs and finite weights. False, with *error saying what is wrong
-// ("checksum mismatch (corrupted)", ...), otherwise. With header_only, out->ids and weights stay
-// empty (everything is checked all the same).
-bool read_saved_table(const std::string& bytes, SavedTableRows* out, std::string* error, bool header_only = false);
+// An ID seen but not admitted yet (min_count > 1).
+struct SavedSighting {
+  uint64_t id = 0;
+  uint32_t count = 0;  // >= 1
+  uint64_t last_seen = 0;
+};
+
+struct SavedTable {
+  SavedTableHeader header;
+  std::vector<SavedRow> rows;            // IDs increasing
+  std::vector<float> values;             // per row: its weights (dim floats), then with kAll its slots
+  std::vector<SavedSighting> sightings;  // IDs increasing, none of them a row's; kAll only
+};
+
+// What read_saved_table keeps: the header only, the rows' IDs and weights, or everything.
+enum class SavedTableParts { kHeader, kWeights, kAll };
+
+// Decodes a table's bytes, checking the CRC-32C, the magic and format, dim and slots in range,
+// that the sizes add up exactly, strictly increasing IDs, finite values (slots included), and
+// sightings of count >= 1 whose IDs are no row's. False, with *error saying what is wrong
+// ("checksum mismatch (corrupted)", ...), otherwise. Whatever `parts` keeps, everything is checked.
+bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* error,
+                      SavedTableParts parts = SavedTableParts::kAll);
+
+// Appends a table's bytes to *out: the header, then header.rows rows and header.sightings
+// sightings, each in increasing ID order, then finish() the checksum. Rows are written from
+// wherever they live (the PS's arena), so that a save holds no second copy of the table.
+class SavedTableWriter {
+ public:
+  SavedTableWriter(const SavedTableHeader& header, std::string* out);
+  void row(const SavedRow& row, const float* values);  // (1 + slots) * dim floats
+  void sighting(const SavedSighting& s);
+  void finish();
+
+ private:
+  std::string* const out_;
+  const size_t start_;
+  const size_t row_floats_;
+  uint64_t rows_left_, sightings_left_;
+};
+
+// A whole SavedTable read with kAll, written back: the same bytes (tests, seeds, the fuzzer).
+std::string encode_saved_table(const SavedTable& t);
 
 }  // namespace pstrain

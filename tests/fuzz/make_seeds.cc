@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shared/checkpoint/checkpoint.h"
+#include "shared/checkpoint/table_file.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
 #include "worker/collective/ring_wire.h"
@@ -122,6 +123,23 @@ int main(int argc, char** argv) {
     c.values = {1, 2, 3, 4};
     c.tables = {std::string("PSEMBTBL\x01\0\0\0table-0", 19), std::string("PSEMBTBL\x01\0\0\0\x01\0\0\0", 16)};
     write(dir / "checkpoint_fuzz", n++, "S" + pstrain::encode_shard_checkpoint(c));
+  }
+  // Saved embedding tables ('T' + bytes), one per optimizer (its slots), with three rows and
+  // two sightings between and after them.
+  const std::pair<const char*, uint32_t> optimizers[] = {{"sgd", 0}, {"adagrad", 1}, {"adam", 2}, {"ftrl", 2}};
+  for (const auto& optimizer : optimizers) {
+    pstrain::SavedTable t;
+    t.header.table = 1;
+    t.header.dim = 2;
+    t.header.slots = optimizer.second;
+    t.header.name = "C1";
+    t.header.optimizer = optimizer.first;
+    t.rows = {{3, 4, 2}, {uint64_t{1} << 40, 5, 1}, {~uint64_t{0}, 5, 5}};
+    for (size_t i = 0; i < t.rows.size() * 2 * (1 + t.header.slots); ++i) {
+      t.values.push_back(0.25f * static_cast<float>(i) - 1);
+    }
+    t.sightings = {{7, 1, 5}, {uint64_t{1} << 41, 2, 4}};
+    write(dir / "checkpoint_fuzz", n++, "T" + pstrain::encode_saved_table(t));
   }
   // Sparse bodies (a byte picking the op, 0 pull, 1 rows, 2 push; then the body): a pull of two
   // tables, its rows, a push of both, and an empty pull.

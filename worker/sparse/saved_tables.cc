@@ -77,8 +77,8 @@ void read_shard_file(const std::string& path, const EmbeddingSetup& setup, uint3
     throw Error(path + ": cannot read it: " + error + " (the model's tables were saved by " +
                 std::to_string(setup.num_ps) + " PS shard(s), a file per table and shard)");
   }
-  SavedTableRows saved;
-  if (!read_saved_table(bytes, &saved, &error)) throw Error(path + ": " + error);
+  SavedTable saved;
+  if (!read_saved_table(bytes, &saved, &error, SavedTableParts::kWeights)) throw Error(path + ": " + error);
   const SavedTableHeader& h = saved.header;
   const std::string& name = setup.tables[t];
   if (h.name != name || h.table != t) {
@@ -92,15 +92,15 @@ void read_shard_file(const std::string& path, const EmbeddingSetup& setup, uint3
   if (!setup.optimizer.empty() && h.optimizer != setup.optimizer) {
     throw Error(path + ": its optimizer is " + h.optimizer + ", the model's " + setup.optimizer + " (model.json)");
   }
-  for (size_t i = 0; i < saved.ids.size(); ++i) {
-    const uint64_t id = saved.ids[i];
+  for (const SavedRow& row : saved.rows) {
+    const uint64_t id = row.id;
     if (shard_of(id, setup.num_ps) != s) {
       throw Error(path + ": ID " + std::to_string(id) + " is not shard " + std::to_string(s) + "'s of " +
                   std::to_string(setup.num_ps));
     }
     table->index.emplace(id, table->index.size());
   }
-  table->weights.insert(table->weights.end(), saved.weights.begin(), saved.weights.end());
+  table->weights.insert(table->weights.end(), saved.values.begin(), saved.values.end());
 }
 
 }  // namespace
