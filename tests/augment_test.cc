@@ -117,7 +117,7 @@ TEST(AugmentTest, WithoutFlagsNothingChangesAndFlipAloneDoesNotMove) {
 TEST(AugmentTest, DataThatAreNotImagesAreRefusedSayingWhy) {
   EXPECT_EQ(augment_refusal(options(false, 0), {13}), "");
   EXPECT_NE(augment_refusal(options(true, 0), {13}).find("apply to images"), std::string::npos);
-  EXPECT_NE(augment_refusal(options(true, 0), {13}).find("flat vectors of 13 features"), std::string::npos);
+  EXPECT_NE(augment_refusal(options(true, 0), {13}).find("vectors of 13 features"), std::string::npos);
   EXPECT_EQ(augment_refusal(options(true, 3), {1, 28, 28}), "");
   EXPECT_EQ(augment_refusal(options(false, 4), {2, 4, 5}),
             "--augment-shift 4 moves an image of 4x5 pixels out of itself: it must be less than 4");

@@ -89,6 +89,30 @@ TEST(SparseStoreTest, HostilePullsAreRefused) {
   EXPECT_EQ(s.table(kTable)->stats().rows, 0u);
 }
 
+// Messages of more than 16 IDs go through a map of their own: a duplicate is found wherever it
+// is (here last, or a repeat of the first), every push and pull after a step's apply is checked
+// afresh (nothing of the step's sums or an earlier message is taken for a duplicate).
+TEST(SparseStoreTest, DuplicatesInLongMessagesAreFoundAndNothingElseIs) {
+  ShardTables s = shard(table("adagrad", 2), 0, 2);
+  const std::vector<uint64_t> mine = ids_of(0, 2, 40);
+  const std::vector<uint64_t> first(mine.begin(), mine.begin() + 30), second(mine.begin() + 10, mine.end());
+  apply_ok(s, 0, {Grads{kTable, first, std::vector<float>(60, 0.5f)}, Grads{kTable, second, std::vector<float>(60, 1.0f)}});
+  std::vector<float> out(2 * 40);
+  std::string error;
+  EXPECT_TRUE(s.pull(kTable, mine.data(), mine.size(), out.data(), &error)) << error;  // the step's IDs again
+  EXPECT_TRUE(s.pull(kTable, second.data(), second.size(), out.data(), &error)) << error;
+  for (const size_t at : {size_t{0}, size_t{29}}) {
+    std::vector<uint64_t> twice(first);
+    twice.push_back(twice[at]);
+    EXPECT_FALSE(s.pull(kTable, twice.data(), twice.size(), out.data(), &error));
+    EXPECT_NE(error.find("ID " + std::to_string(twice[at]) + " appears twice"), std::string::npos) << error;
+    EXPECT_FALSE(apply(s, 1, {Grads{kTable, twice, std::vector<float>(2 * twice.size(), 1.0f)}}, &error));
+    EXPECT_NE(error.find("appears twice"), std::string::npos) << error;
+  }
+  apply_ok(s, 1, {Grads{kTable, second, std::vector<float>(60, 1.0f)}, Grads{kTable, first, std::vector<float>(60, 1.0f)}});
+  EXPECT_EQ(s.table(kTable)->stats().rows, 40u);
+}
+
 TEST(SparseStoreTest, FtrlRefusesAZeroLearningRate) {
   ShardTables s = shard(table("ftrl", 1));
   std::string error;
@@ -106,8 +130,8 @@ TEST(SparseStoreTest, BadTablesAreErrors) {
 }
 
 // 10^5 rows of dim 16 with Adagrad: rows * ((16 + 16) * 4 + 24 bookkeeping) bytes, plus the ID
-// index's and the shard's scratch map's 2^18 slots of 16 bytes each (the power of two at most half
-// full), within 20%; and what malloc handed out, where it can be measured.
+// index's 2^18 slots of 16 bytes each (the power of two at most half full), within 20%; and what
+// malloc handed out, where it can be measured.
 TEST(SparseStoreTest, MemoryAccountingForAHundredThousandRows) {
   constexpr size_t kRows = 100000, kDim = 16;
   Grads g;
@@ -119,7 +143,7 @@ TEST(SparseStoreTest, MemoryAccountingForAHundredThousandRows) {
   ShardTables s = shard(table("adagrad", kDim));
   apply_ok(s, 0, {g});
   const size_t heap = allocated() - heap_before;
-  const double expected = kRows * ((kDim + kDim) * 4.0 + 24) + 2.0 * (1 << 18) * 16;
+  const double expected = kRows * ((kDim + kDim) * 4.0 + 24) + (1 << 18) * 16.0;
   RecordProperty("accounted_bytes", std::to_string(s.bytes()));
   RecordProperty("malloc_bytes", std::to_string(heap));
   EXPECT_NEAR(static_cast<double>(s.bytes()), expected, 0.2 * expected);

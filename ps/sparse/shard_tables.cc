@@ -53,7 +53,7 @@ EmbeddingTable* ShardTables::find(uint32_t table, std::string* error) const {
 }
 
 size_t ShardTables::bytes() const {
-  size_t sum = scratch_.bytes();  // held between steps: as large as the largest step's IDs made it
+  size_t sum = 0;
   for (const auto& [id, t] : tables_) sum += t->bytes();
   return sum;
 }
@@ -67,7 +67,7 @@ bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t
              " of " + std::to_string(options_.num_ps);
     return false;
   }
-  if (n <= 16) {  // a few IDs: compared pairwise, without sweeping the scratch map's slots
+  if (n <= 16) {  // a few IDs (a rejoin's one-ID lookups): compared pairwise, no map
     for (size_t i = 1; i < n; ++i) {
       if (std::find(ids, ids + i, ids[i]) == ids + i) continue;
       *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
@@ -75,10 +75,10 @@ bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t
     }
     return true;
   }
-  scratch_.clear();
-  scratch_.reserve(n);
+  IdIndex seen;  // this message's own: sized by it, gone with it (no memory held between messages)
+  seen.reserve(n);
   for (size_t i = 0; i < n; ++i) {
-    if (scratch_.find_or_insert(ids[i], 0) == IdIndex::kAbsent) continue;
+    if (seen.find_or_insert(ids[i], 0) == IdIndex::kAbsent) continue;
     *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
     return false;
   }
@@ -173,8 +173,7 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     if (pushed == 0) continue;
     m.ids.reserve(pushed);
     m.sums.reserve(pushed * d);
-    IdIndex& at = scratch_;  // ID -> its place in m.ids
-    at.clear();
+    IdIndex at;  // ID -> its place in m.ids (the step's own, gone with it)
     at.reserve(pushed);
     for (const auto& pushes : by_worker) {
       for (const TablePush& p : pushes) {
@@ -260,7 +259,7 @@ std::string ShardTables::counters_text() const {
   }
   std::ostringstream os;
   os << "embedding rows " << sum.rows << " (admitted " << sum.admissions << ", evicted " << sum.evictions
-     << ", pending " << sum.sightings << "), " << mib(bytes()) << " MiB";
+     << ", pending " << sum.sightings << "), " << mib(sum.bytes) << " MiB";
   return os.str();
 }
 

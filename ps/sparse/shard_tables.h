@@ -64,7 +64,7 @@ class ShardTables {
   bool check_pushes(const std::vector<TablePush>& pushes, std::string* error) const;
 
   const EmbeddingTable* table(uint32_t id) const;
-  size_t bytes() const;  // all tables, and the scratch map the checks and the step's sums reuse
+  size_t bytes() const;  // all tables
   // Adds the rows of a saved table (any shard count's file) that this shard holds.
   bool load(uint32_t table, const std::string& saved, std::string* error);
   // "embedding rows R (admitted A, evicted E, pending S), T MiB": for the progress and last lines.
@@ -83,7 +83,6 @@ class ShardTables {
 
   const SparseShardOptions options_;
   std::map<uint32_t, std::unique_ptr<EmbeddingTable>> tables_;  // by id: a fixed order
-  mutable IdIndex scratch_;  // check_ids' IDs seen, merge's places: reused, step after step
   bool applied_ = false;
   uint64_t last_step_ = 0;
 };

@@ -5,15 +5,15 @@
 
 #include "shared/util/crc32c.h"
 #include "shared/util/error.h"
+#include "shared/wire/sparse_wire.h"
 
 namespace pstrain {
 namespace {
 
-constexpr char kMagic[8] = {'P', 'S', 'E', 'M', 'B', 'T', 'B', 'L'};
+constexpr char kTableMagic[8] = {'P', 'S', 'E', 'M', 'B', 'T', 'B', 'L'};
 constexpr uint32_t kFormat = 1;
 constexpr uint64_t kRowHead = 3 * sizeof(uint64_t);                      // id, last touched, updates
 constexpr uint64_t kSighting = 2 * sizeof(uint64_t) + sizeof(uint32_t);  // id, count, last seen
-constexpr uint64_t kMaxDim = 4096;                                       // kMaxSparseDim
 constexpr uint32_t kMaxSlots = 8;
 
 // Bounds-checked little-endian reads; `ok` turns false at the first overrun.
@@ -49,10 +49,10 @@ void put_text(std::string* out, const std::string& s) {
 uint64_t row_bytes(const SavedTableHeader& h) { return kRowHead + (1 + h.slots) * h.dim * sizeof(float); }
 
 bool read_header(Reader& r, SavedTableHeader* h, std::string* error) {
-  if (r.bytes.compare(0, sizeof kMagic, kMagic, sizeof kMagic) != 0) {
+  if (r.bytes.compare(0, sizeof kTableMagic, kTableMagic, sizeof kTableMagic) != 0) {
     return *error = "not a saved embedding table (bad magic)", false;
   }
-  r.at = sizeof kMagic;
+  r.at = sizeof kTableMagic;
   h->format = static_cast<uint32_t>(r.get(4));
   h->table = static_cast<uint32_t>(r.get(4));
   h->dim = r.get(8);
@@ -65,7 +65,7 @@ bool read_header(Reader& r, SavedTableHeader* h, std::string* error) {
   if (h->format != kFormat) {
     return *error = "format " + std::to_string(h->format) + ", expected " + std::to_string(kFormat), false;
   }
-  if (h->dim == 0 || h->dim > kMaxDim || h->slots > kMaxSlots) {
+  if (h->dim == 0 || h->dim > kMaxSparseDim || h->slots > kMaxSlots) {
     return *error = "dim " + std::to_string(h->dim) + " with " + std::to_string(h->slots) + " slots", false;
   }
   const uint64_t row = row_bytes(*h);
@@ -142,7 +142,7 @@ bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* er
   out->rows.clear();
   out->values.clear();
   out->sightings.clear();
-  if (bytes.size() < sizeof kMagic + 4) return *error = "truncated (" + std::to_string(bytes.size()) + " bytes)", false;
+  if (bytes.size() < sizeof kTableMagic + 4) return *error = "truncated (" + std::to_string(bytes.size()) + " bytes)", false;
   const size_t body = bytes.size() - 4;
   Reader tail{bytes, body, bytes.size()};
   if (tail.get(4) != crc32c::value(bytes.data(), body)) return *error = "checksum mismatch (corrupted)", false;
@@ -164,7 +164,7 @@ bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* er
 SavedTableWriter::SavedTableWriter(const SavedTableHeader& h, std::string* out)
     : out_(out), start_(out->size()), row_floats_(static_cast<size_t>((1 + h.slots) * h.dim)),
       rows_left_(h.rows), sightings_left_(h.sightings) {
-  out->append(kMagic, sizeof kMagic);
+  out->append(kTableMagic, sizeof kTableMagic);
   put(out, kFormat, 4);
   put(out, h.table, 4);
   put(out, h.dim, 8);

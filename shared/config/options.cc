@@ -114,7 +114,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("steps", po::value(&o.steps)->default_value(o.steps), "stop after this many global steps (0 = run all epochs)")
       ("seed", po::value(&o.seed)->default_value(o.seed), "seed of initialisation and shuffling (the same on every process)")
       ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
-      ("augment-flip", po::value(&t.augment_flip)->default_value("false")->implicit_value("true"), "image data: mirror each training image left-right with probability 1/2, drawn per (--seed, epoch, record), so N workers still equal one process (docs/models.md, \"Augmentation\"); test data are never augmented. --augment-flip=false turns off a config file's")
+      ("augment-flip", po::value(&t.augment_flip)->default_value("false")->implicit_value("true"), "image data: mirror each training image left-right with probability 1/2, drawn per (--seed, epoch, record), so N workers still equal one process (docs/models.md, \"Augmentation\"); test data are never augmented. Written --augment-flip alone; --augment-flip=false (with the =) turns off a config file's")
       ("augment-shift", po::value(&o.augment_shift)->default_value(o.augment_shift), "image data: move each training image by a random (dx, dy) in [-K, K]^2 pixels, 0 filling what moves in, drawn per (--seed, epoch, record); 0: none")
       ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam | adamw (applied on the PS; adamw is Adam, whose --weight-decay is decoupled as AdamW's: give it, e.g. 0.01, PyTorch's AdamW default)")
       ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+#include "shared/train/augment_options.h"
+
 namespace pstrain {
 
 SecurityOptions security_options(const JobOptions& o) {
@@ -27,10 +29,7 @@ JobIdentity job_identity(const JobOptions& o) {
   j.num_workers = o.num_workers;
   j.worker_batches = worker_shares(o);
   j.label_smoothing = o.label_smoothing;
-  if (o.augment_flip || o.augment_shift > 0) {  // the same words as AugmentOptions::text()
-    j.augment = o.augment_flip ? "flip" : "";
-    if (o.augment_shift > 0) j.augment += std::string(j.augment.empty() ? "" : " ") + "shift " + std::to_string(o.augment_shift);
-  }
+  j.augment = AugmentOptions{o.augment_flip, o.augment_shift, o.seed}.text();  // "" without augmentation
   if (o.loss != Loss::kSoftmax) {  // the fingerprint's "loss"; absent for softmax, as before there were others
     char delta[40];
     std::snprintf(delta, sizeof delta, "%.17g", o.huber_delta);

@@ -7,19 +7,15 @@
 
 namespace pstrain {
 
-std::string AugmentOptions::text() const {
-  std::string out = flip ? "flip" : "";
-  if (shift > 0) out += std::string(out.empty() ? "" : " ") + "shift " + std::to_string(shift);
-  return out;
-}
-
 std::string augment_refusal(const AugmentOptions& options, const std::vector<size_t>& shape) {
   if (!options.any()) return "";
   const std::string what = "--augment-flip and --augment-shift apply to images";
   if (shape.size() != 3) {
+    size_t features = 1;
+    for (size_t d : shape) features *= d;
     return what + " (records of shape channels x height x width: IDX, or .npy of shape (N, H, W) or (N, C, H, W)); "
-                  "these records are flat vectors of " +
-           std::to_string(shape.empty() ? 0 : shape[0]) + " features";
+                  "these records are vectors of " +
+           std::to_string(features) + " features";
   }
   const size_t limit = std::min(shape[1], shape[2]);
   if (static_cast<size_t>(options.shift) >= limit) {

@@ -12,17 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "shared/train/augment_options.h"
+
 namespace pstrain {
-
-struct AugmentOptions {
-  bool flip = false;  // mirror left-right, half of the records
-  int shift = 0;      // move by up to this many pixels each way (0: no move)
-  uint64_t seed = 0;  // the job's --seed
-
-  bool any() const { return flip || shift > 0; }
-  // "flip shift 2", "shift 1", "": for the logs and the checkpoints' fingerprint.
-  std::string text() const;
-};
 
 // The reason augmentation cannot apply to records of `shape` (the dataset's sample_shape(): it
 // needs {channels, height, width} images, wider and taller than the shift), or "".
