@@ -152,8 +152,9 @@ TEST(BenchSmokeTest, CtrPrintsPstrainsRowAndTheSweep) {
   const std::regex row("(" + kCtrHeader + ")|(pstrain +[0-9]+ +- +" + kNum + " +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
   EXPECT_EQ(matching_lines(out, row), 2) << out;
   const std::string sweep = run(ctr + " --configs pstrain --sweep --sweep-sizes 1e5,1e6 --sweep-lines 5000 --steps 2");
-  const std::regex sweep_row("( *distinct_ids +config +step_ms +rows +table_mib  rss_mib)|"
-                             "( *10{5,6} +pstrain +" + kNum + " +[0-9]+ +" + kNum + "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
+  const std::regex sweep_row("( *distinct_ids +config +step_ms +rows +table_mib +ps_growth_mib  rss_mib)|"
+                             "( *10{5,6} +pstrain +" + kNum + " +[0-9]+ +" + kNum + " +" + kNum +
+                             "  ps0=[0-9]+ w0=[0-9]+ w1=[0-9]+)");
   EXPECT_EQ(matching_lines(sweep, sweep_row), 3) << sweep;
 }
 
