@@ -38,7 +38,7 @@ class Reader {
   bool u64(uint64_t* v) { return le(v, 8); }
   bool bytes(void* p, size_t n) {
     if (in_.size() - at_ < n) return false;
-    std::memcpy(p, in_.data() + at_, n);
+    if (n > 0) std::memcpy(p, in_.data() + at_, n);  // an empty vector's data() may be null
     at_ += n;
     return true;
   }
