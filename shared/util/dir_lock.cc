@@ -105,7 +105,10 @@ void check_writable_dir(const std::string& dir, const std::string& flag) {
   for (int attempt = 0; attempt < 1000; ++attempt) {
     made_error.clear();
     std::filesystem::create_directories(dir, made_error);
-    if (made_error == std::errc::no_such_file_or_directory) continue;  // a parent went meanwhile
+    // A parent went meanwhile; or another process made a level between create_directories' own
+    // check and its mkdir, which libstdc++ reports as "File exists": both are worth another try
+    // (a path that is a file stays one, and is reported after the attempts).
+    if (made_error == std::errc::no_such_file_or_directory || made_error == std::errc::file_exists) continue;
     if (made_error) break;
     fd = open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     err = errno;
