@@ -124,6 +124,17 @@ class CtrJobTest : public ::testing::Test {
   // launch/launch.sh running a CTR job (`steps` steps, adam tables, --save-params
   // DIR/NAME-params, log DIR/NAME.log) with the launcher's flags `counts` (--num-ps 2
   // --num-workers 3 unless given); `during` acts on it while it runs.
+  // launch()'s `during` for the kill tests: once job `name` reaches step `at`, kill -9 its process
+  // `victim` (ps1, w0, ...), whose pid goes to *killed.
+  static std::function<void(pid_t, const std::string&)> kill_at_step(const std::string& name, const std::string& victim,
+                                                                    int at, pid_t* killed) {
+    return [=](pid_t launcher, const std::string& run_dir) {
+      ASSERT_TRUE(wait_for_step(launcher, run_dir, at)) << read_file(*dir_ + "/" + name + ".log");
+      *killed = pid_of(run_dir, victim);
+      ASSERT_GT(*killed, 0);
+      ASSERT_EQ(kill(*killed, SIGKILL), 0);
+    };
+  }
   static ExitStatus launch(const std::string& name, int steps, const std::vector<std::string>& counts,
                            const std::function<void(pid_t, const std::string&)>& during,
                            const std::vector<std::string>& job = {}) {
@@ -318,12 +329,7 @@ TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
       job = {"--checkpoint-dir", ckpt, "--checkpoint-every", "20"};
     }
     pid_t killed = -1;
-    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, [&](pid_t launcher, const std::string& run_dir) {
-      ASSERT_TRUE(wait_for_step(launcher, run_dir, at)) << read_file(*dir_ + "/" + name + ".log");
-      killed = pid_of(run_dir, victim);
-      ASSERT_GT(killed, 0);
-      ASSERT_EQ(kill(killed, SIGKILL), 0);
-    }, job);
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, kill_at_step(name, victim, at, &killed), job);
     const std::string log = read_file(*dir_ + "/" + name + ".log");
     ASSERT_TRUE(status.ok()) << log;
     EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
@@ -462,12 +468,8 @@ TEST_F(CtrJobTest, HybridKilledWorkerOrServerRestartsTheJobAndLosesNothing) {
     const std::string ckpt = *dir_ + "/ckpt-" + name;
     std::filesystem::create_directories(ckpt);
     pid_t killed = -1;
-    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, [&](pid_t launcher, const std::string& run_dir) {
-      ASSERT_TRUE(wait_for_step(launcher, run_dir, at)) << read_file(*dir_ + "/" + name + ".log");
-      killed = pid_of(run_dir, victim);
-      ASSERT_GT(killed, 0);
-      ASSERT_EQ(kill(killed, SIGKILL), 0);
-    }, {"--mode", "allreduce", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"});
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, kill_at_step(name, victim, at, &killed),
+                                     {"--mode", "allreduce", "--checkpoint-dir", ckpt, "--checkpoint-every", "20"});
     const std::string log = read_file(*dir_ + "/" + name + ".log");
     ASSERT_TRUE(status.ok()) << log;
     EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
