@@ -5,6 +5,7 @@
 // refused naming the file, with docs/errors.md's exit codes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -48,6 +49,15 @@ class CtrEvaluateTest : public ::testing::Test {
                 "--embedding-dim", "4", "--model", "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1",
                 "--batch-size", "8", "--steps", "150", "--epochs", "100", "--seed", "7", "--timeout", "30",
                 "--save-params", params(name)};
+    // A model that names its tables ("embedding 4 ..., <layers>") replaces the default's
+    // --embedding-dim and --model: the entry alone sets the tables.
+    const auto model = std::find(more.begin(), more.end(), "--model");
+    if (model != more.end() && model + 1 != more.end() && (model + 1)->rfind("embedding", 0) == 0) {
+      for (const char* flag : {"--embedding-dim", "--model"}) {
+        const auto at = std::find(job.args.begin(), job.args.end(), flag);
+        job.args.erase(at, at + 2);
+      }
+    }
     job.args.insert(job.args.end(), more.begin(), more.end());
     const JobResult result = run_job(job);
     EXPECT_TRUE(result.ok()) << result.logs;
@@ -140,6 +150,46 @@ TEST_F(CtrEvaluateTest, EvaluateRepeatsTheChiefsFiguresAndPredictHasItsAuc) {
     EXPECT_NE(predicted.find("auc " + fixed(auc, 4)), std::string::npos) << predicted;
     std::cout << out << ": AUC of p(click) " << auc << std::endl;
   }
+}
+
+// A CTR model of one output trained with --loss bce, its tables written in the model: model.json
+// says bce, per-field tables of 4 and a spec without the entry; --evaluate repeats the chief's
+// figures and --predict writes one column, p(click) = sigmoid(output), whose AUC is the
+// evaluation's and whose p >= 0.5 gives its accuracy.
+TEST_F(CtrEvaluateTest, ASigmoidOutputEvaluatesAndPredictsItsClicks) {
+  const std::string chief =
+      train("sigmoid", {"--model", "embedding 4 tables=per-field, dense 16, relu, dense 1", "--loss", "bce"});
+  const std::string saved = params("sigmoid");
+  const std::string model = read_file(saved + "/model.json");
+  EXPECT_NE(model.find("\"loss\": \"bce\""), std::string::npos) << model;
+  EXPECT_NE(model.find("\"tables\": \"per-field\""), std::string::npos) << model;
+  EXPECT_NE(model.find("\"dim\": 4"), std::string::npos) << model;
+  EXPECT_EQ(model.find("embedding 4"), std::string::npos) << model;
+  EXPECT_NE(chief.find("dense 1 -> 1"), std::string::npos) << chief;
+  std::string log;
+  ASSERT_TRUE(evaluate(saved, {}, &log).ok()) << log;
+  expect_the_chiefs_figures(chief, log);
+
+  const std::string out = *dir_ + "/sigmoid.csv";
+  std::string predicted;
+  ASSERT_TRUE(worker({"--init-params", saved, "--predict", *dir_ + "/test.tsv", "--predictions", out}, &predicted).ok())
+      << predicted;
+  EXPECT_NE(predicted.find("80 records x 1 p(click)"), std::string::npos) << predicted;
+  std::istringstream csv(read_file(out));
+  std::string line;
+  std::getline(csv, line);
+  EXPECT_EQ(line, "p0");
+  std::vector<float> clicks;
+  while (std::getline(csv, line)) clicks.push_back(std::stof(line));
+  const std::vector<int32_t> labels = criteo_labels(*dir_ + "/test.tsv");
+  ASSERT_EQ(clicks.size(), labels.size());
+  size_t right = 0;
+  for (size_t r = 0; r < clicks.size(); ++r) {
+    EXPECT_TRUE(clicks[r] > 0 && clicks[r] < 1) << r << ": " << clicks[r];
+    right += (clicks[r] >= 0.5f) == (labels[r] == 1);
+  }
+  EXPECT_EQ(fixed(exact_auc(clicks.data(), labels.data(), labels.size()), 4), field(log, "test_auc")) << predicted;
+  EXPECT_EQ(fixed(static_cast<double>(right) / static_cast<double>(labels.size()), 4), field(log, "test_accuracy"));
 }
 
 // pstrain-export of a CTR job's last checkpoint carries its tables: the files --save-params

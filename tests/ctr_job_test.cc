@@ -12,8 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <map>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -497,6 +498,31 @@ TEST_F(CtrJobTest, DotInteractionModelKeepsTheMirroredContract) {
   const CtrRun p = train(2, 3, kBatch, "adagrad", false, model);
   EXPECT_LE(relative_difference(reference.dense, p.dense), 1e-5);
   EXPECT_LE(rows_difference(reference, p), 1e-5);
+}
+
+// A sigmoid output (--loss bce, one output: p(click)) with the tables written in the model
+// ("embedding 4, ...", agreeing with the flags the helper gives): the rows move, 3 workers of batch
+// 8 on 2 shards equal one worker of 24, and the chief reports the AUC, the log loss as the loss and
+// the test accuracy, but no training accuracy (the steps count none for bce).
+TEST_F(CtrJobTest, SigmoidOutputKeepsTheMirroredContract) {
+  const std::vector<std::string> model = {"--model", "embedding 4, dense 16, relu, dense 1", "--loss", "bce"};
+  const CtrRun reference = train(1, 1, 3 * kBatch, "adagrad", false, model);
+  const CtrRun untrained = train(1, 1, 3 * kBatch, "adagrad", false, model, "1e-30");
+  ASSERT_FALSE(reference.rows.empty()) << reference.logs;
+  EXPECT_NE(reference.logs.find("dense 1 -> 1"), std::string::npos) << reference.logs;
+  EXPECT_GT(rows_difference(reference, untrained), 1e-3) << "the rows did not move";
+  const CtrRun p = train(2, 3, kBatch, "adagrad", false, model);
+  EXPECT_LE(relative_difference(reference.dense, p.dense), 1e-5);
+  EXPECT_LE(rows_difference(reference, p), 1e-5);
+  std::smatch summary;
+  ASSERT_TRUE(std::regex_search(p.logs, summary, std::regex("summary: [^\n]*"))) << p.logs;
+  const std::string line = summary[0].str();
+  EXPECT_EQ(line.find("train_accuracy="), std::string::npos) << line;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(line, m, std::regex("test_loss=([0-9.]+) test_accuracy=[0-9.]+ test_auc=[0-9.]+ "
+                                                    "test_logloss=([0-9.]+)")))
+      << line;
+  EXPECT_EQ(m[1].str(), m[2].str()) << line;  // bce's loss is the log loss
 }
 
 // The chief reports the test AUC and log loss; async and ssp train too: every worker's pushes

@@ -294,13 +294,14 @@ TEST(LossJobTest, TargetsThatDoNotFitAreUsageErrorsNamingTheFile) {
   EXPECT_CONTAINS(r.log, y + ": target 0.5 of record 2 (value 1 of its 3) is not 0 or 1 (--loss bce takes "
                              "multi-label 0/1 targets)");
 
-  // IDX data have class labels only; the CTR path trains with softmax only.
+  // IDX data have class labels only; the CTR path trains with softmax or bce (one output), not a regression.
   r = worker_refusal(dir.path, {"--data-dir", dir.path, "--loss", "mse"});
   EXPECT_EQ(r.status.code, 2) << r.log;
   EXPECT_CONTAINS(r.log, "--loss mse needs float targets");
-  EXPECT_CONTAINS(usage_error_of({"--loss", "bce", "--embedding-dim", "8", "--train-data", "a.tsv", "--test-data",
+  EXPECT_CONTAINS(usage_error_of({"--loss", "mse", "--embedding-dim", "8", "--train-data", "a.tsv", "--test-data",
                                   "b.tsv"}),
-                  "--embedding-dim: CTR models train with --loss softmax only, not --loss bce");
+                  "--embedding-dim: CTR models train with --loss softmax (2 outputs) or bce (1 output, p(click)), not "
+                  "--loss mse");
   EXPECT_CONTAINS(usage_error_of({"--loss", "mse", "--huber-delta", "0"}), "--huber-delta must be a positive number");
   EXPECT_CONTAINS(usage_error_of({"--loss", "l1"}), "--loss: 'l1' is not one of softmax, bce, mse, huber");
   EXPECT_CONTAINS(usage_error_of({"--loss", "mse", "--evaluate", "--init-params", "/p"}),

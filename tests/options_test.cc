@@ -134,3 +134,95 @@ TEST(OptionsTest, DeviceFlag) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// --model "embedding D [tables=...], <layers>": the entry sets --embedding-dim and
+// --embedding-tables and leaves the layers; the PS (which reads no layers) sees the same tables.
+TEST(ModelEmbeddingTest, TheEntrySetsTheTablesAndLeavesTheLayers) {
+  for (const Role role : {Role::kPs, Role::kWorker}) {
+    const auto o = parse(role, {"--model", "Embedding 8 tables=per-field,dense 16, relu,  residual(dense 16, relu), dense 1",
+                                "--loss", "bce", "--ps-hosts", "127.0.0.1:1", "--train-data", "t.tsv", "--test-data", "v.tsv"});
+    ASSERT_TRUE(o);
+    EXPECT_EQ(o->embedding_dim, 8);
+    EXPECT_EQ(o->embedding_tables, "per-field");
+    EXPECT_EQ(o->model, "dense 16, relu, residual(dense 16, relu), dense 1");
+    EXPECT_EQ(embedding_table_names(*o).size(), 26u);
+  }
+  const auto plain = parse(Role::kPs, {"--model", "dense 16, relu, dense 2"});
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->model, "dense 16, relu, dense 2");  // untouched without an entry
+  EXPECT_EQ(plain->embedding_dim, 0);
+  // The same values given twice agree.
+  const auto same = parse(Role::kPs, {"--model", "embedding 4, dense 1", "--embedding-dim", "4", "--loss", "bce"});
+  ASSERT_TRUE(same);
+  EXPECT_EQ(same->embedding_tables, "shared");
+}
+
+// The command line wins over the config file, either way round; given in one place, two values
+// contradict each other.
+TEST(ModelEmbeddingTest, TheCommandLineWinsOverTheConfigFile) {
+  const std::string dir = make_temp_dir("options");
+  const std::string cfg = dir + "/ctr.cfg";
+  std::ofstream(cfg) << "model = embedding 8 tables=per-field, dense 16, relu, dense 1\nloss = bce\n";
+  const auto flag_wins = parse(Role::kPs, {"--config", cfg.c_str(), "--embedding-dim", "16"});
+  ASSERT_TRUE(flag_wins);
+  EXPECT_EQ(flag_wins->embedding_dim, 16);
+  EXPECT_EQ(flag_wins->embedding_tables, "per-field");
+  EXPECT_EQ(flag_wins->model, "dense 16, relu, dense 1");
+  const std::string flags_cfg = dir + "/flags.cfg";
+  std::ofstream(flags_cfg) << "embedding-dim = 16\nembedding-tables = per-field\nloss = bce\n";
+  const auto entry_wins = parse(Role::kPs, {"--config", flags_cfg.c_str(), "--model", "embedding 4 tables=shared, dense 1"});
+  ASSERT_TRUE(entry_wins);
+  EXPECT_EQ(entry_wins->embedding_dim, 4);
+  EXPECT_EQ(entry_wins->embedding_tables, "shared");
+  std::ofstream(dir + "/both.cfg") << "model = embedding 8, dense 1\nembedding-dim = 4\nloss = bce\n";
+  const std::string both = dir + "/both.cfg";
+  try {
+    parse(Role::kPs, {"--config", both.c_str()});
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--model's 'embedding 8' and --embedding-dim 4 contradict each other (both in the config file): give the "
+              "tables' setup once");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ModelEmbeddingTest, BadEntriesAreUsageErrorsNamingTheLayer) {
+  const auto message = [](const char* model) {
+    try {
+      parse(Role::kPs, {"--model", model, "--loss", "bce"});
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message("embedding, dense 1"),
+            "--model: layer 1 'embedding': needs the rows' floats, e.g. 'embedding 8' (docs/models.md, \"Embedding "
+            "tables\")");
+  EXPECT_EQ(message("embedding tables=shared, dense 1"),
+            "--model: layer 1 'embedding tables=shared': needs the rows' floats, e.g. 'embedding 8' (docs/models.md, "
+            "\"Embedding tables\")");
+  EXPECT_EQ(message("embedding 0, dense 1"),
+            "--model: layer 1 'embedding 0': the rows' floats must be a whole number in [1, 4096], not '0'");
+  EXPECT_EQ(message("embedding 4097, dense 1"),
+            "--model: layer 1 'embedding 4097': the rows' floats must be a whole number in [1, 4096], not '4097'");
+  EXPECT_EQ(message("embedding 8x, dense 1"),
+            "--model: layer 1 'embedding 8x': the rows' floats must be a whole number in [1, 4096], not '8x'");
+  EXPECT_EQ(message("embedding 8 tables=some, dense 1"),
+            "--model: layer 1 'embedding 8 tables=some': tables='some' is not one of shared, per-field");
+  EXPECT_EQ(message("embedding 8 size=3, dense 1"),
+            "--model: layer 1 'embedding 8 size=3': 'size=3' is not an option of embedding (tables=shared|per-field)");
+  EXPECT_EQ(message("dense 4, embedding 8, dense 1"),
+            "--model: layer 2 'embedding 8': an embedding entry must come first (it makes the model's input: the dense "
+            "features, then one row per categorical field)");
+  EXPECT_EQ(message("embedding 8"),
+            "--model: layer 1 'embedding 8' needs the layers that read its rows after it, e.g. 'embedding 8, dense 256, "
+            "relu, dense 1'");
+  EXPECT_EQ(message("embedding 8, dense 1"), "no error");
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -18,6 +18,7 @@
 #include "worker/param_files.h"
 #include "worker/replica.h"
 #include "worker/auc.h"
+#include "worker/loss_math.h"
 #include "worker/target_metrics.h"
 #include "worker/sparse/ctr_input.h"
 #include "worker/sparse/saved_tables.h"
@@ -47,7 +48,8 @@ BatchStats evaluate(Model& model, Replica& replica, const Dataset& data, int eva
 }
 
 // A CTR model's evaluation: the rows of the test records' IDs as they are at `version`, the loss
-// and accuracy from the logits (two classes), and the exact AUC of p(label 1) over [from, to).
+// and accuracy from the logits (two classes, softmax; or one, --loss bce: p(click) = sigmoid, z >= 0
+// predicting a click), and the exact AUC of p(label 1) over [from, to).
 BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInput& ctr, const Dataset& data,
                         int eval_batch, size_t from, size_t to, uint64_t version, double* auc) {
   const size_t batch = static_cast<size_t>(eval_batch), classes = static_cast<size_t>(model.classes());
@@ -69,6 +71,15 @@ BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInp
     const float* out = model.logits(replica.params(), input, static_cast<int>(count));
     backend.download(logits.data(), out, count * classes);
     for (size_t r = 0; r < count; ++r) {
+      if (model.loss() == Loss::kBce) {  // one output, p(click) = sigmoid(z): logloss is the loss
+        const float z = logits[r];
+        const int32_t label = y[r] == 1 ? 1 : 0;
+        total.loss_sum += element_loss(Loss::kBce, z, static_cast<float>(label), 0.0f);
+        if ((z >= 0) == (label == 1)) ++total.correct;
+        scores.push_back(stable_sigmoid(z));
+        labels.push_back(label);
+        continue;
+      }
       const float* l = &logits[r * classes];
       const float* top = std::max_element(l, l + classes);
       double sum = 0;
@@ -119,6 +130,7 @@ void Evaluation::set_ctr_input(CtrInput* ctr, Backend& backend) {
   backend_ = &backend;
   shared_ = false;  // the chief evaluates alone (the AUC needs every record's score)
   summary_->binary = true;
+  summary_->train_accuracy_known = model_ == nullptr || model_->loss() == Loss::kSoftmax;
 }
 
 Evaluation::Evaluation(const EvaluationOptions& o, const DataOptions& data,
@@ -232,9 +244,9 @@ void Evaluation::report_shared_evaluation(const StepMetrics& m) {
 void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how) {
   summary_->test_loss = test.loss_sum / static_cast<double>(test.samples);
   summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
-  const bool accuracy = loss_ == Loss::kSoftmax;
+  const bool accuracy = loss_ == Loss::kSoftmax, train_accuracy = accuracy && summary_->train_accuracy_known;
   PSLOG(INFO) << "epoch " << epoch << " done: train loss " << fixed(summary_->train_loss, 4)
-              << (accuracy ? " acc " + fixed(summary_->train_accuracy, 4) : "") << "; test loss "
+              << (train_accuracy ? " acc " + fixed(summary_->train_accuracy, 4) : "") << "; test loss "
               << fixed(summary_->test_loss, 4) << (accuracy ? " acc " + fixed(summary_->test_accuracy, 4) : "")
               << target_metrics_text(*summary_, false)
               << (summary_->binary ? " auc " + fixed(summary_->test_auc, 4) : "") << " " << how;
@@ -244,7 +256,7 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   r["epoch"] = epoch;
   r["step"] = step;
   r["train_loss"] = summary_->train_loss;
-  if (accuracy) r["train_accuracy"] = summary_->train_accuracy;
+  if (train_accuracy) r["train_accuracy"] = summary_->train_accuracy;
   r["test_loss"] = summary_->test_loss;
   if (accuracy) r["test_accuracy"] = summary_->test_accuracy;
   add_target_metrics(*summary_, &r);
@@ -355,7 +367,7 @@ BatchStats evaluate_saved_model(const EvaluateOptions& o) {
   PSLOG(INFO) << "evaluating " << o.init_params << " (" << model.layout().total() << " parameters; model: "
               << model.network().summary() << ") on " << data->size() << " test records, device " << backend->name();
   const auto t0 = Clock::now();
-  if (model.loss() != Loss::kSoftmax) {
+  if (model.loss() != Loss::kSoftmax && loaded.ctr == nullptr) {
     const TargetMetrics t = evaluate_targets(model, replica, *loaded.backend, *data, batch, loaded.huber_delta);
     TrainSummary figures;
     t.fill(&figures);

@@ -57,7 +57,8 @@ class Evaluation {
   // What it evaluates, in batches of up to `eval_batch` records.
   void set_model(Model& model, Replica& replica, int eval_batch);
   // --embedding-dim: the test records' inputs take their rows from the PS's tables (as they are
-  // after the step evaluated), the chief evaluates alone, and reports the AUC too.
+  // after the step evaluated), the chief evaluates alone, and reports the AUC too; a model of one
+  // output (--loss bce) is reported so as well (its loss the logloss). After set_model.
   void set_ctr_input(CtrInput* ctr, Backend& backend);
   // --loss bce | mse | huber: the test set's float targets against the outputs, downloaded from
   // `backend` (worker/target_metrics.h); the chief evaluates alone.

@@ -97,7 +97,9 @@ PredictionSummary predict_targets(LoadedModel& loaded, const PredictOptions& o) 
 
 PredictionSummary predict_saved_model(const PredictOptions& o) {
   LoadedModel loaded = load_saved_model(o.model, o.data);
-  if (loaded.model->loss() != Loss::kSoftmax) return predict_targets(loaded, o);
+  CtrInput* const ctr = loaded.ctr.get();  // a CTR model: its input takes the records' rows
+  if (loaded.model->loss() != Loss::kSoftmax && ctr == nullptr) return predict_targets(loaded, o);
+  const bool sigmoid = loaded.model->loss() == Loss::kBce;  // a CTR model of one output: p(click)
   const Dataset& data = *loaded.data;
   PredictionSummary s;
   s.records = data.size();
@@ -107,7 +109,6 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
   std::vector<size_t> records(batch);
   std::vector<float> x(batch * data.feature_dim());
   std::vector<int32_t> y(batch), labels;
-  CtrInput* const ctr = loaded.ctr.get();  // a CTR model: its input takes the records' rows
   std::vector<uint64_t> ids(ctr != nullptr ? batch * data.id_fields() : 0);
   for (size_t start = 0; start < s.records; start += batch) {
     const size_t count = std::min(batch, s.records - start);
@@ -124,9 +125,11 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
     const float* out = loaded.model->logits(loaded.replica->params(), input, static_cast<int>(count));
     loaded.backend->download(logits.data(), out, count * classes);
     for (size_t r = 0; r < count; ++r) {
-      const int top = softmax_row(&logits[r * classes], s.classes, &probabilities[(start + r) * classes]);
+      const int top = sigmoid ? (logits[r] >= 0 ? 1 : 0)
+                              : softmax_row(&logits[r * classes], s.classes, &probabilities[(start + r) * classes]);
+      if (sigmoid) probabilities[start + r] = stable_sigmoid(logits[r]);
       if (top == y[r]) ++s.correct;
-      if (ctr != nullptr) labels.push_back(y[r] == s.classes - 1 ? 1 : 0);
+      if (ctr != nullptr) labels.push_back(y[r] == (sigmoid ? 1 : s.classes - 1) ? 1 : 0);
     }
   }
   if (ends_with(o.output, ".csv")) {
@@ -141,7 +144,8 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
     for (size_t r = 0; r < s.records; ++r) clicks[r] = probabilities[r * classes + classes - 1];
     auc_text = ", auc " + fixed(exact_auc(clicks.data(), labels.data(), s.records), 4);
   }
-  std::cout << "predictions: " << s.records << " records x " << s.classes << " classes written to " << o.output
+  std::cout << "predictions: " << s.records << " records x "
+            << (sigmoid ? std::string("1 p(click)") : std::to_string(s.classes) + " classes") << " written to " << o.output
             << " (accuracy against the input's labels " << fixed(static_cast<double>(s.correct) / n, 4) << auc_text
             << ")" << std::endl;
   return s;

@@ -215,7 +215,7 @@ void Progress::print_summary(const TrainSummary& s) const {
               << " time_s=" << fixed(s.seconds, 1)
               << " samples_per_s=" << fixed(s.samples_per_second, 0)
               << " train_loss=" << fixed(s.train_loss, 4)
-              << (s.loss == Loss::kSoftmax ? " train_accuracy=" + fixed(s.train_accuracy, 4) : "")
+              << (s.loss == Loss::kSoftmax && s.train_accuracy_known ? " train_accuracy=" + fixed(s.train_accuracy, 4) : "")
               << " test_loss=" << fixed(s.test_loss, 4)
               << (s.loss == Loss::kSoftmax ? " test_accuracy=" + fixed(s.test_accuracy, 4) : "")
               << target_metrics_text(s, true)
@@ -231,7 +231,7 @@ void Progress::print_summary(const TrainSummary& s) const {
   r["seconds"] = s.seconds;
   r["samples_per_s"] = s.samples_per_second;
   r["train_loss"] = s.train_loss;
-  if (s.loss == Loss::kSoftmax) r["train_accuracy"] = s.train_accuracy;
+  if (s.loss == Loss::kSoftmax && s.train_accuracy_known) r["train_accuracy"] = s.train_accuracy;
   r["test_loss"] = s.test_loss;
   if (s.loss == Loss::kSoftmax) r["test_accuracy"] = s.test_accuracy;
   add_target_metrics(s, &r);

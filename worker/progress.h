@@ -27,6 +27,9 @@ struct TrainSummary {
   double train_loss = 0, train_accuracy = 0;  // over the last epoch (or the steps run), all workers
   double test_loss = 0, test_accuracy = 0;    // chief only
   bool binary = false;   // a CTR model (--embedding-dim): test_auc and test_logloss are reported too
+  // false for a CTR model of one output (--loss bce): its training steps count no right answers,
+  // so train_accuracy is not reported (its test_accuracy is: the output >= 0 predicting a click)
+  bool train_accuracy_known = true;
   double test_auc = 0;   // exact ROC AUC of p(label 1) on the test set (NaN: one label only)
   // --loss other than softmax (worker/target_metrics.h): no accuracies, but these test figures
   Loss loss = Loss::kSoftmax;

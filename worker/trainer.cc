@@ -229,7 +229,8 @@ class Trainer {
     model_->set_label_smoothing(o_.label_smoothing);
     if (loss != Loss::kSoftmax) {  // the targets of each micro-batch go to the backend
       model_->set_loss(loss, o_.huber_delta);
-      evaluation_->set_target_loss(loss, o_.huber_delta, *backend_);
+      // A CTR model of one output (--loss bce) is evaluated as CTR models are: loss, accuracy and AUC.
+      if (ctr_ == nullptr) evaluation_->set_target_loss(loss, o_.huber_delta, *backend_);
       targets_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(classes));
     }
     total_ = model_->layout().total();
@@ -420,7 +421,7 @@ class Trainer {
       if (targets_ != nullptr) {
         backend_->upload(targets_.get(), batch_data_.t.data(), batch_data_.t.size());
         s = model_->train_step_targets(replica_->params(), x, targets_.get(), batch_data_.size, replica_->grad(),
-                                       last ? Model::GradReady(push) : nullptr, j > 0, keys);
+                                       last ? Model::GradReady(push) : nullptr, j > 0, keys, input_grad_.get());
       } else {
         s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size, replica_->grad(),
                                last ? Model::GradReady(push) : nullptr, j > 0, keys, input_grad_.get());

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "shared/config/model_embedding.h"
 #include "shared/net/zmq_util.h"  // kMaxIpcName
 #include "shared/util/error.h"
 
@@ -79,7 +80,7 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
       ("data-dir", po::value(&o.data_dir), "directory of {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] (default: $FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist)")
       ("cache-dir", po::value(&o.cache_dir), "where gzip inputs are decompressed and CSV and Criteo files parsed once, each into a file named after its source's path, size and mtime (default: $XDG_CACHE_HOME/pstrain or ~/.cache/pstrain)")
-      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\"; residual(<layers>) is a block whose input is added to its output (projected where the shapes differ), e.g. \"conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, globalavgpool, dense 10\" (docs/models.md; default: the MLP of --hidden)")
+      ("model", po::value(&o.model), "the model as a layer list, e.g. \"conv 32 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, dense 10\"; residual(<layers>) is a block whose input is added to its output (projected where the shapes differ), e.g. \"conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, globalavgpool, dense 10\"; a CTR model on Criteo data may begin with its embedding tables, \"embedding D [tables=shared|per-field]\" (the same as --embedding-dim D --embedding-tables ...), e.g. \"embedding 8, dense 256, relu, dense 1\" with --loss bce (docs/models.md; default: the MLP of --hidden)")
       ("label-smoothing", po::value(&o.label_smoothing)->default_value(o.label_smoothing), "training's cross-entropy against (1 - E) x the one-hot label + E / classes (PyTorch's CrossEntropyLoss(label_smoothing=E)); the test loss stays the plain one; in [0, 1)")
       ("loss", po::value(&t.loss)->default_value(t.loss), "what the model's last layer's K outputs are trained against (docs/models.md, \"Losses\"): softmax (cross-entropy over class labels; test accuracy) | bce (binary cross-entropy with logits, K independent 0/1 labels per record: multi-label; test per-label accuracy and exact match) | mse | huber (regression against K float targets; test RMSE, MAE, R^2); each a sample's mean over its K outputs, as PyTorch's reduction='mean'. Other than softmax, the targets come from --train-data/--test-data's second .npy file, of shape (N,) or (N, K), or the CSV columns of --label-column (docs/data.md, \"Targets\")")
       ("huber-delta", po::value(&o.huber_delta)->default_value(o.huber_delta), "--loss huber: 0.5 d^2 where |d| <= delta, else delta (|d| - delta/2), d the output's error (PyTorch's HuberLoss(delta)); positive")
@@ -305,7 +306,8 @@ void validate(const JobOptions& o, Role role) {
     const std::string loss = std::string("--loss ") + loss_name(o.loss);
     require(o.label_smoothing == 0, "--label-smoothing applies to --loss softmax, not " + loss);
     require(o.classes == 0, "--classes applies to --loss softmax: with " + loss + " the targets' width is the model's outputs");
-    require(o.embedding_dim == 0, "--embedding-dim: CTR models train with --loss softmax only, not " + loss);
+    require(o.embedding_dim == 0 || o.loss == Loss::kBce,
+            "--embedding-dim: CTR models train with --loss softmax (2 outputs) or bce (1 output, p(click)), not " + loss);
     require(!o.evaluate && o.predict.empty(),
             std::string(o.evaluate ? "--evaluate" : "--predict") +
                 " takes the loss from --init-params' model.json: drop " + loss);
@@ -460,6 +462,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   }
   o.shuffle = parse_bool(text.shuffle, "--shuffle");
   o.augment_flip = parse_bool(text.augment_flip, "--augment-flip");
+  take_model_embedding(&o, given);  // --model "embedding 8, ...": the tables' options, then the layers
   *given_out = std::move(given);
   return o;
 }

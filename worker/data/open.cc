@@ -2,13 +2,14 @@
 
 #include "shared/config/data_files.h"
 #include "shared/util/error.h"
-#include "worker/data/npy_format.h"
+#include "worker/data/click_targets.h"
 #include "worker/data/criteo.h"
 #include "worker/data/criteo_dataset.h"
 #include "worker/data/csv_dataset.h"
 #include "worker/data/csv_table.h"
 #include "worker/data/idx.h"
 #include "worker/data/npy_dataset.h"
+#include "worker/data/npy_format.h"
 
 namespace pstrain {
 namespace {
@@ -27,10 +28,13 @@ TargetRule target_rule(const DataOptions& o) {
 std::unique_ptr<Dataset> open_target_files(const DataFiles& f, const DataOptions& o, const std::string& flag) {
   if (f.format == "npy") return open_npy_target_dataset(f.features, f.labels, cache_dir(o), o.scale, target_rule(o));
   if (f.format == "csv") return open_csv_target_dataset(f.features, o.label_column, cache_dir(o), target_rule(o));
+  if (f.format == "criteo" && o.loss == Loss::kBce) {  // a CTR model of one output, p(click)
+    return click_targets(open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, LabelRange{}), f.features);
+  }
   throw UsageError(std::string("--loss ") + loss_name(o.loss) + " needs float targets: " + flag + " " +
                    f.features + " is " + (f.format == "criteo" ? "Criteo" : "IDX") +
                    " data, which has class labels only; give FEATURES.npy,TARGETS.npy or a .csv file (docs/data.md, "
-                   "\"Targets\")");
+                   "\"Targets\")" + (f.format == "criteo" ? "; a CTR model trains with --loss bce (one output) or softmax" : ""));
 }
 
 std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, const LabelRange& range) {
