@@ -40,6 +40,7 @@ ServerOptions server_options(const JobOptions& o) {
     s.tables.push_back(table);
   }
   s.save_params = o.save_params;
+  s.init_params = o.init_params;
   s.table_lr = o.embedding_lr > 0 ? o.embedding_lr : o.optimizer.lr;
   return s;
 }

@@ -190,7 +190,10 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
     const size_t dense_bytes = store_->slice().length * 4 * sizeof(float);
     sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version(), dense_bytes);
     const std::vector<std::string> tables = store_->take_resumed_tables();
-    if ((store_->version() > 0 || !tables.empty()) && !sparse_->resume(tables, error)) {
+    // A resumed job's tables are its checkpoint's; a new one's start empty, or as --init-params'.
+    const bool resumed = store_->version() > 0 || !tables.empty();
+    const bool from_saved = !resumed && !options_.init_params.empty();
+    if (resumed ? !sparse_->resume(tables, error) : from_saved && !sparse_->start_from(options_.init_params, error)) {
       members_.forget_job();
       sparse_.reset();
       store_.reset();
@@ -200,6 +203,10 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
     PSLOG(INFO) << "ps" << options_.index << ": " << options_.tables.size() << " embedding table(s) of dim "
                 << options_.tables[0].dim << ", optimizer " << options_.tables[0].optimizer.kind << " lr "
                 << options_.table_lr;
+    if (from_saved) {
+      PSLOG(INFO) << "ps" << options_.index << ": tables from " << options_.init_params << "/embeddings"
+                  << sparse_->counters_text();
+    }
   }
   return true;
 }

@@ -34,6 +34,7 @@ struct ServerOptions {
   std::vector<TableOptions> tables;  // empty: a dense job
   double table_lr = 0;               // the tables' learning rate, on the dense one's schedule
   std::string save_params;           // --save-params DIR: the tables' rows go to DIR/embeddings at the end
+  std::string init_params;           // --init-params DIR: a new job's tables start as DIR/embeddings' rows
 };
 
 }  // namespace pstrain

@@ -525,6 +525,51 @@ TEST_F(CtrJobTest, SigmoidOutputKeepsTheMirroredContract) {
   EXPECT_EQ(m[1].str(), m[2].str()) << line;  // bce's loss is the log loss
 }
 
+// Fine-tuning: a job with --init-params DIR of a saved CTR model starts its tables from
+// DIR/embeddings/ (saved by 1 shard, loaded by 2: re-sliced). With learning rates too small to
+// move anything it ends with the saved dense parameters and rows, every row there; with the
+// usual ones it trains on from them (not from fresh tables). Tables of another optimizer are
+// refused naming the flag.
+TEST_F(CtrJobTest, FineTuningStartsFromTheSavedTablesOnAnyShardCount) {
+  const std::string dir = make_temp_dir("ctr-fine-tune");
+  Job first;
+  first.num_ps = 1;
+  first.num_workers = 1;
+  first.dir = dir + "/first";
+  std::filesystem::create_directories(first.dir);
+  first.args = flags(3 * kBatch, "adagrad", false, "0.1", kSteps, dir);
+  first.args.insert(first.args.end(), {"--save-params", dir + "/first-params"});
+  const JobResult result = run_job(first);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const CtrRun start = saved(dir + "/first-params", "adagrad", false);
+  ASSERT_GT(start.table_rows, 0u);
+
+  const std::vector<std::string> from = {"--init-params", dir + "/first-params"};
+  std::vector<std::string> still = from;
+  still.insert(still.end(), {"--lr", "1e-30"});
+  const CtrRun kept = train(2, 2, kBatch, "adagrad", false, still, "1e-30", 5);
+  ASSERT_FALSE(kept.rows.empty()) << kept.logs;
+  EXPECT_NE(kept.logs.find("tables from " + dir + "/first-params/embeddings; tables at version 0: embedding rows"),
+            std::string::npos)
+      << kept.logs;
+  EXPECT_EQ(relative_difference(start.dense, kept.dense), 0.0);
+  EXPECT_EQ(rows_difference(start, kept), 0.0);
+  EXPECT_EQ(kept.table_rows, start.table_rows);
+
+  const CtrRun tuned = train(2, 2, kBatch, "adagrad", false, from, "0.1", 5);
+  const CtrRun fresh = train(2, 2, kBatch, "adagrad", false, {}, "0.1", 5);
+  ASSERT_FALSE(tuned.rows.empty()) << tuned.logs;
+  ASSERT_FALSE(fresh.rows.empty()) << fresh.logs;
+  EXPECT_GT(rows_difference(tuned, start), 1e-6) << "fine-tuning did not move the rows";
+  EXPECT_GT(rows_difference(tuned, fresh), 1e-3) << "fine-tuning started from fresh tables";
+  EXPECT_LT(rows_difference(tuned, start), rows_difference(fresh, start));
+
+  const CtrRun other = train(2, 2, kBatch, "ftrl", false, from, "0.1", 5, /*expect_ok=*/false);
+  EXPECT_NE(other.logs.find("were trained with --embedding-optimizer adagrad, this job's is ftrl"), std::string::npos)
+      << other.logs;
+  std::filesystem::remove_all(dir);
+}
+
 // The chief reports the test AUC and log loss; async and ssp train too: every worker's pushes
 // reach the tables (2 workers x 20 steps applied one by one), and the rows move.
 TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {

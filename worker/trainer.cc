@@ -175,11 +175,32 @@ class Trainer {
       q.loss = d.loss;
       const SavedModel saved = resolve_saved_model(q);
       d.spec = saved.spec;
+      if (ctr_ != nullptr) check_saved_tables(saved.embeddings);
       if (!o_.model_given) d.given_as = "--init-params " + o_.init_params + " (its model.json)";
     }
     d.training.optimizer = o_.checkpoint.job.optimizer.kind;
     d.training.lr = o_.checkpoint.job.optimizer.lr;
     return d;
+  }
+
+  // --init-params of a CTR model: the PS shards start its tables from DIR/embeddings/ (docs/sparse.md,
+  // "Fine-tuning"), which must be the tables this job has.
+  void check_saved_tables(const EmbeddingSetup& saved) const {
+    const EmbeddingSetup& job = o_.embeddings;
+    const std::string where = "--init-params " + o_.init_params + ": its tables (model.json) ";
+    if (saved.dim == 0) throw UsageError(where + "are none: it is not a CTR model");
+    if (saved.dim != job.dim) {
+      throw UsageError(where + "have rows of " + std::to_string(saved.dim) + " floats, this job's " + std::to_string(job.dim));
+    }
+    if (saved.per_field_tables != job.per_field_tables) {
+      throw UsageError(where + "are " + (saved.per_field_tables ? "per-field" : "shared") + ", this job's " +
+                       (job.per_field_tables ? "per-field" : "shared") + " (--embedding-tables)");
+    }
+    if (saved.optimizer != job.optimizer) {
+      throw UsageError(where + "were trained with --embedding-optimizer " + saved.optimizer + ", this job's is " +
+                       job.optimizer + " (the rows' optimizer slots are kept: give the same)");
+    }
+    PSLOG(INFO) << tag_ << "the tables start as " << o_.init_params << "/embeddings/'s rows (the PS shards load them)";
   }
 
   // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.

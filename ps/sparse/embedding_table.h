@@ -77,9 +77,12 @@ class EmbeddingTable {
   // and the sightings, appended to *out; and the rows of a saved table that shard `shard` of
   // `num_ps` holds, added to this one: any shard count's files re-slice onto any other's. load()
   // checks everything (format, checksum, the table's name, dim and optimizer, IDs held twice)
-  // and that the table stays within max_bytes before it changes anything.
+  // and that the table stays within max_bytes before it changes anything. `new_job` (a job
+  // starting from saved tables, --init-params): the rows' last-touched steps and the sightings'
+  // last-seen steps are set to 0, the new job's first, so expiry counts from its start.
   void save(std::string* out) const;
-  bool load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error);
+  bool load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
+            bool new_job = false);
 
  private:
   struct Sighting {
@@ -95,7 +98,7 @@ class EmbeddingTable {
   void sight(uint64_t id, uint64_t step);
   bool expired(uint64_t last, uint64_t step) const;
   bool decode(const std::string& bytes, Saved* out, std::string* error) const;
-  void restore(const Saved& saved, int shard, int num_ps);
+  void restore(const Saved& saved, int shard, int num_ps, bool new_job);
 
   const TableOptions options_;
   const std::unique_ptr<SparseOptimizer> optimizer_;

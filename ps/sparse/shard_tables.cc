@@ -238,13 +238,13 @@ bool ShardTables::apply_checked_step(const SparseStep& step, const std::vector<s
   return true;
 }
 
-bool ShardTables::load(uint32_t table, const std::string& saved, std::string* error) {
+bool ShardTables::load(uint32_t table, const std::string& saved, std::string* error, bool new_job) {
   EmbeddingTable* t = find(table, error);
   if (t == nullptr) return false;
   const size_t others = bytes() - t->bytes();
   size_t budget = SIZE_MAX;
   if (options_.max_bytes != 0) budget = options_.max_bytes > others ? options_.max_bytes - others : 0;
-  return t->load(saved, options_.index, options_.num_ps, budget, error);
+  return t->load(saved, options_.index, options_.num_ps, budget, error, new_job);
 }
 
 std::string ShardTables::counters_text() const {

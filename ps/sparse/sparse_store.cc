@@ -227,6 +227,43 @@ bool SparseStore::resume(const std::vector<std::string>& tables, std::string* er
   return true;
 }
 
+bool SparseStore::start_from(const std::string& dir, std::string* error) {
+  const std::string from = dir + "/embeddings";
+  for (const TableOptions& t : options_.tables) {
+    // The table's files, <name>.shard<s>-of-<S>: one S, every s < S.
+    const std::string prefix = t.name + ".shard";
+    int of = 0;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(from, ec)) {
+      const std::string name = entry.path().filename().string();
+      const size_t dash = name.find("-of-");
+      if (name.rfind(prefix, 0) != 0 || dash == std::string::npos) continue;
+      const std::string count = name.substr(dash + 4);
+      if (count.empty() || count.size() > 6 || count.find_first_not_of("0123456789") != std::string::npos) continue;
+      const int s = std::stoi(count);
+      if (of != 0 && s != of) {
+        return (*error = "--init-params: " + from + " holds table '" + t.name + "' in files of " + std::to_string(of) +
+                         " and of " + std::to_string(s) + " shards; keep one save's",
+                false);
+      }
+      of = s;
+    }
+    if (ec) return (*error = "--init-params: cannot read " + from + ": " + ec.message(), false);
+    if (of < 1) {
+      return (*error = "--init-params: " + from + " has no file of table '" + t.name + "' (" + prefix +
+                       "<s>-of-<S>, as --save-params writes them): this job's tables are not that model's",
+              false);
+    }
+    for (int s = 0; s < of; ++s) {
+      const std::string path = from + "/" + prefix + std::to_string(s) + "-of-" + std::to_string(of);
+      std::string bytes, why;
+      if (!read_whole_file(path, &bytes, &why)) return (*error = "--init-params: " + path + ": " + why, false);
+      if (!tables_.load(t.id, bytes, &why, /*new_job=*/true)) return (*error = "--init-params: " + path + ": " + why, false);
+    }
+  }
+  return true;
+}
+
 void SparseStore::save(const std::string& dir) const {
   const std::string to = dir + "/embeddings";
   std::error_code ec;

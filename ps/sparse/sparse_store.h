@@ -68,6 +68,11 @@ class SparseStore {
   // checkpoint whose tables do not fit this job's.
   void save(std::vector<std::string>* tables) const;
   bool resume(const std::vector<std::string>& tables, std::string* error);
+  // --init-params DIR, a new job: every table starts with the rows (and slots) this shard holds
+  // of DIR/embeddings/<table>.shard<s>-of-<S> (what --save-params and pstrain-export write; any
+  // S, every one of its S files), their steps counted from this job's start. False, naming the
+  // file, for a missing or damaged file or one of other tables (dim, optimizer).
+  bool start_from(const std::string& dir, std::string* error);
   // --save-params DIR at the job's end: each table's rows on this shard, in the checkpoint
   // format (docs/sparse.md), to DIR/embeddings/<table>.shard<index>-of-<num_ps>.
   void save(const std::string& dir) const;

@@ -63,7 +63,8 @@ bool EmbeddingTable::decode(const std::string& bytes, Saved* out, std::string* e
   return why.empty();
 }
 
-bool EmbeddingTable::load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error) {
+bool EmbeddingTable::load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
+                          bool new_job) {
   Saved saved;
   if (!decode(bytes, &saved, error)) return false;
   size_t rows = 0, seen = 0;
@@ -84,22 +85,22 @@ bool EmbeddingTable::load(const std::string& bytes, int shard, int num_ps, size_
              std::to_string(bytes_with(rows, seen)) + " bytes, over the shard's bound";
     return false;
   }
-  restore(saved, shard, num_ps);
+  restore(saved, shard, num_ps, new_job);
   return true;
 }
 
-void EmbeddingTable::restore(const Saved& saved, int shard, int num_ps) {
+void EmbeddingTable::restore(const Saved& saved, int shard, int num_ps, bool new_job) {
   const SavedTable& t = saved.table;
   for (size_t i = 0; i < t.rows.size(); ++i) {
     const SavedRow& r = t.rows[i];
     if (shard_of(r.id, num_ps) != shard) continue;
     const uint32_t row = arena_.allocate();
     std::memcpy(arena_.values(row), &t.values[i * row_floats()], row_floats() * sizeof(float));
-    arena_.meta(row) = RowMeta{r.id, r.last_touched, r.updates};
+    arena_.meta(row) = RowMeta{r.id, new_job ? 0 : r.last_touched, r.updates};
     index_.find_or_insert(r.id, row);
   }
   for (const SavedSighting& s : t.sightings) {
-    if (shard_of(s.id, num_ps) == shard) sightings_.emplace(s.id, Sighting{s.count, s.last_seen});
+    if (shard_of(s.id, num_ps) == shard) sightings_.emplace(s.id, Sighting{s.count, new_job ? 0 : s.last_seen});
   }
 }
 
