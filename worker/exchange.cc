@@ -101,6 +101,12 @@ class PsExchange final : public Exchange {
   PsStats stats_{client_};
 };
 
+// A worker's checkpoints: in hybrid mode the saved tables are the PS shards' to load.
+CheckpointOptions without_tables(CheckpointOptions o) {
+  o.keep_tables = false;
+  return o;
+}
+
 class AllreduceExchange final : public Exchange {
  public:
   AllreduceExchange(const ExchangeOptions& o, uint64_t total, std::unique_ptr<Collective> collective, Replica& replica)
@@ -109,7 +115,7 @@ class AllreduceExchange final : public Exchange {
         collective_(std::move(collective)),
         replica_(replica),
         optimizer_(make_optimizer(o.optimizer, total)),
-        store_(o.checkpoint, "w" + std::to_string(o.index)),
+        store_(without_tables(o.checkpoint), "w" + std::to_string(o.index)),
         stats_(make_collective_stats(*collective_)) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {

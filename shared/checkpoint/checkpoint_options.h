@@ -26,6 +26,10 @@ struct CheckpointOptions {
   // Hybrid mode (--mode allreduce with tables): the PS shards, this many, write only their tables
   // (tables<s>of<S>.ckpt) beside the chief's file of the dense vector. 0 in every other mode.
   int table_shards = 0;
+  // --resume: keep the saved shards' embedding tables (ShardCheckpoint::tables) for the caller.
+  // A PS needs them (it re-slices them); a hybrid job's worker only checks that they are intact,
+  // reading one file at a time, and keeps none (the tables never live on a worker).
+  bool keep_tables = true;
 };
 
 }  // namespace pstrain

@@ -121,7 +121,9 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
       return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.job.optimizer.kind;
     }
     next = c.offset + c.values.size();
-    for (std::string& t : c.tables) result.tables.push_back(std::move(t));  // every shard's: re-sliced by the PS
+    if (o_.keep_tables) {
+      for (std::string& t : c.tables) result.tables.push_back(std::move(t));  // every shard's: re-sliced by the PS
+    }
     const uint64_t lo = std::max<uint64_t>(c.offset, slice.offset), hi = std::min<uint64_t>(next, slice.end());
     for (uint64_t i = lo; i < hi; ++i) {
       result.values[i - slice.offset] = c.values[i - c.offset];
