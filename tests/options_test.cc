@@ -226,3 +226,27 @@ TEST(ModelEmbeddingTest, BadEntriesAreUsageErrorsNamingTheLayer) {
 
 }  // namespace
 }  // namespace pstrain
+
+namespace pstrain {
+namespace {
+
+// A switch with an implicit value takes its value as the next word too: `--augment-flip false`
+// is `--augment-flip=false`, `--augment-flip` alone is true, and `--resume auto` is auto.
+TEST(OptionsTest, SwitchesTakeTheirValueAsTheNextWord) {
+  const auto flip = [](std::vector<const char*> args) {
+    const auto o = parse(Role::kPs, args);
+    return o && o->augment_flip;
+  };
+  EXPECT_TRUE(flip({"--augment-flip"}));
+  EXPECT_TRUE(flip({"--augment-flip", "--lr", "0.5"}));
+  EXPECT_TRUE(flip({"--augment-flip", "true"}));
+  EXPECT_FALSE(flip({"--augment-flip", "false"}));
+  EXPECT_FALSE(flip({"--augment-flip=false"}));
+  EXPECT_FALSE(flip({}));
+  const auto o = parse(Role::kPs, {"--augment-flip", "false", "--lr", "0.5"});
+  ASSERT_TRUE(o);
+  EXPECT_DOUBLE_EQ(o->optimizer.lr, 0.5);
+}
+
+}  // namespace
+}  // namespace pstrain

@@ -13,6 +13,18 @@ namespace {
 
 constexpr size_t kCheckFloats = (size_t{1} << 20) / sizeof(float);  // floats streamed per pread at open
 
+// Streams every row of `table` once, kCheckFloats at a time: f(row index, its columns' values).
+template <typename F>
+void for_each_row(const CsvTable& table, F f) {
+  const uint64_t per_chunk = std::max<uint64_t>(1, kCheckFloats / table.columns());
+  std::vector<float> rows(per_chunk * table.columns());
+  for (uint64_t first = 0; first < table.rows(); first += per_chunk) {
+    const uint64_t n = std::min(per_chunk, table.rows() - first);
+    table.read_rows(first, n, rows.data());
+    for (uint64_t r = 0; r < n; ++r) f(first + r, &rows[r * table.columns()]);
+  }
+}
+
 std::string value_text(float v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(v));
@@ -93,16 +105,10 @@ class CsvDataset final : public Dataset {
     LabelCheck check(range, table_.path(), [this](uint64_t row) {
       return "line " + std::to_string(table_.line_of(row)) + ", " + table_.column_text(label_);
     });
-    const uint64_t per_chunk = std::max<uint64_t>(1, kCheckFloats / table_.columns());
-    std::vector<float> rows(per_chunk * table_.columns());
-    for (uint64_t first = 0; first < size(); first += per_chunk) {
-      const uint64_t n = std::min(per_chunk, size() - first);
-      table_.read_rows(first, n, rows.data());
-      for (uint64_t r = 0; r < n; ++r) {
-        const float v = rows[r * table_.columns() + label_];
-        check.add(v >= 9.2e18f ? INT64_MAX : static_cast<int64_t>(v), first + r);  // integral: checked above
-      }
-    }
+    for_each_row(table_, [&](uint64_t row, const float* values) {
+      const float v = values[label_];
+      check.add(v >= 9.2e18f ? INT64_MAX : static_cast<int64_t>(v), row);  // integral: checked above
+    });
     classes_ = check.classes();
   }
 
@@ -185,19 +191,12 @@ class CsvTargetDataset final : public Dataset {
 
   // Streams the target columns once so that a bad value is reported at open, naming its line.
   void check_targets(const TargetRule& rule) const {
-    const uint64_t per_chunk = std::max<uint64_t>(1, kCheckFloats / table_.columns());
-    std::vector<float> rows(per_chunk * table_.columns());
-    for (uint64_t first = 0; first < size(); first += per_chunk) {
-      const uint64_t n = std::min(per_chunk, size() - first);
-      table_.read_rows(first, n, rows.data());
-      for (uint64_t r = 0; r < n; ++r) {
-        for (size_t k = 0; k < targets_.size(); ++k) {
-          check_target(rows[r * table_.columns() + targets_[k]], rule,
-                       table_.path() + " line " + std::to_string(table_.line_of(first + r)), first + r, k,
-                       targets_.size());
-        }
+    for_each_row(table_, [&](uint64_t row, const float* values) {
+      for (size_t k = 0; k < targets_.size(); ++k) {
+        check_target(values[targets_[k]], rule, table_.path() + " line " + std::to_string(table_.line_of(row)), row, k,
+                     targets_.size());
       }
-    }
+    });
   }
 
   CsvTable table_;
