@@ -140,7 +140,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("embedding-optimizer", po::value(&o.embedding_optimizer)->default_value(o.embedding_optimizer), "the tables' optimizer, applied on the PS to the rows a step touched: sgd | adagrad | adam (lazy: a row's moments and bias correction advance only when it is touched) | ftrl (FTRL-Proximal)")
       ("embedding-lr", po::value(&o.embedding_lr)->default_value(o.embedding_lr), "the tables' learning rate, on --lr-schedule (0: --lr)")
       ("embedding-min-count", po::value(&o.embedding_min_count)->default_value(o.embedding_min_count), "an ID gets its row at its K-th sighting (a step in which any worker used it); until then it reads as zeros and its gradients are dropped: rare IDs take no memory")
-      ("embedding-expiry", po::value(&o.embedding_expiry)->default_value(o.embedding_expiry), "steps: rows (and sightings) unused this long are dropped, freeing their memory (0: never)");
+      ("embedding-expiry", po::value(&o.embedding_expiry)->default_value(o.embedding_expiry), "steps: rows (and sightings) unused this long are dropped, freeing their memory (0: never)")
+      ("embedding-pool", po::value(&o.embedding_pool)->default_value(o.embedding_pool), "a categorical field that lists several IDs (\"a,b,c\" in Criteo data, docs/data.md) is one row of the model's input: sum (the sum of its IDs' rows) | mean (their mean); a field of one ID is its row either way, so data of one ID per field trains to the same bits under both. Each ID's row gets the field's gradient (sum) or the field's gradient over the field's count (mean). Recorded in the checkpoint fingerprint and in model.json (\"pool\"): --evaluate, --predict and pstrain-export use the saved one (given with --embedding-dim, it must agree)");
   po::options_description ckpt("Checkpoints (docs/checkpoints.md)");
   ckpt.add_options()
       ("checkpoint-dir", po::value(&o.checkpoint_dir), "directory for checkpoints: each PS shard writes its slice and optimizer state (and its embedding tables) there, the chief a manifest once all shards wrote (allreduce: the chief writes the whole vector; hybrid mode: the chief the dense vector, each PS shard its tables) (use a filesystem every host shares); the chief locks it while the job runs, so a second job there is refused at once (docs/operations.md, \"One job per directory\")")
@@ -320,6 +321,8 @@ void validate(const JobOptions& o, Role role) {
   require(std::isfinite(o.embedding_lr) && o.embedding_lr >= 0, "--embedding-lr must be a number >= 0 (0: --lr)");
   require(o.embedding_min_count >= 1 && o.embedding_min_count <= INT32_MAX, "--embedding-min-count must be in [1, 2^31)");
   require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
+  require(o.embedding_pool == "sum" || o.embedding_pool == "mean",
+          "--embedding-pool: '" + o.embedding_pool + "' is not one of sum, mean");
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
