@@ -183,19 +183,28 @@ TEST_F(CtrEvaluateTest, PerFieldTablesWithAdmissionRepeatTheChiefsFigures) {
 }
 
 // Fields listing several IDs, pooled by their mean: model.json says "pool": "mean", --evaluate
-// and --predict (with no flag but --init-params) repeat the chief; --embedding-pool sum with
-// --embedding-dim is refused. A model.json without "pool" (written before pooling) is sum's: the
-// same directory then evaluates to other figures, those of sum pooling.
+// and --predict (with no flag but --init-params) repeat the chief, and so does pstrain-export of
+// its checkpoint; --embedding-pool sum with --embedding-dim is refused. A model.json without
+// "pool" (written before pooling) is sum's: the same directory then evaluates to other figures,
+// those of sum pooling.
 TEST_F(CtrEvaluateTest, MultiValuedFieldsWithMeanPoolingRepeatTheChiefsFigures) {
   const std::string test = *dir_ + "/test-lists.tsv";
+  const std::string ckpt = *dir_ + "/lists-ckpt", exported = *dir_ + "/lists-exported";
   const std::string chief = train("lists", {"--train-data", *dir_ + "/train-lists.tsv", "--test-data", test,
-                                            "--embedding-pool", "mean"});
+                                            "--embedding-pool", "mean", "--checkpoint-dir", ckpt,
+                                            "--checkpoint-every", "150"});
   const std::string saved = params("lists");
   const std::string model = read_file(saved + "/model.json");
   EXPECT_NE(model.find("\"pool\": \"mean\""), std::string::npos) << model;
   std::string log;
   ASSERT_TRUE(worker({"--evaluate", "--init-params", saved, "--test-data", test}, &log).ok()) << log;
   expect_the_chiefs_figures(chief, log);
+  const std::string export_log = *dir_ + "/lists-export.log";
+  ASSERT_TRUE(wait_for(spawn({PSTRAIN_EXPORT_BIN, ckpt, exported}, export_log), 60).ok()) << read_file(export_log);
+  EXPECT_NE(read_file(exported + "/model.json").find("\"pool\": \"mean\""), std::string::npos);
+  std::string exported_log;
+  ASSERT_TRUE(worker({"--evaluate", "--init-params", exported, "--test-data", test}, &exported_log).ok()) << exported_log;
+  expect_the_chiefs_figures(chief, exported_log);
   std::string predicted;
   ASSERT_TRUE(worker({"--init-params", saved, "--predict", test, "--predictions", *dir_ + "/lists.npy"}, &predicted).ok())
       << predicted;
