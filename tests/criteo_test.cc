@@ -79,6 +79,17 @@ std::string random_lines(size_t n, uint32_t seed) {
   return text;
 }
 
+// "1,2,...,n" in hex: a field listing n IDs.
+std::string ids_list(size_t n) {
+  std::string list;
+  char hex[24];
+  for (size_t k = 1; k <= n; ++k) {
+    std::snprintf(hex, sizeof hex, "%zx", k);
+    list += (k > 1 ? "," : "") + std::string(hex);
+  }
+  return list;
+}
+
 std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;
   for (size_t at = 0; at < text.size();) {
@@ -120,6 +131,31 @@ TEST(CriteoParse, GoodLinesWithEmptiesNegativesAndHexCases) {
   EXPECT_EQ(criteo_field_name(39), "C26");
 }
 
+TEST(CriteoParse, FieldsListingSeveralIds) {
+  std::vector<std::string> fields(kCriteoFields);
+  fields[0] = "1";
+  fields[14] = "68fd1e64,80e26c9b,FB936136";
+  fields[15] = "a";
+  fields[17] = "1,1";  // an ID twice in one field
+  fields[39] = ids_list(kCriteoMaxIds);
+  CriteoRecord r;
+  ASSERT_EQ(parse_criteo_line(line_of(fields), r), "");
+  std::vector<uint64_t> lists = {0x68fd1e64, 0x80e26c9b, 0xfb936136, 1, 1};
+  for (uint64_t k = 1; k <= kCriteoMaxIds; ++k) lists.push_back(k);
+  EXPECT_EQ(r.lists, lists);
+  for (size_t c = 0; c < kCriteoCategorical; ++c) {
+    const uint32_t want = c == 0 ? 3 : c == 3 ? 2 : c == 25 ? kCriteoMaxIds : 1;
+    EXPECT_EQ(r.counts[c], want) << c;
+  }
+  EXPECT_EQ(r.ids[0], 0x68fd1e64u);  // a list's first ID
+  EXPECT_EQ(r.ids[1], 0xau);
+  EXPECT_EQ(r.ids[2], kCriteoMissingId);
+  // The next line keeps nothing of this one's lists.
+  ASSERT_EQ(parse_criteo_line(line_of({}), r), "");
+  EXPECT_TRUE(r.lists.empty());
+  EXPECT_TRUE(std::all_of(r.counts, r.counts + kCriteoCategorical, [](uint32_t n) { return n == 1; }));
+}
+
 class CriteoData : public ::testing::Test {
  protected:
   std::string open_error(const std::string& path, bool skip = false) {
@@ -136,7 +172,7 @@ class CriteoData : public ::testing::Test {
 
 TEST_F(CriteoData, EachMalformedLineIsAnErrorNamingFileAndLine) {
   std::string long_line = line_of({"1"});
-  long_line.insert(5, 5000, '7');
+  long_line.insert(5, kCriteoMaxLine, '7');
   std::vector<std::string> fields39 = split_lines(line_of({}) + "\n");
   const std::string good = line_of({}) + "\n" + line_of({"0"}) + "\n";
   const std::string nul_field = std::string("68fd") + '\0' + "1e64";
@@ -162,7 +198,26 @@ TEST_F(CriteoData, EachMalformedLineIsAnErrorNamingFileAndLine) {
        "field 15 (C1) \"ffffffffffffffff\" is the ID reserved for an empty field"},
       {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", nul_field}),
        "field 15 (C1) \"68fd\\x001e64\" is not 1 to 16 hex digits"},
-      {long_line, "line longer than 4096 bytes"},
+      {long_line, "line longer than 524288 bytes"},
+      // Fields listing several IDs.
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "68fd1e64,,80e26c9b"}),
+       "field 15 (C1) \"68fd1e64,,80e26c9b\": ID 2 of 3 is empty (IDs are separated by one ',')"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", ",80e26c9b"}),
+       "field 15 (C1) \",80e26c9b\": ID 1 of 2 is empty (IDs are separated by one ',')"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "", "80e26c9b,"}),
+       "field 16 (C2) \"80e26c9b,\": ID 2 of 2 is empty (IDs are separated by one ',')"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", ","}),
+       "field 15 (C1) \",\": ID 1 of 2 is empty (IDs are separated by one ',')"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "68fd1e64,80e26c9g"}),
+       "field 15 (C1) \"68fd1e64,80e26c9g\": ID 2 of 2 \"80e26c9g\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "a,12345678901234567,b"}),
+       "field 15 (C1) \"a,12345678901234567,b\": ID 2 of 3 \"12345678901234567\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "a, b"}),
+       "field 15 (C1) \"a, b\": ID 2 of 2 \" b\" is not 1 to 16 hex digits"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", "1,ffffffffffffffff"}),
+       "field 15 (C1) \"1,ffffffffffffffff\": ID 2 of 2 is the ID reserved for an empty field"},
+      {line_of({"1", "", "", "", "", "", "", "", "", "", "", "", "", "", ids_list(1025)}),
+       "field 15 (C1) \"" + ids_list(1025).substr(0, 32) + "...\" lists 1025 IDs, more than 1024 (the most one field may hold)"},
   };
   for (const auto& [line, message] : cases) {
     const std::string path = dir_.path + "/t.tsv";
@@ -220,16 +275,19 @@ struct Records {
   std::vector<float> x;
   std::vector<int32_t> y;
   std::vector<uint64_t> ids;
-  bool operator==(const Records& o) const { return x == o.x && y == o.y && ids == o.ids; }
+  std::vector<uint32_t> counts;
+  bool operator==(const Records& o) const { return x == o.x && y == o.y && ids == o.ids && counts == o.counts; }
 };
 
 Records read_all(const Dataset& data, const std::vector<size_t>& order) {
   Records r;
   r.x.resize(order.size() * kCriteoDense);
   r.y.resize(order.size());
-  r.ids.resize(order.size() * kCriteoCategorical);
   data.read(order.data(), order.size(), r.x.data(), r.y.data());
-  data.read_ids(order.data(), order.size(), r.ids.data());
+  IdLists ids;
+  data.read_ids(order.data(), order.size(), &ids);
+  r.ids = ids.ids;
+  r.counts = ids.counts;
   return r;
 }
 
@@ -253,6 +311,7 @@ TEST_F(CriteoData, RandomAccessReadsEqualASequentialParseAndGzipEqualsPlain) {
     expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
     expected.y.push_back(r.label);
     expected.ids.insert(expected.ids.end(), r.ids, r.ids + kCriteoCategorical);
+    expected.counts.insert(expected.counts.end(), kCriteoCategorical, 1);
   }
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
@@ -284,16 +343,133 @@ TEST_F(CriteoData, RandomAccessReadsEqualASequentialParseAndGzipEqualsPlain) {
             dir_.path + "/d.tsv: record 1000 out of range (1000 records)");
 }
 
+// n random valid lines whose fields often list 2..5 IDs (from a small range: repeats within a
+// field), deterministic in seed.
+std::string random_list_lines(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::string text;
+  for (size_t r = 0; r < n; ++r) {
+    text += std::to_string(rng() % 2);
+    for (size_t j = 0; j < kCriteoDense; ++j) text += "\t" + std::to_string(rng() % 100);
+    for (size_t c = 0; c < kCriteoCategorical; ++c) {
+      text += '\t';
+      if (rng() % 9 == 0) continue;
+      const size_t ids = rng() % 3 == 0 ? 2 + rng() % 4 : 1;
+      for (size_t k = 0; k < ids; ++k) {
+        char hex[24];
+        std::snprintf(hex, sizeof hex, "%x", static_cast<unsigned>(rng() % 50));
+        text += (k > 0 ? "," : "") + std::string(hex);
+      }
+    }
+    text += '\n';
+  }
+  return text;
+}
+
+// What a parse of `text` gives, record by record.
+Records parsed(const std::string& text) {
+  Records expected;
+  for (const std::string& line : split_lines(text)) {
+    CriteoRecord r;
+    EXPECT_EQ(parse_criteo_line(line, r), "");
+    expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
+    expected.y.push_back(r.label);
+    size_t at = 0;
+    for (size_t c = 0; c < kCriteoCategorical; ++c) {
+      expected.counts.push_back(r.counts[c]);
+      if (r.counts[c] == 1) {
+        expected.ids.push_back(r.ids[c]);
+      } else {
+        expected.ids.insert(expected.ids.end(), r.lists.begin() + static_cast<long>(at),
+                            r.lists.begin() + static_cast<long>(at + r.counts[c]));
+        at += r.counts[c];
+      }
+    }
+  }
+  return expected;
+}
+
+TEST_F(CriteoData, FieldsListingSeveralIdsReadBackAsParsedInAnyOrder) {
+  const size_t n = 700;
+  const std::string text = random_list_lines(n, 17);
+  write_text(dir_.path + "/l.tsv", text);
+  write_gzip(dir_.path + "/l.tsv.gz", text);
+  const auto plain = open_criteo_dataset(dir_.path + "/l.tsv", cache_, false, {});
+  const auto gz = open_criteo_dataset(dir_.path + "/l.tsv.gz", cache_, false, {});
+  ASSERT_EQ(plain->size(), n);
+  EXPECT_EQ(plain->id_fields(), kCriteoCategorical);
+  const Records expected = parsed(text);
+  ASSERT_GT(expected.ids.size(), expected.counts.size() + n);  // lists, and many
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_TRUE(read_all(*plain, order) == expected);  // runs of records
+  EXPECT_TRUE(read_all(*gz, order) == expected);
+  // Record by record in a shuffled order: each record's fields as parsed.
+  std::vector<size_t> first_id(n + 1, 0);
+  for (size_t r = 0; r < n; ++r) {
+    first_id[r + 1] = first_id[r];
+    for (size_t c = 0; c < kCriteoCategorical; ++c) first_id[r + 1] += expected.counts[r * kCriteoCategorical + c];
+  }
+  std::shuffle(order.begin(), order.end(), std::mt19937(5));
+  const Records shuffled = read_all(*plain, order);
+  size_t at = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t rec = order[i], ids = first_id[rec + 1] - first_id[rec];
+    ASSERT_TRUE(std::equal(shuffled.counts.begin() + static_cast<long>(i * kCriteoCategorical),
+                           shuffled.counts.begin() + static_cast<long>((i + 1) * kCriteoCategorical),
+                           expected.counts.begin() + static_cast<long>(rec * kCriteoCategorical)))
+        << rec;
+    ASSERT_LE(at + ids, shuffled.ids.size());
+    ASSERT_TRUE(std::equal(shuffled.ids.begin() + static_cast<long>(at), shuffled.ids.begin() + static_cast<long>(at + ids),
+                           expected.ids.begin() + static_cast<long>(first_id[rec])))
+        << rec;
+    EXPECT_EQ(shuffled.y[i], expected.y[rec]);
+    at += ids;
+  }
+  EXPECT_EQ(at, shuffled.ids.size());
+  // A file of one ID per field has no lists: its cache is the records alone.
+  write_text(dir_.path + "/one.tsv", random_lines(50, 3));
+  open_criteo_dataset(dir_.path + "/one.tsv", cache_ + "/one", false, {});
+  ASSERT_EQ(std::distance(fs::directory_iterator(cache_ + "/one"), fs::directory_iterator()), 1);
+  EXPECT_EQ(fs::file_size(fs::directory_iterator(cache_ + "/one")->path()), 56u + 50u * 268u);
+}
+
+// A cache file of the format before lists (PSCTR01: 264-byte records) is not read as this one: the
+// file is parsed anew, whatever the old cache holds.
+TEST_F(CriteoData, ACacheOfTheFormerFormatIsParsedAnew) {
+  const std::string path = dir_.path + "/old.tsv";
+  const std::string text = random_list_lines(30, 9);
+  write_text(path, text);
+  open_criteo_dataset(path, cache_, false, {});
+  ASSERT_EQ(cache_files(), 1u);
+  const std::string cache = fs::directory_iterator(cache_)->path().string();
+  // What the former reader wrote for 30 lines, every byte of the records 0x11.
+  std::string old("PSCTR01\n", 8);
+  for (const uint64_t v : {uint64_t{48}, uint64_t{30}, uint64_t{30}, uint64_t{0}, uint64_t{0}})
+    old.append(reinterpret_cast<const char*>(&v), 8);
+  old.append(30 * 264, '\x11');
+  write_text(cache, old);
+  const auto data = open_criteo_dataset(path, cache_, false, {});
+  std::vector<size_t> order(30);
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_TRUE(read_all(*data, order) == parsed(text));
+  std::ifstream in(cache, std::ios::binary);
+  std::string magic(8, '\0');
+  in.read(&magic[0], 8);
+  EXPECT_EQ(magic, std::string("PSCTR02\n", 8));
+  EXPECT_EQ(cache_files(), 1u);
+}
+
 // Reads every record in batches of 64, as the trainer does: features, labels and IDs.
 void read_one_epoch(const Dataset& data) {
   std::vector<size_t> batch(64);
   std::vector<float> x(batch.size() * kCriteoDense);
   std::vector<int32_t> y(batch.size());
-  std::vector<uint64_t> ids(batch.size() * kCriteoCategorical);
+  IdLists ids;
   for (size_t first = 0; first + batch.size() <= data.size(); first += batch.size()) {
     std::iota(batch.begin(), batch.end(), first);
     data.read(batch.data(), batch.size(), x.data(), y.data());
-    data.read_ids(batch.data(), batch.size(), ids.data());
+    data.read_ids(batch.data(), batch.size(), &ids);
   }
 }
 
@@ -345,8 +521,8 @@ TEST_F(CriteoData, OtherFormatsHaveNoIds) {
   const auto csv = open_csv_dataset(dir_.path + "/t.csv", "", cache_, {});
   EXPECT_EQ(csv->id_fields(), 0u);
   const size_t rec = 0;
-  uint64_t id = 0;
-  EXPECT_EQ(error_of([&] { csv->read_ids(&rec, 1, &id); }),
+  IdLists ids;
+  EXPECT_EQ(error_of([&] { csv->read_ids(&rec, 1, &ids); }),
             "this data has no categorical IDs (only Criteo data has them: docs/data.md)");
 }
 

@@ -30,6 +30,8 @@ class CtrEvaluateTest : public ::testing::Test {
     dir_ = new std::string(make_temp_dir("ctr-evaluate"));
     write_criteo(*dir_ + "/train.tsv", 240, 0);
     write_criteo(*dir_ + "/test.tsv", 80, 100000);
+    write_criteo(*dir_ + "/train-lists.tsv", 240, 0, true);
+    write_criteo(*dir_ + "/test-lists.tsv", 80, 100000, true);
   }
   static void TearDownTestSuite() {
     std::filesystem::remove_all(*dir_);
@@ -49,14 +51,16 @@ class CtrEvaluateTest : public ::testing::Test {
                 "--embedding-dim", "4", "--model", "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1",
                 "--batch-size", "8", "--steps", "150", "--epochs", "100", "--seed", "7", "--timeout", "30",
                 "--save-params", params(name)};
-    // A model that names its tables ("embedding 4 ..., <layers>") replaces the default's
-    // --embedding-dim and --model: the entry alone sets the tables.
+    for (const std::string& flag : more) {  // a flag of `more` replaces the default's value
+      const auto at = std::find(job.args.begin(), job.args.end(), flag);
+      if (flag.rfind("--", 0) == 0 && at != job.args.end()) job.args.erase(at, at + 2);
+    }
+    // A model that names its tables ("embedding 4 ..., <layers>") replaces --embedding-dim too:
+    // the entry alone sets the tables.
     const auto model = std::find(more.begin(), more.end(), "--model");
     if (model != more.end() && model + 1 != more.end() && (model + 1)->rfind("embedding", 0) == 0) {
-      for (const char* flag : {"--embedding-dim", "--model"}) {
-        const auto at = std::find(job.args.begin(), job.args.end(), flag);
-        job.args.erase(at, at + 2);
-      }
+      const auto at = std::find(job.args.begin(), job.args.end(), "--embedding-dim");
+      if (at != job.args.end()) job.args.erase(at, at + 2);
     }
     job.args.insert(job.args.end(), more.begin(), more.end());
     const JobResult result = run_job(job);
@@ -223,6 +227,52 @@ TEST_F(CtrEvaluateTest, PerFieldTablesWithAdmissionRepeatTheChiefsFigures) {
   ASSERT_TRUE(evaluate(params("per-field"), {"--embedding-dim", "4", "--embedding-tables", "per-field"}, &log).ok())
       << log;
   expect_the_chiefs_figures(chief, log);
+}
+
+// Fields listing several IDs, pooled by their mean: model.json says "pool": "mean", --evaluate
+// and --predict (with no flag but --init-params) repeat the chief, and so does pstrain-export of
+// its checkpoint; --embedding-pool sum with --embedding-dim is refused. A model.json without
+// "pool" (written before pooling) is sum's: the same directory then evaluates to other figures,
+// those of sum pooling.
+TEST_F(CtrEvaluateTest, MultiValuedFieldsWithMeanPoolingRepeatTheChiefsFigures) {
+  const std::string test = *dir_ + "/test-lists.tsv";
+  const std::string ckpt = *dir_ + "/lists-ckpt", exported = *dir_ + "/lists-exported";
+  const std::string chief = train("lists", {"--train-data", *dir_ + "/train-lists.tsv", "--test-data", test,
+                                            "--embedding-pool", "mean", "--checkpoint-dir", ckpt,
+                                            "--checkpoint-every", "150"});
+  const std::string saved = params("lists");
+  const std::string model = read_file(saved + "/model.json");
+  EXPECT_NE(model.find("\"pool\": \"mean\""), std::string::npos) << model;
+  std::string log;
+  ASSERT_TRUE(worker({"--evaluate", "--init-params", saved, "--test-data", test}, &log).ok()) << log;
+  expect_the_chiefs_figures(chief, log);
+  const std::string export_log = *dir_ + "/lists-export.log";
+  ASSERT_TRUE(wait_for(spawn({PSTRAIN_EXPORT_BIN, ckpt, exported}, export_log), 60).ok()) << read_file(export_log);
+  EXPECT_NE(read_file(exported + "/model.json").find("\"pool\": \"mean\""), std::string::npos);
+  std::string exported_log;
+  ASSERT_TRUE(worker({"--evaluate", "--init-params", exported, "--test-data", test}, &exported_log).ok()) << exported_log;
+  expect_the_chiefs_figures(chief, exported_log);
+  std::string predicted;
+  ASSERT_TRUE(worker({"--init-params", saved, "--predict", test, "--predictions", *dir_ + "/lists.npy"}, &predicted).ok())
+      << predicted;
+  EXPECT_NE(predicted.find("auc " + field(log, "test_auc") + ")"), std::string::npos) << predicted << log;
+
+  ExitStatus status = worker({"--evaluate", "--init-params", saved, "--test-data", test, "--embedding-dim", "4",
+                              "--embedding-pool", "sum"}, &log);
+  EXPECT_EQ(status.code, 2) << log;
+  EXPECT_NE(log.find("its fields' IDs are pooled by mean (" + saved + "/model.json), but --embedding-pool is sum"),
+            std::string::npos)
+      << log;
+
+  std::string without = model;
+  const size_t at = without.find("\"pool\": \"mean\",");
+  ASSERT_NE(at, std::string::npos) << model;
+  without.erase(at, std::string("\"pool\": \"mean\",").size());
+  write_file_atomically(saved + "/model.json", without);
+  ASSERT_TRUE(worker({"--evaluate", "--init-params", saved, "--test-data", test, "--embedding-dim", "4",
+                      "--embedding-pool", "sum"}, &log).ok())
+      << log;
+  EXPECT_NE(field(log, "test_loss"), field(chief, "test_loss")) << log;
 }
 
 // A directory without embeddings/, a damaged table file, a flag or data that is not the saved

@@ -48,6 +48,8 @@ class CtrJobTest : public ::testing::Test {
     dir_ = new std::string(make_temp_dir("ctr-job"));
     write_criteo(*dir_ + "/train.tsv", kRecords, 0);
     write_criteo(*dir_ + "/test.tsv", 80, 100000);
+    write_criteo(*dir_ + "/train-lists.tsv", kRecords, 0, true);
+    write_criteo(*dir_ + "/test-lists.tsv", 80, 100000, true);
     setenv("PSTRAIN_BUILD_DIR", std::filesystem::path(PSTRAIN_PS_BIN).parent_path().c_str(), 1);
   }
   static void TearDownTestSuite() {
@@ -92,15 +94,22 @@ class CtrJobTest : public ::testing::Test {
     const JobResult result = expect_ok ? run_job(job) : run_job_stopping_servers(job);
     EXPECT_EQ(result.ok(), expect_ok) << result.logs;
     CtrRun run;
-    if (result.ok()) run = saved(dir + "/params", table_optimizer, per_field);
+    const bool lists = std::find(more.begin(), more.end(), lists_data()) != more.end();
+    if (result.ok()) run = saved(dir + "/params", table_optimizer, per_field, lists);
     run.logs = result.logs;
     std::filesystem::remove_all(dir);
     return run;
   }
 
+  // The training data whose last fields list several IDs (ctr_keys), and a job's flags for it.
+  static std::string lists_data() { return *dir_ + "/train-lists.tsv"; }
+  static std::vector<std::string> lists_flags(const std::string& pool) {
+    return {"--train-data", lists_data(), "--test-data", *dir_ + "/test-lists.tsv", "--embedding-pool", pool};
+  }
+
   // What a job saved with --save-params DIR: its dense parameters, and the row of every key the
-  // training data has, in record and field order (repeats included).
-  static CtrRun saved(const std::string& dir, const std::string& table_optimizer, bool per_field) {
+  // training data (`lists`: lists_data()) has, in record, field and list order (repeats included).
+  static CtrRun saved(const std::string& dir, const std::string& table_optimizer, bool per_field, bool lists = false) {
     CtrRun run;
     run.dense = load_saved_params(dir);
     std::vector<std::string> names;
@@ -113,10 +122,11 @@ class CtrJobTest : public ::testing::Test {
     for (const auto& [name, table] : tables) run.table_rows += table->stats().rows;
     for (int r = 0; r < kRecords; ++r) {
       for (int f = 0; f < 26; ++f) {
-        const uint64_t key = ctr_key(r, f, per_field);
-        std::vector<float> row(kDim);
-        tables.at(per_field ? names[static_cast<size_t>(f)] : names[0])->lookup(&key, 1, row.data());
-        run.rows.insert(run.rows.end(), row.begin(), row.end());
+        for (const uint64_t key : ctr_keys(r, f, per_field, lists)) {
+          std::vector<float> row(kDim);
+          tables.at(per_field ? names[static_cast<size_t>(f)] : names[0])->lookup(&key, 1, row.data());
+          run.rows.insert(run.rows.end(), row.begin(), row.end());
+        }
       }
     }
     return run;
@@ -218,6 +228,40 @@ TEST_F(CtrJobTest, GradientAccumulationKeepsTheMirroredContract) {
   }
 }
 
+// Fields listing several IDs (the last 6: 1 to 3 IDs, some repeated within a field) under mean
+// pooling: 3 workers of batch 8 on 2 shards equal one worker of batch 24, dense parameters and
+// every ID's row, for three table optimizers. Sum pooling of the same data trains other rows.
+TEST_F(CtrJobTest, MultiValuedFieldsWithMeanPoolingKeepTheMirroredContract) {
+  CtrRun adagrad_mean;
+  for (const std::string optimizer : {"sgd", "adagrad", "ftrl"}) {
+    const CtrRun reference = train(1, 1, 3 * kBatch, optimizer, false, lists_flags("mean"));
+    ASSERT_FALSE(reference.rows.empty()) << optimizer << reference.logs;
+    EXPECT_NE(reference.logs.find("mean pooling of a field's IDs"), std::string::npos) << reference.logs;
+    EXPECT_GT(reference.rows.size(), static_cast<size_t>(kRecords * 26 * kDim));  // lists' extra IDs
+    const CtrRun p = train(2, 3, kBatch, optimizer, false, lists_flags("mean"));
+    const double dense = relative_difference(reference.dense, p.dense);
+    const double sparse = rows_difference(reference, p);
+    EXPECT_LE(dense, 1e-5) << optimizer;
+    EXPECT_LE(sparse, 1e-5) << optimizer;
+    EXPECT_EQ(reference.table_rows, p.table_rows) << optimizer;
+    std::printf("lists, mean pooling, table optimizer %s, N=3 S=2 vs N=1: dense %.3g, rows %.3g, %zu rows\n",
+                optimizer.c_str(), dense, sparse, p.table_rows);
+    if (optimizer == "adagrad") adagrad_mean = reference;
+  }
+  const CtrRun sum = train(1, 1, 3 * kBatch, "adagrad", false, lists_flags("sum"));
+  ASSERT_FALSE(sum.rows.empty()) << sum.logs;
+  EXPECT_GT(rows_difference(adagrad_mean, sum), 1e-4) << "sum and mean pooling trained the same rows";
+}
+
+// Data of one ID per field trains to the same bits under either pool.
+TEST_F(CtrJobTest, OneIdPerFieldTrainsTheSameBitsUnderSumAndMean) {
+  const CtrRun sum = train(2, 2, kBatch, "adagrad", false);
+  const CtrRun mean = train(2, 2, kBatch, "adagrad", false, {"--embedding-pool", "mean"});
+  ASSERT_FALSE(mean.rows.empty()) << mean.logs;
+  EXPECT_EQ(rows_difference(sum, mean), 0.0);
+  EXPECT_TRUE(bit_identical(sum.dense, mean.dense));
+}
+
 // Backup workers with tables (docs/sparse.md, "Backup workers"): 3 workers on 2 shards with
 // --backup-workers 1, each worker's pushes delayed at random (--push-jitter-ms: up to 4 ms, so
 // the late worker changes from step to step; worker 2's up to 8 ms, the slowest). The job
@@ -306,6 +350,20 @@ TEST_F(CtrJobTest, ResumeRefusesACheckpointOfOtherEmbeddings) {
   const CtrRun other = train(1, 1, kBatch, "sgd", false, resume, "0.1", kSteps, false);
   EXPECT_TRUE(other.rows.empty());
   EXPECT_NE(other.logs.find("embeddings dim 4 tables shared optimizer adagrad"), std::string::npos) << other.logs;
+}
+
+// The pool is in the fingerprint: a checkpoint of a mean-pooling job is refused by a sum-pooling
+// one (the default), naming the difference.
+TEST_F(CtrJobTest, ResumeRefusesACheckpointOfAnotherPool) {
+  TempDir ckpt("ctr-ckpt-pool");
+  std::vector<std::string> every = lists_flags("mean");
+  every.insert(every.end(), {"--checkpoint-dir", ckpt.path, "--checkpoint-every", "5"});
+  ASSERT_FALSE(train(1, 1, kBatch, "adagrad", false, every, "0.1", 10).rows.empty());
+  std::vector<std::string> resume = lists_flags("sum");
+  resume.insert(resume.end(), {"--checkpoint-dir", ckpt.path, "--checkpoint-every", "5", "--resume"});
+  const CtrRun other = train(1, 1, kBatch, "adagrad", false, resume, "0.1", kSteps, false);
+  EXPECT_TRUE(other.rows.empty());
+  EXPECT_NE(other.logs.find("expiry 0 pool mean"), std::string::npos) << other.logs;
 }
 
 // kill -9 of a worker (four times), then of a PS shard, of a CTR job under launch.sh

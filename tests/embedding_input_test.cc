@@ -385,5 +385,195 @@ TEST(EmbeddingInputTest, PrepareStartsEachBatchAfresh) {
   }
 }
 
+// Fields listing 1..max_ids IDs each, from a small range (so IDs repeat within a field, across
+// fields and records), some missing: counts (batch x fields) and the IDs, field by field.
+struct Lists {
+  std::vector<uint32_t> counts;
+  std::vector<uint64_t> ids;
+};
+
+Lists random_lists(size_t batch, size_t fields, uint32_t seed, uint64_t range = 12, uint32_t max_ids = 4) {
+  std::mt19937_64 rng(seed);
+  Lists l;
+  for (size_t c = 0; c < batch * fields; ++c) {
+    l.counts.push_back(1 + static_cast<uint32_t>(rng() % max_ids));
+    for (uint32_t k = 0; k < l.counts.back(); ++k) l.ids.push_back(rng() % 10 == 0 ? kCriteoMissingId : rng() % range);
+  }
+  return l;
+}
+
+// The plain definition of pooling: per (record, field), the sum of its IDs' rows in order (the
+// first's copied, the others added), divided by the count under mean; and per key, the sum over
+// (record, field, ID) in that order of the field's gradient (over the count under mean).
+struct Pooled {
+  std::vector<float> x;
+  std::map<TableKey, std::vector<float>> grads;
+};
+
+Pooled plain_pooling(const EmbeddingInputOptions& o, const Lists& l, size_t batch, const float* dense, const float* dx) {
+  const size_t width = o.dense + o.fields * o.dim;
+  Pooled p;
+  p.x.assign(batch * width, 0.0f);
+  size_t at = 0;
+  for (size_t r = 0; r < batch; ++r) {
+    for (size_t d = 0; d < o.dense; ++d) p.x[r * width + d] = dense[r * o.dense + d];
+    for (size_t f = 0; f < o.fields; ++f) {
+      const uint32_t count = l.counts[r * o.fields + f];
+      const bool divide = o.pool == EmbeddingPool::kMean && count > 1;
+      float* out = &p.x[r * width + o.dense + f * o.dim];
+      const float* g = dx + r * width + o.dense + f * o.dim;
+      for (uint32_t k = 0; k < count; ++k, ++at) {
+        const TableKey tk = table_key(o, f, l.ids[at]);
+        std::vector<float>& sum = p.grads[tk];
+        sum.resize(o.dim, 0.0f);
+        for (size_t j = 0; j < o.dim; ++j) {
+          const float v = row_value(tk.first, tk.second, j);
+          out[j] = k == 0 ? v : out[j] + v;
+          sum[j] += divide ? g[j] / static_cast<float>(count) : g[j];
+        }
+      }
+      if (divide) {
+        for (size_t j = 0; j < o.dim; ++j) out[j] /= static_cast<float>(count);
+      }
+    }
+  }
+  return p;
+}
+
+TEST(EmbeddingInputTest, PoolingOfFieldsListingSeveralIdsIsThePlainDefinition) {
+  for (EmbeddingPool pool : {EmbeddingPool::kSum, EmbeddingPool::kMean}) {
+    for (bool per_field : {false, true}) {
+      EmbeddingInputOptions o = small_options(3, per_field, 2, 5, 4);
+      o.pool = pool;
+      const size_t batch = 40;
+      const Lists l = random_lists(batch, o.fields, 21);
+      EmbeddingInput in(o);
+      in.prepare(l.ids.data(), l.counts.data(), batch);
+      std::set<TableKey> distinct;
+      size_t at = 0;
+      for (size_t c = 0; c < l.counts.size(); ++c) {
+        for (uint32_t k = 0; k < l.counts[c]; ++k) distinct.insert(table_key(o, c % o.fields, l.ids[at++]));
+      }
+      EXPECT_EQ(in.unique_keys(), distinct.size());  // one pull and one push per unique key
+      set_all_rows(in);
+      std::mt19937 rng(23);
+      std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+      std::vector<float> dense(batch * o.dense), dx(batch * in.input_dim());
+      for (float& v : dense) v = dist(rng);
+      for (float& v : dx) v = dist(rng);
+      const Pooled want = plain_pooling(o, l, batch, dense.data(), dx.data());
+      std::vector<float> x(batch * in.input_dim(), std::nanf(""));
+      in.gather(dense.data(), x.data());
+      EXPECT_EQ(0, std::memcmp(x.data(), want.x.data(), x.size() * sizeof(float)))
+          << embedding_pool_name(pool) << " per_field " << per_field;
+      // A micro-batch of the prepared records: its part of the whole.
+      std::vector<float> part(7 * in.input_dim());
+      in.gather(dense.data() + 11 * o.dense, 11, 7, part.data());
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), x.begin() + 11 * static_cast<long>(in.input_dim())));
+      const auto got = all_gradients(in, dx.data());
+      ASSERT_EQ(got.size(), want.grads.size());
+      for (const auto& [tk, sum] : want.grads) {
+        ASSERT_EQ(got.count(tk), 1u);
+        EXPECT_EQ(0, std::memcmp(got.at(tk).data(), sum.data(), o.dim * sizeof(float)))
+            << embedding_pool_name(pool) << " per_field " << per_field << " key " << tk.second;
+      }
+    }
+  }
+}
+
+// A mean differs from a sum: a field of 3 IDs under mean is a third of its sum, and each ID gets
+// a third of the field's gradient (the plain definition above could share a mistake).
+TEST(EmbeddingInputTest, MeanIsTheSumOverTheCount) {
+  EmbeddingInputOptions o = small_options(1, true, 0, 1, 2);
+  const std::vector<uint64_t> ids = {5, 7, 5};  // 5 twice: two occurrences of one key
+  const std::vector<uint32_t> counts = {3};
+  std::vector<float> x_sum(2), x_mean(2);
+  std::map<TableKey, std::vector<float>> g_sum, g_mean;
+  const std::vector<float> dx = {3.0f, -6.0f};
+  for (EmbeddingPool pool : {EmbeddingPool::kSum, EmbeddingPool::kMean}) {
+    o.pool = pool;
+    EmbeddingInput in(o);
+    in.prepare(ids.data(), counts.data(), 1);
+    set_all_rows(in);
+    in.gather(nullptr, (pool == EmbeddingPool::kSum ? x_sum : x_mean).data());
+    (pool == EmbeddingPool::kSum ? g_sum : g_mean) = all_gradients(in, dx.data());
+  }
+  for (size_t j = 0; j < 2; ++j) {
+    const float sum = 2 * row_value(0, 5, j) + row_value(0, 7, j);
+    EXPECT_EQ(x_sum[j], sum);
+    EXPECT_FLOAT_EQ(x_mean[j], sum / 3);
+  }
+  EXPECT_EQ(g_sum.at({0, 5}), (std::vector<float>{6.0f, -12.0f}));
+  EXPECT_EQ(g_sum.at({0, 7}), (std::vector<float>{3.0f, -6.0f}));
+  EXPECT_EQ(g_mean.at({0, 5}), (std::vector<float>{2.0f, -4.0f}));
+  EXPECT_EQ(g_mean.at({0, 7}), (std::vector<float>{1.0f, -2.0f}));
+}
+
+// Data of one ID per field: counts of 1 (as the Criteo reader gives them) or none, sum or mean,
+// the same input and gradients to the bit.
+TEST(EmbeddingInputTest, OneIdPerFieldGivesTheSameBitsUnderEitherPool) {
+  const EmbeddingInputOptions base = small_options(2, false, 13, 26, 8);
+  const size_t batch = 50;
+  const auto raw = random_ids(batch, base.fields, 31, 60);
+  const std::vector<uint32_t> ones(batch * base.fields, 1);
+  std::vector<float> dense(batch * base.dense), dx(batch * (base.dense + base.fields * base.dim));
+  std::mt19937 rng(37);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& v : dense) v = dist(rng);
+  for (float& v : dx) v = dist(rng);
+  std::vector<float> first_x;
+  std::map<TableKey, std::vector<float>> first_g;
+  for (EmbeddingPool pool : {EmbeddingPool::kSum, EmbeddingPool::kMean}) {
+    for (bool with_counts : {false, true}) {
+      EmbeddingInputOptions o = base;
+      o.pool = pool;
+      EmbeddingInput in(o);
+      in.prepare(raw.data(), with_counts ? ones.data() : nullptr, batch);
+      set_all_rows(in);
+      std::vector<float> x(batch * in.input_dim());
+      in.gather(dense.data(), x.data());
+      const auto g = all_gradients(in, dx.data());
+      if (first_x.empty()) {
+        first_x = x;
+        first_g = g;
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(x.data(), first_x.data(), x.size() * sizeof(float)));
+      EXPECT_TRUE(g == first_g) << embedding_pool_name(pool) << " counts " << with_counts;
+    }
+  }
+}
+
+// N workers' pushes equal one worker's on the concatenated batch, with lists and mean pooling.
+TEST(EmbeddingInputTest, MirroredHalvesWithListsSumToTheWholeBatch) {
+  for (EmbeddingPool pool : {EmbeddingPool::kSum, EmbeddingPool::kMean}) {
+    EmbeddingInputOptions o = small_options(2, false, 3, 6, 4);
+    o.pool = pool;
+    const size_t half = 32;
+    const Lists l = random_lists(2 * half, o.fields, 41, 20, 5);
+    size_t first_ids = 0;
+    for (size_t c = 0; c < half * o.fields; ++c) first_ids += l.counts[c];
+    EmbeddingInput whole(o), first(o), second(o);
+    const size_t width = whole.input_dim();
+    std::mt19937 rng(43);
+    std::vector<float> dx(2 * half * width);
+    for (float& v : dx) v = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    whole.prepare(l.ids.data(), l.counts.data(), 2 * half);
+    first.prepare(l.ids.data(), l.counts.data(), half);
+    second.prepare(l.ids.data() + first_ids, l.counts.data() + half * o.fields, half);
+    const auto want = all_gradients(whole, dx.data());
+    auto sum = all_gradients(first, dx.data());
+    for (const auto& [tk, g] : all_gradients(second, dx.data() + half * width)) {
+      std::vector<float>& s = sum[tk];
+      s.resize(o.dim, 0.0f);
+      for (size_t j = 0; j < o.dim; ++j) s[j] += g[j];
+    }
+    ASSERT_EQ(sum.size(), want.size());
+    for (const auto& [tk, g] : want) {
+      for (size_t j = 0; j < o.dim; ++j) EXPECT_NEAR(g[j], sum.at(tk)[j], 1e-6) << embedding_pool_name(pool);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace pstrain

@@ -142,11 +142,12 @@ namespace {
 // --embedding-tables and leaves the layers; the PS (which reads no layers) sees the same tables.
 TEST(ModelEmbeddingTest, TheEntrySetsTheTablesAndLeavesTheLayers) {
   for (const Role role : {Role::kPs, Role::kWorker}) {
-    const auto o = parse(role, {"--model", "Embedding 8 tables=per-field,dense 16, relu,  residual(dense 16, relu), dense 1",
+    const auto o = parse(role, {"--model", "Embedding 8 tables=per-field pool=mean,dense 16, relu,  residual(dense 16, relu), dense 1",
                                 "--loss", "bce", "--ps-hosts", "127.0.0.1:1", "--train-data", "t.tsv", "--test-data", "v.tsv"});
     ASSERT_TRUE(o);
     EXPECT_EQ(o->embedding_dim, 8);
     EXPECT_EQ(o->embedding_tables, "per-field");
+    EXPECT_EQ(o->embedding_pool, "mean");
     EXPECT_EQ(o->model, "dense 16, relu, residual(dense 16, relu), dense 1");
     EXPECT_EQ(embedding_table_names(*o).size(), 26u);
   }
@@ -158,6 +159,7 @@ TEST(ModelEmbeddingTest, TheEntrySetsTheTablesAndLeavesTheLayers) {
   const auto same = parse(Role::kPs, {"--model", "embedding 4, dense 1", "--embedding-dim", "4", "--loss", "bce"});
   ASSERT_TRUE(same);
   EXPECT_EQ(same->embedding_tables, "shared");
+  EXPECT_EQ(same->embedding_pool, "sum");
 }
 
 // The command line wins over the config file, either way round; given in one place, two values
@@ -214,7 +216,10 @@ TEST(ModelEmbeddingTest, BadEntriesAreUsageErrorsNamingTheLayer) {
   EXPECT_EQ(message("embedding 8 tables=some, dense 1"),
             "--model: layer 1 'embedding 8 tables=some': tables='some' is not one of shared, per-field");
   EXPECT_EQ(message("embedding 8 size=3, dense 1"),
-            "--model: layer 1 'embedding 8 size=3': 'size=3' is not an option of embedding (tables=shared|per-field)");
+            "--model: layer 1 'embedding 8 size=3': 'size=3' is not an option of embedding (tables=shared|per-field, "
+            "pool=sum|mean)");
+  EXPECT_EQ(message("embedding 8 pool=max, dense 1"),
+            "--model: layer 1 'embedding 8 pool=max': pool='max' is not one of sum, mean");
   EXPECT_EQ(message("dense 4, embedding 8, dense 1"),
             "--model: layer 2 'embedding 8': an embedding entry must come first (it makes the model's input: the dense "
             "features, then one row per categorical field)");

@@ -4,11 +4,17 @@
 Writes OUT_DIR/train.tsv and OUT_DIR/test.tsv (.tsv.gz with --gzip): one record a line, 40
 tab-separated fields: the label (0/1), I1..I13 (integers, some negative, some empty) and
 C1..C26 (8 lower-case hex digits, some empty), exactly as Criteo's files (docs/data.md).
+With --multi-valued-fields K, the last K categorical fields (C27-K..C26) each list 1 to
+--max-values IDs separated by ',' (the count uniform, each ID drawn as any other), the form of a
+multi-valued field that pstrain reads (docs/data.md), and their effect on the logit is the mean
+(or, with --multi-pool sum, the sum) of their IDs' effects.
 
 The hidden model is a logistic one:
   logit = bias + sum_j a_j * log(1 + max(I_j, 0))          (a few dense effects)
-               + sum_k effect(k, C_k)                        (one effect per ID of every field)
-               + sum_(k,l) in PAIRS effect(k, l, C_k, C_l)   (a few pairwise interactions)
+               + sum_k effect(k, C_k)                        (one effect per ID of every field;
+                                                              a list's: the mean or sum of its IDs')
+               + sum_(k,l) in PAIRS effect(k, l, C_k, C_l)   (a few pairwise interactions; a list
+                                                              takes part by its first ID)
   p = sigmoid(logit); label ~ Bernoulli(p), then flipped with probability --noise.
 Per-ID effects are drawn from a hash of (seed, field, id), so no table of 10^9 IDs is stored.
 IDs of field k are Zipf-distributed over --distinct-ids ranks (the continuous bounded power law,
@@ -59,6 +65,10 @@ class HiddenModel:
         self.missing = args.missing
         self.zipf = args.zipf
         self.distinct = args.distinct_ids
+        # Fields listing several IDs: the last multi_valued_fields, 1..max_values IDs each.
+        self.first_multi = FIELDS_CAT - args.multi_valued_fields
+        self.max_values = args.max_values
+        self.multi_mean = args.multi_pool == "mean"
         self.bias = -1.3
         # Dense fields: value ~ exp(N(mu, sd)) - 1 (counts), I2 sometimes negative as in Criteo.
         self.dense_mu = [rng.uniform(0.5, 3.0) for _ in range(FIELDS_DENSE)]
@@ -93,6 +103,22 @@ class HiddenModel:
                 cache[ident] = v
         return v
 
+    def draw_id(self, k, rand):
+        """One Zipf-drawn ID of field k (as record() draws a single-valued field's)."""
+        zipf_b = self.zipf_b
+        x = (self.zipf_a[k] * rand() + 1.0) ** zipf_b if zipf_b else (self.distinct[k] + 1.0) ** rand()
+        r = min(int(x), self.distinct[k]) - 1
+        return (r * self.id_mul[k] + self.id_add[k]) & 0xFFFFFFFF
+
+    def multi_valued(self, k, rng, fields, ids):
+        """Field k as a list of 1..max_values IDs: appended to fields, its first ID to ids; returns
+        its effect on the logit (the mean or sum of its IDs' effects)."""
+        idents = [self.draw_id(k, rng.random) for _ in range(rng.randint(1, self.max_values))]
+        ids[k] = idents[0]
+        fields.append(",".join("%08x" % i for i in idents))
+        total = sum(self.effect(k, i) for i in idents)
+        return total / len(idents) if self.multi_mean else total
+
     def record(self, rng):
         """One line's fields (strings) and the hidden probability of label 1."""
         logit = self.bias
@@ -114,6 +140,9 @@ class HiddenModel:
         for k in range(FIELDS_CAT):
             if rand() < missing:
                 fields.append("")
+                continue
+            if k >= self.first_multi:
+                logit += self.multi_valued(k, rng, fields, ids)
                 continue
             # Inverse CDF of the bounded power law (zipf_a, zipf_b: see __init__), rounded down.
             x = (zipf_a[k] * rand() + 1.0) ** zipf_b if zipf_b else (self.distinct[k] + 1.0) ** rand()
@@ -213,6 +242,15 @@ def main(argv=None):
                    help="probability that a label is flipped after it is drawn (default 0.05)")
     p.add_argument("--missing", type=float, default=0.05,
                    help="probability that a feature field is empty (default 0.05)")
+    p.add_argument("--multi-valued-fields", type=int, default=0, metavar="K",
+                   help="the last K of the 26 categorical fields (C27-K..C26) list several IDs "
+                        "separated by ',' (default 0: every field one ID, as Criteo's files)")
+    p.add_argument("--max-values", type=int, default=5, metavar="M",
+                   help="a multi-valued field lists 1 to M IDs, the count uniform (default 5; at most "
+                        "1024, what pstrain reads)")
+    p.add_argument("--multi-pool", choices=("mean", "sum"), default="mean",
+                   help="a multi-valued field's effect in the hidden model: the mean or the sum of its "
+                        "IDs' effects (default mean)")
     p.add_argument("--seed", type=int, default=1, help="the hidden model and the records (default 1)")
     p.add_argument("--gzip", action="store_true", help="write train.tsv.gz and test.tsv.gz instead")
     args = p.parse_args(argv)
@@ -220,6 +258,8 @@ def main(argv=None):
         p.error("--train-lines must be >= 0 and --test-lines >= 1")
     if args.zipf < 0 or not 0 <= args.noise < 0.5 or not 0 <= args.missing <= 1:
         p.error("--zipf must be >= 0, --noise in [0, 0.5), --missing in [0, 1]")
+    if not 0 <= args.multi_valued_fields <= FIELDS_CAT or not 1 <= args.max_values <= 1024:
+        p.error("--multi-valued-fields must be in [0, 26] and --max-values in [1, 1024]")
     os.makedirs(args.out_dir, exist_ok=True)
     model = HiddenModel(args)
     suffix = ".tsv.gz" if args.gzip else ".tsv"

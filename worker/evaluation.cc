@@ -55,7 +55,7 @@ BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInp
   const size_t batch = static_cast<size_t>(eval_batch), classes = static_cast<size_t>(model.classes());
   std::vector<size_t> records(batch);
   std::vector<float> x(batch * data.feature_dim()), logits(batch * classes);
-  std::vector<uint64_t> ids(batch * data.id_fields());
+  IdLists ids;
   std::vector<int32_t> y(batch);
   std::vector<float> scores;
   std::vector<int32_t> labels;
@@ -66,8 +66,9 @@ BatchStats evaluate_ctr(Model& model, Replica& replica, Backend& backend, CtrInp
     const size_t count = std::min(batch, to - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
     data.read(records.data(), count, x.data(), y.data());
-    data.read_ids(records.data(), count, ids.data());
-    const float* input = replica.input(ctr.input(x.data(), ids.data(), count, version), count * ctr.input_dim());
+    data.read_ids(records.data(), count, &ids);
+    const float* input =
+        replica.input(ctr.input(x.data(), ids.ids.data(), ids.counts.data(), count, version), count * ctr.input_dim());
     const float* out = model.logits(replica.params(), input, static_cast<int>(count));
     backend.download(logits.data(), out, count * classes);
     for (size_t r = 0; r < count; ++r) {
@@ -286,6 +287,10 @@ void check_embedding_flags(const EvaluateOptions& o, const EmbeddingSetup& saved
     throw UsageError(where + "its embedding tables are " + name(saved.per_field_tables) + " (" + file +
                      "), but --embedding-tables is " + name(o.per_field_tables));
   }
+  if (o.pool != saved.pool) {
+    throw UsageError(where + "its fields' IDs are pooled by " + embedding_pool_name(saved.pool) + " (" + file +
+                     "), but --embedding-pool is " + embedding_pool_name(o.pool));
+  }
 }
 
 // A CTR model's input for records of `data`: dense features, then a row per field. The data must
@@ -332,6 +337,7 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
     in.fields = tables.fields;
     in.dim = tables.dim;
     in.per_field_tables = tables.per_field_tables;
+    in.pool = tables.pool;
     in.num_ps = 1;  // every shard's rows in one source
     m.ctr = std::make_unique<CtrInput>(in);
     m.ctr->set_source(m.rows.get());

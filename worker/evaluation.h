@@ -13,6 +13,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/open.h"
 #include "worker/progress.h"
+#include "worker/sparse/embedding_setup.h"
 
 namespace pstrain {
 
@@ -114,10 +115,11 @@ struct EvaluateOptions {
   std::vector<int> hidden = {256, 128};  // --hidden
   DataOptions data;                      // the test set (data.classes 0: the saved model's classes)
   BackendOptions backend;
-  // --embedding-dim and --embedding-tables when --embedding-dim is given: they must be model.json's
-  // (0: not given; the tables are model.json's).
+  // --embedding-dim, --embedding-tables and --embedding-pool when --embedding-dim is given: they
+  // must be model.json's (0: not given; the tables are model.json's).
   int embedding_dim = 0;
   bool per_field_tables = false;
+  EmbeddingPool pool = EmbeddingPool::kSum;
 };
 
 // A saved model loaded for --evaluate or --predict, with the records it runs on.

@@ -101,6 +101,7 @@ Json embeddings_json(const EmbeddingSetup& e) {
   j["key"] = e.per_field_tables ? "raw" : "mix_id(raw ^ mix_id(field + 1))";
   j["dense_features"] = e.dense;
   j["fields"] = e.fields;
+  j["pool"] = embedding_pool_name(e.pool);
   j["init"] = e.init;
   j["seed"] = e.seed;
   j["min_count"] = e.min_count;
@@ -114,7 +115,7 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
   const auto fail = [&](const std::string& why) { return Error(path + ": \"embeddings\": " + why); };
   if (!j.is_object()) throw fail("not an object");
   EmbeddingSetup e;
-  std::string tables, key;
+  std::string tables, key, pool;
   try {
     e.dim = j.at("dim").get<uint32_t>();
     tables = j.at("tables").get<std::string>();
@@ -127,6 +128,7 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
     e.min_count = j.at("min_count").get<int64_t>();
     e.optimizer = j.value("optimizer", "");
     e.num_ps = j.at("num_ps").get<int>();
+    pool = j.value("pool", "sum");  // absent: written before pooling, by a pstrain that summed
   } catch (const Json::exception& ex) {
     throw fail(std::string("a field is missing or of the wrong type: ") + ex.what());
   }
@@ -142,6 +144,7 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
   for (const std::string& name : e.tables) {
     if (name.empty() || name.find_first_of("/\\") != std::string::npos || name[0] == '.') throw fail("bad table name '" + name + "'");
   }
+  if (!parse_embedding_pool(pool, &e.pool)) throw fail("pool '" + pool + "' is not one of sum, mean");
   if (e.init != "uniform" && e.init != "zeros") throw fail("init '" + e.init + "' is not one of uniform, zeros");
   if (e.min_count < 1 || e.num_ps < 1 || e.num_ps > 4096) throw fail("min_count and num_ps must be at least 1");
   if (input_shape != std::vector<size_t>{e.dense + e.fields * e.dim}) {

@@ -72,6 +72,7 @@ EmbeddingSetup embedding_setup(const JobOptions& o) {
   e.min_count = o.embedding_min_count;
   e.optimizer = o.embedding_optimizer;
   e.num_ps = o.num_ps;
+  e.pool = o.embedding_pool == "mean" ? EmbeddingPool::kMean : EmbeddingPool::kSum;
   return e;
 }
 
@@ -85,6 +86,7 @@ EvaluateOptions evaluate_options(const JobOptions& o) {
   e.backend = backend_options(o);
   e.embedding_dim = o.embedding_dim;
   e.per_field_tables = o.embedding_tables == "per-field";
+  e.pool = embedding_setup(o).pool;
   return e;
 }
 

@@ -109,7 +109,7 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
   std::vector<size_t> records(batch);
   std::vector<float> x(batch * data.feature_dim());
   std::vector<int32_t> y(batch), labels;
-  std::vector<uint64_t> ids(ctr != nullptr ? batch * data.id_fields() : 0);
+  IdLists ids;
   for (size_t start = 0; start < s.records; start += batch) {
     const size_t count = std::min(batch, s.records - start);
     std::iota(records.begin(), records.begin() + static_cast<long>(count), start);
@@ -117,8 +117,8 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
     const float* host = x.data();
     size_t floats = count * data.feature_dim();
     if (ctr != nullptr) {
-      data.read_ids(records.data(), count, ids.data());
-      host = ctr->input(x.data(), ids.data(), count, 0);
+      data.read_ids(records.data(), count, &ids);
+      host = ctr->input(x.data(), ids.ids.data(), ids.counts.data(), count, 0);
       floats = count * ctr->input_dim();
     }
     const float* input = loaded.replica->input(host, floats);

@@ -121,12 +121,14 @@ class Trainer {
     e.dim = static_cast<uint32_t>(o_.embedding_dim);
     e.per_field_tables = o_.per_field_tables;
     e.num_ps = o_.num_ps;
+    e.pool = o_.embeddings.pool;
     ctr_ = std::make_unique<CtrInput>(e);
     eval_ctr_ = std::make_unique<CtrInput>(e);  // its own: a training request may be outstanding
     input_shape_ = {ctr_->input_dim()};
     PSLOG(INFO) << tag_ << "embeddings: " << e.fields << " categorical fields of dim " << e.dim << " in "
                 << (e.per_field_tables ? std::to_string(e.fields) + " tables" : std::string("one shared table"))
-                << " on " << e.num_ps << " PS shard(s); model input " << e.dense << " dense + " << e.fields << " x "
+                << " on " << e.num_ps << " PS shard(s), " << embedding_pool_name(e.pool)
+                << " pooling of a field's IDs; model input " << e.dense << " dense + " << e.fields << " x "
                 << e.dim << " = " << ctr_->input_dim() << " floats";
   }
 
@@ -508,15 +510,18 @@ class Trainer {
   // as they are at `version`.
   void request_rows(const std::vector<Batch>& batches, uint64_t version) {
     if (batches.size() == 1) {
-      return ctr_->request(batches[0].ids.data(), static_cast<size_t>(batches[0].size), version);
+      const IdLists& ids = batches[0].ids;
+      return ctr_->request(ids.ids.data(), ids.counts.data(), static_cast<size_t>(batches[0].size), version);
     }
-    step_ids_.clear();
+    step_ids_.ids.clear();
+    step_ids_.counts.clear();
     size_t n = 0;
     for (const Batch& b : batches) {
-      step_ids_.insert(step_ids_.end(), b.ids.begin(), b.ids.end());
+      step_ids_.ids.insert(step_ids_.ids.end(), b.ids.ids.begin(), b.ids.ids.end());
+      step_ids_.counts.insert(step_ids_.counts.end(), b.ids.counts.begin(), b.ids.counts.end());
       n += static_cast<size_t>(b.size);
     }
-    ctr_->request(step_ids_.data(), n, version);
+    ctr_->request(step_ids_.ids.data(), step_ids_.counts.data(), n, version);
   }
 
   // --slowdown F: this worker's compute takes F times as long (a debugging aid for stragglers).
@@ -586,7 +591,7 @@ class Trainer {
   // With ctr_: the step's micro-batches (taken together: one pull of their rows), and the next
   // step's once their rows were asked for; and the IDs of a step of several.
   std::vector<Batch> step_batches_, next_batches_;
-  std::vector<uint64_t> step_ids_;
+  IdLists step_ids_;
   BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
   BufferPtr targets_;                  // --loss bce | mse | huber: a micro-batch's float targets on the backend
 

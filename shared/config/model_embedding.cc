@@ -59,6 +59,7 @@ bool is_embedding(const std::string& item) {
 struct Entry {
   int dim = 0;
   std::string tables;  // "" when the entry does not say
+  std::string pool;    // "" when the entry does not say
 };
 
 Entry parse_entry(const std::string& item) {
@@ -83,8 +84,11 @@ Entry parse_entry(const std::string& item) {
         throw UsageError(where + "tables='" + value + "' is not one of shared, per-field");
       }
       e.tables = value;
+    } else if (key == "pool" && eq != std::string::npos) {
+      if (value != "sum" && value != "mean") throw UsageError(where + "pool='" + value + "' is not one of sum, mean");
+      e.pool = value;
     } else {
-      throw UsageError(where + "'" + w[i] + "' is not an option of embedding (tables=shared|per-field)");
+      throw UsageError(where + "'" + w[i] + "' is not an option of embedding (tables=shared|per-field, pool=sum|mean)");
     }
   }
   return e;
@@ -134,6 +138,9 @@ void take_model_embedding(JobOptions* o, const GivenOptions& given) {
          std::to_string(o->embedding_dim));
   if (!e.tables.empty()) {
     settle(&o->embedding_tables, e.tables, "--embedding-tables", entry_text, entry_place, given, o->embedding_tables);
+  }
+  if (!e.pool.empty()) {
+    settle(&o->embedding_pool, e.pool, "--embedding-pool", entry_text, entry_place, given, o->embedding_pool);
   }
   std::string rest;
   for (size_t i = 1; i < items.size(); ++i) rest += (i > 1 ? ", " : "") + items[i];

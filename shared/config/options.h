@@ -138,6 +138,7 @@ struct JobOptions {
   double embedding_lr = 0;       // the tables' learning rate (0: --lr), on --lr-schedule
   int64_t embedding_min_count = 1;  // an ID gets a row at its K-th sighting (reads as zeros until then)
   int64_t embedding_expiry = 0;  // rows unused this many steps are dropped (0: never)
+  std::string embedding_pool = "sum";  // a field listing several IDs: sum | mean of their rows
 };
 
 // The embedding tables of a job with --embedding-dim, in table-id order: "ids" (shared), or

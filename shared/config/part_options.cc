@@ -39,6 +39,9 @@ JobIdentity job_identity(const JobOptions& o) {
     j.embeddings = "dim " + std::to_string(o.embedding_dim) + " tables " + o.embedding_tables + " optimizer " +
                    o.embedding_optimizer + " lr " + std::to_string(o.embedding_lr) + " min-count " +
                    std::to_string(o.embedding_min_count) + " expiry " + std::to_string(o.embedding_expiry);
+    // Only a pool other than the default is written, so the checkpoints of jobs from before
+    // --embedding-pool (sum) keep their fingerprint and resume.
+    if (o.embedding_pool != "sum") j.embeddings += " pool " + o.embedding_pool;
   }
   return j;
 }

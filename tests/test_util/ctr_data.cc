@@ -20,6 +20,18 @@ uint64_t splitmix64_at(uint64_t seed, uint64_t i) { return splitmix64(seed * kGo
 
 bool field_empty(int r, int f) { return (r + f) % 9 == 0; }
 
+// Record r's field f's raw IDs (none when empty).
+std::vector<uint64_t> raw_ids(int r, int f, bool lists) {
+  if (field_empty(r, f)) return {};
+  std::vector<uint64_t> ids = {ctr_raw_id(r, f)};
+  const auto at = static_cast<uint64_t>(r * 26 + f);
+  const uint64_t count = lists && f >= kCtrFirstList ? 1 + splitmix64_at(13, at) % 3 : 1;
+  for (uint64_t k = 1; k < count; ++k) {
+    ids.push_back(0x1000 * static_cast<uint64_t>(f + 1) + splitmix64_at(17, at * 4 + k) % kVocabulary);
+  }
+  return ids;
+}
+
 }  // namespace
 
 uint64_t ctr_raw_id(int r, int f) {
@@ -31,12 +43,25 @@ uint64_t ctr_key(int r, int f, bool per_field_tables) {
   return embedding_key(static_cast<size_t>(f), raw, per_field_tables);
 }
 
-void write_criteo(const std::string& path, int records, int offset) {
+std::vector<uint64_t> ctr_keys(int r, int f, bool per_field_tables, bool lists) {
+  std::vector<uint64_t> keys;
+  for (uint64_t raw : raw_ids(r, f, lists)) keys.push_back(embedding_key(static_cast<size_t>(f), raw, per_field_tables));
+  if (keys.empty()) keys.push_back(ctr_key(r, f, per_field_tables));
+  return keys;
+}
+
+void write_criteo(const std::string& path, int records, int offset, bool lists) {
   std::ofstream out(path);
   for (int r = offset; r < offset + records; ++r) {
     double logit = 0;
     std::string line;
-    for (int f = 0; f < 26; ++f) logit += static_cast<double>(splitmix64_at(11, ctr_raw_id(r, f)) % 7) / 3.0 - 1.0;
+    for (int f = 0; f < 26; ++f) {
+      std::vector<uint64_t> ids = raw_ids(r, f, lists);
+      if (ids.empty()) ids = {ctr_raw_id(r, f)};  // the hidden model ignores emptiness
+      double effect = 0;
+      for (uint64_t id : ids) effect += static_cast<double>(splitmix64_at(11, id) % 7) / 3.0 - 1.0;
+      logit += ids.size() == 1 ? effect : effect / static_cast<double>(ids.size());
+    }
     const int dense0 = static_cast<int>(splitmix64_at(3, static_cast<uint64_t>(r)) % 50);
     logit += (dense0 - 25) / 25.0;
     line += logit > 0 ? "1" : "0";
@@ -48,9 +73,11 @@ void write_criteo(const std::string& path, int records, int offset) {
     char hex[32];
     for (int f = 0; f < 26; ++f) {
       line += "\t";
-      if (field_empty(r, f)) continue;  // the missing ID
-      std::snprintf(hex, sizeof hex, "%08llx", static_cast<unsigned long long>(ctr_raw_id(r, f)));
-      line += hex;
+      const std::vector<uint64_t> ids = raw_ids(r, f, lists);  // none: the missing ID
+      for (size_t k = 0; k < ids.size(); ++k) {
+        std::snprintf(hex, sizeof hex, "%s%08llx", k > 0 ? "," : "", static_cast<unsigned long long>(ids[k]));
+        line += hex;
+      }
     }
     out << line << "\n";
   }

@@ -86,11 +86,38 @@ class CtrGenTest(unittest.TestCase):
                          read(os.path.join(self.gen("g2", "--seed", "2", "--distinct-ids", "1000000000",
                                                     "--zipf", "1.0", "--gzip")[0], "train.tsv.gz")))
 
+    def test_multi_valued_fields_list_one_to_max_ids_in_the_last_k_fields(self):
+        plain, _ = self.gen("s", "--seed", "6")
+        multi, out = self.gen("m", "--seed", "6", "--multi-valued-fields", "3", "--max-values", "4")
+        with open(os.path.join(multi, "train.tsv"), "rb") as f:
+            lines = f.read().decode("ascii").split("\n")[:-1]
+        counts = set()
+        for line in lines:
+            fields = line.split("\t")
+            self.assertEqual(len(fields), 40, line)
+            for f in fields[14:37]:
+                self.assertTrue(f == "" or HEX.match(f), f)
+            for f in fields[37:]:
+                ids = f.split(",") if f else []
+                self.assertTrue(all(HEX.match(i) for i in ids), f)
+                counts.add(len(ids))
+        self.assertEqual(counts, {0, 1, 2, 3, 4})
+        self.assertGreater(float(re.search(r"^ceiling_auc=([0-9.]+)$", out, re.M).group(1)), 0.6)
+        self.assertNotEqual(read(os.path.join(plain, "train.tsv")), read(os.path.join(multi, "train.tsv")))
+        # --multi-valued-fields 0 (the default) writes what the flags' absence writes.
+        zero, _ = self.gen("z", "--seed", "6", "--multi-valued-fields", "0", "--max-values", "9")
+        self.assertEqual(read(os.path.join(plain, "train.tsv")), read(os.path.join(zero, "train.tsv")))
+
     def test_bad_flags_are_refused(self):
         done = subprocess.run([sys.executable, GEN, "--out-dir", self.dir, "--distinct-ids", "2000000000"],
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 2)
         self.assertIn("--distinct-ids", done.stderr)
+        for flags in (["--multi-valued-fields", "27"], ["--max-values", "0"], ["--max-values", "1025"]):
+            done = subprocess.run([sys.executable, GEN, "--out-dir", self.dir, *flags],
+                                  capture_output=True, text=True, timeout=60)
+            self.assertEqual(done.returncode, 2, flags)
+            self.assertIn("--multi-valued-fields must be in [0, 26] and --max-values in [1, 1024]", done.stderr)
 
 
 if __name__ == "__main__":

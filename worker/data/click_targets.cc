@@ -28,8 +28,8 @@ class ClickTargets final : public Dataset {
     for (size_t i = 0; i < count; ++i) targets[i] = labels[i] == 1 ? 1.0f : 0.0f;
   }
   size_t id_fields() const override { return data_->id_fields(); }
-  void read_ids(const size_t* records, size_t count, uint64_t* ids) const override {
-    data_->read_ids(records, count, ids);
+  void read_ids(const size_t* records, size_t count, IdLists* out) const override {
+    data_->read_ids(records, count, out);
   }
 
  private:

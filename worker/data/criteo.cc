@@ -54,20 +54,52 @@ std::string parse_dense(size_t field, std::string_view f, float& out) {
   return "";
 }
 
+// One ID of 1 to 16 hex digits; false when `f` is not one.
+bool parse_hex(std::string_view f, uint64_t& out) {
+  if (f.empty() || f.size() > 16) return false;
+  uint64_t v = 0;
+  for (const char c : f) {
+    const int d = hex_digit(c);
+    if (d < 0) return false;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  out = v;
+  return true;
+}
+
+// A field of one ID (or none: the missing ID).
 std::string parse_id(size_t field, std::string_view f, uint64_t& out) {
   if (f.empty()) {
     out = kCriteoMissingId;
     return "";
   }
-  if (f.size() > 16) return field_text(field, f) + " is not 1 to 16 hex digits";
-  uint64_t v = 0;
-  for (const char c : f) {
-    const int d = hex_digit(c);
-    if (d < 0) return field_text(field, f) + " is not 1 to 16 hex digits";
-    v = v << 4 | static_cast<uint64_t>(d);
+  if (!parse_hex(f, out)) return field_text(field, f) + " is not 1 to 16 hex digits";
+  if (out == kCriteoMissingId) return field_text(field, f) + " is the ID reserved for an empty field";
+  return "";
+}
+
+// A field listing several IDs separated by ',' (`f` holds at least one ','): appended to `lists`.
+std::string parse_id_list(size_t field, std::string_view f, std::vector<uint64_t>& lists, uint32_t& count) {
+  const size_t ids = static_cast<size_t>(std::count(f.begin(), f.end(), ',')) + 1;
+  if (ids > kCriteoMaxIds) {
+    return field_text(field, f) + " lists " + std::to_string(ids) + " IDs, more than " +
+           std::to_string(kCriteoMaxIds) + " (the most one field may hold)";
   }
-  if (v == kCriteoMissingId) return field_text(field, f) + " is the ID reserved for an empty field";
-  out = v;
+  const auto wrong = [&](size_t k, const std::string& what) {
+    return field_text(field, f) + ": ID " + std::to_string(k) + " of " + std::to_string(ids) + " " + what;
+  };
+  std::string_view rest = f;
+  for (size_t k = 1; k <= ids; ++k) {
+    const size_t comma = rest.find(',');
+    const std::string_view element = rest.substr(0, comma);
+    rest.remove_prefix(comma == std::string_view::npos ? rest.size() : comma + 1);
+    uint64_t v = 0;
+    if (element.empty()) return wrong(k, "is empty (IDs are separated by one ',')");
+    if (!parse_hex(element, v)) return wrong(k, quoted(element) + " is not 1 to 16 hex digits");
+    if (v == kCriteoMissingId) return wrong(k, "is the ID reserved for an empty field");
+    lists.push_back(v);
+  }
+  count = static_cast<uint32_t>(ids);
   return "";
 }
 
@@ -87,6 +119,7 @@ std::string parse_criteo_line(std::string_view line, CriteoRecord& out) {
     return std::to_string(fields) + (fields == 1 ? " field" : " fields") + ", but a Criteo line has " +
            std::to_string(kCriteoFields) + " (label, I1-I13, C1-C26, separated by tabs)";
   }
+  out.lists.clear();
   for (size_t field = 0; field < kCriteoFields; ++field) {
     const size_t tab = line.find('\t');
     const std::string_view f = line.substr(0, tab);
@@ -98,7 +131,15 @@ std::string parse_criteo_line(std::string_view line, CriteoRecord& out) {
     } else if (field <= kCriteoDense) {
       problem = parse_dense(field, f, out.dense[field - 1]);
     } else {
-      problem = parse_id(field, f, out.ids[field - 1 - kCriteoDense]);
+      const size_t c = field - 1 - kCriteoDense;
+      out.counts[c] = 1;
+      if (f.find(',') == std::string_view::npos) {
+        problem = parse_id(field, f, out.ids[c]);
+      } else {
+        const size_t first = out.lists.size();
+        problem = parse_id_list(field, f, out.lists, out.counts[c]);
+        if (problem.empty()) out.ids[c] = out.lists[first];
+      }
     }
     if (!problem.empty()) return problem;
   }

@@ -1,6 +1,6 @@
 // A data set of one Criteo TSV file (docs/data.md, "Criteo (CTR) data"), parsed once into a cache
-// file of fixed-size binary records and then read back by pread, so a reader's memory does not
-// grow with the file.
+// file of fixed-size binary records (and the IDs of fields that list several) and then read back
+// by pread, so a reader's memory does not grow with the file.
 #pragma once
 
 #include <memory>
@@ -13,9 +13,10 @@ namespace pstrain {
 
 // As a Dataset: the 13 dense features (worker/data/criteo.h, criteo_dense_value) are the
 // features, sample_shape() {13}; labels 0 and 1; num_classes() labels_range.classes, else 2;
-// id_fields() 26 and read_ids() the categorical IDs. The file (plain or gzip) is parsed once
-// into a cache file in cache_dir, named like the CSV reader's (its source's path, size, mtime),
-// written under a temporary name and renamed into place. A line that does not parse throws
+// id_fields() 26 and read_ids() the categorical fields, each one ID or a list. The file (plain
+// or gzip) is parsed once into a cache file in cache_dir, named like the CSV reader's (its
+// source's path, size, mtime), written under a temporary name and renamed into place; a cache of
+// another format version is parsed anew. A line that does not parse throws
 // pstrain::Error "<path>:<line>: <what is wrong>" (nothing is cached); with `skip_bad_lines` such
 // lines are left out, counted, and the count logged at every open. Also an error: an empty
 // file, no valid line, truncated or corrupt gzip data, a cache written by a --skip-bad-lines run

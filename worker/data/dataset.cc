@@ -153,7 +153,7 @@ void Dataset::read_targets(const size_t*, size_t, float*) const {
   throw Error("this data has class labels, not float targets (docs/data.md, \"Targets\")");
 }
 
-void Dataset::read_ids(const size_t*, size_t, uint64_t*) const {
+void Dataset::read_ids(const size_t*, size_t, IdLists*) const {
   throw Error("this data has no categorical IDs (only Criteo data has them: docs/data.md)");
 }
 

@@ -10,6 +10,14 @@
 
 namespace pstrain {
 
+// Categorical IDs of a batch (Dataset::read_ids): per record, per field, a list of one or more
+// IDs. Every count is >= 1, so ids.size() == counts.size() exactly when each field holds one ID
+// (then ids is record by record, field by field, as a fixed-width array would be).
+struct IdLists {
+  std::vector<uint64_t> ids;     // every field's IDs: record by record, field by field, in order
+  std::vector<uint32_t> counts;  // per (record, field): how many of ids are its
+};
+
 class Dataset {
  public:
   virtual ~Dataset() = default;
@@ -48,13 +56,14 @@ class Dataset {
   // pstrain::Error for a record index >= size(), a read failure, or data without targets. Thread
   // rules as read().
   virtual void read_targets(const size_t* records, size_t count, float* targets) const;
-  // Categorical IDs per record, for embedding layers: 26 for Criteo data, 0 for the formats
+  // Categorical fields per record, for embedding layers: 26 for Criteo data, 0 for the formats
   // without them.
   virtual size_t id_fields() const { return 0; }
-  // Reads records[i]'s id_fields() IDs for i < count into ids (count * id_fields() values, record
-  // by record). Throws pstrain::Error for a record index >= size(), a read failure, or a format
-  // without IDs (id_fields() 0). Thread rules as read().
-  virtual void read_ids(const size_t* records, size_t count, uint64_t* ids) const;
+  // Replaces *out with records[i]'s id_fields() fields' IDs for i < count: count * id_fields()
+  // counts, and their IDs (a field may list several: docs/data.md). Throws pstrain::Error for a
+  // record index >= size(), a read failure, or a format without IDs (id_fields() 0). Thread rules
+  // as read().
+  virtual void read_ids(const size_t* records, size_t count, IdLists* out) const;
 
  protected:
   Dataset() = default;

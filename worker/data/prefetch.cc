@@ -128,10 +128,7 @@ class Prefetcher::Impl {
       batch.t.resize(size * data_.target_width());
       data_.read_targets(records_.data(), size, batch.t.data());
     }
-    if (data_.id_fields() > 0) {
-      batch.ids.resize(size * data_.id_fields());
-      data_.read_ids(records_.data(), size, batch.ids.data());
-    }
+    if (data_.id_fields() > 0) data_.read_ids(records_.data(), size, &batch.ids);
   }
 
   void publish(Batch&& batch) {

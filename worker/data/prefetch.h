@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "worker/data/augment.h"
+#include "worker/data/dataset.h"
 
 namespace pstrain {
 
-class Dataset;
 class ShardSampler;
 
 struct Batch {  // one micro-batch of a step (the whole step's share without accumulation)
@@ -20,7 +20,7 @@ struct Batch {  // one micro-batch of a step (the whole step's share without acc
   std::vector<int32_t> y;  // size labels
   std::vector<float> t;    // size * target_width() float targets (--loss bce | mse | huber; else empty)
   std::vector<uint64_t> records;  // size record indices (what dropout masks depend on)
-  std::vector<uint64_t> ids;      // size * id_fields() categorical IDs (Criteo data; else empty)
+  IdLists ids;  // size * id_fields() fields' categorical IDs (Criteo data; else empty)
 };
 
 class Prefetcher {

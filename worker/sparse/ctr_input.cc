@@ -6,10 +6,10 @@
 
 namespace pstrain {
 
-void CtrInput::request(const uint64_t* ids, size_t n, uint64_t version) {
+void CtrInput::request(const uint64_t* ids, const uint32_t* counts, size_t n, uint64_t version) {
   PSTRAIN_CHECK(source_ != nullptr);
   PSTRAIN_CHECK(!requested_);
-  embedding_.prepare(ids, n);
+  embedding_.prepare(ids, counts, n);
   const size_t shards = static_cast<size_t>(options_.num_ps);
   std::vector<const std::vector<SparseSection>*> requests(shards);
   for (size_t s = 0; s < shards; ++s) requests[s] = &embedding_.pull(static_cast<int>(s));

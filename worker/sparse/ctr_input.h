@@ -23,11 +23,13 @@ class CtrInput {
   // The shards, once the exchange is made (must outlive this).
   void set_source(RowSource* source) { source_ = source; }
 
-  // Asks the shards for the rows of `ids` (n * options.fields) at `version`, without waiting: a
+  // Asks the shards for the rows of the IDs of n records at `version` (`counts`: n * options.fields,
+  // each field's number of IDs, `ids` their IDs; null counts: one each, n * options.fields IDs;
+  // EmbeddingInput::prepare), without waiting: a
   // step asks for its batch's rows before it waits for its parameters (sync: both arrive once the
   // step before is applied). With gradient accumulation the n records are all the step's
   // micro-batches, one after the other: the tables do not change within a step.
-  void request(const uint64_t* ids, size_t n, uint64_t version);
+  void request(const uint64_t* ids, const uint32_t* counts, size_t n, uint64_t version);
   // The model's input for records [first, first + n) of the last request() (host memory,
   // n * input_dim() floats, valid until the next call): `dense` (n * options.dense) and their
   // rows. The first call after request() waits for the rows. Throws pstrain::Error when a shard's
@@ -36,8 +38,8 @@ class CtrInput {
   // All the records of the last request().
   const float* input(const float* dense, size_t n);
   // request() and input() in one.
-  const float* input(const float* dense, const uint64_t* ids, size_t n, uint64_t version) {
-    request(ids, n, version);
+  const float* input(const float* dense, const uint64_t* ids, const uint32_t* counts, size_t n, uint64_t version) {
+    request(ids, counts, n, version);
     return input(dense, n);
   }
   bool requested() const { return requested_; }

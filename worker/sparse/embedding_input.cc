@@ -10,6 +10,14 @@
 
 namespace pstrain {
 
+const char* embedding_pool_name(EmbeddingPool pool) { return pool == EmbeddingPool::kMean ? "mean" : "sum"; }
+
+bool parse_embedding_pool(const std::string& name, EmbeddingPool* pool) {
+  if (name != "sum" && name != "mean") return false;
+  *pool = name == "mean" ? EmbeddingPool::kMean : EmbeddingPool::kSum;
+  return true;
+}
+
 uint64_t embedding_key(size_t field, uint64_t raw, bool per_field_tables) {
   return per_field_tables ? raw : mix_id(raw ^ mix_id(field + 1));
 }
@@ -90,24 +98,45 @@ uint32_t EmbeddingInput::find_or_add(uint64_t key, uint32_t table) {
   }
 }
 
-void EmbeddingInput::prepare(const uint64_t* raw_ids, size_t batch) {
-  const size_t fields = options_.fields, n = batch * fields;
-  PSTRAIN_CHECK(batch == 0 || raw_ids != nullptr);
+void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, size_t batch) {
+  const size_t fields = options_.fields, cells = batch * fields;
+  size_t n = cells;
+  if (counts != nullptr) {
+    n = 0;
+    for (size_t c = 0; c < cells; ++c) {
+      PSTRAIN_CHECK_LE(1u, counts[c]);
+      n += counts[c];
+    }
+  }
+  PSTRAIN_CHECK(n == 0 || raw_ids != nullptr);
   PSTRAIN_CHECK_LE(n, size_t{1} << 31);
   batch_ = batch;
+  lists_ = n != cells;  // every count is >= 1: n == cells when each is 1
   reset_hash(n);  // sized by the last batch's slots_
   slots_.clear();
   for (auto& keys : staged_) keys.clear();
   for (auto& list : occurrences_) list.clear();
   slot_of_.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    const size_t f = i % fields;
-    const uint64_t raw = raw_ids[i];
-    const uint64_t key = options_.per_field_tables ? raw : mix_id(raw ^ field_salt_[f]);
-    const uint32_t slot = find_or_add(key, table_of(f));
-    slot_of_[i] = slot;
-    occurrences_[slots_[slot].shard].push_back(static_cast<uint32_t>(i));
+  if (lists_) {
+    first_of_.resize(cells + 1);
+    cell_of_.resize(n);
   }
+  // One loop (one call of find_or_add, which the compiler then inlines) for both kinds of batch;
+  // with one ID per field occurrence i is cell i.
+  size_t i = 0;
+  for (size_t c = 0, f = 0; c < cells; ++c, f = f + 1 == fields ? 0 : f + 1) {  // f = c % fields
+    const size_t end = i + (lists_ ? counts[c] : 1);
+    if (lists_) first_of_[c] = static_cast<uint32_t>(i);
+    for (; i < end; ++i) {
+      const uint64_t raw = raw_ids[i];
+      const uint64_t key = options_.per_field_tables ? raw : mix_id(raw ^ field_salt_[f]);
+      const uint32_t slot = find_or_add(key, table_of(f));
+      slot_of_[i] = slot;
+      if (lists_) cell_of_[i] = static_cast<uint32_t>(c);
+      occurrences_[slots_[slot].shard].push_back(static_cast<uint32_t>(i));
+    }
+  }
+  if (lists_) first_of_[cells] = static_cast<uint32_t>(i);
   for (size_t s = 0; s < pull_.size(); ++s) {
     std::vector<SparseSection>& sections = pull_[s];
     size_t k = 0;
@@ -201,8 +230,26 @@ void EmbeddingInput::gather(const float* dense, size_t first, size_t n, float* x
     float* out = x + r * width;
     if (options_.dense > 0) std::memcpy(out, dense + r * options_.dense, options_.dense * sizeof(float));
     out += options_.dense;
-    const uint32_t* slot = slot_of_.data() + (first + r) * fields;
-    for (size_t f = 0; f < fields; ++f) std::memcpy(out + f * dim, row(slot[f]), dim * sizeof(float));
+    const size_t cell = (first + r) * fields;
+    if (!lists_) {
+      const uint32_t* slot = slot_of_.data() + cell;
+      for (size_t f = 0; f < fields; ++f) std::memcpy(out + f * dim, row(slot[f]), dim * sizeof(float));
+      continue;
+    }
+    for (size_t f = 0; f < fields; ++f) pool(first_of_[cell + f], first_of_[cell + f + 1], out + f * dim);
+  }
+}
+
+void EmbeddingInput::pool(uint32_t begin, uint32_t end, float* out) const {
+  const size_t dim = options_.dim;
+  std::memcpy(out, row(slot_of_[begin]), dim * sizeof(float));
+  for (uint32_t i = begin + 1; i < end; ++i) {
+    const float* add = row(slot_of_[i]);
+    for (size_t j = 0; j < dim; ++j) out[j] += add[j];
+  }
+  if (options_.pool == EmbeddingPool::kMean && end - begin > 1) {
+    const auto count = static_cast<float>(end - begin);
+    for (size_t j = 0; j < dim; ++j) out[j] /= count;
   }
 }
 
@@ -216,12 +263,29 @@ std::vector<SparseSection> EmbeddingInput::gradients(int shard, const float* dx)
     out[k].ids = asked[k].ids;
     out[k].values.assign(asked[k].ids.size() * dim, 0.0f);
   }
-  for (uint32_t i : occurrences_[static_cast<size_t>(shard)]) {
+  const std::vector<uint32_t>& occurrences = occurrences_[static_cast<size_t>(shard)];
+  if (!lists_) {
+    for (uint32_t i : occurrences) {
+      const Slot& at = slots_[slot_of_[i]];
+      const size_t record = i / fields, field = i % fields;
+      const float* from = dx + record * width + options_.dense + field * dim;
+      float* into = out[at.section].values.data() + static_cast<size_t>(at.position) * dim;
+      for (size_t j = 0; j < dim; ++j) into[j] += from[j];
+    }
+    return out;
+  }
+  const bool mean = options_.pool == EmbeddingPool::kMean;
+  for (uint32_t i : occurrences) {
     const Slot& at = slots_[slot_of_[i]];
-    const size_t record = i / fields, field = i % fields;
-    const float* from = dx + record * width + options_.dense + field * dim;
+    const uint32_t cell = cell_of_[i], count = first_of_[cell + 1] - first_of_[cell];
+    const float* from = dx + cell / fields * width + options_.dense + cell % fields * dim;
     float* into = out[at.section].values.data() + static_cast<size_t>(at.position) * dim;
-    for (size_t j = 0; j < dim; ++j) into[j] += from[j];
+    if (mean && count > 1) {
+      const auto divisor = static_cast<float>(count);
+      for (size_t j = 0; j < dim; ++j) into[j] += from[j] / divisor;
+    } else {
+      for (size_t j = 0; j < dim; ++j) into[j] += from[j];
+    }
   }
   return out;
 }

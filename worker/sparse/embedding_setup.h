@@ -10,12 +10,23 @@
 
 namespace pstrain {
 
+// How a field's row in the model's input is made from the rows of its IDs when it lists several
+// (--embedding-pool; docs/sparse.md, "Pooling"): their sum or their mean. A field of one ID is
+// its row under either.
+enum class EmbeddingPool { kSum, kMean };
+// "sum", "mean" (--embedding-pool, model.json's "pool").
+const char* embedding_pool_name(EmbeddingPool pool);
+// The pool named `name`; false when it names none.
+bool parse_embedding_pool(const std::string& name, EmbeddingPool* pool);
+
 struct EmbeddingSetup {
   uint32_t dim = 0;                 // floats per row; 0: the model has no tables
   bool per_field_tables = false;    // --embedding-tables per-field (key: the raw ID); else one shared
                                     // table, key mix_id(raw ^ mix_id(field + 1)) (embedding_key)
   size_t dense = 13;                // dense features per record, first in the model's input
   size_t fields = 26;               // categorical fields per record, each one row of the input
+  EmbeddingPool pool = EmbeddingPool::kSum;  // a multi-valued field's row (model.json "pool";
+                                             // absent: sum)
   std::vector<std::string> tables;  // by table id: "ids", or "C1".."C26"
   // An ID without a saved row reads as the PS would read it (docs/sparse.md, "A step (sync)"):
   // its initialiser's row (shared/train/row_init.h) of (seed, table, key), or zeros while
