@@ -276,6 +276,37 @@ TEST_F(CtrJobTest, ShardCountDoesNotChangeTheResult) {
   }
 }
 
+// The figure X of the first "<what>: X (" in a job's logs, ps0's last line (0 without it).
+long figure_after(const std::string& logs, const std::string& what) {
+  const size_t at = logs.find(what + ": ");
+  return at == std::string::npos ? 0 : std::stol(logs.substr(at + what.size() + 2));
+}
+
+// The sparse messages in parts (docs/wire_protocol.md, "Sparse tables"): with --chunk-kib 1 every
+// step's SPARSE_PUSH and SPARSE_PULL to a shard travel in many parts of about 1 KiB, which the PS
+// and the workers put together again: the job ends with the dense parameters and rows of the
+// same job in whole messages, bit for bit.
+TEST_F(CtrJobTest, SparseMessagesInManyPartsGiveTheSameBits) {
+  constexpr int kBigBatch = 64;  // about 14 KiB of gradients a push
+  const CtrRun whole = train(2, 3, kBigBatch, "adam", false);
+  const CtrRun parts = train(2, 3, kBigBatch, "adam", false, {"--chunk-kib", "1"});
+  ASSERT_FALSE(parts.rows.empty()) << parts.logs;
+  EXPECT_TRUE(bit_identical(whole.dense, parts.dense)) << relative_difference(whole.dense, parts.dense);
+  EXPECT_EQ(rows_difference(whole, parts), 0.0);
+  EXPECT_EQ(whole.table_rows, parts.table_rows);
+  EXPECT_EQ(whole.logs.find("in parts"), std::string::npos);  // 1 MiB chunks: every message whole
+  const long pushes = figure_after(parts.logs, "sparse pushes in parts");
+  const long pulls = figure_after(parts.logs, "sparse pulls in parts");
+  EXPECT_EQ(pushes, 3 * kSteps) << parts.logs;  // on ps0 (the first line): every worker's every push
+  EXPECT_GE(pulls, 3 * kSteps) << parts.logs;   // and pull (the chief's evaluations' too)
+  const size_t at = parts.logs.find("sparse pushes in parts: ");
+  ASSERT_NE(at, std::string::npos);
+  const long push_parts = std::stol(parts.logs.substr(parts.logs.find('(', at) + 1));
+  EXPECT_GE(push_parts, 5 * pushes) << parts.logs;  // many parts each
+  std::printf("--chunk-kib 1: %ld pushes in %ld parts, %ld pulls in parts; dense and rows bit-identical\n", pushes,
+              push_parts, pulls);
+}
+
 // Checkpoints hold the tables: a job stopped after 10 of 20 steps on 2 shards and resumed on 3
 // ends with the uninterrupted job's dense parameters and rows, bit for bit.
 TEST_F(CtrJobTest, ResumeOnAnotherShardCountGivesTheUninterruptedResult) {
