@@ -276,9 +276,9 @@ TEST_F(CtrJobTest, ShardCountDoesNotChangeTheResult) {
   }
 }
 
-// The figure X of the first "<what>: X (" in a job's logs, ps0's last line (0 without it).
-long figure_after(const std::string& logs, const std::string& what) {
-  const size_t at = logs.find(what + ": ");
+// The figure X of the first (or the `last`) "<what>: X" in a job's logs (0 without it).
+long figure_after(const std::string& logs, const std::string& what, bool last = false) {
+  const size_t at = last ? logs.rfind(what + ": ") : logs.find(what + ": ");
   return at == std::string::npos ? 0 : std::stol(logs.substr(at + what.size() + 2));
 }
 
@@ -305,6 +305,43 @@ TEST_F(CtrJobTest, SparseMessagesInManyPartsGiveTheSameBits) {
   EXPECT_GE(push_parts, 5 * pushes) << parts.logs;  // many parts each
   std::printf("--chunk-kib 1: %ld pushes in %ld parts, %ld pulls in parts; dense and rows bit-identical\n", pushes,
               push_parts, pulls);
+}
+
+// Pushes in parts count once their last part is in: with backup workers (a worker's push whose
+// parts had begun when its step was applied without it is dropped and counted once, as its
+// dense push is) and in async and ssp (each push applied at its last part), the jobs complete
+// and train with --chunk-kib 1.
+TEST_F(CtrJobTest, SparseMessagesInPartsUnderBackupWorkersAsyncAndSsp) {
+  constexpr int kBigBatch = 64;
+  constexpr int kBackupSteps = 40;
+  const TempDir dir("ctr-backup-parts");
+  Job job;
+  job.num_ps = 2;
+  job.num_workers = 3;
+  job.dir = dir.path;
+  job.args = flags(kBigBatch, "adagrad", false, "0.1", kBackupSteps, dir.path);
+  job.args.insert(job.args.end(), {"--backup-workers", "1", "--chunk-kib", "1"});
+  job.worker_args = {{0, {"--push-jitter-ms", "4"}}, {1, {"--push-jitter-ms", "4"}}, {2, {"--push-jitter-ms", "8"}}};
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  for (int s = 0; s < 2; ++s) {
+    const std::string log = read_file(dir.path + "/ps" + std::to_string(s) + ".log");
+    EXPECT_NE(log.find("tables at version " + std::to_string(kBackupSteps)), std::string::npos) << log;
+    EXPECT_GT(figure_after(log, "sparse pushes in parts", true), 0) << log;
+    const long dense = figure_after(log, "; late pushes dropped", true);
+    const long sparse = figure_after(log, "late sparse pushes dropped", true);
+    EXPECT_GT(dense, 0) << log;
+    EXPECT_EQ(dense, sparse) << log;
+    std::printf("backup workers, parts, ps%d: late pushes dropped in %d steps: dense %ld, tables %ld\n", s,
+                kBackupSteps, dense, sparse);
+  }
+  const CtrRun untrained = train(2, 2, kBigBatch, "adagrad", false, {}, "1e-30");
+  for (const std::string mode : {"async", "ssp"}) {
+    const CtrRun run = train(2, 2, kBigBatch, "adagrad", false, {"--mode", mode, "--chunk-kib", "1"});
+    ASSERT_FALSE(run.rows.empty()) << mode << run.logs;
+    EXPECT_GT(figure_after(run.logs, "sparse pushes in parts"), 0) << run.logs;
+    EXPECT_GT(rows_difference(run, untrained), 1e-3) << mode;
+  }
 }
 
 // Checkpoints hold the tables: a job stopped after 10 of 20 steps on 2 shards and resumed on 3
