@@ -414,6 +414,33 @@ TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
 // Admission and expiry: with --embedding-min-count 3 fewer rows are made than IDs are seen, with
 // --embedding-expiry 4 rows unused for 4 steps are evicted; the PS's last line counts both. A
 // --max-shard-mib too small for the rows stops the job naming the bound before memory runs out.
+// A replacement redoes its step's pushes in parts from part 0 (its predecessor's parts, if it died
+// among them, are dropped): with --chunk-kib 1 (a step's push to a shard in about three parts),
+// workers killed at random steps lose nothing, and the job ends with the bits of the
+// uninterrupted job in whole messages.
+TEST_F(CtrJobTest, KilledWorkersWithPushesInPartsLoseNothing) {
+  constexpr int kJobSteps = 600;
+  ASSERT_TRUE(launch("whole", kJobSteps, {}, nullptr).ok()) << read_file(*dir_ + "/whole.log");
+  const CtrRun want = saved(*dir_ + "/whole-params", "adam", false);
+  std::mt19937 rng(2);
+  for (const std::string victim : {"w1", "w0", "w2"}) {
+    const int at = 40 + static_cast<int>(rng() % 100);
+    const std::string name = "parts-killed-" + victim + "-" + std::to_string(at);
+    pid_t killed = -1;
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, kill_at_step(name, victim, at, &killed),
+                                     {"--chunk-kib", "1"});
+    const std::string log = read_file(*dir_ + "/" + name + ".log");
+    ASSERT_TRUE(status.ok()) << log;
+    EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("sparse pushes in parts"), std::string::npos) << log;
+    const CtrRun got = saved(*dir_ + "/" + name + "-params", "adam", false);
+    EXPECT_TRUE(bit_identical(want.dense, got.dense)) << victim << ": " << relative_difference(want.dense, got.dense);
+    EXPECT_EQ(rows_difference(want, got), 0.0) << victim;
+    EXPECT_EQ(want.table_rows, got.table_rows) << victim;
+  }
+}
+
 TEST_F(CtrJobTest, AdmissionExpiryAndTheMemoryBound) {
   const CtrRun all = train(1, 1, kBatch, "adagrad", false);
   const CtrRun admitted = train(1, 1, kBatch, "adagrad", false, {"--embedding-min-count", "12"});
