@@ -22,11 +22,13 @@ struct ParameterServer::Parked {  // a PULL waiting for chunks to reach its vers
   uint64_t shm;  // 1: the parameters go into the worker's segment; 2: it reads the area (PULL's shm)
 };
 
-struct ParameterServer::SparseParked {  // a SPARSE_PULL waiting for the tables to reach its version
+struct ParameterServer::SparseParked {  // a SPARSE_PULL (or a part of one) waiting for the tables to reach its version
   std::string route;
   uint64_t request_id;
   uint64_t want;
   std::vector<SparseSection> request;
+  uint64_t part, parts;  // echoed in the answer
+  size_t bytes;          // the body's, for the bound on what a worker's parked pulls hold
 };
 
 namespace {
@@ -38,6 +40,10 @@ constexpr double kWaitingEverySeconds = 1;
 // How often a shard with embedding tables logs their counters (rows, admissions, evictions, MiB).
 constexpr double kTablesEverySeconds = 10;
 constexpr long kMaxParkedSparsePulls = 2;  // SPARSE_PULLs of one worker waiting for their version
+// What one worker's parked SPARSE_PULLs may hold: two whole bodies' bytes, each part counted with
+// its bookkeeping (so that a flood of small parts is bounded too).
+constexpr size_t kMaxParkedSparseBytes = 2 * kMaxSparseBodyBytes;
+constexpr size_t kParkedPartBytes = 256;
 
 std::string printable(const std::string& route) {
   std::ostringstream os;
@@ -95,6 +101,9 @@ void ParameterServer::serve() {
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
               << (sparse_ != nullptr ? sparse_->counters_text() : "")
+              << (parted_pulls_ > 0 ? "; sparse pulls in parts: " + std::to_string(parted_pulls_) + " (" +
+                                          std::to_string(pull_parts_) + " parts)"
+                                    : "")
               << "; socket_bytes_in=" << bytes_in_ << " socket_bytes_out=" << bytes_out_
               << "; peak_rss_kib=" << peak_rss_kib() << " rss_start_kib=" << rss_start_kib_ << " " << cpu_usage_text()
               << "; exiting";
@@ -304,21 +313,51 @@ bool ParameterServer::on_pull(const Message& msg, const Header& h, std::string* 
 
 bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::string* error) {
   if (sparse_ == nullptr) return (*error = "SPARSE_PULL, but this job has no embedding tables", false);
-  SparseParked p{msg.route, h.request_id, h.step, {}};
+  const uint64_t parts = std::max<uint64_t>(h.parts, 1);
+  if (parts > kMaxSparseParts || h.part >= parts) {
+    return (*error = "SPARSE_PULL part " + std::to_string(h.part) + " of " + std::to_string(h.parts) + ": " +
+                     (h.part >= parts ? "no such part" : "more than " + std::to_string(kMaxSparseParts) + " parts"),
+            false);
+  }
+  SparseParked p{msg.route, h.request_id, h.step, {}, h.part, h.parts, msg.frames[1].size() + kParkedPartBytes};
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &p.request, error)) return false;
   *error = sparse_->check_pull(h.step);
   if (!error->empty()) return false;
+  if (parts > 1 && h.part == 0) {
+    ++parted_pulls_;
+    pull_parts_ += parts;
+  }
   if (sparse_->ready(h.step)) return send_rows(p, error);
   if (!sparse_->check_rows(p.request, error)) return false;  // now, so that a bad pull is refused at once
-  // A worker has at most two waiting (its next step's, and an evaluation's): more would let one
-  // peer grow the shard's memory with parked requests.
-  const auto mine = std::count_if(sparse_parked_.begin(), sparse_parked_.end(),
-                                  [&](const SparseParked& q) { return q.route == msg.route; });
-  if (mine >= kMaxParkedSparsePulls) {
-    return (*error = "SPARSE_PULL: " + std::to_string(mine) + " of this worker's are waiting already", false);
-  }
+  *error = check_parking(p);
+  if (!error->empty()) return false;
   sparse_parked_.push_back(std::move(p));
   return true;
+}
+
+// A worker has at most two pulls waiting (its next step's, and an evaluation's; each may be in
+// parts, which share its request id): more would let one peer grow the shard's memory with
+// parked requests.
+std::string ParameterServer::check_parking(const SparseParked& p) const {
+  std::vector<uint64_t> pulls;
+  size_t bytes = p.bytes;
+  for (const SparseParked& q : sparse_parked_) {
+    if (q.route != p.route) continue;
+    if (std::find(pulls.begin(), pulls.end(), q.request_id) == pulls.end()) pulls.push_back(q.request_id);
+    if (q.request_id == p.request_id && q.part == p.part) {
+      return "SPARSE_PULL " + std::to_string(p.request_id) + ": part " + std::to_string(p.part) + " came already";
+    }
+    bytes += q.bytes;
+  }
+  const bool another = std::find(pulls.begin(), pulls.end(), p.request_id) == pulls.end();
+  if (another && static_cast<long>(pulls.size()) >= kMaxParkedSparsePulls) {
+    return "SPARSE_PULL: " + std::to_string(pulls.size()) + " of this worker's are waiting already";
+  }
+  if (bytes > kMaxParkedSparseBytes) {
+    return "SPARSE_PULL: this worker's waiting pulls would hold more than " + std::to_string(kMaxParkedSparseBytes) +
+           " bytes";
+  }
+  return "";
 }
 
 bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::string* error) {
@@ -371,6 +410,8 @@ void ParameterServer::send_checked_rows(const SparseParked& p) {
   h.op = Op::kSparseRows;
   h.request_id = p.request_id;
   h.step = sparse_->version();
+  h.part = p.part;
+  h.parts = p.parts;
   std::string body = encode_sparse_body(Op::kSparseRows, rows);
   h.length = body.size() / 4;
   Frame payload(std::move(body));

@@ -52,6 +52,8 @@ class ParameterServer {
   // Answers a SPARSE_PULL with the rows as they are now; false, with the reason, for a pull
   // the tables refuse.
   bool send_rows(const SparseParked& p, std::string* error);
+  // Why `p` may not wait among the parked SPARSE_PULLs (its worker's are too many), or "".
+  std::string check_parking(const SparseParked& p) const;
   void send_checked_rows(const SparseParked& p);  // one that passed SparseStore::check_rows
   void sparse_advanced();
   void settle_step();  // --backup-workers with tables: applies a step once its workers are known
@@ -83,6 +85,7 @@ class ParameterServer {
   std::vector<Parked> parked_;
   std::unique_ptr<SparseStore> sparse_;  // made with the store, when the job has embedding tables
   std::vector<SparseParked> sparse_parked_;
+  uint64_t parted_pulls_ = 0, pull_parts_ = 0;  // SPARSE_PULLs that came in several parts, and their parts
   uint64_t rejected_ = 0;
   // Message frame bytes received and handed to the endpoint (headers and payload frames; values
   // in shared memory are not frames), for the PARAMS headers' b_in and b_out.

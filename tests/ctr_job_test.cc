@@ -321,6 +321,74 @@ TEST_F(CtrJobTest, ShardCountDoesNotChangeTheResult) {
   }
 }
 
+// The figure X of the first (or the `last`) "<what>: X" in a job's logs (0 without it).
+long figure_after(const std::string& logs, const std::string& what, bool last = false) {
+  const size_t at = last ? logs.rfind(what + ": ") : logs.find(what + ": ");
+  return at == std::string::npos ? 0 : std::stol(logs.substr(at + what.size() + 2));
+}
+
+// The sparse messages in parts (docs/wire_protocol.md, "Sparse tables"): with --chunk-kib 1 every
+// step's SPARSE_PUSH and SPARSE_PULL to a shard travel in many parts of about 1 KiB, which the PS
+// and the workers put together again: the job ends with the dense parameters and rows of the
+// same job in whole messages, bit for bit.
+TEST_F(CtrJobTest, SparseMessagesInManyPartsGiveTheSameBits) {
+  constexpr int kBigBatch = 64;  // about 14 KiB of gradients a push
+  const CtrRun whole = train(2, 3, kBigBatch, "adam", false);
+  const CtrRun parts = train(2, 3, kBigBatch, "adam", false, {"--chunk-kib", "1"});
+  ASSERT_FALSE(parts.rows.empty()) << parts.logs;
+  EXPECT_TRUE(bit_identical(whole.dense, parts.dense)) << relative_difference(whole.dense, parts.dense);
+  EXPECT_EQ(rows_difference(whole, parts), 0.0);
+  EXPECT_EQ(whole.table_rows, parts.table_rows);
+  EXPECT_EQ(whole.logs.find("in parts"), std::string::npos);  // 1 MiB chunks: every message whole
+  const long pushes = figure_after(parts.logs, "sparse pushes in parts");
+  const long pulls = figure_after(parts.logs, "sparse pulls in parts");
+  EXPECT_EQ(pushes, 3 * kSteps) << parts.logs;  // on ps0 (the first line): every worker's every push
+  EXPECT_GE(pulls, 3 * kSteps) << parts.logs;   // and pull (the chief's evaluations' too)
+  const size_t at = parts.logs.find("sparse pushes in parts: ");
+  ASSERT_NE(at, std::string::npos);
+  const long push_parts = std::stol(parts.logs.substr(parts.logs.find('(', at) + 1));
+  EXPECT_GE(push_parts, 5 * pushes) << parts.logs;  // many parts each
+  std::printf("--chunk-kib 1: %ld pushes in %ld parts, %ld pulls in parts; dense and rows bit-identical\n", pushes,
+              push_parts, pulls);
+}
+
+// Pushes in parts count once their last part is in: with backup workers (a worker's push whose
+// parts had begun when its step was applied without it is dropped and counted once, as its
+// dense push is) and in async and ssp (each push applied at its last part), the jobs complete
+// and train with --chunk-kib 1.
+TEST_F(CtrJobTest, SparseMessagesInPartsUnderBackupWorkersAsyncAndSsp) {
+  constexpr int kBigBatch = 64;
+  constexpr int kBackupSteps = 40;
+  const TempDir dir("ctr-backup-parts");
+  Job job;
+  job.num_ps = 2;
+  job.num_workers = 3;
+  job.dir = dir.path;
+  job.args = flags(kBigBatch, "adagrad", false, "0.1", kBackupSteps, dir.path);
+  job.args.insert(job.args.end(), {"--backup-workers", "1", "--chunk-kib", "1"});
+  job.worker_args = {{0, {"--push-jitter-ms", "4"}}, {1, {"--push-jitter-ms", "4"}}, {2, {"--push-jitter-ms", "8"}}};
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  for (int s = 0; s < 2; ++s) {
+    const std::string log = read_file(dir.path + "/ps" + std::to_string(s) + ".log");
+    EXPECT_NE(log.find("tables at version " + std::to_string(kBackupSteps)), std::string::npos) << log;
+    EXPECT_GT(figure_after(log, "sparse pushes in parts", true), 0) << log;
+    const long dense = figure_after(log, "; late pushes dropped", true);
+    const long sparse = figure_after(log, "late sparse pushes dropped", true);
+    EXPECT_GT(dense, 0) << log;
+    EXPECT_EQ(dense, sparse) << log;
+    std::printf("backup workers, parts, ps%d: late pushes dropped in %d steps: dense %ld, tables %ld\n", s,
+                kBackupSteps, dense, sparse);
+  }
+  const CtrRun untrained = train(2, 2, kBigBatch, "adagrad", false, {}, "1e-30");
+  for (const std::string mode : {"async", "ssp"}) {
+    const CtrRun run = train(2, 2, kBigBatch, "adagrad", false, {"--mode", mode, "--chunk-kib", "1"});
+    ASSERT_FALSE(run.rows.empty()) << mode << run.logs;
+    EXPECT_GT(figure_after(run.logs, "sparse pushes in parts"), 0) << run.logs;
+    EXPECT_GT(rows_difference(run, untrained), 1e-3) << mode;
+  }
+}
+
 // Checkpoints hold the tables: a job stopped after 10 of 20 steps on 2 shards and resumed on 3
 // ends with the uninterrupted job's dense parameters and rows, bit for bit.
 TEST_F(CtrJobTest, ResumeOnAnotherShardCountGivesTheUninterruptedResult) {
@@ -405,6 +473,33 @@ TEST_F(CtrJobTest, KilledWorkerAndServerUnderTheLauncherLoseNothing) {
 // Admission and expiry: with --embedding-min-count 3 fewer rows are made than IDs are seen, with
 // --embedding-expiry 4 rows unused for 4 steps are evicted; the PS's last line counts both. A
 // --max-shard-mib too small for the rows stops the job naming the bound before memory runs out.
+// A replacement redoes its step's pushes in parts from part 0 (its predecessor's parts, if it died
+// among them, are dropped): with --chunk-kib 1 (a step's push to a shard in about three parts),
+// workers killed at random steps lose nothing, and the job ends with the bits of the
+// uninterrupted job in whole messages.
+TEST_F(CtrJobTest, KilledWorkersWithPushesInPartsLoseNothing) {
+  constexpr int kJobSteps = 600;
+  ASSERT_TRUE(launch("whole", kJobSteps, {}, nullptr).ok()) << read_file(*dir_ + "/whole.log");
+  const CtrRun want = saved(*dir_ + "/whole-params", "adam", false);
+  std::mt19937 rng(2);
+  for (const std::string victim : {"w1", "w0", "w2"}) {
+    const int at = 40 + static_cast<int>(rng() % 100);
+    const std::string name = "parts-killed-" + victim + "-" + std::to_string(at);
+    pid_t killed = -1;
+    const ExitStatus status = launch(name, kJobSteps, {"--max-restarts", "1"}, kill_at_step(name, victim, at, &killed),
+                                     {"--chunk-kib", "1"});
+    const std::string log = read_file(*dir_ + "/" + name + ".log");
+    ASSERT_TRUE(status.ok()) << log;
+    EXPECT_NE(log.find(victim + " (pid " + std::to_string(killed) + ") died: killed by signal 9"), std::string::npos)
+        << log;
+    EXPECT_NE(log.find("sparse pushes in parts"), std::string::npos) << log;
+    const CtrRun got = saved(*dir_ + "/" + name + "-params", "adam", false);
+    EXPECT_TRUE(bit_identical(want.dense, got.dense)) << victim << ": " << relative_difference(want.dense, got.dense);
+    EXPECT_EQ(rows_difference(want, got), 0.0) << victim;
+    EXPECT_EQ(want.table_rows, got.table_rows) << victim;
+  }
+}
+
 TEST_F(CtrJobTest, AdmissionExpiryAndTheMemoryBound) {
   const CtrRun all = train(1, 1, kBatch, "adagrad", false);
   const CtrRun admitted = train(1, 1, kBatch, "adagrad", false, {"--embedding-min-count", "12"});

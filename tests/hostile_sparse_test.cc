@@ -416,6 +416,73 @@ void send_unregistered(zmq::context_t& context, const std::string& address, Host
   hostile.count(from_stranger.rejected());
 }
 
+// A push in parts at shard 0 while it collects `step`: each part checked against the worker's
+// earlier parts (docs/wire_protocol.md, "Sparse tables"), the bad ones refused, and the valid
+// parts (one ID each) put together into the raw peer's push of `step`, the same as its whole
+// push (shard 1 gets that). Then parts that come after it, and pulls of parts that do not exist.
+void send_parts(RawWorker& raw, Hostile& hostile, zmq::context_t&, const std::string&, uint64_t step) {
+  const std::vector<uint64_t> ids = raw.ids(0);
+  const std::vector<float> g = raw_gradient(ids.size(), step);
+  const auto part = [&](uint64_t k, uint64_t parts, std::vector<uint64_t> which, uint64_t push_step = UINT64_MAX) {
+    Header h = request(Op::kSparsePush, raw.rid(), push_step == UINT64_MAX ? step : push_step);
+    h.part = k;
+    h.parts = parts;
+    std::vector<float> values;
+    for (uint64_t id : which) {
+      const size_t i = static_cast<size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+      values.insert(values.end(), g.begin() + static_cast<long>(i * kDim), g.begin() + static_cast<long>((i + 1) * kDim));
+    }
+    return with_body(h, encode_sparse_body(Op::kSparsePush, {section(0, kDim, which, values)}));
+  };
+  const auto at = [&](uint64_t k, uint64_t parts) {
+    return "SPARSE_PUSH of step " + std::to_string(step) + " part " + std::to_string(k) + " of " + std::to_string(parts);
+  };
+  hostile.expect_rejected(part(3, 3, {ids[0]}), at(3, 3) + ": no such part", "part 3 of 3");
+  hostile.expect_rejected(part(0, kMaxSparseParts + 1, {ids[0]}),
+                          at(0, kMaxSparseParts + 1) + ": more than 1048576 parts", "more parts than the bound");
+  hostile.expect_rejected(part(1, 3, {ids[1]}), at(1, 3) + ": its part 0 has not come", "part 1 before part 0");
+  raw.send(0, part(0, 3, {ids[0]}));  // accepted: no answer
+  hostile.expect_rejected(part(0, 3, {ids[1]}), at(0, 3) + ": that part came already", "part 0 again");
+  hostile.expect_rejected(part(2, 3, {ids[2]}), at(2, 3) + ": part 1 has not come", "part 2 before part 1");
+  hostile.expect_rejected(part(1, 4, {ids[1]}), at(1, 4) + ": its earlier parts said 3", "another part count");
+  hostile.expect_rejected(part(1, 3, {ids[0]}),
+                          at(1, 3) + ": ID " + std::to_string(ids[0]) + " of table 0 came in an earlier part (IDs must be unique)",
+                          "an ID of part 0 again in part 1");
+  Frames more_samples = part(1, 3, {ids[1]});
+  Header h;
+  std::string error;
+  ASSERT_TRUE(decode_header(more_samples[0].data(), more_samples[0].size(), &h, &error));
+  h.samples = 2 * kBatch;
+  more_samples[0] = encode_header(h);
+  hostile.expect_rejected(more_samples, at(1, 3) + ": its earlier parts said 8 samples", "other samples in part 1");
+  Frames nan = part(1, 3, {ids[1]});
+  nan[1][nan[1].size() - 4 * kDim + 6] = '\xc0';  // the row's second float: 0x7fc0.... is a quiet NaN
+  nan[1][nan[1].size() - 4 * kDim + 7] = '\x7f';
+  hostile.expect_rejected(nan, at(1, 3) + ": embedding table 'ids': a gradient is NaN or infinite", "a NaN in part 1");
+  const std::string collecting = ", but the tables are collecting step " + std::to_string(step);
+  hostile.expect_rejected(part(1, 3, {ids[1]}, step - 1),
+                          "SPARSE_PUSH of step " + std::to_string(step - 1) + " part 1 of 3" + collecting,
+                          "a part of the step applied last");
+  hostile.expect_rejected(part(1, 3, {ids[1]}, step + 1),
+                          "SPARSE_PUSH of step " + std::to_string(step + 1) + " part 1 of 3" + collecting,
+                          "a part of the next step");
+  raw.send(0, part(1, 3, {ids[1]}));
+  raw.send(0, part(2, 3, {ids[2]}));  // the push is whole: shard 0 holds it
+  raw.send(1, raw.sparse_push_message(1, step, raw.rid()));
+  hostile.expect_rejected(part(0, 3, {ids[0]}), at(0, 3) + " twice", "part 0 after the whole push");
+  hostile.expect_rejected(part(2, 2, {ids[2]}), at(2, 2) + " twice", "a part after the whole push");
+
+  const auto pull = [&](uint64_t k, uint64_t parts) {
+    Header p = request(Op::kSparsePull, raw.rid(), step);
+    p.part = k;
+    p.parts = parts;
+    return with_body(p, encode_sparse_body(Op::kSparsePull, {section(0, 0, ids)}));
+  };
+  hostile.expect_rejected(pull(2, 2), "SPARSE_PULL part 2 of 2: no such part", "pull part 2 of 2");
+  hostile.expect_rejected(pull(0, kMaxSparseParts + 1), "SPARSE_PULL part 0 of 1048577: more than 1048576 parts",
+                          "a pull of more parts than the bound");
+}
+
 struct CtrRun {
   bool ok = false;
   SavedParams dense;
@@ -439,9 +506,19 @@ class HostileSparseTest : public ::testing::Test {
     data_ = nullptr;
   }
 
+  // What the raw peer sends at kHostileStep instead of its push: hostile messages, then its push.
+  using Misbehave = void (*)(RawWorker& raw, Hostile& hostile, zmq::context_t& context, const std::string& ps0,
+                             uint64_t step);
+  static void misbehave(RawWorker& raw, Hostile& hostile, zmq::context_t& context, const std::string& ps0,
+                        uint64_t step) {
+    send_undecodable(raw, hostile, step);
+    send_unregistered(context, ps0, hostile, step);
+    send_refused_then_push(raw, hostile, step);
+  }
+
   // The job, with the raw peer as worker 2; with `hostile`, it misbehaves at kHostileStep.
-  static CtrRun train(bool hostile) {
-    const TempDir dir(hostile ? "hostile-sparse" : "hostile-sparse-ref");
+  static CtrRun train(Misbehave hostile) {
+    const TempDir dir(hostile != nullptr ? "hostile-sparse" : "hostile-sparse-ref");
     Job job;
     job.num_ps = kShards;
     job.num_workers = kWorkers;
@@ -472,7 +549,7 @@ class HostileSparseTest : public ::testing::Test {
     zmq::context_t context(1);
     RawWorker raw(context, addresses);
     Hostile misbehaving(raw, 0);
-    run_raw_worker(raw, hostile ? &misbehaving : nullptr, context, addresses[0]);
+    run_raw_worker(raw, hostile, misbehaving, context, addresses[0]);
 
     bool ok = !raw.broken();
     for (pid_t pid : workers) ok = processes.wait(pid, 60).ok() && ok;
@@ -507,7 +584,8 @@ class HostileSparseTest : public ::testing::Test {
   // waits until every shard has applied that step, but holds back its dense push of it: the real
   // workers cannot start kHostileStep, so shard 0 collects kHostileStep with no push yet while
   // the hostile messages arrive, then with only this worker's.
-  static void run_raw_worker(RawWorker& raw, Hostile* hostile, zmq::context_t& context, const std::string& ps0) {
+  static void run_raw_worker(RawWorker& raw, Misbehave hostile, Hostile& misbehaving, zmq::context_t& context,
+                             const std::string& ps0) {
     raw.hello();
     if (HasFatalFailure()) return;
     raw.pull(0);  // as a worker starts: answered once the chief's INIT is there
@@ -520,9 +598,7 @@ class HostileSparseTest : public ::testing::Test {
         raw.sparse_pull(t + 1);
         raw.await_rows(t + 1);
         if (hostile != nullptr) {
-          send_undecodable(raw, *hostile, t + 1);
-          send_unregistered(context, ps0, *hostile, t + 1);
-          send_refused_then_push(raw, *hostile, t + 1);
+          hostile(raw, misbehaving, context, ps0, t + 1);
         } else {
           raw.sparse_push(t + 1);
         }
@@ -550,11 +626,11 @@ TempDir* HostileSparseTest::data_ = nullptr;
 
 TEST_F(HostileSparseTest, HostileSparseTrafficDuringTrainingIsRefusedAndChangesNothing) {
   const auto start = std::chrono::steady_clock::now();
-  const CtrRun want = train(false);
+  const CtrRun want = train(nullptr);
   ASSERT_TRUE(want.ok);
   for (int s = 0; s < kShards; ++s) EXPECT_EQ(count_of(want.ps_logs[s], kRejectedLine), 0u) << want.ps_logs[s];
 
-  const CtrRun got = train(true);
+  const CtrRun got = train(misbehave);
   ASSERT_TRUE(got.ok);
   // One "rejected" line for every hostile message, all at shard 0; none for the real traffic.
   EXPECT_GE(got.rejected, 40);
@@ -576,6 +652,24 @@ TEST_F(HostileSparseTest, HostileSparseTrafficDuringTrainingIsRefusedAndChangesN
   std::printf("%d hostile sparse messages refused during training; dense and %zu rows bit-identical (%.1f s)\n",
               got.rejected, got.table_rows,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// The raw peer's push of kHostileStep to shard 0 in three parts, amid parts that break the rules
+// (docs/wire_protocol.md, "Sparse tables"): each of those is refused naming the part, and the
+// parts put together train exactly what its whole push trains.
+TEST_F(HostileSparseTest, PartsOfAPushAreCheckedAgainstEachOtherAndPutTogether) {
+  const CtrRun want = train(nullptr);
+  ASSERT_TRUE(want.ok);
+  const CtrRun got = train(send_parts);
+  ASSERT_TRUE(got.ok);
+  EXPECT_EQ(got.rejected, 15);
+  EXPECT_EQ(count_of(got.ps_logs[0], kRejectedLine), static_cast<size_t>(got.rejected)) << got.ps_logs[0];
+  EXPECT_EQ(count_of(got.ps_logs[1], kRejectedLine), 0u) << got.ps_logs[1];
+  EXPECT_NE(got.ps_logs[0].find("sparse pushes in parts: 1 (3 parts)"), std::string::npos) << got.ps_logs[0];
+  EXPECT_TRUE(bit_identical(want.dense, got.dense)) << relative_difference(want.dense, got.dense);
+  for (int s = 0; s < kShards; ++s) EXPECT_TRUE(want.table_files[s] == got.table_files[s]) << "shard " << s;
+  ASSERT_EQ(want.rows.size(), got.rows.size());
+  EXPECT_EQ(std::memcmp(want.rows.data(), got.rows.data(), want.rows.size() * sizeof(float)), 0);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ bool same(const Header& a, const Header& b) {
          a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped &&
          a.shm == b.shm && a.eval_samples == b.eval_samples && a.eval_correct == b.eval_correct &&
          std::memcmp(&a.eval_loss, &b.eval_loss, sizeof(double)) == 0 && a.apply_us == b.apply_us &&
-         a.bytes_in == b.bytes_in && a.bytes_out == b.bytes_out;
+         a.bytes_in == b.bytes_in && a.bytes_out == b.bytes_out && a.part == b.part && a.parts == b.parts;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -98,6 +98,8 @@ Header full_header(Op op) {
   h.apply_us = (uint64_t{1} << 36) + 5;
   h.bytes_in = (uint64_t{1} << 45) + 11;
   h.bytes_out = (uint64_t{1} << 50) + 13;
+  h.part = 6;
+  h.parts = 17;
   return h;
 }
 
@@ -150,6 +152,7 @@ class MapBuilder {
     set_uint("mode", 0).set_uint("based", 0).set_uint("stale", 0).set_uint("stale_n", 0);
     set_uint("stale_max", 0).set_uint("lead", 0).set_uint("dropped", 0).set_uint("shm", 0);
     set_uint("e_n", 0).set_uint("e_correct", 0).set_uint("t_apply", 0).set_uint("b_in", 0).set_uint("b_out", 0);
+    set_uint("part", 0).set_uint("parts", 0);
     set_raw("loss", packed([](auto& pk) { pk.pack_double(2.5); }));
     set_raw("e_loss", packed([](auto& pk) { pk.pack_double(0.0); })).set_raw("msg", packed_str(""));
   }
@@ -209,6 +212,7 @@ TEST(ProtocolTest, EveryFieldRoundTripsForEveryOp) {
     widest.loss_sum = widest.eval_loss = std::numeric_limits<double>::max();
     widest.eval_samples = widest.eval_correct = UINT64_MAX;
     widest.apply_us = widest.bytes_in = widest.bytes_out = UINT64_MAX;
+    widest.part = widest.parts = UINT64_MAX;
     for (const Header& h : {zero, full_header(op), widest}) {
       const std::string bytes = encode_header(h);
       EXPECT_LE(bytes.size(), kMaxHeaderBytes);
@@ -258,7 +262,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "loss", "e_loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "part", "parts", "loss", "e_loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -351,7 +355,7 @@ TEST(ProtocolCorruptionTest, UnknownKey) {
 TEST(ProtocolCorruptionTest, DuplicateKey) {
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
                           "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
-                          "slow_us", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "loss", "e_loss", "msg"}) {
+                          "slow_us", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "part", "parts", "loss", "e_loss", "msg"}) {
     const std::string bytes = MapBuilder().add_raw_key(packed_str(key), packed_uint(0)).bytes();
     EXPECT_EQ(decode_error(bytes), std::string("duplicate header field '") + key + "'");
   }
@@ -370,7 +374,7 @@ TEST(ProtocolCorruptionTest, WrongFieldType) {
   };
   for (const char* key : {"magic", "ver", "op", "rid", "role", "from", "step", "off", "len", "total", "nw", "n",
                           "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow",
-                          "slow_us", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out"}) {
+                          "slow_us", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "part", "parts"}) {
     for (const std::string& value : not_uint) {
       EXPECT_EQ(decode_error(MapBuilder().set_raw(key, value).bytes()),
                 std::string("header field '") + key + "' is not an unsigned integer");
@@ -437,7 +441,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x57", 3), head + "map size overflow)"},  // 87 > 2 * 43 entries
+      {std::string("\xde\x00\x5b", 3), head + "map size overflow)"},  // 91 > 2 * 45 entries
       {std::string("\xde\x00\x27", 3), kTruncated},                   // 39 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32

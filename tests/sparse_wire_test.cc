@@ -454,6 +454,80 @@ TEST(SparseWireCorruptionTest, RandomInputNeverCrashes) {
   }
 }
 
+// A section of `op` for table 3 with n entries of dim `dim` (0 in a pull): IDs 1000 + i.
+SparseSection long_section(Op op, size_t n, uint32_t dim) {
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < n; ++i) ids.push_back(1000 + i);
+  if (op == Op::kSparsePull) return pull_section(3, ids);
+  if (op == Op::kSparseRows) return rows_section(3, dim, n, 0.5f);
+  return push_section(3, dim, ids, 0.5f);
+}
+
+// A message in parts (the header's `part` of `parts`): every part is a body of its own, at most
+// max_bytes where a section's head and one entry fit in that, and the parts appended in order are
+// the sections again; a body that fits is one part, the whole body's bytes.
+TEST(SparseWirePartsTest, PartsAppendedInOrderAreTheWhole) {
+  for (Op op : kSparseOps) {
+    std::vector<SparseSection> with_long = several(op);
+    with_long.insert(with_long.begin() + 1, long_section(op, 300, 4));
+    for (const auto& sections : {std::vector<SparseSection>{}, several(op), with_long}) {
+      const size_t whole_bytes = encode_sparse_body(op, sections).size();
+      for (size_t max : {size_t{0}, size_t{24}, size_t{40}, size_t{100}, size_t{1000}, whole_bytes - 1, whole_bytes}) {
+        const std::vector<std::string> parts = encode_sparse_parts(op, sections, max);
+        ASSERT_FALSE(parts.empty());
+        std::vector<SparseSection> whole;
+        for (const std::string& bytes : parts) {
+          std::vector<SparseSection> part = decoded(op, bytes);
+          if (bytes.size() > max) {  // only a section's head and at most one entry (or an empty body)
+            ASSERT_LE(part.size(), 1u) << op_name(op) << ", max " << max;
+            if (!part.empty()) EXPECT_LE(part[0].count(), 1u) << op_name(op) << ", max " << max;
+          }
+          std::string error;
+          EXPECT_TRUE(append_sparse_part(&whole, std::move(part), &error)) << error;
+        }
+        EXPECT_TRUE(same(sections, whole)) << op_name(op) << ", max " << max << ", " << parts.size() << " parts";
+        if (max >= whole_bytes) {
+          ASSERT_EQ(parts.size(), 1u);
+          EXPECT_EQ(parts[0], encode_sparse_body(op, sections));
+        }
+        if (sections.size() == with_long.size() && max == 100) EXPECT_GT(parts.size(), 10u) << op_name(op);
+      }
+    }
+  }
+}
+
+// A pull may be sized by its answer: with rows of 16 floats, a part of 1000 bytes asks for at most
+// 15 IDs (8 + 16 + 15 * 64 bytes of rows), and each part's SPARSE_ROWS fits in 1000 bytes too.
+TEST(SparseWirePartsTest, APullIsSizedByItsAnswer) {
+  const std::vector<SparseSection> pull = {long_section(Op::kSparsePull, 100, 0), pull_section(9, {5, 6})};
+  const std::vector<std::string> parts = encode_sparse_parts(Op::kSparsePull, pull, 1000, {16, 16});
+  EXPECT_EQ(parts.size(), 7u);  // 15 IDs a part; the last holds table 3's 10 and table 9's 2
+  size_t ids = 0;
+  for (const std::string& bytes : parts) {
+    std::vector<SparseSection> rows;
+    for (const SparseSection& s : decoded(Op::kSparsePull, bytes)) {
+      rows.push_back(rows_section(s.table, 16, s.ids.size(), 0));
+      ids += s.ids.size();
+    }
+    EXPECT_LE(encode_sparse_body(Op::kSparseRows, rows).size(), 1000u);
+  }
+  EXPECT_EQ(ids, 102u);
+  EXPECT_EQ(encode_sparse_parts(Op::kSparsePull, pull, 1000).size(), 1u);  // its IDs alone fit
+}
+
+TEST(SparseWirePartsTest, AppendRefusesAnotherDim) {
+  std::vector<SparseSection> whole = {rows_section(3, 4, 2, 0)};
+  std::string error;
+  EXPECT_FALSE(append_sparse_part(&whole, {rows_section(5, 1, 1, 0), rows_section(3, 2, 1, 0)}, &error));
+  EXPECT_EQ(error, "table 3 has rows of 4 floats in one part and 2 in another");
+  ASSERT_EQ(whole.size(), 1u);  // nothing appended
+  EXPECT_EQ(whole[0].count(), 2u);
+  EXPECT_TRUE(append_sparse_part(&whole, {rows_section(5, 1, 1, 0), rows_section(3, 4, 1, 0)}, &error));
+  ASSERT_EQ(whole.size(), 2u);
+  EXPECT_EQ(whole[0].count(), 3u);
+  EXPECT_EQ(whole[1].table, 5u);
+}
+
 TEST(SparseWireEncodeTest, InconsistentSectionsThrow) {
   const std::string head = "encode_sparse_body: ";
   EXPECT_EQ(encode_error(Op::kPull, {}), head + "PULL is not a sparse op");

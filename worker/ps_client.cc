@@ -204,6 +204,8 @@ void PsClient::welcome(int s, const Header& h) {
                 "(are --num-ps and the model the same everywhere?)");
   }
   if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
+  part_bytes_.resize(slices_.size());
+  part_bytes_[static_cast<size_t>(s)] = h.chunk * sizeof(float);
   // The PS has mapped the segment (shm 1) or will not (another host): its name can go.
   SharedMemory& segment = segments_[static_cast<size_t>(s)];
   segment.unlink();
@@ -476,18 +478,40 @@ uint64_t PsClient::request_rows(uint64_t version, const std::vector<const std::v
   r.ticket = next_request_++;
   r.waiting.assign(shards, false);
   r.rows.resize(shards);
+  r.shards.resize(shards);
   // Every shard is asked, also one that holds none of the IDs (an empty pull): its answer says
   // that its tables reached the version, which the step's push to it needs in hybrid mode (where
   // no PARAMS of the shard's say so).
   static const std::vector<SparseSection> kNone;
   for (size_t s = 0; s < shards; ++s) {
-    Header h = request(Op::kSparsePull, version, static_cast<int>(s));
-    h.request_id = r.ticket;
-    std::string body = encode_sparse_body(Op::kSparsePull, requests[s] != nullptr ? *requests[s] : kNone);
-    h.offset = 0;
-    h.length = body.size() / 4;
-    Frame payload(std::move(body));
-    send(static_cast<int>(s), h, &payload);
+    const std::vector<SparseSection>& sections = requests[s] != nullptr ? *requests[s] : kNone;
+    std::vector<uint32_t> dims;
+    for (const SparseSection& section : sections) {
+      const auto dim = row_dims_.find(section.table);
+      dims.push_back(dim != row_dims_.end() ? dim->second : 0);
+    }
+    std::vector<std::string> bodies = encode_sparse_parts(Op::kSparsePull, sections, part_bytes_.at(s), dims);
+    ShardRows& answer = r.shards[s];
+    answer.parts = answer.left = bodies.size();
+    answer.answers.resize(bodies.size());
+    answer.got.assign(bodies.size(), false);
+    for (size_t k = 0; k < bodies.size() && bodies.size() > 1; ++k) {  // what each part asks for
+      std::vector<SparseSection> asked;
+      std::string error;
+      PSTRAIN_CHECK(decode_sparse_body(Op::kSparsePull, bodies[k].data(), bodies[k].size(), &asked, &error));
+      answer.asked.emplace_back();
+      for (const SparseSection& section : asked) answer.asked.back().emplace_back(section.table, section.ids.size());
+    }
+    for (size_t k = 0; k < bodies.size(); ++k) {
+      Header h = request(Op::kSparsePull, version, static_cast<int>(s));
+      h.request_id = r.ticket;
+      h.offset = 0;
+      h.length = bodies[k].size() / 4;
+      h.part = k;
+      h.parts = bodies.size();
+      Frame payload(std::move(bodies[k]));
+      send(static_cast<int>(s), h, &payload);
+    }
     r.waiting[s] = true;
     ++r.left;
   }
@@ -506,13 +530,45 @@ bool PsClient::take_rows(const Message& msg, const Header& h) {
     throw Error("unexpected " + std::string(op_name(h.op)) + " reply from ps" + std::to_string(s) +
                 " to SPARSE_PULL " + std::to_string(h.request_id));
   }
+  std::vector<SparseSection> answer;
   std::string error;
-  if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &r->rows[s], &error)) {
+  if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &answer, &error)) {
     throw Error("ps" + std::to_string(s) + " sent malformed SPARSE_ROWS: " + error);
   }
-  r->waiting[s] = false;
-  --r->left;
+  take_rows_part(*r, s, h, std::move(answer));
   return true;
+}
+
+void PsClient::take_rows_part(RowsRequest& r, size_t s, const Header& h, std::vector<SparseSection> answer) {
+  ShardRows& q = r.shards[s];
+  const std::string where = "ps" + std::to_string(s) + " sent SPARSE_ROWS part " + std::to_string(h.part) + " of " +
+                            std::to_string(h.parts) + " to a pull in " + std::to_string(q.parts) + " part(s)";
+  if (std::max<uint64_t>(h.parts, 1) != q.parts || h.part >= q.parts) throw Error(where);
+  if (q.got[h.part]) throw Error(where + ": that part came already");
+  if (q.parts > 1) {  // a whole answer is checked against the whole pull by its caller
+    const auto& asked = q.asked[h.part];
+    bool matches = asked.size() == answer.size();
+    for (size_t i = 0; matches && i < asked.size(); ++i) {
+      matches = answer[i].table == asked[i].first && answer[i].count() == asked[i].second &&
+                answer[i].values.size() == asked[i].second * answer[i].dim;
+    }
+    if (!matches) throw Error(where + ": its sections are not the rows that part asked for");
+  }
+  q.got[h.part] = true;
+  for (const SparseSection& section : answer) row_dims_[section.table] = section.dim;
+  q.answers[h.part] = std::move(answer);
+  if (--q.left > 0) return;
+  if (q.parts == 1) {
+    r.rows[s] = std::move(q.answers[0]);
+  } else {
+    for (auto& part : q.answers) {
+      std::string error;
+      if (!append_sparse_part(&r.rows[s], std::move(part), &error)) throw Error("ps" + std::to_string(s) + ": " + error);
+    }
+  }
+  q.answers.clear();
+  r.waiting[s] = false;
+  --r.left;
 }
 
 std::vector<std::vector<SparseSection>> PsClient::receive_rows(uint64_t ticket) {
@@ -550,15 +606,21 @@ std::vector<std::vector<SparseSection>> PsClient::receive_rows(uint64_t ticket) 
 
 void PsClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) {
   for (int s = 0; s < options_.num_ps; ++s) {
-    Header h = request(Op::kSparsePush, step, s);
-    h.request_id = next_request_++;
-    h.samples = samples;
-    h.checkpoint = step == marked_step_ ? marked_checkpoint_ : 0;
-    std::string body = encode_sparse_body(Op::kSparsePush, sections[static_cast<size_t>(s)]);
-    h.offset = 0;
-    h.length = body.size() / 4;
-    Frame payload(std::move(body));
-    send(s, h, &payload);
+    std::vector<std::string> bodies =
+        encode_sparse_parts(Op::kSparsePush, sections[static_cast<size_t>(s)], part_bytes_.at(static_cast<size_t>(s)));
+    const uint64_t rid = next_request_++;
+    for (size_t k = 0; k < bodies.size(); ++k) {
+      Header h = request(Op::kSparsePush, step, s);
+      h.request_id = rid;
+      h.samples = samples;
+      h.checkpoint = step == marked_step_ ? marked_checkpoint_ : 0;
+      h.offset = 0;
+      h.length = bodies[k].size() / 4;
+      h.part = k;
+      h.parts = bodies.size();
+      Frame payload(std::move(bodies[k]));
+      send(s, h, &payload);
+    }
   }
 }
 

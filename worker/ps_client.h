@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "shared/train/clip_norm.h"
@@ -165,12 +167,25 @@ class PsClient final : public RowSource {
   // squares is in, their sum goes back to every shard (CLIP), which then applies the step.
   void take_norm(const Message& msg, const Header& h);
 
+  // A shard's answer to a request_rows: a pull in parts gets one SPARSE_ROWS per part, each
+  // checked against its part (the tables and counts asked) and put together in part order.
+  struct ShardRows {
+    uint64_t parts = 1;
+    size_t left = 1;
+    std::vector<std::vector<SparseSection>> answers;            // by part, until every part is in
+    std::vector<bool> got;                                      // by part
+    std::vector<std::vector<std::pair<uint32_t, size_t>>> asked;  // by part (several): table, IDs
+  };
   struct RowsRequest {  // a request_rows not fully answered or not received yet
     uint64_t ticket = 0;
     std::vector<bool> waiting;  // by shard
     size_t left = 0;
     std::vector<std::vector<SparseSection>> rows;
+    std::vector<ShardRows> shards;
   };
+  // Shard s's SPARSE_ROWS `h` of request r, decoded into `answer`: checked against its part;
+  // once every part is in, put together into r.rows[s].
+  void take_rows_part(RowsRequest& r, size_t s, const Header& h, std::vector<SparseSection> answer);
   std::vector<RowsRequest> rows_requests_;
 
   const PsClientOptions options_;
@@ -194,6 +209,10 @@ class PsClient final : public RowSource {
   std::vector<SharedMemory> areas_;
   uint64_t next_request_ = 1;
   uint64_t marked_step_ = UINT64_MAX, marked_checkpoint_ = 0;  // mark_rows
+  // The sparse messages travel in parts of at most a chunk's bytes (WELCOME's chunk, by shard);
+  // a pull's parts are sized by their answers too, with the rows' dims of earlier answers.
+  std::vector<size_t> part_bytes_;
+  std::map<uint32_t, uint32_t> row_dims_;  // by table
 };
 
 }  // namespace pstrain

@@ -30,6 +30,11 @@ std::vector<TablePush> pushes_of(const std::vector<SparseSection>& sections) {
   return out;
 }
 
+// " part 2 of 5" for a push in parts (else "").
+std::string part_text(const Header& h) {
+  return h.parts > 1 ? " part " + std::to_string(h.part) + " of " + std::to_string(h.parts) : "";
+}
+
 }  // namespace
 
 SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start,
@@ -41,6 +46,7 @@ SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobS
       version_(start),
       pending_(static_cast<size_t>(options.num_workers)),
       pushed_(static_cast<size_t>(options.num_workers), false),
+      partial_(static_cast<size_t>(options.num_workers)),
       samples_(static_cast<size_t>(options.num_workers), 0),
       backup_(mode == ModeCode::kSync && options.backup_workers > 0) {}
 
@@ -53,31 +59,39 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
   }
   std::string why;
   if (!tables_.check_pushes(pushes_of(sections), &why)) {
-    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ": " + why;
+    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ": " + why;
     return false;
   }
+  std::vector<SparseSection> whole;
   if (mode_ != ModeCode::kSync) {  // applied at once, as one update weighted by its samples
-    *applied = apply(version_, {sections}, 0, error);
+    if (!take_part(worker, false, h, std::move(sections), &whole, error)) return false;
+    if (partial_[static_cast<size_t>(worker)].open) return true;
+    *applied = apply(version_, {whole}, 0, error);
     return *applied;
   }
   const size_t w = static_cast<size_t>(worker);
   if (rejoined && h.step + 1 == version_) return true;  // a step its predecessor pushed, applied: a repeat
   if (backup_ && h.step < version_) {  // its step was applied without it, as its dense pushes were
-    ++dropped_;
+    if (h.part == 0) ++dropped_;       // a push is counted once (a part of one under way: at apply_step)
     return true;
   }
   if (h.step != version_) {
-    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + ", but the tables are collecting step " +
+    *error = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ", but the tables are collecting step " +
              std::to_string(version_);
     return false;
   }
-  if (pushed_[w] && rejoined) {  // the predecessor's push of this step, again
-    pending_[w] = std::move(sections);
+  if (pushed_[w] && !rejoined) {
+    return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + " twice", false);
+  }
+  // A replacement starts its push over: its predecessor's parts are dropped at its first.
+  if (!take_part(worker, rejoined, h, std::move(sections), &whole, error)) return false;
+  if (partial_[w].open) return true;
+  if (pushed_[w]) {  // the predecessor's push of this step, again (rejoined)
+    pending_[w] = std::move(whole);
     return true;
   }
-  if (pushed_[w]) return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + " twice", false);
   if (pushes_ == 0) since_ = Clock::now();
-  pending_[w] = std::move(sections);
+  pending_[w] = std::move(whole);
   pushed_[w] = true;
   pending_samples_ += h.samples;
   samples_[w] = h.samples;
@@ -85,6 +99,75 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
   if (!apply(version_, pending_, static_cast<double>(pending_samples_), error)) throw Error(*error);
   clear_step();
   *applied = true;
+  return true;
+}
+
+bool SparseStore::check_part(const Partial& p, const Header& h, const std::vector<SparseSection>& sections,
+                             std::string* error) const {
+  const uint64_t parts = std::max<uint64_t>(h.parts, 1);
+  const std::string what = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ": ";
+  if (parts > kMaxSparseParts) {
+    return (*error = what + "more than " + std::to_string(kMaxSparseParts) + " parts", false);
+  }
+  if (h.part >= parts) return (*error = what + "no such part", false);
+  if (!p.open && h.part != 0) return (*error = what + "its part 0 has not come", false);
+  if (p.open) {
+    const std::string have = std::to_string(p.next) + " of " + std::to_string(p.parts) + " parts";
+    if (h.step != p.step) {
+      return (*error = what + "the push of step " + std::to_string(p.step) + " is not complete (" + have + " came)", false);
+    }
+    if (parts != p.parts) return (*error = what + "its earlier parts said " + std::to_string(p.parts), false);
+    if (h.part < p.next) return (*error = what + "that part came already", false);
+    if (h.part > p.next) return (*error = what + "part " + std::to_string(p.next) + " has not come", false);
+    if (h.samples != p.samples) {
+      return (*error = what + "its earlier parts said " + std::to_string(p.samples) + " samples", false);
+    }
+  }
+  size_t bytes = 0;
+  for (const SparseSection& s : sections) bytes += s.ids.size() * sizeof(uint64_t) + s.values.size() * sizeof(float);
+  if (p.bytes + bytes > kMaxSparseBodyBytes) {
+    return (*error = what + "its parts' IDs and gradients pass " + std::to_string(kMaxSparseBodyBytes) +
+                     " bytes, a whole push's bound", false);
+  }
+  for (const SparseSection& s : sections) {
+    const auto seen = p.ids.find(s.table);
+    if (seen == p.ids.end()) continue;
+    for (uint64_t id : s.ids) {
+      if (!seen->second.contains(id)) continue;
+      *error = what + "ID " + std::to_string(id) + " of table " + std::to_string(s.table) +
+               " came in an earlier part (IDs must be unique)";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool SparseStore::take_part(int worker, bool restart, const Header& h, std::vector<SparseSection> sections,
+                            std::vector<SparseSection>* whole, std::string* error) {
+  Partial& p = partial_[static_cast<size_t>(worker)];
+  const uint64_t parts = std::max<uint64_t>(h.parts, 1);
+  if (parts == 1 && h.part == 0 && (!p.open || restart)) {  // a whole push (the common case): no copy
+    p = Partial{};
+    *whole = std::move(sections);
+    return true;
+  }
+  if (!check_part(restart && h.part == 0 ? Partial{} : p, h, sections, error)) return false;
+  if (restart && h.part == 0) p = Partial{};
+  if (!p.open) p = Partial{true, h.step, parts, 0, h.samples, 0, {}, {}};
+  for (const SparseSection& s : sections) {
+    p.bytes += s.ids.size() * sizeof(uint64_t) + s.values.size() * sizeof(float);
+    IdIndex& seen = p.ids[s.table];
+    seen.reserve(seen.size() + s.ids.size());
+    for (uint64_t id : s.ids) seen.find_or_insert(id, 0);
+  }
+  // The sections passed check_pushes: each table's dim is the table's, as in the earlier parts.
+  std::string why;
+  PSTRAIN_CHECK(append_sparse_part(&p.sections, std::move(sections), &why));
+  if (++p.next < p.parts) return true;
+  ++parted_pushes_;
+  parts_ += p.parts;
+  *whole = std::move(p.sections);
+  p = Partial{};
   return true;
 }
 
@@ -97,7 +180,9 @@ void SparseStore::apply_step(const std::vector<bool>& workers, uint64_t samples)
       pushed_samples += samples_[w];
       continue;
     }
-    if (pushed_[w]) ++dropped_;
+    // A push whose parts had begun to come is dropped too; its later parts are late ones.
+    if (pushed_[w] || (partial_[w].open && partial_[w].step == version_)) ++dropped_;
+    if (partial_[w].open && partial_[w].step <= version_) partial_[w] = Partial{};
     pending_[w].clear();
   }
   if (samples == 0) samples = pushed_samples;
@@ -280,7 +365,10 @@ void SparseStore::save(const std::string& dir) const {
 
 std::string SparseStore::counters_text() const {
   return "; tables at version " + std::to_string(version_) + ": " + tables_.counters_text() +
-         (backup_ ? "; late sparse pushes dropped: " + std::to_string(dropped_) : "");
+         (backup_ ? "; late sparse pushes dropped: " + std::to_string(dropped_) : "") +
+         (parted_pushes_ > 0 ? "; sparse pushes in parts: " + std::to_string(parted_pushes_) + " (" +
+                                   std::to_string(parts_) + " parts)"
+                             : "");
 }
 
 }  // namespace pstrain

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "ps/job_shape.h"
+#include "ps/sparse/id_index.h"
 #include "ps/server_options.h"
 #include "ps/sparse/shard_tables.h"
 #include "shared/net/transport.h"
@@ -30,14 +31,16 @@ class SparseStore {
   SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start, size_t dense_bytes);
 
   uint64_t version() const { return version_; }
-  // A SPARSE_PUSH of `worker` (sections decoded). False, with the reason, for one refused:
+  // A SPARSE_PUSH of `worker` (sections decoded), or a part of one (`h.part` of `h.parts`): a
+  // push in parts counts once its last part is here, the parts in order, their sections
+  // appended (docs/wire_protocol.md, "Sparse tables"). False, with the reason, for one refused:
   // nothing changes then. *applied: it completed a step, which was applied (parked pulls may be
   // answered). Throws pstrain::Error when a complete step cannot be applied (the memory bound).
   // A replacement of a worker (`rejoined`, --allow-rejoin) may push a step its predecessor pushed:
   // the same gradient (a step is a pure function of its inputs), which replaces the first.
   bool push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections, bool* applied,
             std::string* error);
-  // --backup-workers (sync): whether `worker` pushed the step being collected; and that step
+  // --backup-workers (sync): whether `worker` pushed the step being collected (every part); and that step
   // applied with the pushes of `workers` only (the dense step's, ps/server.cc), scaled by the
   // gradient's `samples` (the dense step's too; 0: the samples of those workers' sparse pushes,
   // for a shard without a dense slice). The others' pushes are dropped and counted, as is a
@@ -81,9 +84,26 @@ class SparseStore {
   std::string counters_text() const;
 
  private:
+  // One worker's push in parts, its parts so far.
+  struct Partial {
+    bool open = false;
+    uint64_t step = 0, parts = 0, next = 0, samples = 0;
+    size_t bytes = 0;                       // the parts' IDs and values (at most a whole body's)
+    std::vector<SparseSection> sections;    // appended part by part
+    std::map<uint32_t, IdIndex> ids;        // per table, the IDs of the parts so far
+  };
+
   bool apply(uint64_t step, const std::vector<std::vector<SparseSection>>& by_worker, double samples,
              std::string* error);
   void clear_step();
+  // A part's checks against the worker's earlier parts `p` of the push (order, count, step,
+  // samples, the bound, IDs unique across the parts); and the part taken in when it passed them
+  // (`restart`: a replacement's part 0 drops its predecessor's parts). *whole: the push's every
+  // section once its last part is in (partial_ of the worker is then closed).
+  bool check_part(const Partial& p, const Header& h, const std::vector<SparseSection>& sections,
+                  std::string* error) const;
+  bool take_part(int worker, bool restart, const Header& h, std::vector<SparseSection> sections,
+                 std::vector<SparseSection>* whole, std::string* error);
 
   const ServerOptions& options_;
   const ModeCode mode_;
@@ -95,6 +115,8 @@ class SparseStore {
   // --allow-rejoin, sync: the rows the last step changed, as they were before it, by table and ID.
   std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> previous_;
   std::vector<bool> pushed_;
+  std::vector<Partial> partial_;  // by worker: a push whose last part has not come yet
+  uint64_t parted_pushes_ = 0, parts_ = 0;  // pushes that came in several parts, and their parts
   uint64_t pending_samples_ = 0;
   std::vector<uint64_t> samples_;  // each worker's pushed samples (backup workers)
   int pushes_ = 0;

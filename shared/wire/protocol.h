@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 12 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 13 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
 // 4-byte words (shared/wire/sparse_wire.h), NORM and CLIP one of ExactSquares' u64 limbs, STATS
@@ -13,7 +13,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 12;
+constexpr uint32_t kProtocolVersion = 13;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -115,6 +115,9 @@ struct Header {
   // file"): time spent applying updates to its dense slice, and message frame bytes received and
   // sent on its sockets (ZeroMQ and the local channel; payloads in shared memory are not counted).
   uint64_t apply_us = 0, bytes_in = 0, bytes_out = 0;
+  // SPARSE_PULL, SPARSE_ROWS, SPARSE_PUSH: this message is part `part` (from 0) of `parts` of one
+  // pull, its answer or one push (0 or 1: the whole message; docs/wire_protocol.md, "Sparse tables").
+  uint64_t part = 0, parts = 0;
 };
 
 enum class Mode;  // --mode (shared/util/modes.h)

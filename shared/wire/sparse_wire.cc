@@ -1,5 +1,6 @@
 #include "shared/wire/sparse_wire.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -197,7 +198,106 @@ class BodyDecoder {
   std::unordered_map<uint32_t, size_t> seen_;  // table -> its section
 };
 
+// A run of one section's entries in a part: entries [first, first + count) of sections[index].
+struct Piece {
+  size_t index, first, count;
+};
+
+// The bytes an entry (an ID, a row or both) takes in a body of `op`.
+size_t wire_entry_bytes(Op op, uint32_t dim) {
+  return (has_ids(op) ? sizeof(uint64_t) : 0) + (has_values(op) ? size_t{dim} * sizeof(float) : 0);
+}
+
+// What an entry counts for when a body of `op` is cut into parts: its bytes; for a pull sized by
+// its answer, the larger of its ID and its row in the SPARSE_ROWS.
+size_t entry_bytes(Op op, uint32_t dim, uint32_t answer_dim) {
+  if (op != Op::kSparsePull) return wire_entry_bytes(op, dim);
+  return std::max<size_t>(sizeof(uint64_t), size_t{answer_dim} * sizeof(float));
+}
+
+// Where the parts are cut: whole sections while they fit, then as many of a section's entries as
+// fit (at least one); a part that cannot take even a section's head and an entry is closed.
+std::vector<std::vector<Piece>> plan_parts(Op op, const std::vector<SparseSection>& sections, size_t max_bytes,
+                                           const std::vector<uint32_t>& answer_dims) {
+  std::vector<std::vector<Piece>> parts(1);
+  size_t used = kBodyHeadBytes;
+  for (size_t i = 0; i < sections.size(); ++i) {
+    const size_t n = sections[i].count();
+    const size_t each = entry_bytes(op, sections[i].dim, i < answer_dims.size() ? answer_dims[i] : 0);
+    size_t first = 0;
+    do {
+      const size_t least = kSectionHeadBytes + (n > first ? each : 0);
+      if (!parts.back().empty() && used + least > max_bytes) {
+        parts.emplace_back();
+        used = kBodyHeadBytes;
+      }
+      const size_t room = max_bytes > used + kSectionHeadBytes ? (max_bytes - used - kSectionHeadBytes) / each : 0;
+      const size_t take = std::min(n - first, std::max<size_t>(room, 1));
+      parts.back().push_back(Piece{i, first, take});
+      used += kSectionHeadBytes + take * each;
+      first += take;
+    } while (first < n);
+  }
+  return parts;
+}
+
+std::string encode_part(Op op, const std::vector<SparseSection>& sections, const std::vector<Piece>& pieces) {
+  size_t size = kBodyHeadBytes;
+  for (const Piece& p : pieces) size += kSectionHeadBytes + p.count * wire_entry_bytes(op, sections[p.index].dim);
+  std::string out(size, '\0');
+  size_t at = 0;
+  store(&out, &at, static_cast<uint32_t>(pieces.size()));
+  store(&out, &at, uint32_t{0});
+  for (const Piece& p : pieces) {
+    const SparseSection& s = sections[p.index];
+    store(&out, &at, s.table);
+    store(&out, &at, s.dim);
+    store(&out, &at, static_cast<uint64_t>(p.count));
+    if (has_ids(op) && p.count > 0) store_bytes(&out, &at, s.ids.data() + p.first, p.count * sizeof(uint64_t));
+    if (has_values(op) && p.count > 0) {
+      store_bytes(&out, &at, s.values.data() + p.first * s.dim, p.count * s.dim * sizeof(float));
+    }
+  }
+  PSTRAIN_CHECK_EQ(at, out.size());
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> encode_sparse_parts(Op op, const std::vector<SparseSection>& sections, size_t max_bytes,
+                                             const std::vector<uint32_t>& answer_dims) {
+  checked_body_bytes(op, sections);
+  std::vector<std::string> out;
+  for (const std::vector<Piece>& pieces : plan_parts(op, sections, max_bytes, answer_dims)) {
+    out.push_back(encode_part(op, sections, pieces));
+  }
+  return out;
+}
+
+bool append_sparse_part(std::vector<SparseSection>* whole, std::vector<SparseSection>&& part, std::string* error) {
+  // The part usually goes on with whole's last section.
+  const auto section_of = [whole](uint32_t table) {
+    if (!whole->empty() && whole->back().table == table) return whole->end() - 1;
+    return std::find_if(whole->begin(), whole->end(), [table](const SparseSection& w) { return w.table == table; });
+  };
+  for (const SparseSection& s : part) {
+    const auto to = section_of(s.table);
+    if (to == whole->end() || to->dim == s.dim) continue;
+    *error = "table " + std::to_string(s.table) + " has rows of " + std::to_string(to->dim) + " floats in one part and " +
+             std::to_string(s.dim) + " in another";
+    return false;
+  }
+  for (SparseSection& s : part) {
+    const auto to = section_of(s.table);
+    if (to == whole->end()) {
+      whole->push_back(std::move(s));
+      continue;
+    }
+    to->ids.insert(to->ids.end(), s.ids.begin(), s.ids.end());
+    to->values.insert(to->values.end(), s.values.begin(), s.values.end());
+  }
+  return true;
+}
 
 std::string encode_sparse_body(Op op, const std::vector<SparseSection>& sections) {
   std::string out(checked_body_bytes(op, sections), '\0');
