@@ -711,6 +711,25 @@ TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
   expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
 }
 
+// copy_columns (a bottom block's split and join): exact copies on both backends, into the middle
+// of a wider matrix (the columns around left as they were), from the middle of one, and none.
+TEST_F(CudaBackendTest, CopyColumnsMatchesCpuExactly) {
+  const int rows = 300, src_cols = 37, dst_cols = 50;
+  const auto src = random_floats(static_cast<size_t>(rows) * src_cols, 71, -3.0f, 3.0f);
+  const auto dst = random_floats(static_cast<size_t>(rows) * dst_cols, 72, -3.0f, 3.0f);
+  const auto run = [&](Backend& backend) {
+    BufferPtr ds = put(backend, src), dd = put(backend, dst);
+    backend.copy_columns(ds.get(), rows, src_cols, 5, 13, dd.get(), dst_cols, 30);
+    backend.copy_columns(ds.get(), rows, src_cols, 0, 0, dd.get(), dst_cols, 0);
+    backend.copy_columns(ds.get(), 0, src_cols, 0, 4, dd.get(), dst_cols, 0);
+    return get(backend, dd.get(), dst.size());
+  };
+  const std::vector<float> g = run(*gpu_), c = run(*cpu_);
+  EXPECT_EQ(g, c);
+  EXPECT_EQ(c[7 * dst_cols + 30 + 2], src[7 * src_cols + 5 + 2]);
+  EXPECT_EQ(c[7 * dst_cols + 29], dst[7 * dst_cols + 29]);
+}
+
 // Batch normalisation's four ops on both backends, after a conv (inner H x W) and after a dense
 // layer (inner 1), 700 values per channel (more than a block's threads): the sums in double (the
 // GPU's by a tree) agree to 1e-12 relative; the element-wise passes are rounded alike (no fused
