@@ -107,7 +107,10 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   }
   if (rule == nullptr) {
     std::string known;
-    for (const KindRule& r : kinds()) known += (known.empty() ? "" : ", ") + std::string(r.name);
+    for (const KindRule& r : kinds()) {
+      known += (known.empty() ? "" : ", ") + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") +
+               r.name;
+    }
     fail_at(spec, tokens[0].position, tokens[0].text.size(),
             "'" + tokens[0].text + "' is not a layer (" + known + ", residual(...))");
   }
@@ -188,16 +191,27 @@ size_t item_end(const std::string& spec, size_t from, size_t to) {
 
 std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block);
 
-// "residual(<list>)" from the word [word, word_end) ("residual" in any case) to `to`.
+// "residual(<list>)" or "bottom K(<list>)" (`kind`) from the word [word, word_end) (in any case)
+// to `to`.
 LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, size_t to, const std::string& name,
-                      bool nested) {
+                      bool nested, const std::string& kind) {
   const size_t length = word_end - word;
-  if (nested) fail_at(spec, word, length, "residual blocks do not nest (a block's layers are plain layers)");
-  const size_t open = spec.find_first_not_of(" \t", word_end);
-  if (open >= to || spec[open] != '(') {
-    fail_at(spec, word, length,
-            "residual takes its layers in parentheses: residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)");
+  if (nested) fail_at(spec, word, length, kind + " blocks do not nest (a block's layers are plain layers)");
+  const std::string example =
+      kind == "residual" ? "residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)" : "bottom 13(dense 64, relu, dense 8)";
+  LayerSpec layer;
+  size_t open = std::min(spec.find_first_not_of(" \t", word_end), to);
+  if (kind == "bottom") {
+    Token count{"", open};
+    while (open < to && spec[open] != '(' && !std::isspace(static_cast<unsigned char>(spec[open]))) ++open;
+    count.text = spec.substr(count.position, open - count.position);
+    if (count.text.empty()) {
+      fail_at(spec, word, length, "bottom needs the number of values its layers take (e.g. " + example + ")");
+    }
+    layer.args.push_back(integer(spec, count, 1, kMaxWidth, "the number of values its layers take"));
+    open = spec.find_first_not_of(" \t", open);
   }
+  if (open >= to || spec[open] != '(') fail_at(spec, word, length, kind + " takes its layers in parentheses: " + example);
   size_t close = open;
   for (int depth = 0; close < to; ++close) {  // item_end checked that the parentheses balance
     depth += spec[close] == '(' ? 1 : spec[close] == ')' ? -1 : 0;
@@ -206,25 +220,27 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
   const size_t after = spec.find_first_not_of(" \t", close + 1);
   if (after < to) {
     const size_t extent = spec.find_last_not_of(" \t", to - 1) + 1 - after;
-    fail_at(spec, after, extent, "'" + spec.substr(after, extent) + "' follows a residual block's ')' (a comma is missing?)");
+    fail_at(spec, after, extent,
+            "'" + spec.substr(after, extent) + "' follows a " + kind + " block's ')' (a comma is missing?)");
   }
   if (spec.find_first_not_of(" \t", open + 1) >= close) {
-    fail_at(spec, open, close + 1 - open, "the residual block of " + name + " has no layers");
+    fail_at(spec, open, close + 1 - open, "the " + kind + " block of " + name + " has no layers");
   }
-  LayerSpec layer;
-  layer.kind = "residual";
+  layer.kind = kind;
   layer.position = word;
   layer.text = spec.substr(word, close + 1 - word);
   layer.list = spec;
   layer.layers = parse_list(spec, open + 1, close, name);
   for (const LayerSpec& l : layer.layers) {
-    if (l.kind == "softmax") fail_at(spec, l.position, l.text.size(), "softmax (the loss) cannot be in a residual block");
+    if (l.kind == "softmax") {
+      fail_at(spec, l.position, l.text.size(), "softmax (the loss) cannot be in a " + kind + " block");
+    }
   }
   return layer;
 }
 
 // The layers of [from, to), separated by commas outside parentheses (a trailing comma allowed).
-// `block`: the name of the residual block they are in ("layer 3"), empty at the top.
+// `block`: the name of the block they are in ("layer 3"), empty at the top.
 std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block) {
   std::vector<LayerSpec> layers;
   int number = 1;
@@ -237,8 +253,9 @@ std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t t
       ++word_end;
     }
     if (word >= end) fail_at(spec, std::min(from, spec.size() - 1), 1, name + " is empty");
-    if (kind_of(spec.substr(word, word_end - word)) == "residual") {
-      layers.push_back(parse_block(spec, word, word_end, end, name, !block.empty()));
+    const std::string kind = kind_of(spec.substr(word, word_end - word));
+    if (kind == "residual" || kind == "bottom") {
+      layers.push_back(parse_block(spec, word, word_end, end, name, !block.empty(), kind));
     } else {
       layers.push_back(parse_layer(spec, from, end, number));
     }
@@ -589,7 +606,7 @@ class Dot final : public Layer {
   int fields_, dim_;
 };
 
-// A block's list of layers run one after another (a residual block's). Their
+// A block's list of layers run one after another (residual and bottom blocks). Their
 // activations and backward's gradients live in the block's scratch (LayerContext::scratch): per
 // sample, each inner buffer, each inner layer's own scratch, then two gradient buffers.
 class LayerChain {
@@ -764,6 +781,64 @@ class Residual final : public Layer {
   std::unique_ptr<Layer> projection_;
 };
 
+// bottom K(<layers>) (DLRM's bottom MLP): y = [layers(x[:K]), x[K:]] per sample, on a flat input.
+// Its scratch, per sample: x[:K] (kept for backward), the chain's, then the layers' dy.
+class Bottom final : public Layer {
+ public:
+  Bottom(LayerChain chain, size_t inputs) : chain_(std::move(chain)) {
+    in_ = Shape::vector(inputs);
+    out_ = Shape::vector(chain_.out().size() + rest());
+  }
+  bool has_params() const override { return param_layers() > 0; }
+  int param_layers() const override { return chain_.param_layers(); }
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.total();
+    chain_.declare(layout, p);
+  }
+  bool has_state() const override { return chain_.has_state(); }
+  void declare_state(Layout& state, int p) override { chain_.declare_state(state, p); }
+  // Backward reads its scratch and dy only.
+  bool output_free_after_forward() const override { return true; }
+  size_t col_floats(int batch) const override { return chain_.col_floats(batch); }
+  size_t scratch_floats() const override { return taken() + chain_.scratch_floats() + made(); }
+  std::string describe() const override {
+    return "bottom " + std::to_string(taken()) + "(" + chain_.describe() + "), the other " + std::to_string(rest()) +
+           " passed on";
+  }
+
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    float* scratch = ctx.scratch;
+    float* head = scratch;
+    ctx.backend.copy_columns(x, batch, cols(in_), 0, cols(taken()), head, cols(taken()), 0);
+    ctx.scratch = scratch + taken() * static_cast<size_t>(batch);
+    const float* h = chain_.forward(ctx, params, head, batch);
+    ctx.scratch = scratch;
+    ctx.backend.copy_columns(h, batch, cols(made()), 0, cols(made()), y, cols(out_), 0);
+    ctx.backend.copy_columns(x, batch, cols(in_), cols(taken()), cols(rest()), y, cols(out_), cols(made()));
+  }
+  // dx = [the layers' dx, dy[K:]].
+  void backward(LayerContext& ctx, const float* params, const float*, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    float* scratch = ctx.scratch;
+    float* dh = scratch + (taken() + chain_.scratch_floats()) * static_cast<size_t>(batch);
+    ctx.backend.copy_columns(dy, batch, cols(out_), 0, cols(made()), dh, cols(made()), 0);
+    ctx.scratch = scratch + taken() * static_cast<size_t>(batch);
+    const float* delta = chain_.backward(ctx, params, scratch, dh, grad, batch, accumulate, dx != nullptr);
+    ctx.scratch = scratch;
+    if (dx == nullptr) return;
+    ctx.backend.copy_columns(delta, batch, cols(taken()), 0, cols(taken()), dx, cols(in_), 0);
+    ctx.backend.copy_columns(dy, batch, cols(out_), cols(made()), cols(rest()), dx, cols(in_), cols(taken()));
+  }
+
+ private:
+  size_t taken() const { return chain_.in().size(); }  // K
+  size_t made() const { return chain_.out().size(); }  // the layers' outputs
+  size_t rest() const { return in_.size() - taken(); }
+  static int cols(size_t n) { return static_cast<int>(n); }
+  static int cols(const Shape& s) { return static_cast<int>(s.size()); }
+  LayerChain chain_;
+};
+
 // A block's layers on input `in` (named "<name>.<j>" in errors). Dropout inside draws masks of its
 // own: its index is apart from every top-level layer's.
 std::vector<std::unique_ptr<Layer>> make_block_layers(const LayerSpec& spec, const Shape& in, int index,
@@ -825,6 +900,24 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int
   return std::make_unique<Residual>(LayerChain(std::move(inner)), std::move(projection));
 }
 
+// bottom K(<layers>) on a flat input of more than K values.
+std::unique_ptr<Layer> make_bottom(const LayerSpec& spec, const Shape& in, int index, const std::string& name) {
+  const auto taken = static_cast<size_t>(spec.args[0]);
+  if (!in.flat) {
+    fail_block(spec, name, "needs a flat input (the dense features, then the embedding rows), but gets an image of " +
+                               in.text() + " (put a flatten before it)");
+  }
+  if (taken > in.size()) {
+    fail_block(spec, name, "takes the first " + std::to_string(taken) + " values of its input, but its input is only " +
+                               in.text() + " values (with --embedding-dim D, a CTR record is 13 + 26 x D)");
+  }
+  if (taken == in.size()) {
+    fail_block(spec, name, "takes all " + in.text() +
+                               " values of its input and passes none on (without the block, its layers take them all)");
+  }
+  return std::make_unique<Bottom>(LayerChain(make_block_layers(spec, Shape::vector(taken), index, name)), in.size());
+}
+
 }  // namespace
 
 std::string Shape::text() const {
@@ -855,8 +948,8 @@ std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int in
   const std::string where = "--model: " + called + " '" + spec.text + "' ";
   std::unique_ptr<Layer> layer;
   Shape out = in;
-  if (spec.kind == "residual") {
-    layer = make_residual(spec, in, index, called);
+  if (spec.kind == "residual" || spec.kind == "bottom") {
+    layer = spec.kind == "residual" ? make_residual(spec, in, index, called) : make_bottom(spec, in, index, called);
     out = layer->out();
   } else if (spec.kind == "dense") {
     const int outputs = static_cast<int>(spec.args[0]);
