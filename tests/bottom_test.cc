@@ -160,6 +160,24 @@ TEST(BottomNetworkTest, ShapesVariablesScratchAndSummary) {
             "dense 4 -> 4 -> relu -> dense 2 -> 2");
 }
 
+// --recompute (the block and the dot after it run again in backward, from the block's input)
+// gives the same gradients, the input's included.
+TEST(BottomNetworkTest, RecomputeGivesTheSameGradients) {
+  auto backend = make_cpu_backend(1);
+  const int batch = 8;
+  Model plain(kDlrm, {kCols}, 2, batch, false, *backend), recomputed(kDlrm, {kCols}, 2, batch, true, *backend);
+  std::vector<float> params(plain.layout().total());
+  plain.init(3, params.data());
+  const auto x = random_floats(batch * kCols, 38, -1.0f, 1.0f);
+  const std::vector<int32_t> y = {0, 1, 1, 0, 1, 0, 0, 1};
+  std::vector<float> grad(params.size()), grad_again(params.size()), input(x.size()), input_again(x.size());
+  plain.train_step(params.data(), x.data(), y.data(), batch, grad.data(), nullptr, false, {}, input.data());
+  recomputed.train_step(params.data(), x.data(), y.data(), batch, grad_again.data(), nullptr, false, {},
+                        input_again.data());
+  EXPECT_EQ(grad, grad_again);
+  EXPECT_EQ(input, input_again);
+}
+
 // A layer and its variables, ready to run.
 struct Block {
   std::unique_ptr<Layer> layer;
