@@ -737,5 +737,28 @@ TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {
   }
 }
 
+// DLRM (issue 32): a bottom MLP over the 13 dense features whose output joins the 26 rows as a
+// 27th vector of the dot interaction, then the top MLP, with a sigmoid output. The chief's model
+// line shows the block; the rows move; 3 workers of batch 8 on 2 shards equal one of 24.
+TEST_F(CtrJobTest, DlrmBottomMlpModelKeepsTheMirroredContract) {
+  const std::vector<std::string> model = {
+      "--model", "embedding 4, bottom 13(dense 8, relu, dense 4), dot 27 4, dense 16, relu, dense 1", "--loss", "bce"};
+  const CtrRun reference = train(1, 1, 3 * kBatch, "adagrad", false, model);
+  const CtrRun untrained = train(1, 1, 3 * kBatch, "adagrad", false, model, "1e-30");
+  ASSERT_FALSE(reference.rows.empty()) << reference.logs;
+  // 4 made + 104 passed on = 108 = 27 x 4; then 351 pairs.
+  EXPECT_NE(reference.logs.find("117 -> bottom 13(dense 8 -> 8 -> relu -> dense 4 -> 4), the other 104 passed on -> "
+                                "108 -> dot 27 4 -> 459"),
+            std::string::npos)
+      << reference.logs;
+  EXPECT_GT(rows_difference(reference, untrained), 1e-3) << "the rows did not move";
+  const CtrRun p = train(2, 3, kBatch, "adagrad", false, model);
+  const double dense = relative_difference(reference.dense, p.dense), rows = rows_difference(reference, p);
+  RecordProperty("dense_relative_difference", dense);
+  RecordProperty("rows_relative_difference", rows);
+  EXPECT_LE(dense, 1e-5);
+  EXPECT_LE(rows, 1e-5);
+}
+
 }  // namespace
 }  // namespace pstrain::test

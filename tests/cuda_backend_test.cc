@@ -711,6 +711,58 @@ TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
   expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
 }
 
+// copy_columns (a bottom block's split and join): exact copies on both backends, into the middle
+// of a wider matrix (the columns around left as they were), from the middle of one, and none.
+TEST_F(CudaBackendTest, CopyColumnsMatchesCpuExactly) {
+  const int rows = 300, src_cols = 37, dst_cols = 50;
+  const auto src = random_floats(static_cast<size_t>(rows) * src_cols, 71, -3.0f, 3.0f);
+  const auto dst = random_floats(static_cast<size_t>(rows) * dst_cols, 72, -3.0f, 3.0f);
+  const auto run = [&](Backend& backend) {
+    BufferPtr ds = put(backend, src), dd = put(backend, dst);
+    backend.copy_columns(ds.get(), rows, src_cols, 5, 13, dd.get(), dst_cols, 30);
+    backend.copy_columns(ds.get(), rows, src_cols, 0, 0, dd.get(), dst_cols, 0);
+    backend.copy_columns(ds.get(), 0, src_cols, 0, 4, dd.get(), dst_cols, 0);
+    return get(backend, dd.get(), dst.size());
+  };
+  const std::vector<float> g = run(*gpu_), c = run(*cpu_);
+  EXPECT_EQ(g, c);
+  EXPECT_EQ(c[7 * dst_cols + 30 + 2], src[7 * src_cols + 5 + 2]);
+  EXPECT_EQ(c[7 * dst_cols + 29], dst[7 * dst_cols + 29]);
+}
+
+// A DLRM-shaped model (a bottom MLP over the 13 dense features, the dot interaction over its
+// output and the 26 rows): gradients and the input's gradient on the GPU against the CPU's.
+TEST_F(CudaMlpTest, BottomBlockModelGradientsMatchTheCpu) {
+  const char* const spec = "bottom 13(dense 16, relu, dense 8), dot 27 8, dense 32, relu, dense 2";
+  const size_t cols = 13 + 26 * 8;
+  const int batch = 40;
+  Model gpu_model(spec, {cols}, 2, batch, false, *gpu_), cpu_model(spec, {cols}, 2, batch, false, *cpu_);
+  const size_t n = cpu_model.layout().total();
+  std::vector<float> params(n);
+  cpu_model.init(9, params.data());
+  const auto x = random_floats(batch * cols, 73, -0.5f, 0.5f);
+  const auto y = random_labels(static_cast<size_t>(batch), 2, 74);
+  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad,
+                       std::vector<float>& input_grad) {
+    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n),
+              di = backend.allocate(x.size());
+    const BatchStats stats =
+        model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false, {}, di.get());
+    grad = get(backend, dg.get(), n);
+    input_grad = get(backend, di.get(), x.size());
+    return stats;
+  };
+  std::vector<float> gpu_grad, cpu_grad, gpu_input, cpu_input;
+  const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_input),
+                   c = run(*cpu_, cpu_model, cpu_grad, cpu_input);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
+  EXPECT_EQ(g.correct, c.correct);
+  expect_tensors_close(gpu_grad, cpu_grad, cpu_model.layout(), 1e-4, "gradient");
+  double scale = 0;
+  for (const float v : cpu_input) scale = std::max(scale, std::fabs(double{v}));
+  expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
+}
+
 // Batch normalisation's four ops on both backends, after a conv (inner H x W) and after a dense
 // layer (inner 1), 700 values per channel (more than a block's threads): the sums in double (the
 // GPU's by a tree) agree to 1e-12 relative; the element-wise passes are rounded alike (no fused

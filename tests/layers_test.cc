@@ -357,6 +357,16 @@ TEST(ModelGradientTest, ResidualBlocksMatchFiniteDifferences) {
             1000u);
 }
 
+// Bottom blocks (DLRM's bottom MLP over the first K values, the rest passed on): feeding a dot
+// layer over the block's output and the rest, and with batchnorm and dropout inside after a
+// dense layer.
+TEST(ModelGradientTest, BottomBlocksMatchFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("flatten, bottom 8(dense 6, tanh, dense 4), dot 31 4, dense 3"), 1500u);
+  EXPECT_GT(check_finite_differences("flatten, dense 12, tanh, bottom 5(dense 6, bn, sigmoid, dropout 0.3, dense 4), "
+                                     "tanh, dense 3"),
+            1500u);
+}
+
 TEST(LayerOpsTest, LayerNormIsItsDefinition) {
   auto backend = make_cpu_backend(2);
   const int rows = 5, cols = 37;

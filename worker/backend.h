@@ -180,6 +180,12 @@ class Backend {
   virtual void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields,
                                         int dim, float* dx) = 0;
 
+  // Copies n columns between row-major matrices of `rows` rows: dst[r, dst_from + c] = src[r,
+  // src_from + c] for c < n (a bottom block's split of its input and joining of its output). Exact
+  // (copies only); src and dst must not overlap.
+  virtual void copy_columns(const float* src, int rows, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                            int dst_from) = 0;
+
   // Softmax cross-entropy of logits[rows, cols] against host labels, smoothed: the target is
   // q = (1 - smoothing) onehot(label) + smoothing / cols (0: the label alone), and the loss
   // -sum_c q_c log softmax_c. If dlogits is not null it receives the gradient of the summed loss

@@ -36,15 +36,17 @@ struct LayerSpec {
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed
   size_t position = 0;       // of text in the whole spec, for errors
-  // residual(...): the block's layers, and the whole list as given (for errors that point at it).
+  // residual(...) and bottom K(...) (args {K}): the block's layers, and the whole list as given
+  // (for errors that point at it).
   std::vector<LayerSpec> layers;
   std::string list;
 };
 
 // Parses a layer list ("conv 32 3 pad=1, relu, maxpool 2, flatten, dense 10"; a trailing
 // "softmax" names the loss and is dropped). An item "residual(<layer list>)" is one layer of kind
-// residual whose `layers` are the list inside (blocks do not nest). Throws pstrain::UsageError naming the offending
-// token and showing where it is. Shapes are checked later, by Network.
+// residual whose `layers` are the list inside, "bottom K(<layer list>)" one of kind bottom (blocks
+// do not nest). Throws pstrain::UsageError naming the offending token and showing where it is.
+// Shapes are checked later, by Network.
 std::vector<LayerSpec> parse_model(const std::string& spec);
 // The layer list of --hidden's MLP: dense h, relu for each hidden width, then dense classes.
 std::string mlp_model(const std::vector<int>& hidden, int classes);

@@ -24,7 +24,8 @@ std::string join_shape(const std::vector<size_t>& shape, const char* separator) 
   return s;
 }
 
-// A layer as written; a residual block's with its inner layers (without variables of their own).
+// A layer as written; a block's (residual, bottom) with its inner layers (without variables of
+// their own).
 Json layer_json(const LayerSpec& l) {
   Json j;
   j["text"] = l.text;
@@ -41,7 +42,7 @@ Json layer_json(const LayerSpec& l) {
   Json options = Json::object();
   for (const auto& [key, value] : l.options) options[key] = value;
   j["options"] = options;
-  if (l.kind == "residual") {
+  if (l.kind == "residual" || l.kind == "bottom") {
     Json inner = Json::array();
     for (const LayerSpec& i : l.layers) inner.push_back(layer_json(i));
     j["layers"] = inner;
@@ -305,7 +306,7 @@ namespace {
 
 // The layer list without dropout (which changes no variable and nothing an evaluation computes)
 // and without a trailing softmax, each layer as parsed.
-// (A residual block: "residual(" its inner layers so written ")".)
+// (A block: "residual(" or "bottom K(" its inner layers so written ")".)
 std::vector<std::string> comparable_layers(const std::vector<LayerSpec>& specs) {
   std::vector<std::string> layers;
   for (const LayerSpec& l : specs) {
@@ -317,7 +318,7 @@ std::vector<std::string> comparable_layers(const std::vector<LayerSpec>& specs) 
       text += " " + number.str();
     }
     for (const auto& [key, value] : l.options) text += " " + key + "=" + std::to_string(value);
-    if (l.kind == "residual") {
+    if (l.kind == "residual" || l.kind == "bottom") {
       const std::vector<std::string> inner = comparable_layers(l.layers);
       for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "(") + inner[i];
       text += ")";

@@ -704,6 +704,18 @@ class CpuBackend final : public Backend {
     }, kMinRows);
   }
 
+  void copy_columns(const float* src, int rows, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                    int dst_from) override {
+    PSTRAIN_CHECK(rows >= 0 && n >= 0 && src_from >= 0 && dst_from >= 0 && src_from + n <= src_cols &&
+                  dst_from + n <= dst_cols);
+    if (rows == 0 || n == 0) return;  // no memcpy from a pointer that may be null
+    pool_.run(static_cast<size_t>(rows), [&](size_t lo, size_t hi) {
+      for (size_t r = lo; r < hi; ++r) {
+        std::memcpy(dst + r * dst_cols + dst_from, src + r * src_cols + src_from, static_cast<size_t>(n) * sizeof(float));
+      }
+    }, kMinRows * 64);
+  }
+
   BatchStats softmax_xent(const float* logits, const int32_t* labels, int rows, int cols, float* dlogits,
                           float smoothing) override {
     BatchStats stats;

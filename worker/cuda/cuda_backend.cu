@@ -324,6 +324,14 @@ class CudaBackend final : public Backend {
     kernels::dot_interaction_backward(x, dy, rows, cols, fields, dim, dx, stream_.get());
   }
 
+  void copy_columns(const float* src, int rows, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                    int dst_from) override {
+    PSTRAIN_CHECK(rows >= 0 && n >= 0 && src_from >= 0 && dst_from >= 0 && src_from + n <= src_cols &&
+                  dst_from + n <= dst_cols);
+    ScopedDevice guard(device_);
+    kernels::copy_columns(src, rows, src_cols, src_from, n, dst, dst_cols, dst_from, stream_.get());
+  }
+
   void im2col(const float* x, int batch, const ConvGeometry& g, float* col) override {
     PSTRAIN_CHECK(batch >= 0);
     ScopedDevice guard(device_);

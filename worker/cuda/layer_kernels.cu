@@ -361,6 +361,15 @@ __global__ void dot_interaction_backward_kernel(const float* x, const float* dy,
   }
 }
 
+// One thread per copied element.
+__global__ void copy_columns_kernel(const float* src, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                                    int dst_from, size_t count) {
+  PSTRAIN_FOR_EACH(i, count) {
+    const size_t r = i / static_cast<size_t>(n), c = i % static_cast<size_t>(n);
+    dst[r * dst_cols + dst_from + c] = src[r * src_cols + src_from + c];
+  }
+}
+
 }  // namespace
 
 void add_bias(float* y, const float* bias, int outer, int channels, int inner, cudaStream_t stream) {
@@ -491,6 +500,15 @@ void dot_interaction_backward(const float* x, const float* dy, int rows, int col
   if (rows <= 0) return;
   dot_interaction_backward_kernel<<<static_cast<unsigned>(rows), kDotThreads, 0, stream>>>(x, dy, cols,
                                                                                            fields, dim, dx);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void copy_columns(const float* src, int rows, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                  int dst_from, cudaStream_t stream) {
+  const size_t count = static_cast<size_t>(rows) * static_cast<size_t>(n);
+  if (count == 0) return;
+  copy_columns_kernel<<<blocks_for(count), kThreads, 0, stream>>>(src, src_cols, src_from, n, dst, dst_cols,
+                                                                  dst_from, count);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

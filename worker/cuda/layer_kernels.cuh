@@ -47,6 +47,9 @@ void dropout(const float* x, float* y, int rows, int cols, float rate, const uin
 void dot_interaction(const float* x, int rows, int cols, int fields, int dim, float* y, cudaStream_t stream);
 void dot_interaction_backward(const float* x, const float* dy, int rows, int cols, int fields, int dim,
                               float* dx, cudaStream_t stream);
+// dst[r, dst_from + c] = src[r, src_from + c] for r < rows, c < n.
+void copy_columns(const float* src, int rows, int src_cols, int src_from, int n, float* dst, int dst_cols,
+                  int dst_from, cudaStream_t stream);
 
 }  // namespace kernels
 }  // namespace pstrain
