@@ -331,7 +331,7 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
   if (!sparse_->check_rows(p.request, error)) return false;  // now, so that a bad pull is refused at once
   *error = check_parking(p);
   if (!error->empty()) return false;
-  sparse_parked_.push_back(std::move(p));
+  park(std::move(p));
   return true;
 }
 
@@ -339,16 +339,14 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
 // parts, which share its request id): more would let one peer grow the shard's memory with
 // parked requests.
 std::string ParameterServer::check_parking(const SparseParked& p) const {
-  std::vector<uint64_t> pulls;
-  size_t bytes = p.bytes;
-  for (const SparseParked& q : sparse_parked_) {
-    if (q.route != p.route) continue;
-    if (std::find(pulls.begin(), pulls.end(), q.request_id) == pulls.end()) pulls.push_back(q.request_id);
-    if (q.request_id == p.request_id && q.part == p.part) {
-      return "SPARSE_PULL " + std::to_string(p.request_id) + ": part " + std::to_string(p.part) + " came already";
-    }
-    bytes += q.bytes;
+  const auto use = parked_use_.find(p.route);
+  static const ParkedUse kNone;
+  const ParkedUse& u = use == parked_use_.end() ? kNone : use->second;
+  const std::vector<uint64_t>& pulls = u.request_ids;
+  if (u.parts.count({p.request_id, p.part}) != 0) {
+    return "SPARSE_PULL " + std::to_string(p.request_id) + ": part " + std::to_string(p.part) + " came already";
   }
+  const size_t bytes = u.bytes + p.bytes;
   const bool another = std::find(pulls.begin(), pulls.end(), p.request_id) == pulls.end();
   if (another && static_cast<long>(pulls.size()) >= kMaxParkedSparsePulls) {
     return "SPARSE_PULL: " + std::to_string(pulls.size()) + " of this worker's are waiting already";
@@ -358,6 +356,29 @@ std::string ParameterServer::check_parking(const SparseParked& p) const {
            " bytes";
   }
   return "";
+}
+
+void ParameterServer::park(SparseParked p) {
+  ParkedUse& u = parked_use_[p.route];
+  if (std::find(u.request_ids.begin(), u.request_ids.end(), p.request_id) == u.request_ids.end()) {
+    u.request_ids.push_back(p.request_id);
+  }
+  u.parts.emplace(p.request_id, p.part);
+  u.bytes += p.bytes;
+  sparse_parked_.push_back(std::move(p));
+}
+
+// p left sparse_parked_ (answered): its worker's use without it.
+void ParameterServer::unpark(const SparseParked& p) {
+  const auto it = parked_use_.find(p.route);
+  if (it == parked_use_.end()) return;
+  ParkedUse& u = it->second;
+  u.parts.erase({p.request_id, p.part});
+  u.bytes -= std::min(u.bytes, p.bytes);
+  const auto next = u.parts.lower_bound({p.request_id, 0});  // another part of that pull still parked?
+  const bool more = next != u.parts.end() && next->first == p.request_id;
+  if (!more) u.request_ids.erase(std::remove(u.request_ids.begin(), u.request_ids.end(), p.request_id), u.request_ids.end());
+  if (u.parts.empty()) parked_use_.erase(it);
 }
 
 bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::string* error) {
@@ -373,7 +394,7 @@ bool ParameterServer::on_sparse_push(const Message& msg, const Header& h, std::s
   if (!sparse_->push(worker, members_.rejoined(worker), h, std::move(sections), &applied, error)) return false;
   if (h.sender == 0) checkpoints_.mark(h);  // hybrid mode: the chief's marks come with its rows
   if (applied) sparse_advanced();
-  settle_step();
+  if (!sparse_->in_parts(worker)) settle_step();  // a push counts once its last part is here
   return true;
 }
 
@@ -429,6 +450,7 @@ void ParameterServer::sparse_advanced() {
   for (auto it = sparse_parked_.begin(); it != sparse_parked_.end(); ++it) {
     if (sparse_->ready(it->want)) {
       send_checked_rows(*it);  // checked when it arrived (on_sparse_pull)
+      unpark(*it);
     } else {
       *waiting++ = std::move(*it);
     }

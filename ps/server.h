@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <set>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -37,6 +40,13 @@ class ParameterServer {
  private:
   struct Parked;
   struct SparseParked;
+  // What one worker's parked SPARSE_PULLs hold (check_parking's bounds), kept beside
+  // sparse_parked_ so that a pull's check costs no scan of every parked part.
+  struct ParkedUse {
+    std::vector<uint64_t> request_ids;               // at most kMaxParkedSparsePulls
+    std::set<std::pair<uint64_t, uint64_t>> parts;   // (request id, part)
+    size_t bytes = 0;
+  };
 
   void handle(Message& msg);
   void on_hello(const Message& msg, const Header& h);
@@ -54,6 +64,8 @@ class ParameterServer {
   bool send_rows(const SparseParked& p, std::string* error);
   // Why `p` may not wait among the parked SPARSE_PULLs (its worker's are too many), or "".
   std::string check_parking(const SparseParked& p) const;
+  void park(SparseParked p);
+  void unpark(const SparseParked& p);
   void send_checked_rows(const SparseParked& p);  // one that passed SparseStore::check_rows
   void sparse_advanced();
   void settle_step();  // --backup-workers with tables: applies a step once its workers are known
@@ -85,6 +97,7 @@ class ParameterServer {
   std::vector<Parked> parked_;
   std::unique_ptr<SparseStore> sparse_;  // made with the store, when the job has embedding tables
   std::vector<SparseParked> sparse_parked_;
+  std::map<std::string, ParkedUse> parked_use_;  // by route: what sparse_parked_ holds of each worker
   uint64_t parted_pulls_ = 0, pull_parts_ = 0;  // SPARSE_PULLs that came in several parts, and their parts
   uint64_t rejected_ = 0;
   // Message frame bytes received and handed to the endpoint (headers and payload frames; values

@@ -179,6 +179,14 @@ TEST(ModelEmbeddingTest, TheCommandLineWinsOverTheConfigFile) {
   ASSERT_TRUE(entry_wins);
   EXPECT_EQ(entry_wins->embedding_dim, 4);
   EXPECT_EQ(entry_wins->embedding_tables, "shared");
+  try {
+    parse(Role::kPs, {"--model", "embedding 8 pool=mean, dense 1", "--embedding-pool", "sum", "--loss", "bce"});
+    ADD_FAILURE() << "no error";
+  } catch (const UsageError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--model's 'embedding 8 pool=mean' and --embedding-pool sum contradict each other (both on the command "
+              "line): give the tables' setup once");
+  }
   std::ofstream(dir + "/both.cfg") << "model = embedding 8, dense 1\nembedding-dim = 4\nloss = bce\n";
   const std::string both = dir + "/both.cfg";
   try {

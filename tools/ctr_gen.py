@@ -104,7 +104,8 @@ class HiddenModel:
         return v
 
     def draw_id(self, k, rand):
-        """One Zipf-drawn ID of field k (as record() draws a single-valued field's)."""
+        """One Zipf-drawn ID of field k: the inverse CDF of the bounded power law (zipf_a, zipf_b:
+        see __init__), rounded down, then mapped to a 32-bit ID."""
         zipf_b = self.zipf_b
         x = (self.zipf_a[k] * rand() + 1.0) ** zipf_b if zipf_b else (self.distinct[k] + 1.0) ** rand()
         r = min(int(x), self.distinct[k]) - 1
@@ -135,8 +136,7 @@ class HiddenModel:
             if self.dense_coef[j]:
                 logit += self.dense_coef[j] * (math.log1p(max(x, 0)) - self.dense_mu[j])
         ids = [None] * FIELDS_CAT
-        rand, missing, zipf_a, zipf_b, mul, add = (rng.random, self.missing, self.zipf_a, self.zipf_b,
-                                                    self.id_mul, self.id_add)
+        rand, missing = rng.random, self.missing
         for k in range(FIELDS_CAT):
             if rand() < missing:
                 fields.append("")
@@ -144,10 +144,7 @@ class HiddenModel:
             if k >= self.first_multi:
                 logit += self.multi_valued(k, rng, fields, ids)
                 continue
-            # Inverse CDF of the bounded power law (zipf_a, zipf_b: see __init__), rounded down.
-            x = (zipf_a[k] * rand() + 1.0) ** zipf_b if zipf_b else (self.distinct[k] + 1.0) ** rand()
-            r = min(int(x), self.distinct[k]) - 1
-            ident = (r * mul[k] + add[k]) & 0xFFFFFFFF
+            ident = self.draw_id(k, rand)
             ids[k] = ident
             fields.append("%08x" % ident)
             v = self.effect_cache[k].get(ident)

@@ -198,9 +198,13 @@ class Trainer {
       throw UsageError(where + "are " + (saved.per_field_tables ? "per-field" : "shared") + ", this job's " +
                        (job.per_field_tables ? "per-field" : "shared") + " (--embedding-tables)");
     }
-    if (saved.optimizer != job.optimizer) {
+    if (!saved.optimizer.empty() && saved.optimizer != job.optimizer) {  // (the PS checks each file's too)
       throw UsageError(where + "were trained with --embedding-optimizer " + saved.optimizer + ", this job's is " +
                        job.optimizer + " (the rows' optimizer slots are kept: give the same)");
+    }
+    if (saved.pool != job.pool) {
+      throw UsageError(where + "pool a field's IDs by their " + embedding_pool_name(saved.pool) + ", this job's by their " +
+                       embedding_pool_name(job.pool) + " (--embedding-pool)");
     }
     PSLOG(INFO) << tag_ << "the tables start as " << o_.init_params << "/embeddings/'s rows (the PS shards load them)";
   }

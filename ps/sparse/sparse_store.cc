@@ -21,6 +21,18 @@ SparseShardOptions shard_options(const ServerOptions& o, size_t dense_bytes) {
   return s;
 }
 
+// What a push's parts held until its last one hold of these sections: the IDs and gradients, and
+// the duplicate check's index (IdIndex: 16-byte slots at most half full, doubling: up to 64 bytes
+// an ID).
+size_t held_bytes(const std::vector<SparseSection>& sections) {
+  constexpr size_t kIndexBytesPerId = 64;
+  size_t bytes = 0;
+  for (const SparseSection& s : sections) {
+    bytes += s.ids.size() * (sizeof(uint64_t) + kIndexBytesPerId) + s.values.size() * sizeof(float);
+  }
+  return bytes;
+}
+
 std::vector<TablePush> pushes_of(const std::vector<SparseSection>& sections) {
   std::vector<TablePush> out;
   out.reserve(sections.size());
@@ -54,6 +66,12 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
                        bool* applied, std::string* error) {
   *applied = false;
   if (h.samples == 0) return (*error = "SPARSE_PUSH with zero samples", false);
+  const uint64_t parts = std::max<uint64_t>(h.parts, 1);  // checked for every push, a late one's too
+  if (parts > kMaxSparseParts) {
+    return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ": more than " +
+                     std::to_string(kMaxSparseParts) + " parts", false);
+  }
+  if (h.part >= parts) return (*error = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ": no such part", false);
   for (const SparseSection& s : sections) {
     if (s.ids.size() * s.dim != s.values.size()) return (*error = "SPARSE_PUSH: gradients do not match the IDs", false);
   }
@@ -106,10 +124,6 @@ bool SparseStore::check_part(const Partial& p, const Header& h, const std::vecto
                              std::string* error) const {
   const uint64_t parts = std::max<uint64_t>(h.parts, 1);
   const std::string what = "SPARSE_PUSH of step " + std::to_string(h.step) + part_text(h) + ": ";
-  if (parts > kMaxSparseParts) {
-    return (*error = what + "more than " + std::to_string(kMaxSparseParts) + " parts", false);
-  }
-  if (h.part >= parts) return (*error = what + "no such part", false);
   if (!p.open && h.part != 0) return (*error = what + "its part 0 has not come", false);
   if (p.open) {
     const std::string have = std::to_string(p.next) + " of " + std::to_string(p.parts) + " parts";
@@ -123,9 +137,7 @@ bool SparseStore::check_part(const Partial& p, const Header& h, const std::vecto
       return (*error = what + "its earlier parts said " + std::to_string(p.samples) + " samples", false);
     }
   }
-  size_t bytes = 0;
-  for (const SparseSection& s : sections) bytes += s.ids.size() * sizeof(uint64_t) + s.values.size() * sizeof(float);
-  if (p.bytes + bytes > kMaxSparseBodyBytes) {
+  if (p.bytes + held_bytes(sections) > kMaxSparseBodyBytes) {
     return (*error = what + "its parts' IDs and gradients pass " + std::to_string(kMaxSparseBodyBytes) +
                      " bytes, a whole push's bound", false);
   }
@@ -154,8 +166,8 @@ bool SparseStore::take_part(int worker, bool restart, const Header& h, std::vect
   if (!check_part(restart && h.part == 0 ? Partial{} : p, h, sections, error)) return false;
   if (restart && h.part == 0) p = Partial{};
   if (!p.open) p = Partial{true, h.step, parts, 0, h.samples, 0, {}, {}};
+  p.bytes += held_bytes(sections);
   for (const SparseSection& s : sections) {
-    p.bytes += s.ids.size() * sizeof(uint64_t) + s.values.size() * sizeof(float);
     IdIndex& seen = p.ids[s.table];
     seen.reserve(seen.size() + s.ids.size());
     for (uint64_t id : s.ids) seen.find_or_insert(id, 0);

@@ -47,6 +47,8 @@ class SparseStore {
   // later push of an applied step. Throws pstrain::Error when the step cannot be applied (the
   // memory bound).
   bool pushed(int worker) const { return pushed_[static_cast<size_t>(worker)]; }
+  // Whether `worker`'s push in parts has begun and its last part not come.
+  bool in_parts(int worker) const { return partial_[static_cast<size_t>(worker)].open; }
   void apply_step(const std::vector<bool>& workers, uint64_t samples);
   // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
   std::string check_pull(uint64_t want) const;

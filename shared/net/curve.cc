@@ -9,6 +9,7 @@
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
+#include "shared/util/text.h"
 
 namespace pstrain {
 namespace {
@@ -18,12 +19,6 @@ constexpr size_t kZ85KeyChars = 40;
 bool valid_z85_key(const std::string& key) {
   uint8_t raw[32];
   return key.size() == kZ85KeyChars && zmq_z85_decode(raw, key.c_str()) != nullptr;
-}
-
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r");
-  const size_t b = s.find_last_not_of(" \t\r");
-  return a == std::string::npos ? "" : s.substr(a, b - a + 1);
 }
 
 std::string frame_text(const zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }

@@ -20,6 +20,7 @@ class ClickTargets final : public Dataset {
     data_->read(records, count, features, labels);
   }
   size_t target_width() const override { return 1; }
+  bool targets_are_labels() const override { return true; }
   std::string target_source() const override { return source_ + " (its click labels, 0 or 1)"; }
   void read_targets(const size_t* records, size_t count, float* targets) const override {
     std::vector<float> features(count * data_->feature_dim());

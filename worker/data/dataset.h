@@ -56,6 +56,10 @@ class Dataset {
   // pstrain::Error for a record index >= size(), a read failure, or data without targets. Thread
   // rules as read().
   virtual void read_targets(const size_t* records, size_t count, float* targets) const;
+  // True where the targets are the labels read() gives, as 0.0f / 1.0f (one per record: a CTR
+  // model's clicks, worker/data/click_targets.h): a caller that read the labels takes them
+  // instead of reading the records again.
+  virtual bool targets_are_labels() const { return false; }
   // Categorical fields per record, for embedding layers: 26 for Criteo data, 0 for the formats
   // without them.
   virtual size_t id_fields() const { return 0; }

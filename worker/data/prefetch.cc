@@ -126,7 +126,11 @@ class Prefetcher::Impl {
     augment_batch(augment_, shape_, epoch, batch.records.data(), size, batch.x.data(), &augment_scratch_);
     if (data_.target_width() > 0) {
       batch.t.resize(size * data_.target_width());
-      data_.read_targets(records_.data(), size, batch.t.data());
+      if (data_.targets_are_labels()) {  // the labels just read, as floats
+        for (size_t i = 0; i < size; ++i) batch.t[i] = batch.y[i] == 1 ? 1.0f : 0.0f;
+      } else {
+        data_.read_targets(records_.data(), size, batch.t.data());
+      }
     }
     if (data_.id_fields() > 0) data_.read_ids(records_.data(), size, &batch.ids);
   }

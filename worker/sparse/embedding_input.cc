@@ -109,7 +109,11 @@ void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, si
     }
   }
   PSTRAIN_CHECK(n == 0 || raw_ids != nullptr);
-  PSTRAIN_CHECK_LE(n, size_t{1} << 31);
+  if (n > kMaxBatchIds) {  // the slot indices are 32-bit; fields listing many IDs reach it first
+    throw Error("a step's batch of " + std::to_string(batch) + " records lists " + std::to_string(n) +
+                " categorical IDs, more than " + std::to_string(kMaxBatchIds) +
+                " (make --batch-size, or --accum-steps' micro-batches together, smaller)");
+  }
   batch_ = batch;
   lists_ = n != cells;  // every count is >= 1: n == cells when each is 1
   reset_hash(n);  // sized by the last batch's slots_

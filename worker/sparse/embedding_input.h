@@ -37,6 +37,9 @@ struct EmbeddingInputOptions {
 // for "empty".
 uint64_t embedding_key(size_t field, uint64_t raw, bool per_field_tables);
 
+// The most IDs (list elements, over every record and field) one prepare() takes.
+constexpr size_t kMaxBatchIds = size_t{1} << 31;
+
 class EmbeddingInput {
  public:
   // Throws pstrain::UsageError for dim 0 or over kMaxSparseDim, fields 0, num_ps < 1.
@@ -49,7 +52,8 @@ class EmbeddingInput {
   // A new batch: counts (batch x fields, record by record; each >= 1) says how many IDs each
   // field lists, raw_ids holds them in that order (null counts: one each, raw_ids batch x
   // fields). Finds the unique keys per (shard, table) in first-seen order (record by record, field
-  // by field, ID by ID) and forgets the last batch's rows.
+  // by field, ID by ID) and forgets the last batch's rows. Throws pstrain::Error for more than
+  // kMaxBatchIds IDs in all.
   void prepare(const uint64_t* raw_ids, const uint32_t* counts, size_t batch);
   void prepare(const uint64_t* raw_ids, size_t batch) { prepare(raw_ids, nullptr, batch); }
   // What to ask shard `shard` for: one section per table with keys there, tables increasing,
