@@ -678,18 +678,16 @@ TEST_F(CudaMlpTest, TargetLossModelGradientsMatchTheCpu) {
   }
 }
 
-// A CTR-shaped model starting with the dot layer: the same loss, parameter gradients and input
-// gradient (what goes back to the embedding tables) on both backends.
-TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
-  const char* const spec = "dot 26 16, dense 32, relu, dense 2";
-  const size_t cols = 13 + 26 * 16;
+// A CTR-shaped model of `spec` over records of `cols` floats: the same loss, parameter gradients
+// and input gradient (what goes back to the embedding tables) on both backends.
+void expect_ctr_model_matches(Backend& gpu, Backend& cpu, const char* spec, size_t cols, uint64_t seed) {
   const int batch = 40;
-  Model gpu_model(spec, {cols}, 2, batch, false, *gpu_), cpu_model(spec, {cols}, 2, batch, false, *cpu_);
+  Model gpu_model(spec, {cols}, 2, batch, false, gpu), cpu_model(spec, {cols}, 2, batch, false, cpu);
   const size_t n = cpu_model.layout().total();
   std::vector<float> params(n);
   cpu_model.init(9, params.data());
-  const auto x = random_floats(batch * cols, 67, -0.5f, 0.5f);
-  const auto y = random_labels(static_cast<size_t>(batch), 2, 68);
+  const auto x = random_floats(batch * cols, seed, -0.5f, 0.5f);
+  const auto y = random_labels(static_cast<size_t>(batch), 2, seed + 1);
   const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad,
                        std::vector<float>& input_grad) {
     BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n),
@@ -701,14 +699,18 @@ TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
     return stats;
   };
   std::vector<float> gpu_grad, cpu_grad, gpu_input, cpu_input;
-  const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_input),
-                   c = run(*cpu_, cpu_model, cpu_grad, cpu_input);
-  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
-  EXPECT_EQ(g.correct, c.correct);
-  expect_tensors_close(gpu_grad, cpu_grad, cpu_model.layout(), 1e-4, "gradient");
+  const BatchStats g = run(gpu, gpu_model, gpu_grad, gpu_input), c = run(cpu, cpu_model, cpu_grad, cpu_input);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum) << spec;
+  EXPECT_EQ(g.correct, c.correct) << spec;
+  expect_tensors_close(gpu_grad, cpu_grad, cpu_model.layout(), 1e-4, std::string(spec) + " gradient");
   double scale = 0;
   for (const float v : cpu_input) scale = std::max(scale, std::fabs(double{v}));
-  expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
+  expect_within(gpu_input, cpu_input, 1e-4 * scale, std::string(spec) + " input gradient");
+}
+
+// A CTR-shaped model starting with the dot layer.
+TEST_F(CudaMlpTest, DotInteractionModelGradientsMatchTheCpu) {
+  expect_ctr_model_matches(*gpu_, *cpu_, "dot 26 16, dense 32, relu, dense 2", 13 + 26 * 16, 67);
 }
 
 // copy_columns (a bottom block's split and join): exact copies on both backends, into the middle
@@ -733,34 +735,8 @@ TEST_F(CudaBackendTest, CopyColumnsMatchesCpuExactly) {
 // A DLRM-shaped model (a bottom MLP over the 13 dense features, the dot interaction over its
 // output and the 26 rows): gradients and the input's gradient on the GPU against the CPU's.
 TEST_F(CudaMlpTest, BottomBlockModelGradientsMatchTheCpu) {
-  const char* const spec = "bottom 13(dense 16, relu, dense 8), dot 27 8, dense 32, relu, dense 2";
-  const size_t cols = 13 + 26 * 8;
-  const int batch = 40;
-  Model gpu_model(spec, {cols}, 2, batch, false, *gpu_), cpu_model(spec, {cols}, 2, batch, false, *cpu_);
-  const size_t n = cpu_model.layout().total();
-  std::vector<float> params(n);
-  cpu_model.init(9, params.data());
-  const auto x = random_floats(batch * cols, 73, -0.5f, 0.5f);
-  const auto y = random_labels(static_cast<size_t>(batch), 2, 74);
-  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad,
-                       std::vector<float>& input_grad) {
-    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n),
-              di = backend.allocate(x.size());
-    const BatchStats stats =
-        model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false, {}, di.get());
-    grad = get(backend, dg.get(), n);
-    input_grad = get(backend, di.get(), x.size());
-    return stats;
-  };
-  std::vector<float> gpu_grad, cpu_grad, gpu_input, cpu_input;
-  const BatchStats g = run(*gpu_, gpu_model, gpu_grad, gpu_input),
-                   c = run(*cpu_, cpu_model, cpu_grad, cpu_input);
-  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
-  EXPECT_EQ(g.correct, c.correct);
-  expect_tensors_close(gpu_grad, cpu_grad, cpu_model.layout(), 1e-4, "gradient");
-  double scale = 0;
-  for (const float v : cpu_input) scale = std::max(scale, std::fabs(double{v}));
-  expect_within(gpu_input, cpu_input, 1e-4 * scale, "input gradient");
+  expect_ctr_model_matches(*gpu_, *cpu_, "bottom 13(dense 16, relu, dense 8), dot 27 8, dense 32, relu, dense 2",
+                           13 + 26 * 8, 73);
 }
 
 // Batch normalisation's four ops on both backends, after a conv (inner H x W) and after a dense
