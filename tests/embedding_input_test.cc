@@ -83,6 +83,19 @@ std::map<TableKey, std::vector<float>> all_gradients(const EmbeddingInput& in, c
   return by_key;
 }
 
+// The per-key gradients of two halves of a batch added: first's over dx, second's over the
+// records after them (dx + second_offset), each key's rows of `dim` floats summed.
+std::map<TableKey, std::vector<float>> summed_halves(const EmbeddingInput& first, const EmbeddingInput& second,
+                                                     const float* dx, size_t second_offset, size_t dim) {
+  auto sum = all_gradients(first, dx);
+  for (const auto& [tk, g] : all_gradients(second, dx + second_offset)) {
+    std::vector<float>& s = sum[tk];
+    s.resize(dim, 0.0f);
+    for (size_t j = 0; j < dim; ++j) s[j] += g[j];
+  }
+  return sum;
+}
+
 TEST(EmbeddingInputTest, KeysArePinned) {
   EXPECT_EQ(embedding_key(0, 0, false), 0x5e41ab087439611eULL);
   EXPECT_EQ(embedding_key(25, 0x68fd1e64, false), 0x3bf66fdac93335a7ULL);
@@ -338,12 +351,7 @@ TEST(EmbeddingInputTest, MirroredHalvesSumToTheWholeBatch) {
       first.prepare(raw.data(), half);
       second.prepare(raw.data() + half * o.fields, half);
       const auto want = all_gradients(whole, dx.data());
-      auto sum = all_gradients(first, dx.data());
-      for (const auto& [tk, g] : all_gradients(second, dx.data() + half * width)) {
-        std::vector<float>& s = sum[tk];
-        s.resize(o.dim, 0.0f);
-        for (size_t j = 0; j < o.dim; ++j) s[j] += g[j];
-      }
+      const auto sum = summed_halves(first, second, dx.data(), half * width, o.dim);
       ASSERT_EQ(sum.size(), want.size());
       double worst = 0;
       for (const auto& [tk, g] : want) {
@@ -562,12 +570,7 @@ TEST(EmbeddingInputTest, MirroredHalvesWithListsSumToTheWholeBatch) {
     first.prepare(l.ids.data(), l.counts.data(), half);
     second.prepare(l.ids.data() + first_ids, l.counts.data() + half * o.fields, half);
     const auto want = all_gradients(whole, dx.data());
-    auto sum = all_gradients(first, dx.data());
-    for (const auto& [tk, g] : all_gradients(second, dx.data() + half * width)) {
-      std::vector<float>& s = sum[tk];
-      s.resize(o.dim, 0.0f);
-      for (size_t j = 0; j < o.dim; ++j) s[j] += g[j];
-    }
+    const auto sum = summed_halves(first, second, dx.data(), half * width, o.dim);
     ASSERT_EQ(sum.size(), want.size());
     for (const auto& [tk, g] : want) {
       for (size_t j = 0; j < o.dim; ++j) EXPECT_NEAR(g[j], sum.at(tk)[j], 1e-6) << embedding_pool_name(pool);
