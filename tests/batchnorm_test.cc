@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/network.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
@@ -216,12 +217,7 @@ TEST(BatchNormTest, SameBitsOnAnyThreadCountAndWithRecompute) {
 }
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {1, 8, 8}) {
-  try {
-    Network net(spec, shape, 10);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::network_error(spec, shape, 10);
 }
 
 TEST(BatchNormTest, SpecsAndTheirErrors) {

@@ -17,6 +17,7 @@
 #include "shared/train/layout.h"
 #include "shared/util/error.h"
 #include "test_util/idx_writer.h"
+#include "test_util/network.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
@@ -30,12 +31,7 @@ namespace {
 using test::random_floats;
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {17}) {
-  try {
-    Network net(spec, shape, 2);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::network_error(spec, shape, 2);
 }
 
 // The message of a parse or block error and its caret line under the spec.
@@ -285,13 +281,7 @@ TEST(BottomLayerTest, InputGradientMatchesFiniteDifferences) {
   const float h = 1e-3f;
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const float saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2.0 * double{h});
+    const double numeric = test::central_difference(x, i, h, loss);
     worst = std::max(worst, std::fabs(numeric - input_grad[i]) / std::max(1.0, std::fabs(numeric)));
   }
   EXPECT_LT(worst, 2e-3);

@@ -887,22 +887,21 @@ TEST_F(CudaBackendTest, GemmSumMatchesCpu) {
   }
 }
 
-// A model of every layer kind: the same gradients on both backends (dropout's masks included).
-TEST_F(CudaMlpTest, ConvolutionalModelGradientsMatchTheCpu) {
-  const char* const spec =
-      "conv 6 3 pad=1, relu, maxpool 2, conv 8 3 stride=2, tanh, avgpool 2 stride=1, flatten, dense 16, relu, "
-      "dropout 0.3, dense 5";
+// A model of `spec` over 3x16x16 images: the same loss, accuracy and gradients (dropout's masks
+// included) on the GPU without --recompute and on the CPU with it.
+void expect_image_model_matches(Backend& gpu, Backend& cpu, const char* spec, uint32_t seed, uint64_t first_record,
+                                const std::string& what) {
   const std::vector<size_t> shape = {3, 16, 16};
   const int batch = 12, classes = 5;
-  Model gpu_model(spec, shape, classes, batch, false, *gpu_), cpu_model(spec, shape, classes, batch, true, *cpu_);
+  Model gpu_model(spec, shape, classes, batch, false, gpu), cpu_model(spec, shape, classes, batch, true, cpu);
   const Layout& layout = cpu_model.layout();
   const size_t n = layout.total();
   std::vector<float> params(n);
   cpu_model.init(8, params.data());
-  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 16 * 16, 30);
-  const auto y = random_labels(static_cast<size_t>(batch), classes, 31);
+  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 16 * 16, seed);
+  const auto y = random_labels(static_cast<size_t>(batch), classes, seed + 1);
   std::vector<uint64_t> records(batch);
-  for (int i = 0; i < batch; ++i) records[i] = 1000 + static_cast<uint64_t>(i);
+  for (int i = 0; i < batch; ++i) records[i] = first_record + static_cast<uint64_t>(i);
   const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
     BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
     const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false,
@@ -911,10 +910,18 @@ TEST_F(CudaMlpTest, ConvolutionalModelGradientsMatchTheCpu) {
     return stats;
   };
   std::vector<float> gpu_grad, cpu_grad;
-  const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
-  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
-  EXPECT_EQ(g.correct, c.correct);
-  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "gradient (the CPU with --recompute)");
+  const BatchStats g = run(gpu, gpu_model, gpu_grad), c = run(cpu, cpu_model, cpu_grad);
+  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum) << what;
+  EXPECT_EQ(g.correct, c.correct) << what;
+  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, what + " (the CPU with --recompute)");
+}
+
+// A model of every layer kind: the same gradients on both backends (dropout's masks included).
+TEST_F(CudaMlpTest, ConvolutionalModelGradientsMatchTheCpu) {
+  expect_image_model_matches(*gpu_, *cpu_,
+                             "conv 6 3 pad=1, relu, maxpool 2, conv 8 3 stride=2, tanh, avgpool 2 stride=1, "
+                             "flatten, dense 16, relu, dropout 0.3, dense 5",
+                             30, 1000, "gradient");
 }
 
 // Backend::add (a residual block's sum) is one rounding on either side: equal bit for bit, also
@@ -938,35 +945,13 @@ TEST_F(CudaBackendTest, AddMatchesCpuExactly) {
 
 // A ResNet's gradients on the GPU against the CPU's: an identity block, a projected one (1x1
 // convolution of stride 2, more channels) with dropout inside, and a flat block with a dense
-// projection; the CPU with --recompute, the GPU without.
+// projection.
 TEST_F(CudaMlpTest, ResidualModelGradientsMatchTheCpu) {
-  const char* const spec =
-      "conv 6 3 pad=1, relu, residual(conv 6 3 pad=1, relu, conv 6 3 pad=1), relu, "
-      "residual(conv 8 3 stride=2 pad=1, relu, dropout 0.3, conv 8 3 pad=1), relu, globalavgpool, "
-      "residual(dense 12, tanh), dense 5";
-  const std::vector<size_t> shape = {3, 16, 16};
-  const int batch = 12, classes = 5;
-  Model gpu_model(spec, shape, classes, batch, false, *gpu_), cpu_model(spec, shape, classes, batch, true, *cpu_);
-  const Layout& layout = cpu_model.layout();
-  const size_t n = layout.total();
-  std::vector<float> params(n);
-  cpu_model.init(8, params.data());
-  const auto x = random_floats(static_cast<size_t>(batch) * 3 * 16 * 16, 40);
-  const auto y = random_labels(static_cast<size_t>(batch), classes, 41);
-  std::vector<uint64_t> records(batch);
-  for (int i = 0; i < batch; ++i) records[i] = 2000 + static_cast<uint64_t>(i);
-  const auto run = [&](Backend& backend, Model& model, std::vector<float>& grad) {
-    BufferPtr dp = put(backend, params), dx = put(backend, x), dg = backend.allocate(n);
-    const BatchStats stats = model.train_step(dp.get(), dx.get(), y.data(), batch, dg.get(), nullptr, false,
-                                              DropoutKeys{5, 6, records.data()});
-    grad = get(backend, dg.get(), n);
-    return stats;
-  };
-  std::vector<float> gpu_grad, cpu_grad;
-  const BatchStats g = run(*gpu_, gpu_model, gpu_grad), c = run(*cpu_, cpu_model, cpu_grad);
-  EXPECT_NEAR(g.loss_sum, c.loss_sum, 1e-5 * c.loss_sum);
-  EXPECT_EQ(g.correct, c.correct);
-  expect_tensors_close(gpu_grad, cpu_grad, layout, 1e-4, "ResNet gradient (the CPU with --recompute)");
+  expect_image_model_matches(*gpu_, *cpu_,
+                             "conv 6 3 pad=1, relu, residual(conv 6 3 pad=1, relu, conv 6 3 pad=1), relu, "
+                             "residual(conv 8 3 stride=2 pad=1, relu, dropout 0.3, conv 8 3 pad=1), relu, "
+                             "globalavgpool, residual(dense 12, tanh), dense 5",
+                             40, 2000, "ResNet gradient");
 }
 
 // A learnable task: labels are the arg-max of a fixed random linear map of the input.

@@ -25,6 +25,7 @@
 #include <tuple>
 
 #include "shared/util/error.h"
+#include "tests/test_util/errors.h"
 #include "tests/test_util/idx_writer.h"
 #include "tests/test_util/process.h"
 #include "worker/data/dataset.h"
@@ -73,14 +74,7 @@ std::vector<std::string> list_dir(const std::string& dir) {
   return names;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no pstrain::Error thrown)";
-}
+using test::error_of;
 
 void expect_coded_records(const Dataset& data, const std::vector<size_t>& records) {
   std::vector<float> x(records.size() * kDim);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/network.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
@@ -122,13 +123,7 @@ void check_gradient(int fields, int dim) {
   const float h = 1e-2f;  // L is quadratic in x: central differences are exact but for rounding
   for (size_t i = 0; i < x.size(); ++i) {
     ASSERT_NEAR(p.dx[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "definition, at " << i;
-    const float saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2.0 * double{h});
+    const double numeric = test::central_difference(x, i, h, loss);
     ASSERT_NEAR(p.dx[i], numeric, 2e-3 * (1 + std::fabs(numeric))) << "finite differences, at " << i;
   }
 }
@@ -161,12 +156,7 @@ TEST(DotLayerTest, SameBitsEveryRunAndThreadCount) {
 }
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape) {
-  try {
-    Network net(spec, shape, 2);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::network_error(spec, shape, 2);
 }
 
 TEST(DotLayerTest, ParseAndShapeErrorsNameTheLayer) {
@@ -256,13 +246,7 @@ TEST(DotLayerTest, ModelLearnsAnInteractionThroughTrainStep) {
   const float h = 1e-3f;
   int bad = 0;
   for (size_t i = 0; i < x.size(); i += 7) {
-    const float saved = x[i];
-    x[i] = saved + h;
-    const double up = loss();
-    x[i] = saved - h;
-    const double down = loss();
-    x[i] = saved;
-    const double numeric = (up - down) / (2.0 * double{h});
+    const double numeric = test::central_difference(x, i, h, loss);
     bad +=
         std::fabs(numeric - input_grad[i]) > 5e-3 * std::max(1.0, std::fabs(numeric));  // a relu kink crossed
   }

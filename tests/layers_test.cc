@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/network.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
@@ -23,12 +24,7 @@ namespace {
 using test::random_floats;
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {1, 8, 8}, int classes = 10) {
-  try {
-    Network net(spec, shape, classes);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::network_error(spec, shape, classes);
 }
 
 // --- The layer list ------------------------------------------------------------------------

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "shared/util/error.h"
+#include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {
@@ -32,13 +33,8 @@ TEST(NpyTest, RoundTripAndHeaderIsNumpyCompatible) {
 }
 
 std::string read_error(const std::string& path) {
-  try {
-    std::vector<size_t> shape;
-    read_npy(path, &shape);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no pstrain::Error thrown)";
+  std::vector<size_t> shape;
+  return test::error_of([&] { read_npy(path, &shape); });
 }
 
 std::string file_bytes(const std::string& path) {

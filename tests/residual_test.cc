@@ -18,6 +18,7 @@
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
+#include "test_util/network.h"
 #include "test_util/random.h"
 #include "worker/backend.h"
 #include "worker/layers.h"
@@ -37,12 +38,7 @@ const char* const kResNet =
     "residual(conv 6 3 stride=2 pad=1, relu, conv 6 3 pad=1), relu, globalavgpool, dense 10";
 
 std::string usage_error(const std::string& spec, const std::vector<size_t>& shape = {1, 8, 8}) {
-  try {
-    Network net(spec, shape, 10);
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test::network_error(spec, shape, 10);
 }
 
 // The caret line under the spec in an error: `length` carets at `position`.
