@@ -23,11 +23,12 @@
 #include "shared/wire/sparse_wire.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
+#include "test_util/zmq_frames.h"
 
 namespace pstrain::test {
 namespace {
 
-using Frames = std::vector<std::string>;
+using test::Frames;
 
 constexpr int kWorkers = 3;
 constexpr uint64_t kFloats = 600;  // --chunk-kib 1: chunks of 256, 256 and 88 floats
@@ -78,14 +79,9 @@ class RawPeer {
   std::vector<Frames> replies(uint64_t rid, size_t n) {
     auto& held = held_[rid];
     while (held.size() < n) {
-      zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<long>(kReplySeconds * 1000))) == 0) break;
-      Frames frames;
-      do {
-        zmq::message_t part;
-        if (!socket_.recv(part, zmq::recv_flags::none)) break;
-        frames.push_back(part.to_string());
-      } while (socket_.get(zmq::sockopt::rcvmore));
+      Frames frames =
+          test::receive_frames(socket_, std::chrono::milliseconds(static_cast<long>(kReplySeconds * 1000)));
+      if (frames.empty()) break;
       const Header h = header_of(frames);
       if (h.op != Op::kWaiting) held_[h.request_id].push_back(std::move(frames));
     }

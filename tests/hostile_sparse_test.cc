@@ -27,11 +27,12 @@
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
+#include "test_util/zmq_frames.h"
 
 namespace pstrain::test {
 namespace {
 
-using Frames = std::vector<std::string>;
+using test::Frames;
 
 constexpr double kReplySeconds = 10;  // deadline of every reply the test waits for
 constexpr int kShards = 2;
@@ -231,17 +232,12 @@ class RawWorker {
 
   void receive(int shard) {
     zmq::socket_t& socket = sockets_[static_cast<size_t>(shard)];
-    zmq::pollitem_t item{socket.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(static_cast<long>(kReplySeconds * 1000))) == 0) {
+    const Frames frames =
+        test::receive_frames(socket, std::chrono::milliseconds(static_cast<long>(kReplySeconds * 1000)));
+    if (frames.empty()) {
       broken_ = true;
       return;
     }
-    Frames frames;
-    do {
-      zmq::message_t part;
-      if (!socket.recv(part, zmq::recv_flags::none)) break;
-      frames.push_back(part.to_string());
-    } while (socket.get(zmq::sockopt::rcvmore));
     Header h;
     std::string error;
     if (frames.empty() || !decode_header(frames[0].data(), frames[0].size(), &h, &error)) {

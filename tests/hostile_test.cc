@@ -28,11 +28,12 @@
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
+#include "test_util/zmq_frames.h"
 
 namespace pstrain::test {
 namespace {
 
-using Frames = std::vector<std::string>;
+using test::Frames;
 using SteadyClock = std::chrono::steady_clock;
 
 constexpr double kReplySeconds = 10;  // deadline of every reply the test waits for
@@ -77,18 +78,9 @@ class RawPeer {
   // The next message; empty if none arrived within kReplySeconds. After one such timeout (the
   // PS died or went silent) it returns at once, so a broken PS fails the test quickly.
   Frames receive() {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     const auto wait = std::chrono::milliseconds(timed_out_ ? 0 : static_cast<long>(kReplySeconds * 1000));
-    if (zmq::poll(&item, 1, wait) == 0) {
-      timed_out_ = true;
-      return {};
-    }
-    Frames frames;
-    do {
-      zmq::message_t part;
-      if (!socket_.recv(part, zmq::recv_flags::none)) break;
-      frames.push_back(part.to_string());
-    } while (socket_.get(zmq::sockopt::rcvmore));
+    Frames frames = test::receive_frames(socket_, wait);
+    if (frames.empty()) timed_out_ = true;
     return frames;
   }
 
