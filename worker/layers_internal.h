@@ -1,0 +1,24 @@
+// What worker/layers.cc, layer_spec.cc and layer_blocks.cc share; not for other users (they use
+// worker/layers.h).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "worker/layers.h"
+
+namespace pstrain {
+
+// Throws UsageError "--model: <message>", then `spec` and a caret line under its characters
+// [position, position + length).
+[[noreturn]] void fail_at_spec(const std::string& spec, size_t position, size_t length, const std::string& message);
+
+// The layers of a residual block on input `in`, and the shortcut's projection where the block
+// changes the shape; throws UsageError pointing at the block where no projection fits.
+std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int index, const std::string& name);
+
+// bottom K(<layers>) on a flat input of more than K values.
+std::unique_ptr<Layer> make_bottom(const LayerSpec& spec, const Shape& in, int index, const std::string& name);
+
+}  // namespace pstrain
