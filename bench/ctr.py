@@ -44,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ranks import Failed, free_port, run_ranks  # noqa: E402
+from torch_ranks import Failed, config_list, free_port, missing_binary, run_ranks, torch_problem  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "ctr.cfg")
@@ -300,10 +300,9 @@ def run_torch(args, name, _work, data, epochs=None):
 
 
 def has_torch(args):
-    probe = subprocess.run([args.python, "-c", "import torch, numpy"], capture_output=True, text=True)
-    if probe.returncode == 0:
+    reason = torch_problem(args.python)
+    if reason is None:
         return True
-    reason = (probe.stderr.strip().splitlines() or ["cannot run it"])[-1]
     print(f"# ctr: PyTorch rows NOT RUN: {args.python} has no PyTorch/numpy ({reason}); give --python or set "
           "PSTRAIN_TORCH_PYTHON", flush=True)
     return False
@@ -407,10 +406,10 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.repeat < 1 or args.steps < 0 or args.train_lines < 1 or args.test_lines < 1 or args.sweep_lines < 1:
         die("--repeat, --train-lines, --test-lines and --sweep-lines must be positive, --steps not negative")
-    args.configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in args.configs if c not in CONFIGS]
-    if unknown or not args.configs:
-        die(f"unknown configuration(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONFIGS)}")
+    try:
+        args.configs = config_list(args.configs, CONFIGS)
+    except ValueError as e:
+        die(str(e))
     try:
         args.sweep_sizes = [int(float(s)) for s in args.sweep_sizes.split(",")]
     except ValueError:
@@ -423,9 +422,8 @@ def main(argv):
     if args.torch_child:
         torch_child(args)
         return 0
-    for binary in ("pstrain-ps", "pstrain-worker"):
-        if not os.access(os.path.join(args.build_dir, binary), os.X_OK):
-            die(f"no {binary} in {args.build_dir} (build pstrain, or give --build-dir)")
+    if missing_binary(args.build_dir):
+        die(missing_binary(args.build_dir))
     configs = list(args.configs)
     if any(CONFIGS[c][0] == "torch" for c in configs) and not has_torch(args):
         configs = [c for c in configs if CONFIGS[c][0] != "torch"]

@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ranks import Failed, free_port, run_ranks  # noqa: E402
+from torch_ranks import Failed, config_list, free_port, missing_binary, run_ranks, torch_problem  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 128
@@ -186,9 +186,8 @@ def ensure_torch(args):
                           file=sys.stderr)
                     return False
         args.python = python
-    probe = subprocess.run([args.python, "-c", "import torch, numpy"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        reason = (probe.stderr.strip().splitlines() or ["cannot run it"])[-1]
+    reason = torch_problem(args.python)
+    if reason is not None:
         print(f"# peers: {args.python} has no PyTorch ({reason}); the torch rows are skipped. Give --python, "
               "set PSTRAIN_TORCH_PYTHON, or --venv DIR to install it", file=sys.stderr)
         return False
@@ -229,10 +228,10 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.epochs < 1 or args.steps < 0:
         die("--repeat and --epochs must be positive, --steps not negative")
-    args.configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in args.configs if c not in CONFIGS]
-    if unknown or not args.configs:
-        die(f"unknown configuration(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(CONFIGS)}")
+    try:
+        args.configs = config_list(args.configs, CONFIGS)
+    except ValueError as e:
+        die(str(e))
     return args
 
 
@@ -241,9 +240,8 @@ def main(argv):
     if args.torch_child:
         torch_child(args)
         return 0
-    for binary in ("pstrain-ps", "pstrain-worker"):
-        if not os.access(os.path.join(args.build_dir, binary), os.X_OK):
-            die(f"no {binary} in {args.build_dir} (build pstrain, or give --build-dir)")
+    if missing_binary(args.build_dir):
+        die(missing_binary(args.build_dir))
     configs = list(args.configs)
     if any(CONFIGS[c][0] == "torch" for c in configs) and not ensure_torch(args):
         configs = [c for c in configs if CONFIGS[c][0] != "torch"]

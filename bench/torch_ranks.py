@@ -1,8 +1,10 @@
-"""The PyTorch side of the bench programs that compare with it (peers.py, ctr.py): run each rank
-of a configuration as a child process of the program itself (`--torch-child`), and collect the
-JSON line each prints last."""
+"""What the bench programs that compare with PyTorch (peers.py, ctr.py) share: their --configs
+list and checks of what they need (pstrain's binaries, a Python with PyTorch), and the PyTorch
+side: run each rank of a configuration as a child process of the program itself
+(`--torch-child`), and collect the JSON line each prints last."""
 
 import json
+import os
 import socket
 import subprocess
 
@@ -39,3 +41,29 @@ def run_ranks(name, commands, cwd, timeout):
                 p.kill()
                 p.wait()
     return results
+
+
+def config_list(text, known):
+    """The rows of --configs' comma-separated `text`; raises ValueError naming any not in `known`."""
+    configs = [c for c in text.split(",") if c]
+    unknown = [c for c in configs if c not in known]
+    if unknown or not configs:
+        raise ValueError(f"unknown configuration(s) {', '.join(unknown) or '(none given)'}; "
+                         f"choose from {', '.join(known)}")
+    return configs
+
+
+def missing_binary(build_dir):
+    """What is missing of pstrain's binaries in `build_dir`, as a message; None when nothing is."""
+    for binary in ("pstrain-ps", "pstrain-worker"):
+        if not os.access(os.path.join(build_dir, binary), os.X_OK):
+            return f"no {binary} in {build_dir} (build pstrain, or give --build-dir)"
+    return None
+
+
+def torch_problem(python):
+    """Why `python` cannot run the PyTorch rows (it does not import torch and numpy); None if it can."""
+    probe = subprocess.run([python, "-c", "import torch, numpy"], capture_output=True, text=True)
+    if probe.returncode == 0:
+        return None
+    return (probe.stderr.strip().splitlines() or ["cannot run it"])[-1]
