@@ -26,7 +26,6 @@ struct Token {
   size_t position;
 };
 
-
 std::vector<Token> split_tokens(const std::string& spec, size_t from, size_t to, char separator) {
   std::vector<Token> tokens;
   size_t i = from;
