@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "shared/config/data_files.h"
@@ -161,6 +163,14 @@ class CriteoData : public ::testing::Test {
   std::string open_error(const std::string& path, bool skip = false) {
     return error_of([&] { open_criteo_dataset(path, cache_, skip, {}); });
   }
+  // `text` written as DIR/<name>.tsv and DIR/<name>.tsv.gz, each opened: {plain, gzip}.
+  std::pair<std::unique_ptr<Dataset>, std::unique_ptr<Dataset>> open_plain_and_gzip(const std::string& name,
+                                                                                    const std::string& text) {
+    write_text(dir_.path + "/" + name + ".tsv", text);
+    write_gzip(dir_.path + "/" + name + ".tsv.gz", text);
+    return {open_criteo_dataset(dir_.path + "/" + name + ".tsv", cache_, false, {}),
+            open_criteo_dataset(dir_.path + "/" + name + ".tsv.gz", cache_, false, {})};
+  }
   size_t cache_files() const {
     if (!fs::exists(cache_)) return 0;
     return static_cast<size_t>(std::distance(fs::directory_iterator(cache_), fs::directory_iterator()));
@@ -291,28 +301,42 @@ Records read_all(const Dataset& data, const std::vector<size_t>& order) {
   return r;
 }
 
+// What a parse of `text` gives, record by record.
+Records parsed(const std::string& text) {
+  Records expected;
+  for (const std::string& line : split_lines(text)) {
+    CriteoRecord r;
+    EXPECT_EQ(parse_criteo_line(line, r), "");
+    expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
+    expected.y.push_back(r.label);
+    size_t at = 0;
+    for (size_t c = 0; c < kCriteoCategorical; ++c) {
+      expected.counts.push_back(r.counts[c]);
+      if (r.counts[c] == 1) {
+        expected.ids.push_back(r.ids[c]);
+      } else {
+        expected.ids.insert(expected.ids.end(), r.lists.begin() + static_cast<long>(at),
+                            r.lists.begin() + static_cast<long>(at + r.counts[c]));
+        at += r.counts[c];
+      }
+    }
+  }
+  return expected;
+}
+
 TEST_F(CriteoData, RandomAccessReadsEqualASequentialParseAndGzipEqualsPlain) {
   const size_t n = 1000;
   const std::string text = random_lines(n, 7);
-  write_text(dir_.path + "/d.tsv", text);
-  write_gzip(dir_.path + "/d.tsv.gz", text);
-  const auto plain = open_criteo_dataset(dir_.path + "/d.tsv", cache_, false, {});
-  const auto gz = open_criteo_dataset(dir_.path + "/d.tsv.gz", cache_, false, {});
+  const auto files = open_plain_and_gzip("d", text);
+  const Dataset *plain = files.first.get(), *gz = files.second.get();
   ASSERT_EQ(plain->size(), n);
   EXPECT_EQ(plain->feature_dim(), kCriteoDense);
   EXPECT_EQ(plain->sample_shape(), std::vector<size_t>{kCriteoDense});
   EXPECT_EQ(plain->num_classes(), 2);
   EXPECT_EQ(plain->id_fields(), kCriteoCategorical);
 
-  Records expected;
-  for (const std::string& line : split_lines(text)) {
-    CriteoRecord r;
-    ASSERT_EQ(parse_criteo_line(line, r), "");
-    expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
-    expected.y.push_back(r.label);
-    expected.ids.insert(expected.ids.end(), r.ids, r.ids + kCriteoCategorical);
-    expected.counts.insert(expected.counts.end(), kCriteoCategorical, 1);
-  }
+  const Records expected = parsed(text);
+  ASSERT_EQ(expected.counts, std::vector<uint32_t>(n * kCriteoCategorical, 1));  // one ID a field
   std::vector<size_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   EXPECT_TRUE(read_all(*plain, order) == expected);  // runs longer than one 64 KiB read
@@ -366,36 +390,11 @@ std::string random_list_lines(size_t n, uint32_t seed) {
   return text;
 }
 
-// What a parse of `text` gives, record by record.
-Records parsed(const std::string& text) {
-  Records expected;
-  for (const std::string& line : split_lines(text)) {
-    CriteoRecord r;
-    EXPECT_EQ(parse_criteo_line(line, r), "");
-    expected.x.insert(expected.x.end(), r.dense, r.dense + kCriteoDense);
-    expected.y.push_back(r.label);
-    size_t at = 0;
-    for (size_t c = 0; c < kCriteoCategorical; ++c) {
-      expected.counts.push_back(r.counts[c]);
-      if (r.counts[c] == 1) {
-        expected.ids.push_back(r.ids[c]);
-      } else {
-        expected.ids.insert(expected.ids.end(), r.lists.begin() + static_cast<long>(at),
-                            r.lists.begin() + static_cast<long>(at + r.counts[c]));
-        at += r.counts[c];
-      }
-    }
-  }
-  return expected;
-}
-
 TEST_F(CriteoData, FieldsListingSeveralIdsReadBackAsParsedInAnyOrder) {
   const size_t n = 700;
   const std::string text = random_list_lines(n, 17);
-  write_text(dir_.path + "/l.tsv", text);
-  write_gzip(dir_.path + "/l.tsv.gz", text);
-  const auto plain = open_criteo_dataset(dir_.path + "/l.tsv", cache_, false, {});
-  const auto gz = open_criteo_dataset(dir_.path + "/l.tsv.gz", cache_, false, {});
+  const auto files = open_plain_and_gzip("l", text);
+  const Dataset *plain = files.first.get(), *gz = files.second.get();
   ASSERT_EQ(plain->size(), n);
   EXPECT_EQ(plain->id_fields(), kCriteoCategorical);
   const Records expected = parsed(text);
