@@ -134,8 +134,9 @@ class RawWorker {
       ADD_FAILURE() << what << ": no reply from ps" << shard << " within " << kReplySeconds << " s";
       return Header{};
     }
-    const Header h = held[rid];
-    held.erase(rid);
+    const auto first = held.lower_bound(rid);  // the earliest of the replies held for `rid`
+    const Header h = first->second;
+    held.erase(first);
     return h;
   }
 
@@ -246,7 +247,7 @@ class RawWorker {
     }
     EXPECT_EQ(h.role, SenderRole::kPs);
     EXPECT_EQ(h.sender, static_cast<uint32_t>(shard));
-    if (h.op != Op::kWaiting) held_[static_cast<size_t>(shard)][h.request_id] = h;
+    if (h.op != Op::kWaiting) held_[static_cast<size_t>(shard)].emplace(h.request_id, h);
   }
 
   struct Later {
@@ -256,7 +257,10 @@ class RawWorker {
   };
   std::vector<Later> later_;
   std::vector<zmq::socket_t> sockets_;
-  std::vector<std::map<uint64_t, Header>> held_;
+  // Per shard, the replies not yet asked for, by request id: several for one id where a pull in
+  // parts is answered part by part (a multimap keeps them in arrival order), which can all come
+  // while the test waits for another reply.
+  std::vector<std::multimap<uint64_t, Header>> held_;
   std::vector<std::pair<uint64_t, uint64_t>> slices_;  // each shard's (offset, length)
   std::map<int, uint64_t> pulls_, sparse_pulls_;       // the request ids of the latest ones, by shard
   uint64_t next_rid_ = 1;
