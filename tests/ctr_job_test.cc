@@ -228,6 +228,30 @@ TEST_F(CtrJobTest, GradientAccumulationKeepsTheMirroredContract) {
   }
 }
 
+// The same under a schedule (issue 44): cosine after 3 warm-up steps, Adam on the dense
+// variables and on the tables (whose learning rate follows the same schedule), 3 workers of 2
+// micro-batches and one worker of 4 against one worker of the whole batch of 24.
+TEST_F(CtrJobTest, GradientAccumulationUnderWarmupAndCosineKeepsTheMirroredContract) {
+  const std::vector<std::string> schedule = {"--optimizer", "adam", "--lr", "0.01", "--lr-schedule", "cosine",
+                                             "--warmup-steps", "3"};
+  const auto with = [&](std::vector<std::string> more) {
+    more.insert(more.end(), schedule.begin(), schedule.end());
+    return more;
+  };
+  const CtrRun reference = train(1, 1, 3 * kBatch, "adam", false, with({}));
+  ASSERT_FALSE(reference.rows.empty()) << reference.logs;
+  for (const auto& [workers, accum] : {std::pair{3, "2"}, std::pair{1, "4"}}) {
+    const CtrRun p = train(2, workers, kBatch, "adam", false, with({"--global-batch", "24", "--accum-steps", accum}));
+    ASSERT_FALSE(p.rows.empty()) << p.logs;
+    EXPECT_NE(p.logs.find("gradient accumulation: "), std::string::npos) << p.logs;
+    const double dense = relative_difference(reference.dense, p.dense), rows = rows_difference(reference, p);
+    EXPECT_LE(dense, 1e-4) << workers << " workers, --accum-steps " << accum;
+    EXPECT_LE(rows, 1e-4) << workers << " workers, --accum-steps " << accum;
+    std::printf("adam, warm-up and cosine, N=%d S=2 of %s micro-batches vs N=1: dense %.3g, rows %.3g\n", workers,
+                accum, dense, rows);
+  }
+}
+
 // Fields listing several IDs (the last 6: 1 to 3 IDs, some repeated within a field) under mean
 // pooling: 3 workers of batch 8 on 2 shards equal one worker of batch 24, dense parameters and
 // every ID's row, for three table optimizers. Sum pooling of the same data trains other rows.
