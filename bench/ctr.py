@@ -44,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ranks import Failed, config_list, free_port, missing_binary, run_ranks, torch_problem  # noqa: E402
+from torch_ranks import Failed, config_list, free_port, machine, missing_binary, run_ranks, torch_problem  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(REPO, "configs", "ctr.cfg")
@@ -337,8 +337,10 @@ def compare(args, configs, work):
         row["ratio"] = round(row["samples_per_s"] / base, 3) if base else None
     cfg = read_config(CONFIG)
     if args.json:
-        print(json.dumps({"mode": "compare", "ceiling_auc": ceiling, "repeat": args.repeat, "rows": rows}))
+        print(json.dumps({"mode": "compare", "ceiling_auc": ceiling, "repeat": args.repeat,
+                          "machine": machine(args.build_dir), "rows": rows}))
         return
+    print(f"# machine: {machine(args.build_dir)}")
     print(f"# bench/ctr: configs/ctr.cfg (dim {cfg.get('embedding-dim')}, {cfg.get('embedding-optimizer')} "
           f"lr {cfg.get('embedding-lr')}, model '{cfg.get('model')}', global batch "
           f"{int(cfg.get('batch-size', 0)) * int(cfg.get('num-workers', 1))}, "

@@ -43,7 +43,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_ranks import Failed, config_list, free_port, missing_binary, run_ranks, torch_problem  # noqa: E402
+from torch_ranks import Failed, config_list, free_port, machine, missing_binary, run_ranks, torch_problem  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BATCH = 128
@@ -268,8 +268,9 @@ def main(argv):
         row["ratio"] = round(row["samples_per_s"] / base, 3) if base else None
     if args.json:
         print(json.dumps({"epochs": args.epochs, "steps": args.steps, "repeat": args.repeat,
-                          "cores": os.cpu_count(), "rows": rows}))
+                          "cores": os.cpu_count(), "machine": machine(args.build_dir), "rows": rows}))
         return 0
+    print(f"# machine: {machine(args.build_dir)}")
     print(f"# bench/peers: MLP 784-256-128-10, SGD momentum 0.9 lr 0.05, global batch 128, "
           f"{f'{args.steps} steps' if args.steps else f'{args.epochs} epochs'}, 1 thread per process, "
           f"{os.cpu_count()} cores; medians of {args.repeat} alternating rounds; ratio against torch")

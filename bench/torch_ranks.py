@@ -61,6 +61,30 @@ def missing_binary(build_dir):
     return None
 
 
+def machine(build_dir):
+    """This machine's CPU and what pstrain's arithmetic runs on there, as one line to print beside
+    the figures (speed depends on both: docs/models.md, "CPU kernels")."""
+    model, family, number = "unknown CPU", "?", "?"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "model name" and model == "unknown CPU":
+                    model = value
+                elif key == "cpu family" and family == "?":
+                    family = value
+                elif key == "model" and number == "?":
+                    number = value
+    except OSError:
+        pass
+    kernels = []
+    for binary in ("pstrain-worker", "pstrain-ps"):
+        probe = subprocess.run([os.path.join(build_dir, binary), "--kernels"], capture_output=True, text=True)
+        kernels.append(probe.stdout.strip() if probe.returncode == 0 else f"{binary} --kernels failed")
+    return f"{model} (family {family} model {number}), {os.cpu_count()} CPUs; {'; '.join(kernels)}"
+
+
 def torch_problem(python):
     """Why `python` cannot run the PyTorch rows (it does not import torch and numpy); None if it can."""
     probe = subprocess.run([python, "-c", "import torch, numpy"], capture_output=True, text=True)

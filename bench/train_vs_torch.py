@@ -39,6 +39,8 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_ranks import machine  # noqa: E402
 HIDDEN = (256, 128)
 CNN = ("conv 32 3 pad=1, relu, maxpool 2, conv 64 3 pad=1, relu, maxpool 2, flatten, dense 128, relu, dropout 0.25, "
        "dense 10")
@@ -233,10 +235,11 @@ def main():
                           "repeat": args.repeat,
                           "pstrain_samples_per_s": round(ours), "torch_samples_per_s": round(theirs),
                           "pstrain_test_accuracy": ours_acc, "torch_test_accuracy": theirs_acc,
-                          "ratio": round(ratio, 3)}))
+                          "ratio": round(ratio, 3), "machine": machine(os.path.dirname(args.worker))}))
     else:
         what = {"cnn": "CNN of configs/fashion_cnn.cfg", "resnet": "ResNet of configs/fashion_resnet.cfg",
                 "mlp": "MLP 784-256-128-10"}[args.model]
+        print(f"# machine: {machine(os.path.dirname(args.worker))}")
         print(f"# bench/train_vs_torch: {what}, Adam, batch {args.batch}, {args.steps} steps + a test "
               f"evaluation per epoch and at the end, --device {args.device}, {args.threads} thread(s), "
               f"medians of {args.repeat} alternating runs")

@@ -14,7 +14,7 @@ PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Build and run-time dependencies: libraries, test framework and the default data set.
 declare -ga PSTRAIN_PACKAGES=(python3 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
-  libboost-program-options-dev libgtest-dev libopenblas-dev zlib1g-dev nlohmann-json3-dev
+  libboost-program-options-dev libgtest-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist)
 # Wanted, not needed: matplotlib for the launcher's plots (launch.sh plot). A failed install is a
 # warning, never a failed setup.

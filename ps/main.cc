@@ -15,6 +15,7 @@
 #include "shared/net/shared_memory.h"
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
+#include "shared/util/numeric.h"
 
 int main(int argc, char** argv) {
   try {
@@ -22,6 +23,10 @@ int main(int argc, char** argv) {
     if (options && options->check_config) {  // launch.sh --dry-run: the options are fine; start nothing
       if (!options->inject_faults.empty()) pstrain::parse_fault_rules(options->inject_faults);
       std::cout << "pstrain-ps: configuration OK" << std::endl;
+      return 0;
+    }
+    if (options && options->print_kernels) {
+      std::cout << "pstrain-ps: element-wise loops: " << pstrain::numeric_isa() << std::endl;
       return 0;
     }
     if (!options || !pstrain::dispatch_role(pstrain::Role::kPs, *options, argv)) return 0;

@@ -22,6 +22,7 @@
 #include "shared/net/zmq_util.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/collective/ring_wire.h"
+#include "worker/cpu/cpu_gemm.h"
 #include "worker/cuda/nccl_collective.h"
 #include "worker/evaluation.h"
 #include "worker/layers.h"
@@ -127,6 +128,12 @@ int main(int argc, char** argv) {
   try {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (options && options->check_config) return check_config(*options);
+    if (options && options->print_kernels) {
+      const pstrain::CpuKernels k = pstrain::cpu_kernels();
+      std::cout << "pstrain-worker: CPU kernels: " << k.text() << (k.generic ? " (generic: below this CPU's AVX2)" : "")
+                << std::endl;
+      return 0;
+    }
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
     if (o.evaluate) {

@@ -10,7 +10,7 @@ namespace pstrain {
 std::optional<JobOptions> parse_job_options(Role role, int argc, const char* const* argv, const EnvMap& env) {
   GivenOptions given;
   std::optional<JobOptions> o = parse_flags(role, argc, argv, &given);
-  if (!o) return o;
+  if (!o || o->print_kernels) return o;  // --kernels is about the machine, not a job: nothing to check
   resolve_cluster(role, read_cluster_env(env), given, &*o);
   if (o->origin.evaluator) return o;
   finish_job_options(&*o);

@@ -392,7 +392,8 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   // On the command line only: a config file must not turn a start into a check.
   generic.add_options()("help,h", "print this help and exit")(
       "config", po::value(&config), "read options from this file (key = value lines; flags win)")(
-      "check-config", po::bool_switch(&o.check_config), "parse and check every option and the config file as a start would, print 'configuration OK' and exit 0 (exit 2 naming what is wrong), starting nothing: no network, data or GPU (launch.sh --dry-run checks one command of each kind of process with it)");
+      "check-config", po::bool_switch(&o.check_config), "parse and check every option and the config file as a start would, print 'configuration OK' and exit 0 (exit 2 naming what is wrong), starting nothing: no network, data or GPU (launch.sh --dry-run checks one command of each kind of process with it)")(
+      "kernels", po::bool_switch(&o.print_kernels), "print what this binary's arithmetic runs on on this CPU and exit: the worker's matrix products (library, version, instruction set; 'generic' when below what the CPU can run), the PS's element-wise loops (their instruction set); the benchmarks print it beside their figures");
   po::options_description cmdline;
   cmdline.add(generic).add(job);
 

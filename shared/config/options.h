@@ -64,6 +64,7 @@ struct JobOptions {
   int64_t max_shard_mib = 0;    // PS: refuse a model whose shard state needs more (0 = physical memory)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
   bool check_config = false;    // only parse and check the options, say so and exit (launch.sh --dry-run)
+  bool print_kernels = false;   // --kernels: print what the arithmetic runs on and exit
 
   // Security (docs/security.md): CURVE on every socket when any address is not loopback.
   bool curve = false;           // CURVE also on loopback

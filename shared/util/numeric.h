@@ -12,6 +12,10 @@
 
 namespace pstrain {
 
+// Which of those the loader picks on this CPU ("avx512f", "avx2", "baseline"; "baseline" in
+// builds without the clones, such as clang's sanitizer builds): what pstrain-ps --kernels prints.
+const char* numeric_isa();
+
 // True if no element is NaN or infinite (checks the exponent bits; vectorises, unlike isfinite).
 bool all_finite(const float* data, size_t n);
 

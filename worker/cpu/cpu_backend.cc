@@ -1,12 +1,13 @@
-#include <cblas.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "shared/util/error.h"
+#include "shared/util/log.h"
 #include "worker/backend.h"
+#include "worker/cpu/cpu_gemm.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/loss_math.h"
 
@@ -22,8 +23,7 @@ bool tiled_max_2x2(PoolKind kind, const PoolGeometry& g) {
 
 void sgemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a, int lda, const float* b,
            int ldb, float beta, float* c, int ldc) {
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
-              a, lda, b, ldb, beta, c, ldc);
+  cpu_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 // The kernels, serial; the backend runs them on ranges of samples, planes or elements.
@@ -491,11 +491,11 @@ void dot_interaction_backward_serial(const float* x, const float* dy, int rows, 
 
 class CpuBackend final : public Backend {
  public:
-  // OpenBLAS runs on one thread, always: the backend splits the work itself (OpenBLAS's idle
-  // threads spin in sched_yield between calls, taking a core from everything else the step does).
-  explicit CpuBackend(int threads) : threads_(std::max(threads, 1)), pool_(threads_) { openblas_set_num_threads(1); }
+  // Each product runs on one thread (cpu_gemm.h): the backend splits the work itself.
+  explicit CpuBackend(int threads)
+      : threads_(std::max(threads, 1)), pool_(threads_), name_("cpu (" + cpu_kernels().text() + ")") {}
 
-  std::string name() const override { return "cpu (OpenBLAS)"; }
+  std::string name() const override { return name_; }
   bool host_accessible() const override { return true; }
   size_t bytes_allocated() const override { return *allocated_; }
 
@@ -771,10 +771,23 @@ class CpuBackend final : public Backend {
   static constexpr size_t kSumRowBlock = 16;  // gemm_sum's rows per sgemm call
   int threads_;
   ThreadPool pool_;
+  std::string name_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  static const bool warned = [] {  // once a process: the trainer and the evaluation each make one
+    const CpuKernels k = cpu_kernels();
+    if (k.generic) {
+      PSLOG(WARN) << "CPU kernels: " << k.text() << " on a CPU with AVX2: oneDNN is limited below what this CPU "
+                  << "runs (ONEDNN_MAX_CPU_ISA or DNNL_MAX_CPU_ISA in the environment?); products run several "
+                  << "times slower";
+    }
+    return k.generic;
+  }();
+  (void)warned;
+  return std::make_unique<CpuBackend>(threads);
+}
 
 }  // namespace pstrain
