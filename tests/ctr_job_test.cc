@@ -737,6 +737,34 @@ TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {
   }
 }
 
+// Every message a worker sends before DONE is delivered or reported (issue 50): DONE counts the
+// messages of each kind the worker sent the shard, and the shard acknowledges it only once they
+// all arrived. Async, 2 workers x 20 steps on 2 shards: each worker's last SPARSE_PUSH (its 40th,
+// to ps1) held back 3 s by the fault double, so DONE goes first: the tables still end at version
+// 40 on both shards (before, ps1 acknowledged the DONEs, the workers closed their sockets, and the
+// tables ended at 38 with exit 0). Dropped instead: the workers fail naming the push that did not
+// arrive, and ps1's stall line names it too.
+TEST_F(CtrJobTest, ALastSparsePushHeldBackOrLostIsDeliveredOrReported) {
+  const CtrRun held = train(2, 2, kBatch, "adagrad", false, {"--mode", "async", "--inject-faults", "delay:SPARSE_PUSH:40:3"});
+  EXPECT_EQ(count_of(held.logs, "fault injected: delay SPARSE_PUSH #40"), 2u) << held.logs;
+  EXPECT_EQ(count_of(held.logs, "tables at version 40: embedding rows"), 2u) << held.logs;
+  EXPECT_NE(held.logs.find("ps1: the DONE of w0 waits for 1 SPARSE_PUSH (19 of 20 arrived)"), std::string::npos)
+      << held.logs;
+  EXPECT_EQ(count_of(held.logs, "ps1: every message the DONE of w"), 2u) << held.logs;
+
+  const CtrRun lost = train(2, 2, kBatch, "adagrad", false,
+                            {"--mode", "async", "--inject-faults", "drop:SPARSE_PUSH:40", "--timeout", "3",
+                             "--stall-report", "1"},
+                            "0.1", kSteps, /*expect_ok=*/false);
+  EXPECT_EQ(count_of(lost.logs, "timed out after 3 s waiting for DONE from ps1"), 2u) << lost.logs;
+  EXPECT_NE(lost.logs.find("; ps1: the DONE of w1 waits for 1 SPARSE_PUSH (19 of 20 arrived)"), std::string::npos)
+      << lost.logs;
+  EXPECT_NE(lost.logs.find("ps1: stall: the DONE of w0 waits for 1 SPARSE_PUSH (19 of 20 arrived); the DONE of w1"),
+            std::string::npos)
+      << lost.logs;
+  EXPECT_EQ(lost.logs.find("tables at version 38"), std::string::npos) << lost.logs;  // never a silent end
+}
+
 // DLRM (issue 32): a bottom MLP over the 13 dense features whose output joins the 26 rows as a
 // 27th vector of the dot interaction, then the top MLP, with a sigmoid output. The chief's model
 // line shows the block; the rows move; 3 workers of batch 8 on 2 shards equal one of 24.
