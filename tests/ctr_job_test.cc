@@ -740,7 +740,8 @@ TEST_F(CtrJobTest, AsyncAndSspTrainAndTheSummaryHasTheAuc) {
 // tables ended at 38 with exit 0). Dropped instead: the workers fail naming the push that did not
 // arrive, and ps1's stall line names it too.
 TEST_F(CtrJobTest, ALastSparsePushHeldBackOrLostIsDeliveredOrReported) {
-  const CtrRun held = train(2, 2, kBatch, "adagrad", false, {"--mode", "async", "--inject-faults", "delay:SPARSE_PUSH:40:3"});
+  const CtrRun held =
+      train(2, 2, kBatch, "adagrad", false, {"--mode", "async", "--inject-faults", "delay:SPARSE_PUSH:40:3"});
   EXPECT_EQ(count_of(held.logs, "fault injected: delay SPARSE_PUSH #40"), 2u) << held.logs;
   EXPECT_EQ(count_of(held.logs, "tables at version 40: embedding rows"), 2u) << held.logs;
   EXPECT_NE(held.logs.find("ps1: the DONE of w0 waits for 1 SPARSE_PUSH (19 of 20 arrived)"), std::string::npos)

@@ -334,7 +334,9 @@ std::vector<FaultRule> parse_fault_rules(const std::string& text, const std::vec
     bool known = false;
     // Every operation, the sparse ones, CLIP and STATS included (their messages too must arrive
     // or be reported: DONE counts them).
-    for (uint32_t op = 1; op <= static_cast<uint32_t>(Op::kStatsSum); ++op) known |= rule.op == op_name(static_cast<Op>(op));
+    for (uint32_t op = 1; op <= static_cast<uint32_t>(Op::kStatsSum); ++op) {
+      known |= rule.op == op_name(static_cast<Op>(op));
+    }
     known |= std::find(more_ops.begin(), more_ops.end(), rule.op) != more_ops.end();
     if (!known) throw UsageError("--inject-faults: '" + spec + "': '" + rule.op + "' is not an operation (PUSH, PULL, ...)");
     try {

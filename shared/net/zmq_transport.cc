@@ -200,7 +200,8 @@ class ZmqServer final : public Endpoint {
   void forget(std::map<std::string, LocalPeer>::iterator peer) {
     if (peer->second.has_head) {
       PSLOG(WARN) << "a same-host peer's local channel closed with a message waiting for "
-                  << peer->second.head_after - peer->second.zmq_seen << " earlier one(s) it sent through ZeroMQ";
+                  << peer->second.head_after - peer->second.zmq_seen
+                  << " earlier one(s) it sent through ZeroMQ";
     }
     named_.erase(peer);
   }
