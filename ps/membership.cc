@@ -23,6 +23,7 @@ Membership::Membership(const ServerOptions& options, const ConsistencyPolicy& po
       segment_of_worker_(static_cast<size_t>(options.num_workers)),
       area_unmapped_(static_cast<size_t>(options.num_workers), false),
       done_(static_cast<size_t>(options.num_workers), false),
+      received_(static_cast<size_t>(options.num_workers), OpCounts{}),
       rejoined_(static_cast<size_t>(options.num_workers), false) {}
 
 std::string Membership::check_hello(const std::string& route, const Header& h) const {
@@ -107,6 +108,10 @@ bool Membership::admit(const std::string& route, int worker) {
     worker_of_route_.erase(owner);
     rejoined_[static_cast<size_t>(worker)] = true;
   }
+  if (owner != route) {  // a new peer: its counts start here (a repeated HELLO adds to them)
+    received_[static_cast<size_t>(worker)].fill(0);
+    waiting_done_.erase(worker);
+  }
   owner = route;
   worker_of_route_[route] = worker;
   return replacement;
@@ -165,7 +170,45 @@ bool Membership::area_settled() const {
   return true;
 }
 
-void Membership::done(int worker) {
+bool Membership::done(int worker, const std::string& route, const Header& h, std::string* why, bool* refused) {
+  *refused = false;
+  OpCounts sent{};
+  if (!decode_op_counts(h.message, &sent, why)) return (*refused = true, false);
+  const std::string missing = missing_ops(sent, received_[static_cast<size_t>(worker)]);
+  if (missing.empty()) {
+    waiting_done_.erase(worker);
+    mark_done(worker);
+    return true;
+  }
+  waiting_done_[worker] = WaitingDone{route, h.request_id, sent};
+  *why = "the DONE of w" + std::to_string(worker) + " waits for " + missing;
+  PSLOG(WARN) << "ps" << options_.index << ": " << *why << ": not acknowledged until they arrive";
+  return false;
+}
+
+bool Membership::settle_done(int worker, std::string* route, uint64_t* request_id) {
+  const auto it = waiting_done_.find(worker);
+  if (it == waiting_done_.end() || !missing_ops(it->second.sent, received_[static_cast<size_t>(worker)]).empty()) {
+    return false;
+  }
+  *route = it->second.route;
+  *request_id = it->second.request_id;
+  waiting_done_.erase(it);
+  PSLOG(INFO) << "ps" << options_.index << ": every message the DONE of w" << worker << " counts has arrived";
+  mark_done(worker);
+  return true;
+}
+
+std::string Membership::waiting_dones() const {
+  std::string text;
+  for (const auto& [worker, d] : waiting_done_) {
+    text += (text.empty() ? "" : "; ") + std::string("the DONE of w") + std::to_string(worker) + " waits for " +
+            missing_ops(d.sent, received_[static_cast<size_t>(worker)]);
+  }
+  return text;
+}
+
+void Membership::mark_done(int worker) {
   if (done_[static_cast<size_t>(worker)]) return;
   done_[static_cast<size_t>(worker)] = true;
   ++num_done_;

@@ -47,7 +47,19 @@ class Membership {
   bool heard_from(int worker);
   bool area_settled() const;
 
-  void done(int worker);
+  // Every message of a registered worker, by operation (from its HELLO on: a replacement starts
+  // again), for DONE's check.
+  void received(int worker, Op op) { ++received_[static_cast<size_t>(worker)][static_cast<size_t>(op)]; }
+  // DONE `h` from `route`: true when the worker is done (every message its DONE counts has
+  // arrived: acknowledge it). Else false: the DONE waits, *why names what has not arrived (or
+  // says why its counts are refused, *refused set: answer ERROR).
+  bool done(int worker, const std::string& route, const Header& h, std::string* why, bool* refused);
+  // A waiting DONE of `worker` whose messages are all in now: the worker is done, and *route and
+  // *request_id say whom to acknowledge.
+  bool settle_done(int worker, std::string* route, uint64_t* request_id);
+  // The DONEs that wait, for the stall report ("w2's DONE waits for 1 SPARSE_PUSH (39 of 40
+  // arrived)"); "" when none.
+  std::string waiting_dones() const;
   bool all_done() const { return num_done_ >= options_.num_workers; }
 
  private:
@@ -64,6 +76,14 @@ class Membership {
   uint64_t slice_length_ = 0;                    // of the slice the segments were mapped for
   std::vector<bool> area_unmapped_;  // by worker: offered the area, no message from it since
   std::vector<bool> done_;
+  std::vector<OpCounts> received_;  // by worker
+  struct WaitingDone {
+    std::string route;
+    uint64_t request_id = 0;
+    OpCounts sent{};
+  };
+  std::map<int, WaitingDone> waiting_done_;  // by worker
+  void mark_done(int worker);
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;
 };

@@ -132,6 +132,7 @@ void ParameterServer::handle(Message& msg) {
     return reject(msg.route, h.request_id, "sender " + std::to_string(h.sender) +
                                                " does not match registered worker " + std::to_string(worker));
   }
+  members_.received(worker, h.op);
   if (members_.heard_from(worker)) release_area_name();
   bool ok = true;
   switch (h.op) {
@@ -146,6 +147,11 @@ void ParameterServer::handle(Message& msg) {
     default: ok = false; error = std::string(op_name(h.op)) + " is not a request"; break;
   }
   if (!ok) reject(msg.route, h.request_id, error);
+  std::string done_route;  // a DONE that waited for this message
+  uint64_t done_request = 0;
+  if (h.op != Op::kDone && members_.settle_done(worker, &done_route, &done_request)) {
+    acknowledge_done(done_route, done_request);
+  }
 }
 
 void ParameterServer::on_hello(const Message& msg, const Header& h) {
@@ -153,7 +159,9 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
   if (why.empty() && !members_.job_known()) start_job(h, &why);
   if (!why.empty()) return reject(msg.route, h.request_id, why);
   const int worker = static_cast<int>(h.sender);
-  if (members_.admit(msg.route, worker)) {
+  const bool replacement = members_.admit(msg.route, worker);
+  members_.received(worker, h.op);
+  if (replacement) {
     PSLOG(WARN) << "ps" << options_.index << ": worker " << worker << " registered again from a new peer: "
                 << "a replacement; it redoes step "
                 << std::min(store_->next_step_of(worker, members_.rejoined(worker)),
@@ -513,12 +521,27 @@ bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, 
   return true;
 }
 
+// A DONE is acknowledged once every message it counts has arrived (the worker closes its
+// sockets then); until then it waits, and the worker is told what for (WAITING).
 void ParameterServer::on_done(const Message& msg, const Header& h) {
-  members_.done(static_cast<int>(h.sender));
+  std::string why;
+  bool refused = false;
+  if (members_.done(static_cast<int>(h.sender), msg.route, h, &why, &refused)) {
+    return acknowledge_done(msg.route, h.request_id);
+  }
+  if (refused) return reject(msg.route, h.request_id, why);
+  Header waiting;
+  waiting.op = Op::kWaiting;
+  waiting.request_id = h.request_id;
+  waiting.message = why;
+  reply(msg.route, waiting, nullptr);
+}
+
+void ParameterServer::acknowledge_done(const std::string& route, uint64_t request_id) {
   Header ack;
   ack.op = Op::kDone;
-  ack.request_id = h.request_id;
-  reply(msg.route, ack, nullptr);
+  ack.request_id = request_id;
+  reply(route, ack, nullptr);
 }
 
 void ParameterServer::send_chunk(const std::string& route, uint64_t request_id, size_t part, uint64_t want,
@@ -586,13 +609,19 @@ void ParameterServer::report_stall() {
   std::vector<int> missing;
   std::ostringstream os;
   os << "ps" << options_.index << ": stall: ";
-  if (store_ != nullptr && store_->oldest_barrier(&b)) {
+  const std::string dones = members_.waiting_dones();
+  if (!dones.empty()) {  // a worker's message lost on the way, or still on it
+    PSLOG(WARN) << os.str() << dones;
+    last_stall_report_ = now;
+  }
+  const bool dense = store_ != nullptr && store_->oldest_barrier(&b);
+  if (dense || (sparse_ != nullptr && sparse_->barrier(&b.step, &b.since, &b.pushed))) {
     if (now - b.since < threshold) return;
     for (int i = 0; i < options_.num_workers; ++i) {
       if (!b.pushed[static_cast<size_t>(i)]) missing.push_back(i);
     }
-    os << "barrier of step " << b.step << " has waited " << std::chrono::duration<double>(now - b.since).count()
-       << " s for worker(s)";
+    os << (dense ? "barrier" : "the tables' barrier (SPARSE_PUSH)") << " of step " << b.step << " has waited "
+       << std::chrono::duration<double>(now - b.since).count() << " s for worker(s)";
   } else {
     missing = members_.unregistered();
     if (missing.empty()) return;

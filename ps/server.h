@@ -70,6 +70,7 @@ class ParameterServer {
   void sparse_advanced();
   void settle_step();  // --backup-workers with tables: applies a step once its workers are known
   void on_done(const Message& msg, const Header& h);
+  void acknowledge_done(const std::string& route, uint64_t request_id);
   void chunk_advanced(size_t index);
   void advanced(const Outcome& out);  // chunk_advanced for the part(s) an update advanced
   // --clip-norm with several shards (docs/models.md, "Gradient clipping"): NORM to a PULL of the

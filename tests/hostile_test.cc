@@ -859,7 +859,9 @@ TEST_F(HostileTest, LocalChannelTrafficMeetsTheSameChecks) {
   ASSERT_TRUE(connect_local(address.substr(7) + ".local", &peer, &why)) << why;
   const std::string route = "\x81local-intruder";
   ASSERT_TRUE(send_packet(peer, route.data(), route.size(), &why)) << why;
-  const auto exchange = [&](const std::string& packet, const std::string& what) {
+  const auto exchange = [&](const std::string& header, const std::string& what) {
+    // Sequenced as a client's: it sends nothing through ZeroMQ, so 0 before each.
+    const std::string packet = sequenced_packet(0, header.data(), header.size());
     EXPECT_TRUE(send_packet(peer, packet.data(), packet.size(), &why)) << what << ": " << why;
     pollfd p{peer.fd(), POLLIN, 0};
     EXPECT_EQ(::poll(&p, 1, static_cast<int>(kReplySeconds * 1000)), 1) << what << ": no reply";

@@ -120,6 +120,38 @@ TEST_P(TransportTest, OnePeersMessagesKeepTheirOrder) {
   }
 }
 
+// Messages with a payload and header-only ones, interleaved, as a worker sends SPARSE_PUSH and
+// then DONE: on the local channel they go two ways (the headers over the channel, the others
+// through ZeroMQ), and a header must not overtake the payload message sent before it, nor the
+// other way round. The client closes at once after the last (linger 0, as a worker does after
+// DONE's acknowledgement): everything sent before it is in.
+TEST_P(TransportTest, OnePeersMessagesKeepTheirOrderWithAndWithoutPayloads) {
+  std::string error;
+  constexpr int kMessages = 60;
+  const auto payload_of = [](int i) { return i % 3 == 0 ? size_t{0} : static_cast<size_t>(1000 + 4096 * (i % 5)); };
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(client_->send(frame("m" + std::to_string(i), payload_of(i), 'a'), deadline_after(kWait), &error))
+        << error;
+  }
+  for (int i = 0; i < kMessages; ++i) {
+    Message in;
+    ASSERT_TRUE(server_->recv(&in, deadline_after(kWait))) << "message " << i << " did not arrive";
+    ASSERT_EQ(in.frames.at(0).to_string(), "m" + std::to_string(i));
+    EXPECT_EQ(in.frames.size(), payload_of(i) > 0 ? 2u : 1u);
+    EXPECT_EQ(in.route, route_);
+  }
+  // The last word: a push, DONE, its acknowledgement, and the client closes at once.
+  ASSERT_TRUE(client_->send(frame("push", 1 << 16, 'p'), deadline_after(kWait), &error)) << error;
+  ASSERT_TRUE(client_->send(frame("done"), deadline_after(kWait), &error)) << error;
+  Message in;
+  ASSERT_TRUE(server_->recv(&in, deadline_after(kWait)));
+  ASSERT_EQ(in.frames.at(0).to_string(), "push") << "DONE overtook the push sent before it";
+  ASSERT_TRUE(server_->recv(&in, deadline_after(kWait)));
+  ASSERT_EQ(in.frames.at(0).to_string(), "done");
+  EXPECT_EQ(reply(frame("ack")).frames.at(0).to_string(), "ack");
+  client_->close(Clock::now());
+}
+
 TEST_P(TransportTest, AReceiveWithNothingToReceiveEndsAtItsDeadline) {
   for (Endpoint* endpoint : {server_.get(), client_.get()}) {
     const auto start = Clock::now();

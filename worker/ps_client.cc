@@ -81,6 +81,7 @@ void PsClient::send(int shard, const Header& h, Frame* payload) {
     throw Error(std::string("sending ") + op_name(h.op) + " to ps" + std::to_string(shard) + " at " +
                 endpoint_.address(shard) + " failed: " + error);
   }
+  ++sent_.at(static_cast<size_t>(shard)).at(static_cast<size_t>(h.op));  // DONE says how many
 }
 
 Header PsClient::decode(const Message& msg) const {
@@ -114,12 +115,13 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     }
     return text;
   };
+  std::string waits;  // what the shards said they wait for before answering (WAITING)
   while (left > 0) {
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, report))) {
       if (Clock::now() >= deadline) {
         throw Error("timed out after " + seconds_text(timeout_s) + " waiting for " + what + " from" + missing() +
-                    (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : ""));
+                    (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : "") + waits);
       }
       if (hello) {
         PSLOG(INFO) << "w" << options_.index << ": waiting for" << missing() << " (no answer to HELLO yet)";
@@ -132,7 +134,10 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     const Header h = decode(msg);
     if (take_rows(msg, h)) continue;
     if (h.op == Op::kError) throw Error("ps" + std::to_string(msg.shard) + " rejected " + what + ": " + h.message);
-    if (h.op == Op::kWaiting) continue;  // about a PULL answered since (it crossed the PARAMS)
+    if (h.op == Op::kWaiting) {  // about this request, or a PULL answered since (it crossed the PARAMS)
+      if (h.request_id == request_id) waits += "; ps" + std::to_string(msg.shard) + ": " + h.message;
+      continue;
+    }
     // --clip-norm: a NORM of a PULL answered since (another worker's CLIP applied its step, and
     // on one host the PARAMS took the local channel past this NORM's ZeroMQ): nothing to do.
     if (h.op == Op::kNorm && h.request_id <= pull_request_) continue;
@@ -154,6 +159,7 @@ uint64_t PsClient::hello(uint64_t total_steps) {
   segments_.resize(static_cast<size_t>(shards));
   areas_.clear();
   areas_.resize(static_cast<size_t>(shards));
+  sent_.assign(static_cast<size_t>(shards), OpCounts{});
   for (int s = 0; s < shards; ++s) send_hello(s, rid, total_steps);
   const auto replies = await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
   uint64_t version = UINT64_MAX, newest = 0;
@@ -579,19 +585,25 @@ std::vector<std::vector<SparseSection>> PsClient::receive_rows(uint64_t ticket) 
   PSTRAIN_CHECK(find() != rows_requests_.end());
   auto deadline = deadline_after(options_.timeout_s);
   const auto give_up = deadline_after(kPatienceTimeouts * options_.timeout_s);
+  std::vector<std::string> waits(find()->waiting.size());  // by shard: what its last WAITING said
   while (find()->left > 0) {
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, give_up))) {
-      std::string missing;
+      std::string missing, why;
       for (size_t s = 0; s < find()->waiting.size(); ++s) {
         if (find()->waiting[s]) missing += (missing.empty() ? "ps" : ", ps") + std::to_string(s);
+        if (find()->waiting[s] && !waits[s].empty()) why += "; ps" + std::to_string(s) + " waits for " + waits[s];
       }
-      throw Error("timed out after " + seconds_text(options_.timeout_s) + " waiting for embedding rows from " +
-                  missing);
+      throw Error("timed out after " + seconds_text(Clock::now() >= give_up ? kPatienceTimeouts * options_.timeout_s
+                                                                           : options_.timeout_s) +
+                  " waiting for embedding rows from " + missing + why);
     }
     const Header h = decode(msg);
     if (take_rows(msg, h)) {
-      if (h.op == Op::kWaiting && h.request_id == ticket) deadline = deadline_after(options_.timeout_s);
+      if (h.op == Op::kWaiting && h.request_id == ticket) {
+        deadline = deadline_after(options_.timeout_s);
+        waits[static_cast<size_t>(msg.shard)] = h.message;
+      }
       continue;
     }
     if (h.op == Op::kWaiting) continue;  // about a PULL answered since
@@ -645,11 +657,14 @@ void PsClient::combine_stats(uint64_t step, uint64_t call, std::vector<double>& 
 
 void PsClient::done() {
   // Waits for every shard's acknowledgement: the process may exit right after, and ZeroMQ
-  // drops what is still queued when a socket with linger 0 closes.
+  // drops what is still queued when a socket with linger 0 closes. DONE says how many messages
+  // of each kind this worker sent the shard; the shard acknowledges once it has them all, and
+  // until then answers WAITING naming what has not arrived (which a timeout here reports).
   const uint64_t rid = next_request_++;
   for (int s = 0; s < options_.num_ps; ++s) {
     Header h = request(Op::kDone, 0, s);
     h.request_id = rid;
+    h.message = encode_op_counts(sent_.at(static_cast<size_t>(s)));
     send(s, h, nullptr);
   }
   await(std::vector<bool>(static_cast<size_t>(options_.num_ps), true), rid, Op::kDone, "DONE");

@@ -213,6 +213,7 @@ class PsClient final : public RowSource {
   // a pull's parts are sized by their answers too, with the rows' dims of earlier answers.
   std::vector<size_t> part_bytes_;
   std::map<uint32_t, uint32_t> row_dims_;  // by table
+  std::vector<OpCounts> sent_;  // by shard: messages sent since HELLO, by operation (DONE says them)
 };
 
 }  // namespace pstrain

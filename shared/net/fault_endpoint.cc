@@ -332,7 +332,11 @@ std::vector<FaultRule> parse_fault_rules(const std::string& text, const std::vec
     rule.kind = parse_kind(parts[0], spec);
     rule.op = parts[1];
     bool known = false;
-    for (uint32_t op = 1; op <= static_cast<uint32_t>(Op::kWaiting); ++op) known |= rule.op == op_name(static_cast<Op>(op));
+    // Every operation, the sparse ones, CLIP and STATS included (their messages too must arrive
+    // or be reported: DONE counts them).
+    for (uint32_t op = 1; op <= static_cast<uint32_t>(Op::kStatsSum); ++op) {
+      known |= rule.op == op_name(static_cast<Op>(op));
+    }
     known |= std::find(more_ops.begin(), more_ops.end(), rule.op) != more_ops.end();
     if (!known) throw UsageError("--inject-faults: '" + spec + "': '" + rule.op + "' is not an operation (PUSH, PULL, ...)");
     try {

@@ -119,6 +119,23 @@ bool send_packet(const LocalSocket& socket, const void* data, size_t len, std::s
   }
 }
 
+std::string sequenced_packet(uint64_t zmq_before, const void* data, size_t len) {
+  std::string packet(kSequenceBytes + len, '\0');
+  for (size_t i = 0; i < kSequenceBytes; ++i) packet[i] = static_cast<char>((zmq_before >> (8 * i)) & 0xff);
+  if (len > 0) std::memcpy(&packet[kSequenceBytes], data, len);
+  return packet;
+}
+
+bool split_sequenced(const std::string& packet, uint64_t* zmq_before, std::string* frame) {
+  if (packet.size() < kSequenceBytes) return false;
+  *zmq_before = 0;
+  for (size_t i = 0; i < kSequenceBytes; ++i) {
+    *zmq_before |= static_cast<uint64_t>(static_cast<unsigned char>(packet[i])) << (8 * i);
+  }
+  frame->assign(packet, kSequenceBytes, std::string::npos);
+  return true;
+}
+
 PacketResult receive_packet(const LocalSocket& socket, std::string* data) {
   thread_local char buffer[kMaxLocalPacket];
   for (;;) {

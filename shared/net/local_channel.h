@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace pstrain {
@@ -47,6 +48,15 @@ extern const char* const kPeerQueueFull;
 // full past the deadline).
 bool send_packet(const LocalSocket& socket, const void* data, size_t len, std::string* why,
                  const std::chrono::steady_clock::time_point* deadline = nullptr);
+
+// A client's packets after the first (its route) are sequenced, so that the server can keep the
+// order of everything the client sent it, over the channel and over ZeroMQ (docs/wire_protocol.md,
+// "Same host"): 8 bytes, little-endian, the number of ZeroMQ messages the client had sent the
+// server since it named itself, then the message's one frame.
+constexpr size_t kSequenceBytes = 8;
+std::string sequenced_packet(uint64_t zmq_before, const void* data, size_t len);
+// The count and the frame of a sequenced packet; false for one shorter than kSequenceBytes.
+bool split_sequenced(const std::string& packet, uint64_t* zmq_before, std::string* frame);
 
 enum class PacketResult { kNone, kPacket, kClosed };
 // Receives one packet if one is queued (never blocks) into *data (truncated packets keep their

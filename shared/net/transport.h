@@ -6,7 +6,9 @@
 // - Link: a rank's place in a ring, receiving from its left neighbour, sending to its right.
 // ZeroMQ is the real implementation (shared/net/zmq_transport.h), with CURVE and the same-host
 // local channel behind it; shared/net/fault_endpoint.h wraps either to inject faults. Every
-// implementation passes the same suite (tests/transport_test.cc). An Endpoint or a Link is not
+// implementation passes the same suite (tests/transport_test.cc). A server receives each peer's
+// messages in the order the peer sent them (with or without payloads), so a client that waits
+// for the answer to its last message knows every earlier one arrived. An Endpoint or a Link is not
 // thread-safe: exactly one thread owns it (docs/threading.md).
 #pragma once
 
@@ -41,8 +43,10 @@ class Endpoint {
   // Client: from now on, every header-only message to `shard` goes over the same-host local
   // channel (docs/wire_protocol.md, "Same host"), and so do the server's header-only replies: no
   // ZeroMQ I/O thread on either side. Only for a peer whose payloads move through shared memory
-  // (messages with a payload frame still go through ZeroMQ, so they may overtake). False, with
-  // *why, where there is none (a server not on this host, or one without it).
+  // (messages with a payload frame still go through ZeroMQ); the server still hands out the
+  // client's messages in the order it sent them, whichever way each came. Call it with nothing
+  // sent to `shard` still on its way. False, with *why, where there is none (a server not on this
+  // host, or one without it).
   virtual bool use_local_channel(int shard, std::string* why) {
     (void)shard;
     *why = "not supported by this transport";

@@ -32,6 +32,14 @@ std::string random_routing_id() {
 zmq::pollitem_t poll_fd(int fd) { return zmq::pollitem_t{nullptr, fd, ZMQ_POLLIN, 0}; }
 
 
+// The server keeps each same-host client's messages in the order the client sent them, though
+// they come two ways: its header-only messages over the local channel, the others (a payload
+// frame: INIT, SPARSE_PULL, SPARSE_PUSH, CLIP, STATS) through ZeroMQ, whose I/O threads a packet
+// overtakes. Each packet says how many ZeroMQ messages the client had sent before it
+// (sequenced_packet); the server counts those it received from that route since the client named
+// itself, and hands out a packet only once they are all in, and a ZeroMQ message only after the
+// packets sent before it. So a DONE never overtakes the push before it (docs/wire_protocol.md,
+// "Same host").
 class ZmqServer final : public Endpoint {
  public:
   ZmqServer(zmq::context_t& context, const ZmqServerOptions& o)
@@ -49,16 +57,16 @@ class ZmqServer final : public Endpoint {
     }
   }
 
-  // A header-only message to a peer on the local channel goes there (its requests came that way:
-  // one channel per direction keeps them in order); anything else through ZeroMQ.
+  // A header-only message to a peer on the local channel goes there (its requests came that way);
+  // anything else through ZeroMQ.
   bool send(Message&& msg, Clock::time_point deadline, std::string* error) override {
     const auto local = named_.find(msg.route);
     if (local != named_.end() && msg.frames.size() == 1) {
       // One try: the PS's one thread must not block on a peer that does not read. A full queue
       // (a pull of very many chunks) overflows into ZeroMQ, where the peer reads it as well: the
       // replies of one pull may come in any order. A gone peer is forgotten.
-      if (send_packet(local->second, msg.frames[0].data(), msg.frames[0].size(), error)) return true;
-      if (*error != kPeerQueueFull) named_.erase(local);
+      if (send_packet(local->second.socket, msg.frames[0].data(), msg.frames[0].size(), error)) return true;
+      if (*error != kPeerQueueFull) forget(local);
     }
     std::vector<zmq::message_t> frames = to_zmq(&msg.frames, &msg.route);
     return send_frames(socket_, frames, 0, deadline, error);
@@ -66,29 +74,28 @@ class ZmqServer final : public Endpoint {
 
   bool recv(Message* msg, Clock::time_point deadline) override {
     for (;;) {
+      accept_local_peers();
+      if (pending_ && take_pending(msg)) return true;
       if (take_local(msg)) return true;
       if (socket_.get(zmq::sockopt::events) & ZMQ_POLLIN) {
-        std::vector<zmq::message_t> parts;
-        recv_multipart(socket_, &parts);
-        msg->route = parts.front().to_string();
-        msg->peer_host.clear();
-        if (peer_hosts_ && parts.size() > 1) {
-          try {  // the metadata of the peer's own frames (the ROUTER makes the routing id's)
-            msg->peer_host = parts[1].gets("Peer-Address");
-          } catch (const zmq::error_t&) {
-            // not over TCP: no address
-          }
+        Message in;
+        receive_zmq(&in);
+        // A client names itself on the local channel before it sends any ZeroMQ message that
+        // the count covers: its naming packet is in the kernel already.
+        if (named_.count(in.route) == 0) accept_local_peers();
+        if (named_.count(in.route) == 0) {
+          *msg = std::move(in);
+          return true;
         }
-        msg->frames.clear();
-        for (size_t i = 1; i < parts.size(); ++i) msg->frames.push_back(from_zmq(std::move(parts[i])));
-        msg->shard = -1;
-        msg->local = false;
-        return true;
+        pending_ = std::make_unique<Message>(std::move(in));
+        continue;  // after the packets its client sent before it
       }
       std::vector<zmq::pollitem_t> items{zmq::pollitem_t{socket_.handle(), 0, ZMQ_POLLIN, 0}};
       if (listener_.valid()) items.push_back(poll_fd(listener_.fd()));
       for (const LocalSocket& peer : unnamed_) items.push_back(poll_fd(peer.fd()));
-      for (const auto& peer : named_) items.push_back(poll_fd(peer.second.fd()));
+      for (const auto& peer : named_) {
+        if (!peer.second.blocked()) items.push_back(poll_fd(peer.second.socket.fd()));
+      }
       const int wait = millis_until(deadline);
       if (wait == 0) return false;
       if (zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait)) == 0) return false;
@@ -100,6 +107,7 @@ class ZmqServer final : public Endpoint {
   void close(Clock::time_point deadline) override {
     named_.clear();
     unnamed_.clear();
+    pending_.reset();
     listener_ = LocalSocket();
     if (!socket_) return;
     socket_.set(zmq::sockopt::linger, millis_until(deadline));
@@ -107,10 +115,37 @@ class ZmqServer final : public Endpoint {
   }
 
  private:
-  // New connections, their first packet (the peer's ZeroMQ routing id: from then on its route),
-  // then one packet from a named peer, round robin; false if nothing is ready.
-  bool take_local(Message* msg) {
-    if (!listener_.valid()) return false;
+  struct LocalPeer {
+    LocalSocket socket;
+    uint64_t zmq_seen = 0;    // ZeroMQ messages handed out from its route since it named itself
+    bool has_head = false;    // a packet read, not handed out yet
+    uint64_t head_after = 0;  // the ZeroMQ messages its client had sent before it
+    std::string head;
+    // Its next packet waits for a ZeroMQ message sent before it (its socket is not polled).
+    bool blocked() const { return has_head && head_after > zmq_seen; }
+  };
+
+  void receive_zmq(Message* msg) {
+    std::vector<zmq::message_t> parts;
+    recv_multipart(socket_, &parts);
+    msg->route = parts.front().to_string();
+    msg->peer_host.clear();
+    if (peer_hosts_ && parts.size() > 1) {
+      try {  // the metadata of the peer's own frames (the ROUTER makes the routing id's)
+        msg->peer_host = parts[1].gets("Peer-Address");
+      } catch (const zmq::error_t&) {
+        // not over TCP: no address
+      }
+    }
+    msg->frames.clear();
+    for (size_t i = 1; i < parts.size(); ++i) msg->frames.push_back(from_zmq(std::move(parts[i])));
+    msg->shard = -1;
+    msg->local = false;
+  }
+
+  // New connections, and their first packet (the peer's ZeroMQ routing id: from then on its route).
+  void accept_local_peers() {
+    if (!listener_.valid()) return;
     LocalSocket peer;
     bool refused = false;
     while (accept_local(listener_, &peer, &refused)) unnamed_.push_back(std::move(peer));
@@ -124,28 +159,91 @@ class ZmqServer final : public Endpoint {
       }
       // The first route wins: a second connection naming it is closed (a replacement worker
       // comes with a new routing id).
-      if (r == PacketResult::kPacket && named_.count(packet) == 0) named_.emplace(packet, std::move(unnamed_[i]));
+      if (r == PacketResult::kPacket && named_.count(packet) == 0) {
+        LocalPeer named;
+        named.socket = std::move(unnamed_[i]);
+        named_.emplace(packet, std::move(named));
+      }
       unnamed_.erase(unnamed_.begin() + static_cast<long>(i));
     }
+  }
+
+  // Reads the peer's next packet into its head if it has none; false when there is none (a
+  // closed peer is forgotten: *gone set).
+  bool peek(LocalPeer& peer, bool* gone) {
+    *gone = false;
+    if (peer.has_head) return true;
+    std::string packet;
+    const PacketResult r = receive_packet(peer.socket, &packet);
+    if (r == PacketResult::kClosed) *gone = true;
+    if (r != PacketResult::kPacket) return false;
+    // A packet too short to carry its count is handed out as it is, for the PS to refuse.
+    if (!split_sequenced(packet, &peer.head_after, &peer.head)) {
+      peer.head_after = 0;
+      peer.head = std::move(packet);
+    }
+    peer.has_head = true;
+    return true;
+  }
+
+  void hand_out_head(const std::string& route, LocalPeer& peer, Message* msg) {
+    msg->route = route;
+    msg->peer_host.clear();
+    msg->shard = -1;
+    msg->local = true;
+    msg->frames.clear();
+    msg->frames.emplace_back(std::move(peer.head));
+    peer.head.clear();
+    peer.has_head = false;
+  }
+
+  void forget(std::map<std::string, LocalPeer>::iterator peer) {
+    if (peer->second.has_head) {
+      PSLOG(WARN) << "a same-host peer's local channel closed with a message waiting for "
+                  << peer->second.head_after - peer->second.zmq_seen
+                  << " earlier one(s) it sent through ZeroMQ";
+    }
+    named_.erase(peer);
+  }
+
+  // The ZeroMQ message read last, from a peer on the local channel: first any packet that peer
+  // sent before it, then it.
+  bool take_pending(Message* msg) {
+    const auto it = named_.find(pending_->route);
+    if (it != named_.end()) {
+      bool gone = false;
+      if (peek(it->second, &gone) && it->second.head_after <= it->second.zmq_seen) {
+        hand_out_head(it->first, it->second, msg);
+        return true;
+      }
+      ++it->second.zmq_seen;
+      if (gone) forget(it);
+    }
+    *msg = std::move(*pending_);
+    pending_.reset();
+    return true;
+  }
+
+  // One packet from a named peer whose earlier ZeroMQ messages are all in, round robin; false
+  // if none is ready.
+  bool take_local(Message* msg) {
     if (named_.empty()) return false;
     auto it = named_.upper_bound(last_route_);
-    for (size_t k = 0; k < named_.size(); ++k, ++it) {
+    for (size_t k = 0, n = named_.size(); k < n && !named_.empty(); ++k) {
       if (it == named_.end()) it = named_.begin();
-      const PacketResult r = receive_packet(it->second, &packet);
-      if (r == PacketResult::kNone) continue;
-      const std::string route = it->first;
-      if (r == PacketResult::kClosed) {
-        named_.erase(it);
-        return take_local(msg);
+      bool gone = false;
+      if (peek(it->second, &gone) && !it->second.blocked()) {
+        last_route_ = it->first;
+        hand_out_head(it->first, it->second, msg);
+        return true;
       }
-      last_route_ = route;
-      msg->route = route;
-      msg->peer_host.clear();
-      msg->shard = -1;
-      msg->local = true;
-      msg->frames.clear();
-      msg->frames.emplace_back(std::move(packet));
-      return true;
+      if (gone) {
+        const auto next = std::next(it);
+        forget(it);
+        it = next;
+        continue;
+      }
+      ++it;
     }
     return false;
   }
@@ -154,16 +252,17 @@ class ZmqServer final : public Endpoint {
   bool peer_hosts_;
   std::string address_;
   LocalSocket listener_;
-  std::vector<LocalSocket> unnamed_;           // connected, routing id not received yet
-  std::map<std::string, LocalSocket> named_;   // by ZeroMQ route
-  std::string last_route_;                     // round robin over named_
+  std::vector<LocalSocket> unnamed_;          // connected, routing id not received yet
+  std::map<std::string, LocalPeer> named_;    // by ZeroMQ route
+  std::string last_route_;                    // round robin over named_
+  std::unique_ptr<Message> pending_;          // see take_pending
 };
 
 class ZmqClient final : public Endpoint {
  public:
   ZmqClient(zmq::context_t& context, const std::vector<std::string>& servers, const Security& security,
             bool local_channel, int64_t max_message_bytes)
-      : addresses_(servers), locals_(servers.size()) {
+      : addresses_(servers), locals_(servers.size()), zmq_sent_(servers.size(), 0) {
     for (const auto& address : servers) {
       sockets_.emplace_back(context, zmq::socket_type::dealer);
       set_socket_defaults(sockets_.back(), kHighWaterMark);
@@ -184,14 +283,17 @@ class ZmqClient final : public Endpoint {
   bool send(Message&& msg, Clock::time_point deadline, std::string* error) override {
     PSTRAIN_CHECK(msg.shard >= 0 && msg.shard < static_cast<int>(sockets_.size()));
     const LocalSocket& local = locals_[static_cast<size_t>(msg.shard)];
+    const auto s = static_cast<size_t>(msg.shard);
     if (local.valid() && msg.frames.size() == 1) {
-      // A peer on the local channel sends all its headers there, in order. Its payloads are in
-      // shared memory; the one message that still has a frame, the chief's INIT, goes through
-      // ZeroMQ, and nothing depends on its order: pulls wait for it at the PS.
-      return send_packet(local, msg.frames[0].data(), msg.frames[0].size(), error, &deadline);
+      // A peer on the local channel sends its headers there, each with the count of its ZeroMQ
+      // messages before it: the server hands it out after them (ZmqServer).
+      const std::string packet = sequenced_packet(zmq_sent_[s], msg.frames[0].data(), msg.frames[0].size());
+      return send_packet(local, packet.data(), packet.size(), error, &deadline);
     }
     std::vector<zmq::message_t> frames = to_zmq(&msg.frames);
-    return send_frames(sockets_[msg.shard], frames, 0, deadline, error);
+    if (!send_frames(sockets_[s], frames, 0, deadline, error)) return false;
+    if (local.valid()) ++zmq_sent_[s];
+    return true;
   }
 
   bool recv(Message* msg, Clock::time_point deadline) override {
@@ -241,6 +343,7 @@ class ZmqClient final : public Endpoint {
     if (!connect_local(address.substr(7) + ".local", &local, why)) return false;
     if (!send_packet(local, routing_ids_[i].data(), routing_ids_[i].size(), why)) return false;
     locals_[i] = std::move(local);
+    zmq_sent_[i] = 0;
     rebuild_items();
     return true;
   }
@@ -270,6 +373,7 @@ class ZmqClient final : public Endpoint {
   std::vector<zmq::pollitem_t> items_;
   std::vector<std::string> routing_ids_;  // chosen for shards reached by ipc://@ (else empty)
   std::vector<LocalSocket> locals_;       // by shard: the local channel, once in use
+  std::vector<uint64_t> zmq_sent_;        // by shard: ZeroMQ messages sent since on the local channel
   size_t next_ = 0;
 };
 

@@ -1,6 +1,8 @@
 #include "shared/wire/protocol.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <msgpack.hpp>
 #include <string_view>
 
@@ -260,6 +262,46 @@ const char* op_name(Op op) {
     case Op::kStatsSum: return "STATS_SUM";
   }
   return "?";
+}
+
+std::string encode_op_counts(const OpCounts& counts) {
+  std::string text;
+  for (size_t op = 0; op < counts.size(); ++op) {
+    if (counts[op] == 0) continue;
+    text += (text.empty() ? "" : " ") + std::to_string(op) + ":" + std::to_string(counts[op]);
+  }
+  return text;
+}
+
+bool decode_op_counts(const std::string& text, OpCounts* counts, std::string* error) {
+  counts->fill(0);
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find(' ', at), text.size());
+    const std::string pair = text.substr(at, end - at);
+    const size_t colon = pair.find(':');
+    unsigned long long op = 0, count = 0;
+    char rest = 0;
+    if (colon == std::string::npos || std::sscanf(pair.c_str(), "%llu:%llu%c", &op, &count, &rest) != 2 ||
+        op >= counts->size() || std::string(op_name(static_cast<Op>(op))) == "?") {
+      *error = "DONE's message counts '" + pair + "' are not OP:COUNT of a known operation";
+      return false;
+    }
+    (*counts)[op] = count;
+    at = end + 1;
+  }
+  return true;
+}
+
+std::string missing_ops(const OpCounts& sent, const OpCounts& received) {
+  std::string text;
+  for (size_t op = 0; op < sent.size(); ++op) {
+    if (received[op] >= sent[op]) continue;
+    text += (text.empty() ? "" : ", ") + std::to_string(sent[op] - received[op]) + " " +
+            op_name(static_cast<Op>(op)) + " (" + std::to_string(received[op]) + " of " + std::to_string(sent[op]) +
+            " arrived)";
+  }
+  return text;
 }
 
 bool op_has_payload(Op op) {

@@ -1,4 +1,4 @@
-// pstrain wire protocol, version 13 (docs/wire_protocol.md). A message is a ZeroMQ multipart
+// pstrain wire protocol, version 14 (docs/wire_protocol.md). A message is a ZeroMQ multipart
 // message: frame 0 is a MessagePack map (the header); INIT, PUSH and PARAMS carry one more
 // frame with `length` little-endian float32 values, the sparse ops one more frame of `length`
 // 4-byte words (shared/wire/sparse_wire.h), NORM and CLIP one of ExactSquares' u64 limbs, STATS
@@ -7,13 +7,14 @@
 #pragma once
 
 #include <cstddef>
+#include <array>
 #include <cstdint>
 #include <string>
 
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 13;
+constexpr uint32_t kProtocolVersion = 14;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 
@@ -46,6 +47,18 @@ enum class Op : uint32_t {
 };
 constexpr uint64_t kNormWords = 20;  // ExactSquares::kLimbs 64-bit limbs
 const char* op_name(Op op);
+
+// DONE's `message` (since 14): how many messages of each operation the worker sent the shard
+// since its HELLO (HELLO included, DONE not), as "OP:COUNT" pairs of op codes separated by spaces
+// ("1:1 5:20 12:20"). The PS acknowledges DONE once it has received that many of each
+// (docs/wire_protocol.md, "Operations"). Indexed by op code.
+using OpCounts = std::array<uint64_t, 17>;
+std::string encode_op_counts(const OpCounts& counts);
+// False, with *error, for text that is not such pairs of known ops (empty text: all zero).
+bool decode_op_counts(const std::string& text, OpCounts* counts, std::string* error);
+// What `sent` has more of than `received`: "1 SPARSE_PUSH (39 of 40 arrived)", joined by ", ";
+// "" when nothing.
+std::string missing_ops(const OpCounts& sent, const OpCounts& received);
 
 enum class SenderRole : uint32_t { kWorker = 0, kPs = 1 };
 
