@@ -165,8 +165,9 @@ bool Membership::area_settled() const {
   return true;
 }
 
-void Membership::done(int worker) {
+void Membership::done(int worker, bool stopped) {
   if (done_[static_cast<size_t>(worker)]) return;
+  stopped_ = stopped_ || stopped;
   done_[static_cast<size_t>(worker)] = true;
   ++num_done_;
   PSLOG(INFO) << "ps" << options_.index << ": worker " << worker << " is done (" << num_done_ << "/"

@@ -47,8 +47,11 @@ class Membership {
   bool heard_from(int worker);
   bool area_settled() const;
 
-  void done(int worker);
+  // A worker's DONE; `stopped`: it stopped before the job's end (DONE's stop).
+  void done(int worker, bool stopped);
   bool all_done() const { return num_done_ >= options_.num_workers; }
+  // Whether any worker said it stopped before the job's end: the job has no result yet.
+  bool stopped() const { return stopped_; }
 
  private:
   std::string check_job(const Header& h) const;
@@ -66,6 +69,7 @@ class Membership {
   std::vector<bool> done_;
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace pstrain

@@ -465,6 +465,48 @@ TEST_F(CtrJobTest, ResumePassesOverADamagedTableInAConsistentShardFile) {
   EXPECT_EQ(uninterrupted.table_rows, resumed.table_rows);
 }
 
+// A stopped job has no result (docs/checkpoints.md, "Stopping"): SIGTERM to the launcher of a
+// checkpointing CTR job whose --save-params directory holds an earlier job's result leaves every
+// file there as it was, its tables included (before, the PS shards wrote the stopped run's
+// tables beside the earlier dense files: a model no run produced).
+TEST_F(CtrJobTest, AStoppedJobLeavesTheSaveParamsDirectoryUntouched) {
+  ASSERT_TRUE(launch("stop-earlier", kSteps, {}, nullptr).ok()) << read_file(*dir_ + "/stop-earlier.log");
+  const std::string params = *dir_ + "/stopped-params";
+  std::filesystem::copy(*dir_ + "/stop-earlier-params", params, std::filesystem::copy_options::recursive);
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(params)) {
+    if (e.is_regular_file()) before[e.path().string()] = read_file(e.path().string());
+  }
+  ASSERT_TRUE(before.count(params + "/embeddings/ids.shard1-of-2") == 1) << before.size();
+  const std::string ckpt = *dir_ + "/stopped-ckpt";
+  std::filesystem::create_directories(ckpt);
+  // w2 paused while the launcher passes SIGTERM on, so that the job cannot end first.
+  const auto stop = [&](pid_t launcher, const std::string& run_dir) {
+    ASSERT_TRUE(wait_for_step(launcher, run_dir, 5)) << read_file(*dir_ + "/stopped.log");
+    const pid_t w2 = pid_of(run_dir, "w2");
+    ASSERT_GT(w2, 0);
+    ASSERT_EQ(kill(w2, SIGSTOP), 0);
+    const bool sent = kill(launcher, SIGTERM) == 0;
+    const bool passed_on =
+        sent && wait_for_text(*dir_ + "/stopped.log", "received SIGTERM; w0 writes a final checkpoint", 30);
+    ASSERT_EQ(kill(w2, SIGCONT), 0);
+    ASSERT_TRUE(passed_on) << read_file(*dir_ + "/stopped.log");
+  };
+  const ExitStatus status =
+      launch("stopped", 600, {}, stop, {"--checkpoint-dir", ckpt, "--checkpoint-every", "100"});
+  const std::string log = read_file(*dir_ + "/stopped.log");
+  EXPECT_EQ(status.code, 143) << log;
+  EXPECT_NE(log.find("stopped after the final checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("ps1: the job stopped before its end: its tables are not written to " + params), std::string::npos)
+      << log;
+  std::map<std::string, std::string> after;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(params)) {
+    if (e.is_regular_file()) after[e.path().string()] = read_file(e.path().string());
+  }
+  EXPECT_EQ(after.size(), before.size());
+  for (const auto& [path, bytes] : before) EXPECT_TRUE(after[path] == bytes) << path << " changed";
+}
+
 // A checkpoint of a job without tables is refused by one with them, naming the difference.
 TEST_F(CtrJobTest, ResumeRefusesACheckpointOfOtherEmbeddings) {
   TempDir ckpt("ctr-ckpt-other");

@@ -7,6 +7,7 @@
 #include "shared/train/optimizer.h"
 #include "shared/util/file_util.h"
 #include "shared/util/error.h"
+#include "shared/util/log.h"
 
 namespace pstrain {
 namespace {
@@ -373,6 +374,18 @@ void SparseStore::save(const std::string& dir) const {
                               std::to_string(options_.num_ps),
                           bytes);
   }
+}
+
+void SparseStore::save_result(bool stopped) const {
+  if (options_.save_params.empty()) return;
+  const std::string who = "ps" + std::to_string(options_.index);
+  if (stopped) {
+    PSLOG(INFO) << who << ": the job stopped before its end: its tables are not written to " << options_.save_params
+                << " (its final checkpoint holds them)";
+    return;
+  }
+  save(options_.save_params);
+  PSLOG(INFO) << who << ": embedding tables saved to " << options_.save_params << "/embeddings";
 }
 
 std::string SparseStore::counters_text() const {
