@@ -370,9 +370,13 @@ void SparseStore::save(const std::string& dir) const {
   for (const TableOptions& t : options_.tables) {
     std::string bytes;
     tables_.table(t.id)->save(&bytes);
-    write_file_atomically(to + "/" + t.name + ".shard" + std::to_string(options_.index) + "-of-" +
-                              std::to_string(options_.num_ps),
-                          bytes);
+    try {
+      write_file_atomically(to + "/" + t.name + ".shard" + std::to_string(options_.index) + "-of-" +
+                                std::to_string(options_.num_ps),
+                            bytes);
+    } catch (const Error& e) {
+      throw Error("--save-params: " + std::string(e.what()));
+    }
   }
 }
 
