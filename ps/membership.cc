@@ -172,6 +172,7 @@ bool Membership::area_settled() const {
 
 bool Membership::done(int worker, const std::string& route, const Header& h, std::string* why, bool* refused) {
   *refused = false;
+  stopped_ = stopped_ || h.stop != 0;  // it stopped before the job's end, whenever its DONE is acknowledged
   OpCounts sent{};
   if (!decode_op_counts(h.message, &sent, why)) return (*refused = true, false);
   const std::string missing = missing_ops(sent, received_[static_cast<size_t>(worker)]);

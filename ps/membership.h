@@ -50,7 +50,7 @@ class Membership {
   // Every message of a registered worker, by operation (from its HELLO on: a replacement starts
   // again), for DONE's check.
   void received(int worker, Op op) { ++received_[static_cast<size_t>(worker)][static_cast<size_t>(op)]; }
-  // DONE `h` from `route`: true when the worker is done (every message its DONE counts has
+  // DONE `h` from `route` (its stop: the worker stopped before the job's end): true when the worker is done (every message its DONE counts has
   // arrived: acknowledge it). Else false: the DONE waits, *why names what has not arrived (or
   // says why its counts are refused, *refused set: answer ERROR).
   bool done(int worker, const std::string& route, const Header& h, std::string* why, bool* refused);
@@ -61,6 +61,8 @@ class Membership {
   // arrived)"); "" when none.
   std::string waiting_dones() const;
   bool all_done() const { return num_done_ >= options_.num_workers; }
+  // Whether any worker said it stopped before the job's end: the job has no result yet.
+  bool stopped() const { return stopped_; }
 
  private:
   std::string check_job(const Header& h) const;
@@ -86,6 +88,7 @@ class Membership {
   void mark_done(int worker);
   std::vector<bool> rejoined_;  // a replacement registered for this worker (--allow-rejoin)
   int num_done_ = 0;
+  bool stopped_ = false;
 };
 
 }  // namespace pstrain

@@ -94,10 +94,7 @@ void ParameterServer::serve() {
     tell_waiting();
     report_tables();
   }
-  if (sparse_ != nullptr && !options_.save_params.empty()) {
-    sparse_->save(options_.save_params);
-    PSLOG(INFO) << "ps" << options_.index << ": embedding tables saved to " << options_.save_params << "/embeddings";
-  }
+  if (sparse_ != nullptr) sparse_->save_result(members_.stopped());
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (store_ != nullptr ? store_->counters_text() : "")
               << (sparse_ != nullptr ? sparse_->counters_text() : "")

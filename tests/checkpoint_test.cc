@@ -13,6 +13,7 @@
 #include "shared/checkpoint/checkpoint_store.h"
 #include "shared/checkpoint/job_fingerprint.h"
 #include "shared/checkpoint/checkpoint.h"
+#include "shared/checkpoint/table_file.h"
 #include "shared/config/part_options.h"  // the jobs here are flags, made into the parts' options
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
@@ -143,7 +144,8 @@ class ResumeTest : public ::testing::Test {
     if (record_fingerprint_) m.job = job_fingerprint(job_identity(o_));
     for (uint32_t s = 0; s < 2; ++s) {
       o.index = static_cast<int>(s);
-      const ShardCheckpoint c = sample(s, 2, version, total);
+      ShardCheckpoint c = sample(s, 2, version, total);
+      if (edit_) edit_(&c);
       CheckpointStore(checkpoint_options(o), "ps" + std::to_string(s)).write(c);
       const std::string bytes = encode_shard_checkpoint(c);
       m.shards.push_back({shard_file_name(s, 2), bytes.size(), file_crc(bytes)});
@@ -171,6 +173,7 @@ class ResumeTest : public ::testing::Test {
   std::string dir_;
   JobOptions o_;
   bool record_fingerprint_ = true;  // false: a manifest as pstrain wrote them before fingerprints
+  std::function<void(ShardCheckpoint*)> edit_;  // what save() changes in each shard's file
 };
 
 TEST_F(ResumeTest, NewestCompleteCheckpointIsUsedAndReslicedForAnotherShardCount) {
@@ -206,6 +209,35 @@ TEST_F(ResumeTest, EachDamagedNewestCheckpointFallsBackToThePreviousOne) {
               save(20, 12);  // another model: 12 parameters
             }),
             "v10");
+}
+
+// A table's own checks run when a checkpoint is chosen: a table with one flipped weight byte inside
+// a shard file whose CRC-32 and manifest line are consistent with it (only the table's CRC-32C
+// catches it) passes that checkpoint over, naming the file, and the previous one is used.
+TEST_F(ResumeTest, ADamagedTableInAConsistentShardFileFallsBackToThePreviousOne) {
+  SavedTable t;
+  t.header.table = 0;
+  t.header.dim = 2;
+  t.header.name = "ids";
+  t.header.optimizer = "sgd";
+  t.rows = {SavedRow{3, 1, 1}, SavedRow{8, 1, 1}};
+  t.values = {0.25f, 0.5f, 0.75f, 1.0f};
+  const std::string good = encode_saved_table(t);
+  std::string bad = good;
+  bad[bad.size() - 4 - 2] ^= 0x01;  // the last weight's second byte: still finite
+  edit_ = [&](ShardCheckpoint* c) { c->tables = {c->version == 20 && c->shard == 1 ? bad : good}; };
+  save(10);
+  save(20);
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(load(0, 2), "v10");
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("ps0: --resume: skipping checkpoint " + checkpoint_version_dir(dir_, 20) +
+                     ": shard1of2.ckpt: embedding table 1 of 1 in it: checksum mismatch (corrupted)"),
+            std::string::npos)
+      << log;
+  std::filesystem::remove_all(checkpoint_version_dir(dir_, 10));
+  EXPECT_EQ(load(1, 3), "--resume: no usable checkpoint in '" + dir_ +
+                            "'; v20: shard1of2.ckpt: embedding table 1 of 1 in it: checksum mismatch (corrupted)");
 }
 
 TEST_F(ResumeTest, NoUsableCheckpointIsAClearError) {

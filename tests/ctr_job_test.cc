@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "ps/sparse/embedding_table.h"
+#include "shared/checkpoint/checkpoint.h"
 #include "test_util/ctr_data.h"
 #include "test_util/idx_writer.h"
 #include "test_util/launched.h"
@@ -425,6 +427,103 @@ TEST_F(CtrJobTest, ResumeOnAnotherShardCountGivesTheUninterruptedResult) {
   EXPECT_EQ(rows_difference(uninterrupted, resumed), 0.0);
   EXPECT_TRUE(bit_identical(uninterrupted.dense, resumed.dense)) << relative_difference(uninterrupted.dense, resumed.dense);
   EXPECT_EQ(uninterrupted.table_rows, resumed.table_rows);
+}
+
+// The issue-50 fault: one weight byte of a table flipped inside the newest checkpoint's
+// shard1of2.ckpt, the file's trailing CRC-32 and its MANIFEST line recomputed, so that only the
+// table's own CRC-32C catches it. --resume passes that checkpoint over naming the file and the
+// version (before, every HELLO was refused and the job stopped), resumes from the one before and
+// ends with the uninterrupted job's dense parameters and rows, bit for bit.
+TEST_F(CtrJobTest, ResumePassesOverADamagedTableInAConsistentShardFile) {
+  TempDir ckpt("ctr-ckpt-table");
+  const std::vector<std::string> every = {"--checkpoint-dir", ckpt.path, "--checkpoint-every", "5"};
+  const CtrRun uninterrupted = train(2, 2, kBatch, "adam", false);
+  ASSERT_FALSE(train(2, 2, kBatch, "adam", false, every, "0.1", 10).rows.empty());
+  const std::string v10 = checkpoint_version_dir(ckpt.path, 10), path = v10 + "/shard1of2.ckpt";
+  std::string bytes = read_file(path);
+  const size_t table = bytes.find("PSEMBTBL");
+  ASSERT_NE(table, std::string::npos);
+  const auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, bytes.data() + at, 4);
+    return v;
+  };
+  // magic, format, id, dim, slots, name, optimizer, rows, sightings; a row's id, step, updates
+  const size_t name_at = table + 8 + 4 + 4 + 8 + 4, optimizer_at = name_at + 4 + u32(name_at);
+  const size_t weight = optimizer_at + 4 + u32(optimizer_at) + 8 + 8 + 3 * 8;
+  ASSERT_LT(weight + 4, bytes.size() - 4);
+  bytes[weight] = static_cast<char>(bytes[weight] ^ 0x01);  // the lowest mantissa bit: still finite
+  const uint32_t crc = file_crc(bytes);
+  std::memcpy(&bytes[bytes.size() - 4], &crc, 4);
+  {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  CheckpointManifest m;
+  std::string error;
+  ASSERT_TRUE(decode_manifest(read_file(v10 + "/MANIFEST"), &m, &error)) << error;
+  for (CheckpointManifest::File& f : m.shards) {
+    if (f.name == "shard1of2.ckpt") f.crc = crc;
+  }
+  {
+    std::ofstream(v10 + "/MANIFEST", std::ios::binary | std::ios::trunc) << encode_manifest(m);
+  }
+  std::vector<std::string> resume = every;
+  resume.push_back("--resume");
+  const CtrRun resumed = train(2, 2, kBatch, "adam", false, resume);
+  ASSERT_FALSE(resumed.rows.empty()) << resumed.logs;
+  for (const char* ps : {"ps0", "ps1"}) {
+    EXPECT_NE(resumed.logs.find(std::string(ps) + ": --resume: skipping checkpoint " + v10 +
+                                ": shard1of2.ckpt: embedding table 1 of 1 in it: checksum mismatch (corrupted)"),
+              std::string::npos)
+        << resumed.logs;
+  }
+  EXPECT_NE(resumed.logs.find("--resume: from checkpoint " + checkpoint_version_dir(ckpt.path, 5)), std::string::npos)
+      << resumed.logs;
+  EXPECT_EQ(rows_difference(uninterrupted, resumed), 0.0);
+  EXPECT_TRUE(bit_identical(uninterrupted.dense, resumed.dense)) << relative_difference(uninterrupted.dense, resumed.dense);
+  EXPECT_EQ(uninterrupted.table_rows, resumed.table_rows);
+}
+
+// A stopped job has no result (docs/checkpoints.md, "Stopping"): SIGTERM to the launcher of a
+// checkpointing CTR job whose --save-params directory holds an earlier job's result leaves every
+// file there as it was, its tables included (before, the PS shards wrote the stopped run's
+// tables beside the earlier dense files: a model no run produced).
+TEST_F(CtrJobTest, AStoppedJobLeavesTheSaveParamsDirectoryUntouched) {
+  ASSERT_TRUE(launch("stop-earlier", kSteps, {}, nullptr).ok()) << read_file(*dir_ + "/stop-earlier.log");
+  const std::string params = *dir_ + "/stopped-params";
+  std::filesystem::copy(*dir_ + "/stop-earlier-params", params, std::filesystem::copy_options::recursive);
+  std::map<std::string, std::string> before;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(params)) {
+    if (e.is_regular_file()) before[e.path().string()] = read_file(e.path().string());
+  }
+  ASSERT_TRUE(before.count(params + "/embeddings/ids.shard1-of-2") == 1) << before.size();
+  const std::string ckpt = *dir_ + "/stopped-ckpt";
+  std::filesystem::create_directories(ckpt);
+  // w2 paused while the launcher passes SIGTERM on, so that the job cannot end first.
+  const auto stop = [&](pid_t launcher, const std::string& run_dir) {
+    ASSERT_TRUE(wait_for_step(launcher, run_dir, 5)) << read_file(*dir_ + "/stopped.log");
+    const pid_t w2 = pid_of(run_dir, "w2");
+    ASSERT_GT(w2, 0);
+    ASSERT_EQ(kill(w2, SIGSTOP), 0);
+    const bool sent = kill(launcher, SIGTERM) == 0;
+    const bool passed_on =
+        sent && wait_for_text(*dir_ + "/stopped.log", "received SIGTERM; w0 writes a final checkpoint", 30);
+    ASSERT_EQ(kill(w2, SIGCONT), 0);
+    ASSERT_TRUE(passed_on) << read_file(*dir_ + "/stopped.log");
+  };
+  const ExitStatus status =
+      launch("stopped", 600, {}, stop, {"--checkpoint-dir", ckpt, "--checkpoint-every", "100"});
+  const std::string log = read_file(*dir_ + "/stopped.log");
+  EXPECT_EQ(status.code, 143) << log;
+  EXPECT_NE(log.find("stopped after the final checkpoint"), std::string::npos) << log;
+  EXPECT_NE(log.find("ps1: the job stopped before its end: its tables are not written to " + params), std::string::npos)
+      << log;
+  std::map<std::string, std::string> after;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(params)) {
+    if (e.is_regular_file()) after[e.path().string()] = read_file(e.path().string());
+  }
+  EXPECT_EQ(after.size(), before.size());
+  for (const auto& [path, bytes] : before) EXPECT_TRUE(after[path] == bytes) << path << " changed";
 }
 
 // A checkpoint of a job without tables is refused by one with them, naming the difference.

@@ -1,6 +1,5 @@
 #include "worker/checkpoints.h"
 
-#include <filesystem>
 #include <sstream>
 #include <utility>
 
@@ -95,19 +94,11 @@ double ChiefCheckpoints::completed(uint64_t version) {
   return secs;
 }
 
-// Keeps the newest --keep-checkpoints complete versions; removes every older directory.
+// Keeps the newest --keep-checkpoints complete versions; removes older ones and those a write cut
+// short left behind (prune_checkpoints).
 void ChiefCheckpoints::prune() const {
-  int complete = 0;
-  for (uint64_t v : checkpoint_versions(o_.dir)) {
-    const std::string dir = checkpoint_version_dir(o_.dir, v);
-    if (complete < o_.keep) {
-      if (std::filesystem::exists(dir + "/MANIFEST")) ++complete;
-      continue;
-    }
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-    if (ec) PSLOG(WARN) << "w0: cannot remove old checkpoint " << dir << ": " << ec.message();
-  }
+  const std::string left = prune_checkpoints(o_.dir, o_.keep);
+  if (!left.empty()) PSLOG(WARN) << "w0: cannot remove every old checkpoint: " << left;
 }
 
 void ChiefCheckpoints::check_resumed(uint64_t version) const {

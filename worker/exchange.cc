@@ -90,7 +90,7 @@ class PsExchange final : public Exchange {
     return m;
   }
 
-  void done() override { client_.done(); }
+  void done(bool stopped) override { client_.done(stopped); }
   RowSource* row_source() override { return &client_; }
   StatsExchange* stats_exchange() override { return o_.mode == Mode::kSync ? &stats_ : nullptr; }
 
@@ -190,7 +190,7 @@ class AllreduceExchange final : public Exchange {
     return m;
   }
 
-  void done() override {}
+  void done(bool) override {}
   bool stages_gradient() const override { return !collective_->on_device(); }
   StatsExchange* stats_exchange() override { return stats_.get(); }
 
@@ -271,9 +271,9 @@ class HybridExchange final : public Exchange {
     }
     return m;
   }
-  void done() override {
-    dense_->done();
-    client_.done();
+  void done(bool stopped) override {
+    dense_->done(stopped);
+    client_.done(stopped);
   }
   bool stages_gradient() const override { return dense_->stages_gradient(); }
   RowSource* row_source() override { return &client_; }

@@ -44,7 +44,10 @@ class Exchange {
   // to time).
   virtual StepMetrics finish_step(uint64_t step, float* host_params, float* host_grad, const PushInfo& info,
                                   StepTimes* times) = 0;
-  virtual void done() = 0;
+  // The end of this worker's part: `stopped` when the job stopped before its last step (the
+  // chief's stop, docs/checkpoints.md), which the PS shards are told so that they do not write
+  // --save-params' tables of a job that has no result yet.
+  virtual void done(bool stopped) = 0;
   // Whether the trainer copies the gradient to host_grad during backward (as each layer's part
   // is final). False when the exchange reduces the device's own gradient buffer (NCCL): it then
   // brings the reduced gradient to host_grad itself, in finish_step.

@@ -655,7 +655,7 @@ void PsClient::combine_stats(uint64_t step, uint64_t call, std::vector<double>& 
   std::memcpy(sums.data(), reply.frames[1].data(), sums.size() * sizeof(double));
 }
 
-void PsClient::done() {
+void PsClient::done(bool stopped) {
   // Waits for every shard's acknowledgement: the process may exit right after, and ZeroMQ
   // drops what is still queued when a socket with linger 0 closes. DONE says how many messages
   // of each kind this worker sent the shard; the shard acknowledges once it has them all, and
@@ -665,6 +665,7 @@ void PsClient::done() {
     Header h = request(Op::kDone, 0, s);
     h.request_id = rid;
     h.message = encode_op_counts(sent_.at(static_cast<size_t>(s)));
+    h.stop = stopped ? 1 : 0;
     send(s, h, nullptr);
   }
   await(std::vector<bool>(static_cast<size_t>(options_.num_ps), true), rid, Op::kDone, "DONE");

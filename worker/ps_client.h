@@ -115,7 +115,9 @@ class PsClient final : public RowSource {
   // Batch norm's global statistics (sync): this worker's sums of call `call` of `step` to ps0,
   // replaced by every worker's added (STATS, STATS_SUM). Waits up to --timeout for the others.
   void combine_stats(uint64_t step, uint64_t call, std::vector<double>& sums);
-  void done();
+  // DONE to every shard, `stopped` when the job stopped before its end (the PS then keeps
+  // --save-params' directory as it is); waits for every acknowledgement.
+  void done(bool stopped = false);
 
   // With one shard, on this host (after hello): its segment's gradient area, the whole gradient;
   // a gradient computed there is pushed without a copy. Else nullptr.

@@ -27,7 +27,7 @@ class JitteredExchange final : public Exchange {
     sleep();
     return inner_->finish_step(step, host_params, host_grad, info, times);
   }
-  void done() override { inner_->done(); }
+  void done(bool stopped) override { inner_->done(stopped); }
   bool stages_gradient() const override { return inner_->stages_gradient(); }
   // Not delayed: the tables' rows and batch norm's statistics (a job with tables or global
   // statistics runs with jitter too).

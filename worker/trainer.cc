@@ -561,7 +561,7 @@ class Trainer {
       t.test_accuracy = summary_.test_accuracy;
       write_model_json(o_.save_params, model_description_);
     }
-    exchange_->done();
+    exchange_->done(summary_.stopped);
     PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
                 << (skipped_ > 0 ? " skipped_steps=" + std::to_string(skipped_) : "")
                 << (backend_->host_accessible()

@@ -133,7 +133,8 @@ def _epilog(forwarded_env):
   PSTRAIN_NO_INSTALL=1    build but do not check or install packages
   PSTRAIN_START_TIMEOUT   seconds to wait for every PS to report its address, and for ssh to
                           reach every host (default 60)
-  PSTRAIN_PS_EXIT_TIMEOUT seconds the PS may take to exit after the last worker (default 30)
+  PSTRAIN_PS_EXIT_TIMEOUT seconds the PS may take to exit after the last worker, or after its
+                          last line saying it is saving its tables (default 30)
   PSTRAIN_STOP_GRACE      seconds between SIGTERM and SIGKILL when stopping (default 5)
   PSTRAIN_CHECKPOINT_GRACE  a job with --checkpoint-dir stopped by SIGTERM/SIGINT (Ctrl-C, Slurm
                           preemption) first writes a final checkpoint: seconds allowed for it

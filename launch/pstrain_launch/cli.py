@@ -645,7 +645,9 @@ class Run:
             self.start(p, self.worker_command(p, ps_hosts, coordinator))
 
     def supervise(self):
-        """Waits for every process; after the last worker, gives the PS ps_exit_timeout to exit."""
+        """Waits for every process; after the last worker, gives the PS ps_exit_timeout to exit,
+        counted from its last line saying it is saving (the tables of a large job take longer
+        than any fixed timeout: a PS that makes progress is not killed)."""
         deadline = None
         while self.sup.live():
             self.check_signal()
@@ -656,9 +658,13 @@ class Run:
             if deadline is None and self.step is None and not any(c.name.startswith("w") for c in live):
                 self.out.say("all workers finished; waiting for the PS to exit")
                 deadline = time.monotonic() + self.s.ps_exit_timeout
+            if deadline is not None:
+                saving = max((self.sup.saving_at.get(c.name, 0.0) for c in live), default=0.0)
+                deadline = max(deadline, saving + self.s.ps_exit_timeout)
             if deadline is not None and time.monotonic() >= deadline:
                 raise Stop(f"{' '.join(c.label for c in live)} still running {self.s.ps_exit_timeout}s "
-                           "after the workers finished", EXIT_FAILED)
+                           "after the workers finished" + (" and its last line saying it was saving" if saving else ""),
+                           EXIT_FAILED)
             if self.bar:
                 self.bar.tick()
             time.sleep(0.1)

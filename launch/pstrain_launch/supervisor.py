@@ -24,6 +24,10 @@ import sys
 import threading
 import time
 
+# What a process's line says while it saves (pstrain-ps: "ps0: saving embedding tables to ...:
+# 512 of 1900 MiB"): after the workers, the launcher waits for a PS that keeps saying it.
+SAVING = b": saving "
+
 
 def describe_status(code):
     """Popen's returncode (negative = signal) or a shell's 128+N, as words."""
@@ -168,6 +172,9 @@ class Supervisor:
         self.run_dir = run_dir
         self.stop_grace = stop_grace
         self.children = {}  # name -> Child, in start order
+        # name -> time.monotonic() of its last line saying it is saving (a PS writing its tables
+        # at the job's end: docs/operations.md, "How processes are stopped")
+        self.saving_at = {}
         self.wrap = _wrapper()
 
     def spawn(self, name, label, argv, stdin_pipe=False, env=None, demux=None):
@@ -199,6 +206,8 @@ class Supervisor:
                     logs[who] = open(os.path.join(self.run_dir, f"{who}.log"), "ab")
                 logs[who].write(text)
                 logs[who].flush()
+                if SAVING in text:
+                    self.saving_at[who] = time.monotonic()
                 self.out.relay(tag, text)
         finally:
             for log in logs.values():

@@ -17,6 +17,7 @@
 #include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
+#include "shared/util/file_util.h"
 
 namespace pstrain {
 
@@ -80,7 +81,10 @@ class EmbeddingTable {
   // and that the table stays within max_bytes before it changes anything. `new_job` (a job
   // starting from saved tables, --init-params): the rows' last-touched steps and the sightings'
   // last-seen steps are set to 0, the new job's first, so expiry counts from its start.
+  void save(ByteSink* out) const;
   void save(std::string* out) const;
+  // The bytes save() writes.
+  uint64_t saved_size() const;
   bool load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
             bool new_job = false);
 

@@ -81,6 +81,10 @@ class SparseStore {
   // --save-params DIR at the job's end: each table's rows on this shard, in the checkpoint
   // format (docs/sparse.md), to DIR/embeddings/<table>.shard<index>-of-<num_ps>.
   void save(const std::string& dir) const;
+  // At the loop's end: save(--save-params) when it is set and the job ran to its end; a job
+  // that `stopped` before (a worker's DONE said so) has no result, and DIR keeps what it holds
+  // (docs/checkpoints.md, "Stopping": the checkpoint holds the tables).
+  void save_result(bool stopped) const;
   // "; tables at version V: embedding rows R (admitted A, evicted E, pending P), M MiB" (and
   // with backup workers "; late sparse pushes dropped: D"): for the log lines.
   std::string counters_text() const;

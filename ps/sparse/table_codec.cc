@@ -17,6 +17,24 @@ struct EmbeddingTable::Saved {
 };
 
 void EmbeddingTable::save(std::string* out) const {
+  StringSink sink(out);
+  save(&sink);
+}
+
+uint64_t EmbeddingTable::saved_size() const {
+  SavedTableHeader h;
+  h.dim = dim();
+  h.slots = static_cast<uint32_t>(slots());
+  h.name = options_.name;
+  h.optimizer = optimizer_kind();
+  h.rows = index_.size();
+  h.sightings = sightings_.size();
+  return saved_table_size(h);
+}
+
+// The rows are sorted by ID through (ID, row) pairs, 16 bytes a row, and written from the arena
+// in place: a save to a file holds no copy of the table's bytes.
+void EmbeddingTable::save(ByteSink* out) const {
   std::vector<std::pair<uint64_t, uint32_t>> rows;
   rows.reserve(index_.size());
   index_.for_each([&](uint64_t id, uint32_t row) { rows.emplace_back(id, row); });

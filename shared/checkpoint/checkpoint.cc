@@ -1,11 +1,15 @@
 #include "shared/checkpoint/checkpoint.h"
 
 #include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <sstream>
 
 namespace pstrain {
@@ -263,6 +267,64 @@ std::vector<uint64_t> checkpoint_versions(const std::string& dir) {
   closedir(d);
   std::sort(versions.rbegin(), versions.rend());
   return versions;
+}
+
+namespace {
+
+// The files pstrain writes into a version directory, and their temporaries (.tmp).
+bool written_by_pstrain(const std::string& name) {
+  static const std::regex kNames(
+      R"((shard[0-9]+of[0-9]+\.ckpt|MANIFEST|model\.json|layer[0-9]+\.running_(mean|var)\.npy)(\.tmp)?)");
+  return std::regex_match(name, kNames);
+}
+
+bool is_temporary(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0; }
+
+// Removes `dir`'s files that pstrain wrote (only their temporaries: `temporaries_only`), then
+// `dir` itself unless `temporaries_only`; what could not be removed is added to *left.
+void remove_written(const std::string& dir, bool temporaries_only, std::string* left) {
+  const auto note = [left](const std::string& what) { *left += (left->empty() ? "" : "; ") + what; };
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return note("cannot read '" + dir + "': " + std::strerror(errno));
+  std::vector<std::string> names;
+  bool foreign = false;
+  while (const dirent* e = readdir(d)) {
+    const std::string name = e->d_name;
+    if (name == "." || name == "..") continue;
+    if (!written_by_pstrain(name)) {
+      foreign = true;
+    } else if (!temporaries_only || is_temporary(name)) {
+      names.push_back(name);
+    }
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    const std::string path = dir + "/" + name;
+    if (::unlink(path.c_str()) != 0) note("cannot remove '" + path + "': " + std::strerror(errno));
+  }
+  if (temporaries_only) return;
+  if (foreign) return note("'" + dir + "' holds files pstrain did not write; they are left");
+  if (::rmdir(dir.c_str()) != 0) note("cannot remove '" + dir + "': " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string prune_checkpoints(const std::string& dir, int keep) {
+  std::string left;
+  int complete = 0;
+  for (uint64_t v : checkpoint_versions(dir)) {
+    const std::string vdir = checkpoint_version_dir(dir, v);
+    struct stat st {};
+    const bool has_manifest = ::stat((vdir + "/MANIFEST").c_str(), &st) == 0;
+    if (complete == 0 && !has_manifest) continue;  // newer than every complete one: a write may be under way
+    if (has_manifest && complete < keep) {
+      ++complete;
+      remove_written(vdir, /*temporaries_only=*/true, &left);  // a write cut short before a restart
+      continue;
+    }
+    remove_written(vdir, /*temporaries_only=*/false, &left);
+  }
+  return left;
 }
 
 }  // namespace pstrain

@@ -67,4 +67,13 @@ std::string shard_file_name(uint32_t shard, uint32_t num_shards);
 // Versions that have a directory in `dir`, newest first (empty if dir does not exist).
 std::vector<uint64_t> checkpoint_versions(const std::string& dir);
 
+// The chief's clean-up after a complete checkpoint: keeps the newest `keep` complete versions
+// (removing the temporaries a write cut short left in them) and any incomplete one newer than
+// the newest complete (a write may be under way); removes every other version directory: older
+// complete ones, and incomplete ones (no MANIFEST: a checkpoint cut short). Only the files
+// pstrain writes there are removed (shard files, MANIFEST, model.json, batch norm's .npy, and
+// their .tmp); a directory holding anything else is left with it. "" or what could not be
+// removed, naming each path and the errno text.
+std::string prune_checkpoints(const std::string& dir, int keep);
+
 }  // namespace pstrain

@@ -11,6 +11,7 @@
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/checkpoint/job_fingerprint.h"
+#include "shared/checkpoint/table_file.h"
 #include "shared/util/log.h"
 
 namespace pstrain {
@@ -119,6 +120,16 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
     if (c.version != v || c.total != total || c.offset != next) return f.name + ": does not belong to this checkpoint";
     if (c.optimizer != o_.job.optimizer.kind || c.slots.size() != num_slots) {
       return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.job.optimizer.kind;
+    }
+    // Each table's own checks (its CRC-32C, sorted IDs, finite values) too, here and not first
+    // when the PS loads it: a damaged table passes this checkpoint over on every process alike,
+    // where a refusal at the load would stop the job with the previous checkpoint unused.
+    for (size_t t = 0; t < c.tables.size(); ++t) {
+      SavedTable table;
+      if (!read_saved_table(c.tables[t], &table, &error, SavedTableParts::kHeader)) {
+        return f.name + ": embedding table " + std::to_string(t + 1) + " of " + std::to_string(c.tables.size()) +
+               " in it: " + error;
+      }
     }
     next = c.offset + c.values.size();
     if (o_.keep_tables) {

@@ -41,11 +41,6 @@ void put(std::string* out, uint64_t v, size_t bytes) {
   for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-void put_text(std::string* out, const std::string& s) {
-  put(out, s.size(), 4);
-  out->append(s);
-}
-
 uint64_t row_bytes(const SavedTableHeader& h) { return kRowHead + (1 + h.slots) * h.dim * sizeof(float); }
 
 bool read_header(Reader& r, SavedTableHeader* h, std::string* error) {
@@ -161,40 +156,67 @@ bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* er
   return false;
 }
 
-SavedTableWriter::SavedTableWriter(const SavedTableHeader& h, std::string* out)
-    : out_(out), start_(out->size()), row_floats_(static_cast<size_t>((1 + h.slots) * h.dim)),
-      rows_left_(h.rows), sightings_left_(h.sightings) {
-  out->append(kTableMagic, sizeof kTableMagic);
-  put(out, kFormat, 4);
-  put(out, h.table, 4);
-  put(out, h.dim, 8);
-  put(out, h.slots, 4);
-  put_text(out, h.name);
-  put_text(out, h.optimizer);
-  put(out, h.rows, 8);
-  put(out, h.sightings, 8);
+uint64_t saved_table_size(const SavedTableHeader& h) {
+  return sizeof kTableMagic + 4 + 4 + 8 + 4 + 4 + h.name.size() + 4 + h.optimizer.size() + 8 + 8 +
+         h.rows * row_bytes(h) + h.sightings * kSighting + 4;
+}
+
+namespace {
+
+constexpr size_t kTableBuffer = size_t{64} << 10;
+
+}  // namespace
+
+SavedTableWriter::SavedTableWriter(const SavedTableHeader& h, ByteSink* out)
+    : out_(out), row_floats_(static_cast<size_t>((1 + h.slots) * h.dim)), rows_left_(h.rows),
+      sightings_left_(h.sightings) {
+  buffer_.reserve(kTableBuffer);
+  buffer_.append(kTableMagic, sizeof kTableMagic);
+  put(kFormat, 4);
+  put(h.table, 4);
+  put(h.dim, 8);
+  put(h.slots, 4);
+  put(h.name.size(), 4);
+  buffer_.append(h.name);
+  put(h.optimizer.size(), 4);
+  buffer_.append(h.optimizer);
+  put(h.rows, 8);
+  put(h.sightings, 8);
+}
+
+void SavedTableWriter::put(uint64_t v, size_t bytes) { pstrain::put(&buffer_, v, bytes); }
+
+void SavedTableWriter::flush() {
+  crc_ = crc32c::extend(crc_, buffer_.data(), buffer_.size());
+  out_->append(buffer_.data(), buffer_.size());
+  buffer_.clear();
 }
 
 void SavedTableWriter::row(const SavedRow& row, const float* values) {
   PSTRAIN_CHECK(rows_left_ > 0);
   --rows_left_;
-  put(out_, row.id, 8);
-  put(out_, row.last_touched, 8);
-  put(out_, row.updates, 8);
-  for (size_t j = 0; j < row_floats_; ++j) put_float(out_, values[j]);
+  if (buffer_.size() + kRowHead + row_floats_ * sizeof(float) > kTableBuffer) flush();
+  put(row.id, 8);
+  put(row.last_touched, 8);
+  put(row.updates, 8);
+  for (size_t j = 0; j < row_floats_; ++j) put_float(&buffer_, values[j]);
 }
 
 void SavedTableWriter::sighting(const SavedSighting& s) {
   PSTRAIN_CHECK(rows_left_ == 0 && sightings_left_ > 0);
   --sightings_left_;
-  put(out_, s.id, 8);
-  put(out_, s.count, 4);
-  put(out_, s.last_seen, 8);
+  if (buffer_.size() + kSighting > kTableBuffer) flush();
+  put(s.id, 8);
+  put(s.count, 4);
+  put(s.last_seen, 8);
 }
 
 void SavedTableWriter::finish() {
   PSTRAIN_CHECK(rows_left_ == 0 && sightings_left_ == 0);
-  put(out_, crc32c::value(out_->data() + start_, out_->size() - start_), 4);
+  flush();
+  std::string tail;
+  pstrain::put(&tail, crc_, 4);
+  out_->append(tail.data(), tail.size());
 }
 
 std::string encode_saved_table(const SavedTable& t) {
@@ -204,7 +226,8 @@ std::string encode_saved_table(const SavedTable& t) {
   const size_t row_floats = static_cast<size_t>((1 + h.slots) * h.dim);
   PSTRAIN_CHECK_EQ(t.values.size(), t.rows.size() * row_floats);
   std::string out;
-  SavedTableWriter w(h, &out);
+  StringSink sink(&out);
+  SavedTableWriter w(h, &sink);
   for (size_t i = 0; i < t.rows.size(); ++i) w.row(t.rows[i], &t.values[i * row_floats]);
   for (const SavedSighting& s : t.sightings) w.sighting(s);
   w.finish();

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shared/util/file_util.h"
+
 namespace pstrain {
 
 struct SavedTableHeader {
@@ -53,21 +55,30 @@ enum class SavedTableParts { kHeader, kWeights, kAll };
 bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* error,
                       SavedTableParts parts = SavedTableParts::kAll);
 
-// Appends a table's bytes to *out: the header, then header.rows rows and header.sightings
-// sightings, each in increasing ID order, then finish() the checksum. Rows are written from
-// wherever they live (the PS's arena), so that a save holds no second copy of the table.
+// The bytes a table of `header` (its rows and sightings counts) takes, as SavedTableWriter
+// writes it.
+uint64_t saved_table_size(const SavedTableHeader& header);
+
+// Writes a table's bytes to `out` as they are made: the header, then header.rows rows and
+// header.sightings sightings, each in increasing ID order, then finish() the checksum (computed
+// as the bytes go). Rows are written from wherever they live (the PS's arena) through a buffer
+// of at most 64 KiB, so that a save to a file holds no second copy of the table.
 class SavedTableWriter {
  public:
-  SavedTableWriter(const SavedTableHeader& header, std::string* out);
+  SavedTableWriter(const SavedTableHeader& header, ByteSink* out);
   void row(const SavedRow& row, const float* values);  // (1 + slots) * dim floats
   void sighting(const SavedSighting& s);
   void finish();
 
  private:
-  std::string* const out_;
-  const size_t start_;
+  void put(uint64_t v, size_t bytes);
+  void flush();
+
+  ByteSink* const out_;
   const size_t row_floats_;
   uint64_t rows_left_, sightings_left_;
+  std::string buffer_;
+  uint32_t crc_ = 0;  // CRC-32C of the bytes flushed so far
 };
 
 // A whole SavedTable read with kAll, written back: the same bytes (tests, seeds, the fuzzer).

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "shared/util/error.h"
 
@@ -25,49 +26,94 @@ std::string parent_of(const std::string& path) {
 
 std::string os_error(const std::string& what) { return what + ": " + std::strerror(errno); }
 
+constexpr size_t kWriteBuffer = size_t{1} << 20;  // what a FileWriter holds before it writes
+
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    if (!out.flush()) throw Error("cannot write '" + tmp + "'");
+FileWriter::FileWriter(std::string path, bool durable)
+    : path_(std::move(path)), tmp_(path_ + ".tmp"), durable_(durable) {
+  fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw Error(os_error("cannot create '" + tmp_ + "'"));
+  buffer_.reserve(kWriteBuffer);
+}
+
+FileWriter::~FileWriter() {
+  if (fd_ < 0) return;  // committed, or failed (and removed)
+  ::close(fd_);
+  ::unlink(tmp_.c_str());
+}
+
+void FileWriter::fail(const std::string& what) {
+  const std::string why = os_error(what);  // errno before close and unlink change it
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  throw Error(why);
+}
+
+void FileWriter::append(const void* data, size_t n) {
+  PSTRAIN_CHECK(fd_ >= 0);
+  bytes_ += n;
+  if (buffer_.size() + n > kWriteBuffer) flush();
+  if (n >= kWriteBuffer) {  // a large piece goes straight to the file
+    const char* p = static_cast<const char*>(data);
+    while (n > 0) {
+      const ssize_t w = ::write(fd_, p, n);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) fail("cannot write '" + tmp_ + "'");
+      p += w;
+      n -= static_cast<size_t>(w);
+    }
+    return;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("cannot rename '" + tmp + "' to '" + path + "'");
+  buffer_.append(static_cast<const char*>(data), n);
+}
+
+void FileWriter::flush() {
+  size_t done = 0;
+  while (done < buffer_.size()) {
+    const ssize_t w = ::write(fd_, buffer_.data() + done, buffer_.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("cannot write '" + tmp_ + "'");
+    done += static_cast<size_t>(w);
+  }
+  buffer_.clear();
+}
+
+void FileWriter::commit() {
+  PSTRAIN_CHECK(fd_ >= 0);
+  flush();
+  if (durable_ && ::fsync(fd_) != 0) fail("cannot flush '" + tmp_ + "' to disk");
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
+    const std::string why = os_error("cannot write '" + tmp_ + "'");
+    ::unlink(tmp_.c_str());
+    throw Error(why);
+  }
+  if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = os_error("cannot rename '" + tmp_ + "' to '" + path_ + "'");
+    ::unlink(tmp_.c_str());
+    throw Error(why);
+  }
+  if (!durable_) return;
+  const int dir = ::open(parent_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir < 0) throw Error(os_error("cannot open the directory of '" + path_ + "'"));
+  const int synced = ::fsync(dir);
+  ::close(dir);
+  if (synced != 0) throw Error(os_error("cannot flush the directory of '" + path_ + "'"));
+}
+
+void write_file_atomically(const std::string& path, const std::string& content) {
+  FileWriter out(path, false);
+  out.append(content.data(), content.size());
+  out.commit();
 }
 
 void write_file_durably(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error(os_error("cannot create '" + tmp + "'"));
-  size_t done = 0;
-  while (done < content.size()) {
-    const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = os_error("cannot write '" + tmp + "'");
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error(why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = os_error("cannot flush '" + tmp + "' to disk");
-    ::unlink(tmp.c_str());
-    throw Error(why);
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = os_error("cannot rename '" + tmp + "' to '" + path + "'");
-    ::unlink(tmp.c_str());
-    throw Error(why);
-  }
-  const int dir = ::open(parent_of(path).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir < 0) throw Error(os_error("cannot open the directory of '" + path + "'"));
-  const int synced = ::fsync(dir);
-  ::close(dir);
-  if (synced != 0) throw Error(os_error("cannot flush the directory of '" + path + "'"));
+  FileWriter out(path, true);
+  out.append(content.data(), content.size());
+  out.commit();
 }
 
 bool read_whole_file(const std::string& path, std::string* out, std::string* error) {
@@ -75,7 +121,7 @@ bool read_whole_file(const std::string& path, std::string* out, std::string* err
   if (!in) return (*error = std::string("cannot open: ") + std::strerror(errno), false);
   std::ostringstream buffer;
   buffer << in.rdbuf();
-  if (in.bad()) return (*error = "cannot read", false);
+  if (in.bad()) return (*error = std::string("cannot read: ") + std::strerror(errno), false);
   *out = buffer.str();
   return true;
 }

@@ -1,12 +1,61 @@
 // Small file helpers.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace pstrain {
 
+// Where bytes of a file being written go, in pieces (a table's bytes, a checkpoint's shard file):
+// a string, or a file on disk written as they come, so that a save holds no second copy.
+class ByteSink {
+ public:
+  virtual ~ByteSink() = default;
+  virtual void append(const void* data, size_t n) = 0;
+};
+
+class StringSink final : public ByteSink {
+ public:
+  explicit StringSink(std::string* out) : out_(out) {}
+  void append(const void* data, size_t n) override { out_->append(static_cast<const char*>(data), n); }
+
+ private:
+  std::string* const out_;
+};
+
+// A file written in pieces to PATH.tmp through a bounded buffer, renamed over PATH by commit(),
+// so a reader sees the old content or the whole new one. `durable`: the file is fsync'ed before
+// the rename and its directory after it, so after a crash PATH holds the old or the new content,
+// whole. A failed write (disk full, no permission, a directory at PATH), or a writer destroyed
+// without commit() (an exception on the way), removes PATH.tmp and leaves PATH untouched; every
+// error (pstrain::Error) names the file and the errno text.
+class FileWriter final : public ByteSink {
+ public:
+  FileWriter(std::string path, bool durable);
+  ~FileWriter() override;
+  FileWriter(const FileWriter&) = delete;
+  FileWriter& operator=(const FileWriter&) = delete;
+
+  void append(const void* data, size_t n) override;
+  void commit();
+  uint64_t bytes() const { return bytes_; }  // appended so far
+
+ private:
+  void flush();
+  [[noreturn]] void fail(const std::string& what);
+
+  const std::string path_, tmp_;
+  const bool durable_;
+  int fd_ = -1;
+  std::string buffer_;
+  uint64_t bytes_ = 0;
+};
+
+
 // Writes `content` to a temporary file beside `path`, then renames it over `path`, so a reader
-// sees either nothing or the whole content. Throws pstrain::Error.
+// sees either nothing or the whole content. Throws pstrain::Error naming the file and the errno
+// text; the temporary file is removed then.
 void write_file_atomically(const std::string& path, const std::string& content);
 
 // The same, and durable: the temporary file is fsync'ed before the rename and the directory

@@ -178,6 +178,16 @@ case_ps_lingers() {
   check "names the PS" out_has '^launch: ps0 still running 1s after the workers finished'
 }
 
+# A PS that saves its tables for longer than PSTRAIN_PS_EXIT_TIMEOUT after the workers, saying so
+# every second, is waited for: the job completes (before, it was stopped after 2 s and failed).
+case_ps_saves_slowly() {
+  start ps_saves_slowly FAKE_PS_SAVE_S=6 PSTRAIN_PS_EXIT_TIMEOUT=2 --
+  finish 30
+  expect_exit 0 20
+  check "the PS saved to its end" out_has '^\[ps0\] fake ps0: saving embedding tables to /fake: 6 of 6 MiB$'
+  check "completion line" out_has "^launch: training completed; logs in $run\$"
+}
+
 # A second launcher on a run directory in use is refused at once, naming the first one, and
 # leaves the first job's files alone.
 case_run_dir_in_use() {
@@ -298,6 +308,7 @@ main() {
   case_ps_fails_at_start
   case_start_timeout
   case_ps_lingers
+  case_ps_saves_slowly
   case_run_dir_in_use
   case_devices
   case_hostfile_batches_dry_run

@@ -7,6 +7,8 @@
 #   FAKE_PS_NO_ADDR=1     never report an address (start-up timeout)
 #   FAKE_PS_LINGER=1      never exit on its own (the "PS never exits" bug)
 #   FAKE_PS_MAX_S=S       give up with status 1 after S seconds (default 120; a safety net)
+#   FAKE_PS_SAVE_S=S      once the workers are done, "save" for S seconds, saying so every second,
+#                         then exit 0 (a PS writing large tables at the job's end)
 # --check-config (launch.sh --dry-run): says "configuration OK" and exits 0, or, like the real
 # binary, refuses a --frobnicate with exit 2.
 index=0 num_workers=1 port=0 port_file="" check=0 refuse=""
@@ -49,6 +51,10 @@ while ((SECONDS < deadline)); do
   done_files=("$state_dir"/fake_done.*)
   [[ -e ${done_files[0]} ]] || done_files=()
   if [[ ${FAKE_PS_LINGER:-0} != 1 ]] && ((${#done_files[@]} >= num_workers)); then
+    for ((i = 1; i <= ${FAKE_PS_SAVE_S:-0}; i++)); do
+      echo "fake ps$index: saving embedding tables to /fake: $i of ${FAKE_PS_SAVE_S} MiB"
+      sleep 1
+    done
     echo "fake ps$index: all $num_workers workers done; exiting" >&2
     exit 0
   fi
