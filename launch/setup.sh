@@ -114,6 +114,16 @@ pstrain_check_packages() {
   fi
 }
 
+# CMake arguments that put ccache in front of the compilers, where it is installed (tests/run.sh
+# installs it: CI's three builds of a clean clone then reuse the objects of the last run on the
+# machine). Paths are taken relative to the checkout, so a clone elsewhere finds them too.
+pstrain_compiler_launcher() {
+  command -v ccache >/dev/null || return 0
+  export CCACHE_BASEDIR=$PSTRAIN_REPO CCACHE_NOHASHDIR=1
+  printf '%s\n' -DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
+}
+
 # Configures the build directory once (Release), then builds incrementally.
 pstrain_build() {
   local build_dir jobs
@@ -127,9 +137,12 @@ pstrain_build() {
   # missing package was installed.
   if [[ ! -f $build_dir/CMakeCache.txt || (! -f $build_dir/Makefile && ! -f $build_dir/build.ninja) ]]; then
     echo "setup: configuring $build_dir (cmake, Release)"
-    cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release </dev/null ||
+    local launcher
+    mapfile -t launcher < <(pstrain_compiler_launcher)
+    cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" </dev/null ||
       { echo "setup: error: cmake configure failed" >&2; return 1; }
   fi
+  pstrain_compiler_launcher >/dev/null  # the environment ccache reads, for a directory configured before
   echo "setup: building in $build_dir (cmake --build, -j$jobs)"
   cmake --build "$build_dir" -j"$jobs" </dev/null ||
     { echo "setup: error: build failed" >&2; return 1; }

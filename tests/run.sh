@@ -18,9 +18,10 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=launch/setup.sh
 source "$repo/launch/setup.sh"
 # What only the tests use: real sshd in network namespaces, a single-node Slurm, Open MPI
-# (tests/cluster/); clang with its sanitizer and libFuzzer runtimes; pgrep.
+# (tests/cluster/); clang with its sanitizer and libFuzzer runtimes; pgrep; ccache (the builds reuse
+# the objects of the last run on this machine: launch/setup.sh).
 PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps slurmctld slurmd slurm-client munge
-  openmpi-bin clang libclang-rt-14-dev)
+  openmpi-bin clang libclang-rt-14-dev ccache)
 pstrain_setup </dev/null || exit $?
 main_build=$(pstrain_build_dir)
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -35,8 +36,10 @@ sanitizer_build() {
   shift 2
   if [[ ! -f $dir/CMakeCache.txt ]]; then
     echo "tests: configuring $dir (clang, -fsanitize=$sanitize)"
+    local launcher
+    mapfile -t launcher < <(pstrain_compiler_launcher)
     CC=clang CXX=clang++ cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DPSTRAIN_ENABLE_CUDA=OFF -DPSTRAIN_SANITIZE="$sanitize" "$@" </dev/null >/dev/null || return 1
+      -DPSTRAIN_ENABLE_CUDA=OFF -DPSTRAIN_SANITIZE="$sanitize" "${launcher[@]}" "$@" </dev/null >/dev/null || return 1
   fi
   echo "tests: building $dir"
   cmake --build "$dir" -j"$jobs" </dev/null >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log"; return 1; }
