@@ -188,6 +188,24 @@ case_ps_saves_slowly() {
   check "completion line" out_has "^launch: training completed; logs in $run\$"
 }
 
+# SIGTERM to a checkpointing job: a PS that writes the final checkpoint for longer than
+# PSTRAIN_CHECKPOINT_GRACE, saying so every second, is waited for: the job stops after its final
+# checkpoint (before, it was stopped 2 s after the signal and the checkpoint lost).
+case_final_checkpoint_saves_slowly() {
+  printf 'num-workers = 2\ncheckpoint-dir = %s\n' "$work/final-ckpt" >"$work/final.cfg"
+  start final_saves_slowly FAKE_UNTIL_STOP=1 FAKE_PS_SAVE_S=6 PSTRAIN_CHECKPOINT_GRACE=2 -- --config "$work/final.cfg"
+  if ! wait_for '^\[w1\] fake w1: training until stopped' || ! wait_for '^\[w0\] fake w0: training until stopped'; then
+    flunk "workers never started"
+  fi
+  kill -TERM "$lpid"
+  finish 30
+  expect_exit 143 20
+  check "the chief was asked for a final checkpoint" out_has '^\[w0\] fake w0: stop requested: a final checkpoint$'
+  check "the PS wrote it to its end" \
+    out_has '^\[ps0\] fake ps0: saving checkpoint of version 7 to /fake: 6 of 6 MiB$'
+  check "stopped after the final checkpoint" out_has '^launch: stopped after the final checkpoint \(SIGTERM\)'
+}
+
 # A second launcher on a run directory in use is refused at once, naming the first one, and
 # leaves the first job's files alone.
 case_run_dir_in_use() {
@@ -309,6 +327,7 @@ main() {
   case_start_timeout
   case_ps_lingers
   case_ps_saves_slowly
+  case_final_checkpoint_saves_slowly
   case_run_dir_in_use
   case_devices
   case_hostfile_batches_dry_run
