@@ -354,6 +354,9 @@ class Run:
             cmd += ["--ipc", self.ipc_name(proc.index)]
         if s.max_restarts:
             cmd.append("--allow-rejoin")
+        # The shards on this host share its memory (--max-shard-mib's default, ps/shard_memory.h).
+        if job_flag(s.extra, "shards-on-host") is None:
+            cmd += ["--shards-on-host", str(sum(1 for p in s.procs if p.role == "ps" and p.host == proc.host))]
         return cmd + s.extra
 
     def worker_command(self, proc, ps_hosts, coordinator=None):

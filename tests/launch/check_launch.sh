@@ -67,6 +67,8 @@ case_flags_and_config() {
   check "--num-ps beats the config, num-workers from it" \
     test "$(cut -f1 "$run/cmd.txt" | tr '\n' ' ')" = "ps0 ps1 w0 "
   check "PS s gets port P+s" file_has "$run/cmd.txt" "^ps1	.* --port $((port + 1)) "
+  check "each PS is told the shards on its host (its memory's share)" \
+    test "$(grep -cE -- "^ps[01]	.* --shards-on-host 2 " "$run/cmd.txt")" -eq 2
   check "no ipc with --transport tcp" test "$(grep -c -- "--ipc" "$run/cmd.txt")" -eq 0
   check "workers get both PS addresses" \
     file_has "$run/w0.log" "connecting to 127\.0\.0\.1:$port 127\.0\.0\.1:$((port + 1)) "
