@@ -41,7 +41,9 @@ void ShardCheckpoints::write(const Store& store, const SparseStore* sparse) {
   c.version = checkpoint_at_;
   c.optimizer = options_.optimizer.kind;
   store.save(&c);
-  if (sparse != nullptr) sparse->save(&c.tables);
+  // The tables go from the arena to the file as it is written: no copy of them is made.
+  const std::vector<TableSource> tables =
+      sparse != nullptr ? sparse->table_sources() : std::vector<TableSource>();
   if (options_.checkpoint.table_shards > 0) {
     // Hybrid mode: file s of S + 1, before the chief's dense vector (the last file): no slice of
     // it here, only the tables (docs/checkpoints.md, "Hybrid mode").
@@ -52,7 +54,7 @@ void ShardCheckpoints::write(const Store& store, const SparseStore* sparse) {
   }
   checkpoint_at_ = 0;
   const auto start = Clock::now();
-  files_.write(c);
+  files_.write(c, tables);
   written_ = c.version;
   write_us_ = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
 }

@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
     pstrain::remove_segments_on_termination();  // the parameter area, if the launcher stops this PS
     PSLOG(INFO) << "ps" << options->index << ": " << pstrain::describe_placement(*options, "") << "; binding "
                 << options->bind << ":" << options->port;
+    PSLOG(INFO) << "ps" << options->index << ": memory bound " << pstrain::max_shard_text(*options);
     zmq::context_t context(1);
     const pstrain::Security security =
         pstrain::resolve_security(pstrain::security_options(*options), {options->bind + ":0"});

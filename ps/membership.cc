@@ -1,20 +1,10 @@
 #include "ps/membership.h"
 
-#include <unistd.h>
-
+#include "ps/shard_memory.h"
 #include "shared/train/layout.h"
 #include "shared/util/log.h"
 
 namespace pstrain {
-namespace {
-
-uint64_t physical_memory_mib() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return UINT64_MAX;
-  return static_cast<uint64_t>(pages) / (1024 * 1024 / static_cast<uint64_t>(page));
-}
-
-}  // namespace
 
 Membership::Membership(const ServerOptions& options, const ConsistencyPolicy& policy)
     : options_(options),

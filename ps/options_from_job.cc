@@ -1,9 +1,18 @@
 #include "ps/options_from_job.h"
 
+#include "ps/shard_memory.h"
 #include "shared/config/part_options.h"
 #include "shared/train/row_init.h"
 
 namespace pstrain {
+
+int shards_on_host(const JobOptions& o) { return o.shards_on_host > 0 ? o.shards_on_host : o.num_ps; }
+
+std::string max_shard_text(const JobOptions& o) {
+  if (o.max_shard_mib > 0) return std::to_string(o.max_shard_mib) + " MiB (--max-shard-mib)";
+  return default_max_shard_text(physical_memory_mib(), shards_on_host(o),
+                                least_row_bytes(server_options(o).tables));
+}
 
 ServerOptions server_options(const JobOptions& o) {
   ServerOptions s;
@@ -38,6 +47,10 @@ ServerOptions server_options(const JobOptions& o) {
     table.min_count = static_cast<uint32_t>(o.embedding_min_count);
     table.expiry_steps = static_cast<uint64_t>(o.embedding_expiry);
     s.tables.push_back(table);
+  }
+  if (o.max_shard_mib == 0) {  // the shard's share of this host (ps/shard_memory.h)
+    s.max_shard_mib = static_cast<int64_t>(
+        default_max_shard_mib(physical_memory_mib(), shards_on_host(o), least_row_bytes(s.tables)));
   }
   s.save_params = o.save_params;
   s.init_params = o.init_params;

@@ -713,8 +713,8 @@ TEST_F(HostileTest, SquatterTakesAFreeSlotAndTheRealWorkerFailsLoudly) {
 }
 
 // One HELLO decides how much the shard allocates: a model larger than --max-shard-mib (default:
-// physical memory) is refused before anything is allocated, and the PS goes on serving. Found by
-// tests/fuzz/ps_fuzz.cc (a HELLO of 2^40 floats made the PS run out of memory).
+// the shard's share of its host) is refused before anything is allocated, and the PS goes on
+// serving. Found by tests/fuzz/ps_fuzz.cc (a HELLO of 2^40 floats made the PS run out of memory).
 TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   const TempDir dir("hostile-huge");
   Job j = job(dir.path, 1);

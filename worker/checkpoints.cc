@@ -64,10 +64,9 @@ double ChiefCheckpoints::completed(uint64_t version) {
     for (int s = 0; s < shards_; ++s) {
       CheckpointManifest::File f;
       f.name = shard_file_name(static_cast<uint32_t>(s), static_cast<uint32_t>(shards_));
-      std::string bytes, error;
-      if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) throw Error(f.name + " is missing (" + error + ")");
-      f.bytes = bytes.size();
-      f.crc = file_crc(bytes);
+      std::string error;  // read in pieces: a shard file may be larger than the chief's memory
+      if (!file_crc_of(dir + "/" + f.name, &f.bytes, &f.crc, &error))
+        throw Error(f.name + " is missing (" + error + ")");
       m.shards.push_back(f);
     }
     if (state_layout_ != nullptr) {  // the state as it is now: after the forward passes of steps < version

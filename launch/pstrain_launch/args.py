@@ -137,7 +137,8 @@ def _epilog(forwarded_env):
                           last line saying it is saving its tables (default 30)
   PSTRAIN_STOP_GRACE      seconds between SIGTERM and SIGKILL when stopping (default 5)
   PSTRAIN_CHECKPOINT_GRACE  a job with --checkpoint-dir stopped by SIGTERM/SIGINT (Ctrl-C, Slurm
-                          preemption) first writes a final checkpoint: seconds allowed for it
+                          preemption) first writes a final checkpoint: seconds allowed for it,
+                          from the signal or from a process's last line saying it is saving,
                           before everything is stopped anyway (default 60)
   PSTRAIN_SSH             the ssh command (default: ssh), e.g. "ssh -i /path/key -p 2222"
   {', '.join(forwarded_env)}

@@ -354,6 +354,9 @@ class Run:
             cmd += ["--ipc", self.ipc_name(proc.index)]
         if s.max_restarts:
             cmd.append("--allow-rejoin")
+        # The shards on this host share its memory (--max-shard-mib's default, ps/shard_memory.h).
+        if job_flag(s.extra, "shards-on-host") is None:
+            cmd += ["--shards-on-host", str(sum(1 for p in s.procs if p.role == "ps" and p.host == proc.host))]
         return cmd + s.extra
 
     def worker_command(self, proc, ps_hosts, coordinator=None):
@@ -446,8 +449,10 @@ class Run:
         self.received = (name, code)
 
     def check_signal(self):
-        if self.final and time.monotonic() >= self.final[2]:
-            raise Stop(f"no final checkpoint within {self.s.checkpoint_grace}s", self.final[1])
+        if self.final and time.monotonic() >= self.final_deadline():
+            saving = " (and of its last line saying it was saving)" if self.final_deadline() > self.final[2] else ""
+            raise Stop(f"no final checkpoint within {self.s.checkpoint_grace}s of {self.final[0]}{saving}",
+                       self.final[1])
         if self.final:
             self.check_stopped()
         if not self.received:
@@ -470,6 +475,13 @@ class Run:
                 os.killpg(chief.pid, signal.SIGTERM)
         except OSError as e:
             raise Stop(f"received {name}; could not reach w0 ({e})", code) from e
+
+    def final_deadline(self):
+        """The final checkpoint's grace, counted from the signal or from the last line of a process
+        saying it is saving, whichever is later: a shard writing large tables says so every 5 s, and
+        a save that makes progress is not cut short (its checkpoint would be lost)."""
+        saving = max(self.sup.saving_at.values(), default=0.0)
+        return max(self.final[2], saving + self.s.checkpoint_grace)
 
     def check_stopped(self):
         """While the final checkpoint is awaited: a process stopped for STOPPED_GIVE_UP_S (SIGSTOP,

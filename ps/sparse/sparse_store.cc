@@ -7,9 +7,10 @@
 #include <filesystem>
 
 #include "shared/train/optimizer.h"
-#include "shared/util/file_util.h"
 #include "shared/util/error.h"
+#include "shared/util/file_util.h"
 #include "shared/util/log.h"
+#include "shared/util/save_progress.h"
 
 namespace pstrain {
 namespace {
@@ -49,38 +50,6 @@ std::vector<TablePush> pushes_of(const std::vector<SparseSection>& sections) {
 std::string part_text(const Header& h) {
   return h.parts > 1 ? " part " + std::to_string(h.part) + " of " + std::to_string(h.parts) : "";
 }
-
-std::string fixed_text(double v, int digits) {
-  char text[64];
-  std::snprintf(text, sizeof text, "%.*f", digits, v);
-  return text;
-}
-
-std::string mib_text(uint64_t bytes) { return fixed_text(static_cast<double>(bytes) / (1 << 20), 1); }
-
-// A save's bytes on their way to the file of the moment, with a line when it starts and every
-// 5 s saying how far it is: the launcher waits for a PS that says it is saving, however long its
-// tables take (docs/operations.md, "Supervision").
-class SaveProgress final : public ByteSink {
- public:
-  SaveProgress(std::string what, uint64_t total) : what_(std::move(what)), total_(total) {}
-  void to(ByteSink* out) { out_ = out; }
-  void append(const void* data, size_t n) override {
-    out_->append(data, n);
-    done_ += n;
-    const auto now = Clock::now();
-    if (now < next_) return;
-    PSLOG(INFO) << what_ << ": " << mib_text(done_) << " of " << mib_text(total_) << " MiB";
-    next_ = now + std::chrono::seconds(5);
-  }
-
- private:
-  const std::string what_;
-  const uint64_t total_;
-  ByteSink* out_ = nullptr;
-  uint64_t done_ = 0;
-  Clock::time_point next_{};
-};
 
 }  // namespace
 
@@ -345,6 +314,15 @@ void SparseStore::save(std::vector<std::string>* tables) const {
   }
 }
 
+std::vector<TableSource> SparseStore::table_sources() const {
+  std::vector<TableSource> sources;
+  for (const TableOptions& t : options_.tables) {
+    const EmbeddingTable* table = tables_.table(t.id);
+    sources.push_back(TableSource{table->saved_size(), [table](ByteSink* out) { table->save(out); }});
+  }
+  return sources;
+}
+
 bool SparseStore::resume(const std::vector<std::string>& tables, std::string* error) {
   if (tables.empty()) return (*error = "--resume: the checkpoint holds no embedding tables (a job without them)", false);
   for (const std::string& bytes : tables) {
@@ -401,7 +379,6 @@ void SparseStore::save(const std::string& dir) const {
   std::error_code ec;
   std::filesystem::create_directories(to, ec);
   if (ec) throw Error("--save-params: cannot create " + to + ": " + ec.message());
-  const auto start = Clock::now();
   uint64_t total = 0;
   for (const TableOptions& t : options_.tables) total += tables_.table(t.id)->saved_size();
   SaveProgress progress("ps" + std::to_string(options_.index) + ": saving embedding tables to " + to, total);
@@ -418,10 +395,8 @@ void SparseStore::save(const std::string& dir) const {
       throw Error("--save-params: " + std::string(e.what()));
     }
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  PSLOG(INFO) << "ps" << options_.index << ": embedding tables saved to " << to << ": " << mib_text(total) << " MiB in "
-              << fixed_text(secs, 2) << " s (" << mib_text(static_cast<uint64_t>(total / std::max(secs, 1e-6)))
-              << " MiB/s)";
+  PSLOG(INFO) << "ps" << options_.index << ": embedding tables saved to " << to << ": "
+              << progress.done_text();
 }
 
 void SparseStore::save_result(bool stopped) const {

@@ -9,14 +9,15 @@
 
 #include <cstdint>
 #include <map>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ps/job_shape.h"
-#include "ps/sparse/id_index.h"
 #include "ps/server_options.h"
+#include "ps/sparse/id_index.h"
 #include "ps/sparse/shard_tables.h"
+#include "shared/checkpoint/checkpoint.h"
 #include "shared/net/transport.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
@@ -72,6 +73,9 @@ class SparseStore {
   // (every saved shard's: the rows this shard holds are taken). False, with the reason, for a
   // checkpoint whose tables do not fit this job's.
   void save(std::vector<std::string>* tables) const;
+  // The same tables for a shard file written as it is made (CheckpointStore::write): each writes
+  // its bytes from the arena where they lie, no copy of them held; valid while nothing changes.
+  std::vector<TableSource> table_sources() const;
   bool resume(const std::vector<std::string>& tables, std::string* error);
   // --init-params DIR, a new job: every table starts with the rows (and slots) this shard holds
   // of DIR/embeddings/<table>.shard<s>-of-<S> (what --save-params and pstrain-export write; any

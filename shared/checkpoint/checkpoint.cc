@@ -1,6 +1,7 @@
 #include "shared/checkpoint/checkpoint.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -12,6 +13,8 @@
 #include <regex>
 #include <sstream>
 
+#include "shared/util/error.h"
+
 namespace pstrain {
 namespace {
 
@@ -20,19 +23,50 @@ constexpr size_t kMaxName = 16;
 constexpr size_t kMaxSlots = 4;
 constexpr uint32_t kMaxTables = 4096;
 
+// Little-endian fields and bytes to a sink, the CRC-32 (zlib's) of all of them computed as they go.
 class Writer {
  public:
-  void bytes(const void* p, size_t n) { out_.append(static_cast<const char*>(p), n); }
+  explicit Writer(ByteSink* out) : out_(out), crc_(static_cast<uint32_t>(crc32(0L, Z_NULL, 0))) {}
+  void bytes(const void* p, size_t n) {
+    const auto* b = static_cast<const Bytef*>(p);
+    for (size_t done = 0; done < n;) {  // zlib takes uInt lengths
+      const size_t piece = std::min<size_t>(n - done, 1u << 30);
+      crc_ = static_cast<uint32_t>(crc32(crc_, b + done, static_cast<uInt>(piece)));
+      done += piece;
+    }
+    bytes_ += n;
+    if (n > 0) out_->append(p, n);
+  }
   void u32(uint32_t v) { le(v, 4); }
   void u64(uint64_t v) { le(v, 8); }
   void floats(const std::vector<float>& v) { bytes(v.data(), v.size() * sizeof(float)); }
-  std::string& str() { return out_; }
+  uint32_t crc() const { return crc_; }
+  uint64_t written() const { return bytes_; }
 
  private:
   void le(uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) out_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+    char b[8];
+    for (int i = 0; i < n; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+    bytes(b, static_cast<size_t>(n));
   }
-  std::string out_;
+  ByteSink* const out_;
+  uint32_t crc_;
+  uint64_t bytes_ = 0;
+};
+
+// A table's bytes through the file's Writer, counted against the size announced before them.
+class TableSink final : public ByteSink {
+ public:
+  explicit TableSink(Writer* w) : w_(w) {}
+  void append(const void* data, size_t n) override {
+    w_->bytes(data, n);
+    bytes_ += n;
+  }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  Writer* const w_;
+  uint64_t bytes_ = 0;
 };
 
 class Reader {
@@ -83,10 +117,44 @@ uint32_t file_crc(const std::string& bytes) {
   return crc32_of(bytes.size() < 4 ? bytes : bytes.substr(0, bytes.size() - 4));
 }
 
-std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
-  Writer w;
+bool file_crc_of(const std::string& path, uint64_t* bytes, uint32_t* crc, std::string* error) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return (*error = std::string("cannot open: ") + std::strerror(errno), false);
+  // The CRC covers all but the last 4 bytes (the file's own CRC): the last 4 read are held back.
+  std::vector<unsigned char> buffer((size_t{1} << 20) + 4);
+  size_t held = 0;  // bytes at the buffer's start not yet in the CRC (at most 4 between reads)
+  uLong c = crc32(0L, Z_NULL, 0);
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer.data() + held, buffer.size() - held);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      *error = std::string("cannot read: ") + std::strerror(errno);
+      ::close(fd);
+      return false;
+    }
+    if (n == 0) break;
+    total += static_cast<uint64_t>(n);
+    held += static_cast<size_t>(n);
+    if (held > 4) {
+      c = crc32(c, buffer.data(), static_cast<uInt>(held - 4));
+      std::memmove(buffer.data(), buffer.data() + held - 4, 4);
+      held = 4;
+    }
+  }
+  ::close(fd);
+  if (total < 4) c = crc32(c, buffer.data(), static_cast<uInt>(held));  // as file_crc: a short file whole
+  *bytes = total;
+  *crc = static_cast<uint32_t>(c);
+  return true;
+}
+
+uint32_t write_shard_checkpoint(const ShardCheckpoint& c, const std::vector<TableSource>& tables,
+                                ByteSink* out) {
+  PSTRAIN_CHECK(tables.size() <= kMaxTables);
+  Writer w(out);
   w.bytes(kMagic, sizeof kMagic);
-  w.u32(c.tables.empty() ? kCheckpointFormat : kCheckpointFormatWithTables);
+  w.u32(tables.empty() ? kCheckpointFormat : kCheckpointFormatWithTables);
   w.u32(c.shard);
   w.u32(c.num_shards);
   w.u64(c.version);
@@ -99,15 +167,38 @@ std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
   w.u32(static_cast<uint32_t>(c.slots.size()));
   w.floats(c.values);
   for (const auto& slot : c.slots) w.floats(slot);
-  if (!c.tables.empty()) {  // format 2: the embedding tables, each a length and its bytes
-    w.u32(static_cast<uint32_t>(c.tables.size()));
-    for (const std::string& t : c.tables) {
-      w.u64(t.size());
-      w.bytes(t.data(), t.size());
+  if (!tables.empty()) {  // format 2: the embedding tables, each a length and its bytes
+    w.u32(static_cast<uint32_t>(tables.size()));
+    for (const TableSource& t : tables) {
+      w.u64(t.bytes);
+      TableSink sink(&w);
+      t.write(&sink);
+      PSTRAIN_CHECK_EQ(sink.bytes(), t.bytes);  // the length written before them
     }
   }
-  w.u32(crc32_of(w.str()));
-  return std::move(w.str());
+  const uint32_t crc = w.crc();
+  w.u32(crc);
+  return crc;
+}
+
+uint64_t shard_checkpoint_size(const ShardCheckpoint& c, const std::vector<TableSource>& tables) {
+  // the slots' count and the CRC after the fixed fields
+  uint64_t bytes =
+      kFixedBytes + c.optimizer.size() + 4 + (1 + c.slots.size()) * c.values.size() * sizeof(float) + 4;
+  if (!tables.empty()) bytes += 4;
+  for (const TableSource& t : tables) bytes += 8 + t.bytes;
+  return bytes;
+}
+
+std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
+  std::vector<TableSource> tables;
+  for (const std::string& t : c.tables) {
+    tables.push_back(TableSource{t.size(), [&t](ByteSink* out) { out->append(t.data(), t.size()); }});
+  }
+  std::string out;
+  StringSink sink(&out);
+  write_shard_checkpoint(c, tables, &sink);
+  return out;
 }
 
 bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error) {

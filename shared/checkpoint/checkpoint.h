@@ -5,9 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "shared/util/file_util.h"
 
 namespace pstrain {
 
@@ -30,6 +33,22 @@ struct ShardCheckpoint {
   std::vector<std::string> tables;
 };
 
+// One embedding table of a shard file, written where it lies (the PS's arena) instead of from a
+// copy: its size in bytes (the file records it before them), and what writes exactly that many.
+struct TableSource {
+  uint64_t bytes = 0;
+  std::function<void(ByteSink*)> write;
+};
+
+// Writes a shard file to `out` as it is made, the CRC-32 computed as the bytes go: the header,
+// c's values and slots, then (format 2) `tables` (c.tables is not read). The bytes are
+// encode_shard_checkpoint's; a save to a FileWriter holds no second copy of the tables. Returns
+// the CRC the manifest records (file_crc). Throws pstrain::Error from the sink (a failed write).
+uint32_t write_shard_checkpoint(const ShardCheckpoint& c, const std::vector<TableSource>& tables,
+                                ByteSink* out);
+// The bytes that writes, without writing them.
+uint64_t shard_checkpoint_size(const ShardCheckpoint& c, const std::vector<TableSource>& tables);
+// The whole file in memory, c.tables as its tables (tests, the fuzzer, small files).
 std::string encode_shard_checkpoint(const ShardCheckpoint& c);
 // Validates magic, format, sizes and the CRC-32 of the whole file; on failure returns false and
 // sets *error to what is wrong (e.g. "truncated: 1200 bytes, the header promises 4800").
@@ -60,6 +79,9 @@ uint32_t crc32_of(const std::string& bytes);
 // The CRC-32 the manifest records for a shard file: of everything but the file's own trailing
 // CRC (a CRC over data and its own CRC is the same constant for every file).
 uint32_t file_crc(const std::string& shard_file_bytes);
+// The same of the file at `path`, read in pieces of 1 MiB (a shard file may be gigabytes), and
+// its size. False, with *error ("cannot open: No such file or directory"), otherwise.
+bool file_crc_of(const std::string& path, uint64_t* bytes, uint32_t* crc, std::string* error);
 
 // Names inside a checkpoint directory: DIR/v<version, 10 digits>/shard<s>of<S>.ckpt, MANIFEST.
 std::string checkpoint_version_dir(const std::string& dir, uint64_t version);

@@ -8,25 +8,38 @@
 #include <cstring>
 #include <utility>
 
-#include "shared/util/error.h"
-#include "shared/util/file_util.h"
 #include "shared/checkpoint/job_fingerprint.h"
 #include "shared/checkpoint/table_file.h"
+#include "shared/util/error.h"
+#include "shared/util/file_util.h"
 #include "shared/util/log.h"
+#include "shared/util/save_progress.h"
 
 namespace pstrain {
 
-void CheckpointStore::write(const ShardCheckpoint& c) const {
-  const auto start = std::chrono::steady_clock::now();
+void CheckpointStore::write(const ShardCheckpoint& c, const std::vector<TableSource>& given) const {
+  std::vector<TableSource> tables = given;
+  if (tables.empty()) {
+    for (const std::string& t : c.tables) {
+      tables.push_back(TableSource{t.size(), [&t](ByteSink* out) { out->append(t.data(), t.size()); }});
+    }
+  }
   const std::string dir = checkpoint_version_dir(o_.dir, c.version);
   const std::string path = dir + "/" + shard_file_name(c.shard, c.num_shards);
+  const uint64_t total = shard_checkpoint_size(c, tables);
+  SaveProgress progress(who_ + ": saving checkpoint of version " + std::to_string(c.version) + " to " + path,
+                        total,
+                        /*quiet_start=*/total < kAnnouncedSaveBytes);
   try {
     for (const std::string& d : {o_.dir, dir}) {
       if (::mkdir(d.c_str(), 0755) != 0 && errno != EEXIST) {
         throw Error("cannot create '" + d + "': " + std::strerror(errno));
       }
     }
-    write_file_durably(path, encode_shard_checkpoint(c));
+    FileWriter file(path, /*durable=*/true);
+    progress.to(&file);
+    write_shard_checkpoint(c, tables, &progress);
+    file.commit();
   } catch (const Error& e) {
     const std::string why = who_ + ": checkpoint of version " + std::to_string(c.version) +
                             " failed: " + e.what() + "; earlier checkpoints are intact";
@@ -36,9 +49,8 @@ void CheckpointStore::write(const ShardCheckpoint& c) const {
     }
     throw Error(why + " (--checkpoint-errors stop)");
   }
-  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  PSLOG(INFO) << who_ << ": checkpoint of version " << c.version << " written to " << path << " in "
-              << static_cast<int>(ms) << " ms";
+  PSLOG(INFO) << who_ << ": checkpoint of version " << c.version << " written to " << path << ": "
+              << progress.done_text();
 }
 
 bool CheckpointStore::resuming() const {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/checkpoint/checkpoint_options.h"
@@ -19,10 +20,14 @@ class CheckpointStore {
   // for a --resume-allow key that no fingerprint has.
   CheckpointStore(CheckpointOptions options, std::string who);
 
-  // Writes DIR/v<version>/shard<s>of<S>.ckpt durably. Throws pstrain::Error when the write fails
-  // and --checkpoint-errors is stop (the file is then absent and earlier checkpoints intact);
-  // with warn it logs the failure and returns.
-  void write(const ShardCheckpoint& c) const;
+  // Writes DIR/v<version>/shard<s>of<S>.ckpt durably, streamed: `tables` (else c.tables) go from
+  // where they lie to the file through a bounded buffer, the CRC computed as they go. A write says
+  // it is saving ("ps0: saving checkpoint of version 40 to PATH: 512.0 of 1900.0 MiB") every 5 s,
+  // and when it starts if the file passes kAnnouncedSaveBytes, then its size, time and rate.
+  // Throws pstrain::Error when the write fails and --checkpoint-errors is stop (the file is then
+  // absent and earlier checkpoints intact); with warn it logs the failure and returns.
+  void write(const ShardCheckpoint& c, const std::vector<TableSource>& tables = {}) const;
+  static constexpr uint64_t kAnnouncedSaveBytes = uint64_t{64} << 20;
 
   // Whether to resume: --resume, or --resume=auto where DIR holds a complete checkpoint (one with
   // a MANIFEST; usable or not: a damaged or foreign one is then an error, not a fresh start).

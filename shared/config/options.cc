@@ -74,7 +74,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("insecure", po::bool_switch(&o.insecure), "no CURVE, even off loopback (warns): anyone who reaches the ports can join the job")
       ("curve-key-file", po::value(&o.curve_key_file), "the job's key file (mode 0600; made by pstrain-keygen; default $PSTRAIN_CURVE_KEY_FILE, or the secret key in $PSTRAIN_CURVE_SECRET_KEY)")
       ("allow-rejoin", po::bool_switch(&o.allow_rejoin), "PS: accept a worker's HELLO from a new peer as the replacement of that worker (it redoes the step its predecessor left; launch.sh --max-restarts passes this); costs one copy of the slice per step, kept for such a replacement")
-      ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: refuse (at the first HELLO) a model whose slice on this shard, with its gradient sum and optimizer state, needs more MiB than this (0 = this machine's physical memory)");
+      ("max-shard-mib", po::value(&o.max_shard_mib)->default_value(o.max_shard_mib), "PS: the MiB this shard may hold: a model whose slice (with its gradient sum and optimizer state) needs more is refused at the first HELLO, and a step whose new embedding rows would take the tables past what the slice leaves stops the PS naming it (0 = this host's memory less 1/8, shared among --shards-on-host, less a save's 16 bytes an embedding row; the PS logs the figure)")
+      ("shards-on-host", po::value(&o.shards_on_host)->default_value(o.shards_on_host), "PS: the job's PS shards on this host, which share its memory for --max-shard-mib's default (0 = --num-ps: all of them; launch.sh passes its placement's count)");
   po::options_description model("Model and data");
   model.add_options()
       ("hidden", po::value(&t.hidden)->default_value("256,128"), "hidden layer widths of the MLP, comma-separated (empty: softmax regression)")
@@ -212,6 +213,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.local_rank >= 0, "--local-rank must not be negative");
   require(o.bind_cpu >= -1, "--bind-cpu must be a CPU number, or -1 for no binding");
   require(o.max_shard_mib >= 0, "--max-shard-mib must not be negative");
+  require(o.shards_on_host >= 0, "--shards-on-host must not be negative");
   require(!(o.curve && o.insecure), "--curve and --insecure contradict each other");
   require(o.checkpoint_every >= 0, "--checkpoint-every must not be negative");
   require(o.checkpoint_secs >= 0 && std::isfinite(o.checkpoint_secs), "--checkpoint-secs must not be negative");

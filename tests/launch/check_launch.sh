@@ -67,6 +67,8 @@ case_flags_and_config() {
   check "--num-ps beats the config, num-workers from it" \
     test "$(cut -f1 "$run/cmd.txt" | tr '\n' ' ')" = "ps0 ps1 w0 "
   check "PS s gets port P+s" file_has "$run/cmd.txt" "^ps1	.* --port $((port + 1)) "
+  check "each PS is told the shards on its host (its memory's share)" \
+    test "$(grep -cE -- "^ps[01]	.* --shards-on-host 2 " "$run/cmd.txt")" -eq 2
   check "no ipc with --transport tcp" test "$(grep -c -- "--ipc" "$run/cmd.txt")" -eq 0
   check "workers get both PS addresses" \
     file_has "$run/w0.log" "connecting to 127\.0\.0\.1:$port 127\.0\.0\.1:$((port + 1)) "
@@ -186,6 +188,24 @@ case_ps_saves_slowly() {
   expect_exit 0 20
   check "the PS saved to its end" out_has '^\[ps0\] fake ps0: saving embedding tables to /fake: 6 of 6 MiB$'
   check "completion line" out_has "^launch: training completed; logs in $run\$"
+}
+
+# SIGTERM to a checkpointing job: a PS that writes the final checkpoint for longer than
+# PSTRAIN_CHECKPOINT_GRACE, saying so every second, is waited for: the job stops after its final
+# checkpoint (before, it was stopped 2 s after the signal and the checkpoint lost).
+case_final_checkpoint_saves_slowly() {
+  printf 'num-workers = 2\ncheckpoint-dir = %s\n' "$work/final-ckpt" >"$work/final.cfg"
+  start final_saves_slowly FAKE_UNTIL_STOP=1 FAKE_PS_SAVE_S=6 PSTRAIN_CHECKPOINT_GRACE=2 -- --config "$work/final.cfg"
+  if ! wait_for '^\[w1\] fake w1: training until stopped' || ! wait_for '^\[w0\] fake w0: training until stopped'; then
+    flunk "workers never started"
+  fi
+  kill -TERM "$lpid"
+  finish 30
+  expect_exit 143 20
+  check "the chief was asked for a final checkpoint" out_has '^\[w0\] fake w0: stop requested: a final checkpoint$'
+  check "the PS wrote it to its end" \
+    out_has '^\[ps0\] fake ps0: saving checkpoint of version 7 to /fake: 6 of 6 MiB$'
+  check "stopped after the final checkpoint" out_has '^launch: stopped after the final checkpoint \(SIGTERM\)'
 }
 
 # A second launcher on a run directory in use is refused at once, naming the first one, and
@@ -309,6 +329,7 @@ main() {
   case_start_timeout
   case_ps_lingers
   case_ps_saves_slowly
+  case_final_checkpoint_saves_slowly
   case_run_dir_in_use
   case_devices
   case_hostfile_batches_dry_run

@@ -9,6 +9,9 @@
 #   FAKE_PS_MAX_S=S       give up with status 1 after S seconds (default 120; a safety net)
 #   FAKE_PS_SAVE_S=S      once the workers are done, "save" for S seconds, saying so every second,
 #                         then exit 0 (a PS writing large tables at the job's end)
+#   FAKE_PS_SAVE_S with FAKE_UNTIL_STOP=1 (fake_worker.sh): once worker 0 asked for a final
+#                         checkpoint, "write" it for S seconds, saying so every second, then let
+#                         the workers finish (DIR/fake_stopped)
 # --check-config (launch.sh --dry-run): says "configuration OK" and exits 0, or, like the real
 # binary, refuses a --frobnicate with exit 2.
 index=0 num_workers=1 port=0 port_file="" check=0 refuse=""
@@ -50,8 +53,16 @@ deadline=$((SECONDS + ${FAKE_PS_MAX_S:-120}))
 while ((SECONDS < deadline)); do
   done_files=("$state_dir"/fake_done.*)
   [[ -e ${done_files[0]} ]] || done_files=()
-  if [[ ${FAKE_PS_LINGER:-0} != 1 ]] && ((${#done_files[@]} >= num_workers)); then
+  if [[ -e $state_dir/fake_stop_asked && ! -e $state_dir/fake_stopped ]]; then
     for ((i = 1; i <= ${FAKE_PS_SAVE_S:-0}; i++)); do
+      echo "fake ps$index: saving checkpoint of version 7 to /fake: $i of ${FAKE_PS_SAVE_S} MiB"
+      sleep 1
+    done
+    touch "$state_dir/fake_stopped"
+  fi
+  if [[ ${FAKE_PS_LINGER:-0} != 1 ]] && ((${#done_files[@]} >= num_workers)); then
+    # A stopped job's PS writes no --save-params tables.
+    [[ -e $state_dir/fake_stopped ]] || for ((i = 1; i <= ${FAKE_PS_SAVE_S:-0}; i++)); do
       echo "fake ps$index: saving embedding tables to /fake: $i of ${FAKE_PS_SAVE_S} MiB"
       sleep 1
     done

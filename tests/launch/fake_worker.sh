@@ -8,6 +8,9 @@
 #   FAKE_IGNORE_TERM=1   ...and ignores SIGTERM (tests the launcher's SIGKILL escalation)
 #   FAKE_LEAVE_CHILD=1   worker 0 exits 0 but leaves a child process running
 #   FAKE_WORK_S=S        seconds of "work" before finishing (default 0.3)
+#   FAKE_UNTIL_STOP=1    every worker trains until the job stops: worker 0 takes SIGTERM as the
+#                        request for a final checkpoint (touches DIR/fake_stop_asked, as the real
+#                        chief marks one), and all finish once the PS wrote it (DIR/fake_stopped)
 # --check-config (launch.sh --dry-run): says "configuration OK" and exits 0, or, like the real
 # binary, refuses a --frobnicate with exit 2.
 index=0 num_ps=1 num_workers=1 ps_hosts="" all_args=("$@") check=0 refuse=""
@@ -47,6 +50,12 @@ if [[ ${FAKE_HANG:-0} == 1 ]]; then
   [[ ${FAKE_IGNORE_TERM:-0} == 1 ]] || trap 'kill "$child" 2>/dev/null; exit 143' TERM
   echo "fake w$index: hanging (child pid $child)" >&2
   while :; do wait "$child"; done
+fi
+if [[ ${FAKE_UNTIL_STOP:-0} == 1 ]]; then
+  ((index == 0)) && trap 'touch "$state_dir/fake_stop_asked"; echo "fake w0: stop requested: a final checkpoint" >&2' TERM
+  echo "fake w$index: training until stopped" >&2
+  until [[ -e $state_dir/fake_stopped ]]; do sleep 0.1; done
+  echo "fake w$index: stopping after the final checkpoint" >&2
 fi
 if [[ ${FAKE_FAIL_INDEX-} == "$index" ]]; then
   echo "fake w$index: failing on purpose" >&2
