@@ -488,7 +488,7 @@ uint64_t PsClient::request_rows(uint64_t version, const std::vector<const std::v
     std::vector<uint32_t> dims;
     for (const SparseSection& section : sections) {
       const auto dim = row_dims_.find(section.table);
-      dims.push_back(dim != row_dims_.end() ? dim->second : 0);
+      dims.push_back(dim != row_dims_.end() ? dim->second : options_.row_dim);
     }
     std::vector<std::string> bodies = encode_sparse_parts(Op::kSparsePull, sections, part_bytes_.at(s), dims);
     ShardRows& answer = r.shards[s];
