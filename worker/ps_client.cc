@@ -118,8 +118,10 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, report))) {
       if (Clock::now() >= deadline) {
+        const char* hint = " (--start-timeout: is every PS running and reachable from this host, and does it "
+                           "use CURVE exactly when this worker does? docs/security.md)";
         throw Error("timed out after " + seconds_text(timeout_s) + " waiting for " + what + " from" + missing() +
-                    (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : ""));
+                    (hello ? hint : ""));
       }
       if (hello) {
         PSLOG(INFO) << "w" << options_.index << ": waiting for" << missing() << " (no answer to HELLO yet)";
