@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 
@@ -325,6 +326,8 @@ bool ParameterServer::on_sparse_pull(const Message& msg, const Header& h, std::s
             false);
   }
   SparseParked p{msg.route, h.request_id, h.step, {}, h.part, h.parts, msg.frames[1].size() + kParkedPartBytes};
+  *error = sparse_->check_pull_body(h, msg.frames[1].size());  // before its IDs are copied out
+  if (!error->empty()) return false;
   if (!decode_sparse_body(h.op, msg.frames[1].data(), msg.frames[1].size(), &p.request, error)) return false;
   *error = sparse_->check_pull(h.step);
   if (!error->empty()) return false;
@@ -504,7 +507,10 @@ bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, 
   *error = stats_.add(worker, msg.route, h.request_id, h.step, h.offset, std::move(values), &complete);
   if (!error->empty()) return false;
   if (!complete) return true;
-  const size_t bytes = complete->sums.size() * sizeof(double);
+  // Every worker's answer shares one buffer: a call's sums (kMaxValues doubles at most, checked
+  // above) are held once, whatever the number of workers.
+  const auto sums = std::make_shared<const std::vector<double>>(std::move(complete->sums));
+  const size_t bytes = sums->size() * sizeof(double);
   for (const auto& [route, request_id] : complete->askers) {
     Header sum;
     sum.op = Op::kStatsSum;
@@ -512,7 +518,7 @@ bool ParameterServer::on_stats(const Message& msg, const Header& h, int worker, 
     sum.step = h.step;
     sum.offset = h.offset;
     sum.length = bytes / 4;
-    Frame payload(complete->sums.data(), bytes);
+    Frame payload(sums, sums->data(), bytes);
     reply(route, sum, &payload);
   }
   return true;

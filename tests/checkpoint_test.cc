@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -362,6 +363,113 @@ TEST(JobFingerprintTest, RecordsWhatMakesTheJobAndRoundTripsThroughTheManifest) 
   text.replace(text.find("job model "), 10, "job  model ");
   EXPECT_FALSE(decode_manifest(text, &d, &error));
   EXPECT_EQ(error.rfind("manifest: bad job line", 0), 0u) << error;
+}
+
+// Every number of the fingerprint is recorded to full precision (issue 50: --embedding-lr was kept
+// to 6 decimals, so a 1e-7 checkpoint resumed with 5e-7 without a word): for each job setting
+// that is a number, 1e-7 against 5e-7, and a value against the next double, are a difference
+// naming the setting's key.
+TEST(JobFingerprintTest, EveryNumberIsRecordedToFullPrecision) {
+  struct Field {
+    const char* key;
+    std::function<void(JobOptions*, double)> set;
+  };
+  const auto adam = [](JobOptions* o) { o->optimizer.kind = "adam"; };
+  const std::vector<Field> fields = {
+      {"lr", [](JobOptions* o, double v) { o->optimizer.lr = v; }},
+      {"momentum",
+       [](JobOptions* o, double v) {
+         o->optimizer.kind = "momentum";
+         o->optimizer.momentum = v;
+       }},
+      {"beta1", [&](JobOptions* o, double v) { adam(o); o->optimizer.beta1 = v; }},
+      {"beta2", [&](JobOptions* o, double v) { adam(o); o->optimizer.beta2 = v; }},
+      {"epsilon", [&](JobOptions* o, double v) { adam(o); o->optimizer.epsilon = v; }},
+      {"weight-decay", [](JobOptions* o, double v) { o->optimizer.weight_decay = v; }},
+      {"lr-decay-rate",
+       [](JobOptions* o, double v) {
+         o->optimizer.schedule = "step";
+         o->optimizer.decay_rate = v;
+       }},
+      {"lr-cycle-mult",
+       [](JobOptions* o, double v) {
+         o->optimizer.schedule = "cosine-restarts";
+         o->optimizer.cycle_mult = v;
+       }},
+      {"clip-norm", [](JobOptions* o, double v) { o->optimizer.clip_norm = v; }},
+      {"label-smoothing", [](JobOptions* o, double v) { o->label_smoothing = v; }},
+      {"loss", [](JobOptions* o, double v) { o->loss = Loss::kHuber; o->huber_delta = v; }},
+      {"embeddings", [](JobOptions* o, double v) { o->embedding_dim = 8; o->embedding_lr = v; }},
+  };
+  const auto differences = [](const Field& f, double saved, double ours) {
+    JobOptions a, b;
+    f.set(&a, saved);
+    f.set(&b, ours);
+    std::string accepted;
+    return fingerprint_differences(job_fingerprint(job_identity(a)), job_fingerprint(job_identity(b)), {},
+                                   &accepted);
+  };
+  for (const Field& f : fields) {
+    EXPECT_EQ(differences(f, 1e-7, 1e-7), "") << f.key;
+    const std::vector<std::pair<double, double>> pairs = {
+        {1e-7, 5e-7}, {0.1, std::nextafter(0.1, 1.0)}, {3.0, 3.0000001}};
+    for (const auto& [saved, ours] : pairs) {
+      const std::string d = differences(f, saved, ours);
+      EXPECT_EQ(d.rfind(std::string(f.key) + " ", 0), 0u)
+          << f.key << " " << saved << " against " << ours << ": " << d;
+    }
+  }
+  JobOptions o;
+  o.embedding_dim = 8;
+  o.embedding_lr = 5e-7;
+  const std::string line = job_identity(o).embeddings;
+  EXPECT_NE(line.find(" lr 4.9999999999999998e-07 "), std::string::npos) << line;
+
+  // A manifest of before: its lr to 6 decimals. It matches a job whose lr is exactly that number
+  // (0: --lr's, 0.05) and no other, also none that rounds to it; --resume-allow embeddings accepts.
+  const auto legacy = [](double lr) {
+    JobOptions old;
+    old.embedding_dim = 8;
+    old.embedding_lr = lr;
+    Fingerprint f = job_fingerprint(job_identity(old));
+    for (auto& [key, value] : f) {
+      if (key != "embeddings") continue;
+      const size_t at = value.find(" lr ") + 4;
+      value.replace(at, value.find(' ', at) - at, std::to_string(lr));
+    }
+    return f;
+  };
+  const auto resume = [&](double saved, double ours, const std::vector<std::string>& allowed = {}) {
+    JobOptions job;
+    job.embedding_dim = 8;
+    job.embedding_lr = ours;
+    std::string accepted;
+    return fingerprint_differences(legacy(saved), job_fingerprint(job_identity(job)), allowed, &accepted);
+  };
+  EXPECT_EQ(resume(0, 0), "");
+  EXPECT_EQ(resume(0.05, 0.05), "");
+  EXPECT_EQ(resume(0.05, 0.06).rfind("embeddings dim 8 ", 0), 0u);
+  const std::string d = resume(1e-7, 5e-7);
+  EXPECT_EQ(d.rfind("embeddings dim 8 ", 0), 0u) << d;
+  EXPECT_NE(d.find(" lr 0.000000 "), std::string::npos) << d;
+  EXPECT_NE(d.find("that checkpoint recorded the lr to 6 decimals only)"), std::string::npos) << d;
+  EXPECT_NE(resume(1e-7, 1e-7), "");  // the same lr, but the record cannot tell it from 5e-7
+  EXPECT_EQ(resume(1e-7, 1e-7, {"embeddings"}), "");
+  EXPECT_NE(resume(0.05, 0.05000000001), "");
+}
+
+// --resume refuses a checkpoint of another --embedding-lr, however small the difference.
+TEST_F(ResumeTest, AnEmbeddingLrChangedBelowTheSixthDecimalIsRefused) {
+  o_.embedding_dim = 4;
+  o_.embedding_lr = 1e-7;
+  save(10);
+  JobOptions other = o_;
+  other.embedding_lr = 5e-7;
+  const std::string error = load(0, 2, nullptr, &other);
+  EXPECT_NE(error.find("v10: of another job: embeddings dim 4 "), std::string::npos) << error;
+  EXPECT_NE(error.find("lr 9.9999999999999995e-08"), std::string::npos) << error;
+  EXPECT_NE(error.find("lr 4.9999999999999998e-07"), std::string::npos) << error;
+  EXPECT_EQ(load(0, 2), "v10");
 }
 
 // A checkpoint that cannot be written (here: the directory's place is taken by a file, which

@@ -126,10 +126,19 @@ class RawWorker {
   }
 
   // The reply of shard `shard` to request `rid`; op 0 if none came within kReplySeconds (after
-  // which every wait fails at once, so a silent PS fails the test quickly).
+  // which every wait fails at once, so a silent PS fails the test quickly; as does one that
+  // keeps sending other replies, WAITING for a request it parked instead of refusing it, say).
   Header reply(int shard, uint64_t rid, const std::string& what) {
     auto& held = held_[static_cast<size_t>(shard)];
-    while (held.count(rid) == 0 && !broken_) receive(shard);
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(kReplySeconds * 1000));
+    while (held.count(rid) == 0 && !broken_) {
+      if (std::chrono::steady_clock::now() < deadline) {
+        receive(shard);
+      } else {
+        broken_ = true;
+      }
+    }
     if (held.count(rid) == 0) {
       ADD_FAILURE() << what << ": no reply from ps" << shard << " within " << kReplySeconds << " s";
       return Header{};
@@ -516,6 +525,46 @@ void send_parts(RawWorker& raw, Hostile& hostile, zmq::context_t&, const std::st
   raw.expect_later(0, second, Op::kSparseRows);
 }
 
+// Pulls whose body or answer would pass a part's bound (docs/wire_protocol.md, "Sparse tables":
+// the job's chunk, here --chunk-kib 4), while shard 0 collects `step`: each refused before the
+// shard decodes it or looks up a row, a pull at the bound answered; then the raw peer's push.
+constexpr int kSmallChunkKib = 4;
+void send_oversized_pulls(RawWorker& raw, Hostile& hostile, zmq::context_t&, const std::string&,
+                          uint64_t step) {
+  const size_t limit = kSmallChunkKib * 1024;
+  const auto pull = [&](size_t ids, uint64_t version, uint64_t part = 0, uint64_t parts = 0,
+                        uint64_t rid = 0) {
+    Header h = request(Op::kSparsePull, rid != 0 ? rid : raw.rid(), version);
+    h.part = part;
+    h.parts = parts;
+    return with_body(h, encode_sparse_body(Op::kSparsePull, {section(0, 0, ids_of_shard(0, ids))}));
+  };
+  const std::string bound =
+      ", more than a part's " + std::to_string(limit) + " (the job's chunk, --chunk-kib)";
+  // 8 + 16 + 8 x 509 = 4096 bytes of body: its answer is too large; one ID more, the body too.
+  hostile.expect_rejected(pull(510, step), "SPARSE_PULL: a body of 4104 bytes" + bound,
+                          "a body past the chunk");
+  hostile.expect_rejected(pull(510, step, 1, 3), "SPARSE_PULL part 1 of 3: a body of 4104 bytes" + bound,
+                          "a part's body past the chunk");
+  hostile.expect_rejected(pull(100000, step), "SPARSE_PULL: a body of 800024 bytes" + bound,
+                          "a body of 100000 IDs");
+  // Rows of 4 floats: 8 + 16 + 16 x 254 = 4088 bytes of answer fit, 255 rows (4104 bytes) do not.
+  const std::string rows_bound = bound + ": cut the pull into parts";
+  hostile.expect_rejected(pull(255, step),
+                          "SPARSE_PULL: an answer of 255 rows would take 4104 bytes" + rows_bound,
+                          "an answer past the chunk");
+  hostile.expect_rejected(pull(509, step),
+                          "SPARSE_PULL: an answer of 509 rows would take 8168 bytes" + rows_bound,
+                          "the largest body's answer");
+  hostile.expect_rejected(pull(255, step + 1),
+                          "SPARSE_PULL: an answer of 255 rows would take 4104 bytes" + rows_bound,
+                          "a parked pull's answer past the chunk");
+  const uint64_t fits = raw.rid();
+  raw.send(0, pull(254, step, 0, 0, fits));
+  raw.expect_reply(0, fits, Op::kSparseRows, "a pull whose answer is the chunk's bytes at most");
+  raw.sparse_push(step);
+}
+
 struct CtrRun {
   bool ok = false;
   SavedParams dense;
@@ -550,7 +599,7 @@ class HostileSparseTest : public ::testing::Test {
   }
 
   // The job, with the raw peer as worker 2; with `hostile`, it misbehaves at kHostileStep.
-  static CtrRun train(Misbehave hostile) {
+  static CtrRun train(Misbehave hostile, const std::vector<std::string>& extra = {}) {
     const TempDir dir(hostile != nullptr ? "hostile-sparse" : "hostile-sparse-ref");
     Job job;
     job.num_ps = kShards;
@@ -561,6 +610,7 @@ class HostileSparseTest : public ::testing::Test {
                 "--embedding-lr", "0.1", "--model", "dense 16, relu, dense 2", "--optimizer", "sgd", "--lr", "0.1",
                 "--batch-size", std::to_string(kBatch), "--steps", std::to_string(kSteps), "--epochs", "5",
                 "--seed", "7", "--log-every", "5", "--timeout", "30", "--save-params", dir.path + "/params"};
+    job.args.insert(job.args.end(), extra.begin(), extra.end());
     Children processes;
     std::vector<pid_t> servers;
     const std::vector<std::string> addresses = start_servers(job, &servers);
@@ -700,6 +750,25 @@ TEST_F(HostileSparseTest, PartsOfAPushAreCheckedAgainstEachOtherAndPutTogether) 
   EXPECT_EQ(count_of(got.ps_logs[0], kRejectedLine), static_cast<size_t>(got.rejected)) << got.ps_logs[0];
   EXPECT_EQ(count_of(got.ps_logs[1], kRejectedLine), 0u) << got.ps_logs[1];
   EXPECT_NE(got.ps_logs[0].find("sparse pushes in parts: 1 (3 parts)"), std::string::npos) << got.ps_logs[0];
+  EXPECT_TRUE(bit_identical(want.dense, got.dense)) << relative_difference(want.dense, got.dense);
+  for (int s = 0; s < kShards; ++s) EXPECT_TRUE(want.table_files[s] == got.table_files[s]) << "shard " << s;
+  ASSERT_EQ(want.rows.size(), got.rows.size());
+  EXPECT_EQ(std::memcmp(want.rows.data(), got.rows.data(), want.rows.size() * sizeof(float)), 0);
+}
+
+// A SPARSE_PULL's answer is bounded before it is built (issue 50: one pull of 34M IDs killed the
+// PS building a SPARSE_ROWS past 1 GiB): pulls whose body or answer passes a part's bound, the
+// job's chunk, are refused with ERROR naming the sizes and the bound; the PS stays up, answers
+// the raw peer's next pulls and the real workers', and the job trains what it trains without them.
+TEST_F(HostileSparseTest, PullsWhoseAnswerPassesTheChunkAreRefusedBeforeItIsBuilt) {
+  const std::vector<std::string> chunk = {"--chunk-kib", std::to_string(kSmallChunkKib)};
+  const CtrRun want = train(nullptr, chunk);
+  ASSERT_TRUE(want.ok);
+  const CtrRun got = train(send_oversized_pulls, chunk);
+  ASSERT_TRUE(got.ok);
+  EXPECT_EQ(got.rejected, 6);
+  EXPECT_EQ(count_of(got.ps_logs[0], kRejectedLine), static_cast<size_t>(got.rejected)) << got.ps_logs[0];
+  EXPECT_EQ(count_of(got.ps_logs[1], kRejectedLine), 0u) << got.ps_logs[1];
   EXPECT_TRUE(bit_identical(want.dense, got.dense)) << relative_difference(want.dense, got.dense);
   for (int s = 0; s < kShards; ++s) EXPECT_TRUE(want.table_files[s] == got.table_files[s]) << "shard " << s;
   ASSERT_EQ(want.rows.size(), got.rows.size());

@@ -166,6 +166,41 @@ TEST_F(LaunchTest, MirroredContractThroughTheLauncher) {
   EXPECT_LE(relative_difference(load_saved_params(one), load_saved_params(many)), 1e-5);
 }
 
+// launch.sh --bind 0.0.0.0 on one host (issue 50: the PS shards, bound off loopback, turned CURVE
+// on; the workers, reaching them over ipc:// or 127.0.0.1, did not; none registered and the job
+// ended after --timeout): the launcher gives every process --curve, and the job trains the bits
+// of the same job on loopback, over ipc and tcp; with --insecure, in the clear.
+TEST_F(LaunchTest, BindToAllInterfacesRunsOnOneHostWithCurveOnEveryProcess) {
+  const std::vector<std::string> job = {"--steps",     "10",       "--batch-size", "8",
+                                        "--optimizer", "momentum", "--lr",         "0.05"};
+  const auto train = [&](const std::string& name, std::vector<std::string> counts,
+                         std::vector<std::string> flags = {}) {
+    counts.insert(counts.begin(), {"--num-ps", "2", "--num-workers", "2"});
+    flags.insert(flags.begin(), job.begin(), job.end());
+    const ExitStatus status = run(name, counts, flags);
+    EXPECT_TRUE(status.ok()) << read_file(log_of(name));
+    return status.ok() ? load_saved_params(params_of(name)) : SavedParams{};
+  };
+  const SavedParams want = train("loopback", {});
+  for (const std::string transport : {"ipc", "tcp"}) {
+    const std::string name = "bind-all-" + transport;
+    const SavedParams got = train(name, {"--bind", "0.0.0.0", "--transport", transport});
+    EXPECT_TRUE(bit_identical(want, got)) << name << ": " << relative_difference(want, got);
+    for (const char* process : {"ps0", "ps1", "w0", "w1"}) {
+      const std::string log = read_file(dir_ + "/" + name + "/" + process + ".log");
+      EXPECT_NE(log.find("security: CURVE (encrypted, peers authenticated by the job's key from "),
+                std::string::npos)
+          << name << " " << process << ": " << log;
+    }
+  }
+  const SavedParams clear = train("bind-all-insecure", {"--bind", "0.0.0.0"}, {"--insecure"});
+  EXPECT_TRUE(bit_identical(want, clear)) << relative_difference(want, clear);
+  const std::string ps0 = read_file(dir_ + "/bind-all-insecure/ps0.log");
+  EXPECT_EQ(ps0.find("security: CURVE"), std::string::npos) << ps0;
+  EXPECT_NE(ps0.find("--insecure: traffic to and from non-loopback addresses"), std::string::npos) << ps0;
+  EXPECT_EQ(read_file(dir_ + "/loopback/ps0.log").find("security: CURVE"), std::string::npos);
+}
+
 // Issue 16's mirrored cases end to end, with the launcher's default config (which sets a
 // batch-size the flags override): per-worker batches 10,20,30 (the launcher's --worker-batch),
 // three accumulated micro-batches of 20, and ssp with staleness 0 all equal one worker on 60.

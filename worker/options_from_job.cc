@@ -47,6 +47,7 @@ PsClientOptions ps_client_options(const JobOptions& o) {
   c.timeout_s = o.timeout_s;
   c.start_timeout_s = o.start_timeout_s;
   c.shared_memory = o.shared_memory;
+  c.row_dim = static_cast<uint32_t>(o.embedding_dim);
   return c;
 }
 

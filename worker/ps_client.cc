@@ -120,8 +120,10 @@ std::vector<Message> PsClient::await(const std::vector<bool>& pending, uint64_t 
     Message msg;
     if (!endpoint_.recv(&msg, std::min(deadline, report))) {
       if (Clock::now() >= deadline) {
+        const char* hint = " (--start-timeout: is every PS running and reachable from this host, and does it "
+                           "use CURVE exactly when this worker does? docs/security.md)";
         throw Error("timed out after " + seconds_text(timeout_s) + " waiting for " + what + " from" + missing() +
-                    (hello ? " (--start-timeout: is every PS running, and reachable from this host?)" : "") + waits);
+                    (hello ? hint : "") + waits);
       }
       if (hello) {
         PSLOG(INFO) << "w" << options_.index << ": waiting for" << missing() << " (no answer to HELLO yet)";
@@ -494,7 +496,7 @@ uint64_t PsClient::request_rows(uint64_t version, const std::vector<const std::v
     std::vector<uint32_t> dims;
     for (const SparseSection& section : sections) {
       const auto dim = row_dims_.find(section.table);
-      dims.push_back(dim != row_dims_.end() ? dim->second : 0);
+      dims.push_back(dim != row_dims_.end() ? dim->second : options_.row_dim);
     }
     std::vector<std::string> bodies = encode_sparse_parts(Op::kSparsePull, sections, part_bytes_.at(s), dims);
     ShardRows& answer = r.shards[s];

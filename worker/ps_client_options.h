@@ -18,6 +18,9 @@ struct PsClientOptions {
   double timeout_s = 60;          // --timeout: every wait but HELLO's
   double start_timeout_s = 0;     // --start-timeout: HELLO's wait for shards still starting (0 = timeout_s)
   bool shared_memory = true;      // --shared-memory auto: offer same-host shards a segment | off
+  // --embedding-dim: the floats of every table's rows (0: no tables), so that even the job's first
+  // SPARSE_PULL is cut into parts by its answer's size, which a shard refuses past its chunk.
+  uint32_t row_dim = 0;
 };
 
 }  // namespace pstrain

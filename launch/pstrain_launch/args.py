@@ -117,7 +117,9 @@ def parser(repo, forwarded_env):
     net.add_argument("--base-port", metavar="P", help=(
         "PS s listens on port P+s (in allreduce mode worker 0's rendezvous is on P). Default: local, each PS picks "
         f"a free port and reports it through RUNDIR/ps<s>.addr; ssh, {DEFAULT_BASE_PORT}."))
-    net.add_argument("--bind", metavar="ADDR", help="address the PS processes bind (default: 127.0.0.1 local, 0.0.0.0 ssh)")
+    net.add_argument("--bind", metavar="ADDR", help=(
+        "address the PS processes bind (default: 127.0.0.1 local, 0.0.0.0 ssh); off loopback every process gets "
+        "--curve unless the job says --insecure (docs/security.md)"))
     net.add_argument("--transport", metavar="T", default="ipc", help=(
         "local only; how workers reach the PS: ipc (Unix-domain sockets in Linux's abstract namespace; the "
         "default) or tcp. The PS listens on TCP either way. Across hosts workers use TCP."))

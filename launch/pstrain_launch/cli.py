@@ -68,6 +68,17 @@ def config_value(key, path):
     return found
 
 
+def is_loopback(host):
+    """As the binaries' is_loopback (shared/net/curve.cc) for a bind address: 127.0.0.0/8, ::1,
+    localhost; "" is the binaries' default, 127.0.0.1."""
+    return host in ("", "localhost", "::1", "[::1]") or host.startswith("127.")
+
+
+def config_switch(key, path):
+    """Whether a bool switch (--curve, --insecure) is on in a Boost.Program_options config file."""
+    return (config_value(key, path) or "").lower() in ("1", "true", "yes", "on")
+
+
 def require_int(name, text, low, high=None):
     if not re.fullmatch(r"[0-9]+", str(text)) or int(text) < low or (high is not None and int(text) > high):
         raise UsageError(f"{name} must be an integer >= {low}{f' and <= {high}' if high is not None else ''}, got '{text}'")
@@ -133,6 +144,15 @@ class Settings:
         self.ring_port = self.base_port + self.num_ps if self.hybrid and self.base_port else self.base_port
         loopback = all(h.name in ("localhost", "127.0.0.1") for h in self.hosts)
         self.bind = flags.bind or ("127.0.0.1" if remote and loopback else "0.0.0.0" if remote else "")
+        # CURVE (docs/security.md) by one rule for every process of the job, decided here once: on
+        # when the processes bind off loopback (the PS shards; in allreduce the workers' ring too),
+        # unless the job says --insecure. Each binary's own default looks at its own addresses
+        # only: a PS bound to 0.0.0.0 turns CURVE on, while the workers reaching it on this host
+        # over ipc:// or 127.0.0.1 would not, and none could register. So every process gets --curve.
+        self.insecure = "--insecure" in extra or config_switch("insecure", self.config)
+        binds = job_flag(extra, "bind") or self.bind or config_value("bind", self.config) or ""
+        self.curve = not self.insecure and not is_loopback(binds)
+        self.security_flags = ["--curve"] if self.curve and "--curve" not in extra else []
         self.oversubscribe = flags.oversubscribe
         self.max_restarts = require_int("--max-restarts", flags.max_restarts, 0)
         resume = flags.resume
@@ -344,8 +364,8 @@ class Run:
         s = self.s
         remote = s.launcher != "local"
         cmd = [s.remote_path(s.ps_bin) if remote else s.ps_bin, "--config", s.remote_path(s.config) if remote else s.config,
-               "--index", str(proc.index), "--num-ps", str(s.num_ps), "--num-workers", str(s.num_workers),
-               "--port", str(proc.port)]
+               *s.security_flags, "--index", str(proc.index), "--num-ps", str(s.num_ps),
+               "--num-workers", str(s.num_workers), "--port", str(proc.port)]
         if not remote:
             cmd += ["--port-file", os.path.join(s.run_dir, f"{proc.name}.addr")]
         if s.bind:
@@ -363,7 +383,7 @@ class Run:
         s = self.s
         remote = s.launcher != "local"
         cmd = [s.remote_path(s.worker_bin) if remote else s.worker_bin,
-               "--config", s.remote_path(s.config) if remote else s.config]
+               "--config", s.remote_path(s.config) if remote else s.config, *s.security_flags]
         if s.mode == "allreduce":
             cmd += ["--num-workers", str(s.num_workers)]
             if s.bind:
@@ -412,7 +432,7 @@ class Run:
         job says --insecure or brings its own key; local processes find it through
         PSTRAIN_CURVE_KEY_FILE, remote ones get the secret over ssh's standard input."""
         s = self.s
-        if "--insecure" in s.extra:
+        if s.insecure:
             return
         given = job_flag(s.extra, "curve-key-file") or os.environ.get("PSTRAIN_CURVE_KEY_FILE")
         if os.environ.get("PSTRAIN_CURVE_SECRET_KEY") and not given:

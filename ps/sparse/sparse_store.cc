@@ -269,7 +269,33 @@ bool SparseStore::rows(const std::vector<SparseSection>& request, uint64_t want,
   return true;
 }
 
+size_t SparseStore::max_part_bytes() const {
+  return std::min<size_t>(static_cast<size_t>(options_.chunk_kib) * 1024, kMaxSparseBodyBytes);
+}
+
+std::string SparseStore::check_pull_body(const Header& h, size_t bytes) const {
+  // A worker's part holds at most a chunk's bytes of IDs (8 bytes each, or their rows' 4 x dim
+  // where that is more), and a part of one ID 32 bytes: under any chunk.
+  if (bytes <= max_part_bytes()) return "";
+  return "SPARSE_PULL" + part_text(h) + ": a body of " + std::to_string(bytes) +
+         " bytes, more than a part's " + std::to_string(max_part_bytes()) + " (the job's chunk, --chunk-kib)";
+}
+
 bool SparseStore::check_rows(const std::vector<SparseSection>& request, std::string* error) const {
+  // The answer's size from the counts and the tables' dims, before anything is looked up or
+  // allocated: a body's head, and each section's head and rows (an unknown table is refused below).
+  uint64_t bytes = 8, rows = 0;
+  for (const SparseSection& r : request) {
+    const EmbeddingTable* table = tables_.table(r.table);
+    bytes += 16 + (table != nullptr ? r.ids.size() * table->dim() * sizeof(float) : 0);
+    rows += r.ids.size();
+  }
+  if (bytes > max_part_bytes() && rows > 1) {
+    *error = "SPARSE_PULL: an answer of " + std::to_string(rows) + " rows would take " +
+             std::to_string(bytes) + " bytes, more than a part's " + std::to_string(max_part_bytes()) +
+             " (the job's chunk, --chunk-kib): cut the pull into parts";
+    return false;
+  }
   for (const SparseSection& r : request) {
     if (!tables_.check_pull(r.table, r.ids.data(), r.ids.size(), error)) {
       *error = "SPARSE_PULL: " + *error;

@@ -53,13 +53,23 @@ class SparseStore {
   void apply_step(const std::vector<bool>& workers, uint64_t samples);
   // A SPARSE_PULL for version `want`: "" when it can be answered now or later, else why not.
   std::string check_pull(uint64_t want) const;
+  // The most bytes a SPARSE_PULL part's body, and its SPARSE_ROWS, may take: the job's chunk
+  // (--chunk-kib), which the workers cut their pulls to, by the pull and by its answer
+  // (docs/wire_protocol.md, "Sparse tables"); an answer of one row may pass it by that row. A
+  // pull's body is checked against it before it is decoded (check_pull_body) and its answer
+  // before a row is looked up (check_rows), so that no pull makes the shard build an answer
+  // that is not bounded, whatever its IDs.
+  size_t max_part_bytes() const;
+  // A SPARSE_PULL (part) whose body has `bytes`, before it is decoded: "" or why it is refused.
+  std::string check_pull_body(const Header& h, size_t bytes) const;
   bool ready(uint64_t want) const { return version_ >= want; }
   // The rows of a pull's sections (SPARSE_ROWS sections: table, dim, values) for version `want`:
   // as they are now, or for want = version() - 1 with --allow-rejoin (a replacement redoing the
   // step its predecessor had pushed here), as they were before the last step.
   bool rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out,
             std::string* error) const;
-  // rows()'s checks alone (each table known, its IDs unique and this shard's): a pull parked
+  // rows()'s checks alone (its answer within max_part_bytes, each table known, its IDs unique
+  // and this shard's): a pull parked
   // until its version is checked when it arrives; and rows() of a request that passed them.
   bool check_rows(const std::vector<SparseSection>& request, std::string* error) const;
   void checked_rows(const std::vector<SparseSection>& request, uint64_t want, std::vector<SparseSection>* out) const;

@@ -2,15 +2,38 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 
 namespace pstrain {
 namespace {
 
-std::string number(double v) {
-  char text[40];
-  std::snprintf(text, sizeof(text), "%.17g", v);
-  return text;
+std::string number(double v) { return fingerprint_number(v); }
+
+// The embeddings line's lr ("... optimizer adagrad lr 0.05 min-count ..."), and the line without it.
+bool split_lr(const std::string& line, std::string* lr, std::string* rest) {
+  const size_t at = line.find(" lr ");
+  if (at == std::string::npos) return false;
+  const size_t from = at + 4, to = std::min(line.find(' ', from), line.size());
+  *lr = line.substr(from, to - from);
+  *rest = line.substr(0, from) + line.substr(to);
+  return true;
+}
+
+// A manifest of before the exact lr recorded the embeddings line's lr as std::to_string wrote it
+// (6 decimals). It matches `ours` where everything else is equal and our lr is exactly the number
+// it wrote: 0 ("0.000000", --lr's), 0.05; not 5e-7, which it wrote as "0.000000" too. *legacy:
+// `saved` is of that form and differs from `ours` in the lr alone (the difference's text says so).
+bool legacy_embeddings_match(const std::string& saved, const std::string& ours, bool* legacy) {
+  std::string was, was_rest, mine, mine_rest;
+  *legacy = false;
+  if (!split_lr(saved, &was, &was_rest) || !split_lr(ours, &mine, &mine_rest)) return false;
+  const size_t dot = was.find('.');
+  *legacy = was_rest == mine_rest && dot != std::string::npos && was.size() == dot + 7 &&
+            was.find_first_not_of("-0123456789.") == std::string::npos;
+  if (!*legacy) return false;
+  const double lr = std::strtod(mine.c_str(), nullptr);
+  return std::to_string(lr) == was && std::strtod(was.c_str(), nullptr) == lr;
 }
 
 std::string joined(const std::vector<int>& values) {
@@ -25,6 +48,12 @@ void add_sep(std::string* to, const std::string& text) {
 }
 
 }  // namespace
+
+std::string fingerprint_number(double v) {
+  char text[40];
+  std::snprintf(text, sizeof(text), "%.17g", v);
+  return text;
+}
 
 const std::vector<std::string>& fingerprint_keys() {
   static const std::vector<std::string> keys = {"mode", "model", "optimizer", "lr", "lr-schedule", "warmup-steps",
@@ -83,7 +112,10 @@ std::string fingerprint_differences(const Fingerprint& saved, const Fingerprint&
     const auto it = theirs.find(key);
     const std::string was = it == theirs.end() ? "(not recorded)" : it->second;
     if (was == value) continue;
-    const std::string text = key + " " + was + " (this job: " + value + ")";
+    bool legacy = false;
+    if (key == "embeddings" && legacy_embeddings_match(was, value, &legacy)) continue;
+    const std::string text = key + " " + was + " (this job: " + value +
+                             (legacy ? "; that checkpoint recorded the lr to 6 decimals only" : "") + ")";
     const bool ok = all || std::find(allowed.begin(), allowed.end(), key) != allowed.end();
     add_sep(ok ? accepted : &refused, text);
   }

@@ -33,7 +33,7 @@ struct JobIdentity {
   double label_smoothing = 0;
   std::string loss;                      // --loss: "" for softmax, else "bce", "mse", "huber delta D"
   // Embedding tables (docs/sparse.md): "" without --embedding-dim, else their dim, layout,
-  // optimizer, learning rate, admission and expiry in one line.
+  // optimizer, learning rate (fingerprint_number), admission and expiry in one line.
   std::string embeddings;
   std::string augment;                   // --augment-flip / --augment-shift: "flip shift 2"; "" for none
 };
@@ -41,11 +41,17 @@ struct JobIdentity {
 using Fingerprint = std::vector<std::pair<std::string, std::string>>;  // key, value; fixed order
 
 Fingerprint job_fingerprint(const JobIdentity& o);
+// A number as the fingerprint writes it, every one (JobIdentity's lines too): "%.17g", which reads
+// back as the same double, so that any change of a setting is a difference.
+std::string fingerprint_number(double v);
 // Every key job_fingerprint can give (what --resume-allow accepts, besides "all").
 const std::vector<std::string>& fingerprint_keys();
 
 // The keys where `saved` and `ours` differ, as "lr 0.01 (this job: 0.05)", joined by "; ".
 // Differences in `allowed` (or all, when it holds "all") go to *accepted instead of the result.
+// A manifest written before the embeddings line's lr was exact (6 decimals: "lr 0.000000" for
+// 1e-7 and 5e-7 alike) matches only a job whose lr is exactly that number (0, 0.05); any other
+// is a difference, whose text says so (docs/checkpoints.md, "Whose checkpoint").
 std::string fingerprint_differences(const Fingerprint& saved, const Fingerprint& ours,
                                     const std::vector<std::string>& allowed, std::string* accepted);
 

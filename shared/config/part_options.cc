@@ -1,7 +1,5 @@
 #include "shared/config/part_options.h"
 
-#include <cstdio>
-
 #include "shared/train/augment_options.h"
 
 namespace pstrain {
@@ -31,14 +29,14 @@ JobIdentity job_identity(const JobOptions& o) {
   j.label_smoothing = o.label_smoothing;
   j.augment = AugmentOptions{o.augment_flip, o.augment_shift, o.seed}.text();  // "" without augmentation
   if (o.loss != Loss::kSoftmax) {  // the fingerprint's "loss"; absent for softmax, as before there were others
-    char delta[40];
-    std::snprintf(delta, sizeof delta, "%.17g", o.huber_delta);
-    j.loss = std::string(loss_name(o.loss)) + (o.loss == Loss::kHuber ? std::string(" delta ") + delta : "");
+    j.loss = std::string(loss_name(o.loss)) +
+             (o.loss == Loss::kHuber ? " delta " + fingerprint_number(o.huber_delta) : std::string());
   }
   if (o.embedding_dim > 0) {
-    j.embeddings = "dim " + std::to_string(o.embedding_dim) + " tables " + o.embedding_tables + " optimizer " +
-                   o.embedding_optimizer + " lr " + std::to_string(o.embedding_lr) + " min-count " +
-                   std::to_string(o.embedding_min_count) + " expiry " + std::to_string(o.embedding_expiry);
+    j.embeddings = "dim " + std::to_string(o.embedding_dim) + " tables " + o.embedding_tables +
+                   " optimizer " + o.embedding_optimizer + " lr " + fingerprint_number(o.embedding_lr) +
+                   " min-count " + std::to_string(o.embedding_min_count) + " expiry " +
+                   std::to_string(o.embedding_expiry);
     // Only a pool other than the default is written, so the checkpoints of jobs from before
     // --embedding-pool (sum) keep their fingerprint and resume.
     if (o.embedding_pool != "sum") j.embeddings += " pool " + o.embedding_pool;

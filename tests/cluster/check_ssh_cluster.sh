@@ -6,7 +6,8 @@
 # any host; an unreachable host and a port taken on a host are clear errors naming the host; an
 # allreduce job across hosts equals the local one; a 2 s network partition between a worker's
 # host and the PS's host is ridden out, bit-identical, with the time it cost printed (a line
-# "partition: ..."); 32 workers and 4 PS shards on 4 hosts complete.
+# "partition: ..."); 32 workers and 4 PS shards on 4 hosts complete; --bind 0.0.0.0 gives every
+# process CURVE and equals the local run.
 #
 #   tests/cluster/check_ssh_cluster.sh     one line per check; exit 1 if any failed,
 #                                          77 (skipped, with the reason) without root/netns
@@ -98,6 +99,24 @@ case_insecure() {
   expect_exit 0 120
   check "--insecure works and warns" out_has "^\[ps0@$A\] .*--insecure: traffic to and from non-loopback addresses is neither authenticated nor encrypted"
   check "no job key made" test ! -e "$run/job.key"
+}
+
+# launch.sh --bind 0.0.0.0 (docs/operations.md recommends it) across hosts: every process gets
+# --curve from the launcher's one rule (docs/security.md), the PS and the worker beside it on
+# host A as the one on B, and the job trains what the local reference trained (one worker of 24
+# against two of 12).
+case_bind_all() {
+  printf '%s\n%s\n' "$A" "$B" >"$work/hosts_bind"
+  start bind_all -- --hostfile "$work/hosts_bind" --bind 0.0.0.0 --base-port "$base_port" --num-workers 2 \
+    -- "${job[@]}" --timeout 30 --steps 20 --batch-size 12 --save-params "$work/bind-all-params"
+  finish 120
+  expect_exit 0 120
+  check "--bind 0.0.0.0: every process is told --curve" \
+    test "$(grep -c -- ' --curve ' "$run/cmd.txt")" -eq 3
+  check "--bind 0.0.0.0: the worker beside the PS uses CURVE" \
+    out_has "^\[w0@$A\] .*security: CURVE \(encrypted, peers authenticated by the job's key"
+  check "--bind 0.0.0.0: parameters equal the local run's" \
+    python3 "$here/compare_params.py" "$work/local-params" "$work/bind-all-params"
 }
 
 case_remote_worker_killed() {
@@ -338,6 +357,7 @@ case_scale() {
 main() {
   case_matches_local
   case_insecure
+  case_bind_all
   case_remote_worker_killed
   case_connection_dropped
   case_launcher_killed

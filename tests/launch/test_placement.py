@@ -190,6 +190,33 @@ class ResumeCommandLineTest(unittest.TestCase):
             settings("--resume=sometimes", "--", "--checkpoint-dir", "/tmp/ckpt")
 
 
+class SecurityCommandLineTest(unittest.TestCase):
+    """CURVE by one rule for the whole job (docs/security.md): every process gets --curve when
+    they bind off loopback, unless the job says --insecure; the PS alone turning it on (its own
+    default) left the workers reaching it over ipc:// or 127.0.0.1 in the clear (issue 50)."""
+
+    def curve_flags(self, s):
+        return {name: cmd.count("--curve") for name, cmd in commands(s).items()}
+
+    def test_every_process_gets_curve_when_any_binds_off_loopback(self):
+        for argv in (("--bind", "0.0.0.0"), ("--bind", "0.0.0.0", "--transport", "tcp"),
+                     ("--bind", "10.1.2.3"), ("--", "--bind", "0.0.0.0"),
+                     ("--bind", "0.0.0.0", "--", "--curve"), ("-H", "a,b", "--num-workers", "2"),
+                     ("--bind", "0.0.0.0", "--", "--mode", "allreduce")):
+            s = settings("--num-ps", "2", "--num-workers", "2", *argv)
+            flags = self.curve_flags(s)
+            self.assertTrue(s.curve, argv)
+            self.assertEqual(set(flags.values()), {1}, f"{argv}: {flags}")
+            self.assertEqual(len(flags), 2 * (s.num_ps > 0) + 2, argv)
+
+    def test_none_on_loopback_or_with_insecure(self):
+        for argv in ((), ("--bind", "127.0.0.1"), ("--bind", "localhost"), ("-H", "127.0.0.1,localhost"),
+                     ("--bind", "0.0.0.0", "--", "--insecure")):
+            s = settings("--num-workers", "2", *argv)
+            self.assertFalse(s.curve, argv)
+            self.assertEqual(set(self.curve_flags(s).values()), {0}, argv)
+
+
 class DevicesCommandLineTest(unittest.TestCase):
     def test_one_worker_per_device_with_its_device(self):
         s = settings("--devices", "cuda:0,cuda:2,cpu")
