@@ -45,14 +45,32 @@ sanitizer_build() {
   cmake --build "$dir" -j"$jobs" </dev/null >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log"; return 1; }
 }
 
+# The ten slowest tests of a stage's last run (ctest's own record of each test's time), so the
+# suite's time can be seen where it goes.
+print_slowest() {
+  local costs=$1/Testing/Temporary/CTestCostData.txt
+  [[ -f $costs ]] || return 0
+  echo "tests: the slowest tests of $1:"
+  awk '/^---/ {exit} NF >= 3 {print $NF, $1}' "$costs" | sort -rn | head -n 10 |
+    awk '{printf "tests:   %7.1f s  %s\n", $1, $2}'
+}
+
 stage_main() {
   ctest --test-dir "$main_build" --output-on-failure -j2 </dev/null
+  local status=$?
+  print_slowest "$main_build"
+  return $status
 }
 
 stage_asan() {
   sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
+  # The cluster checks (sshd in namespaces, Slurm, Open MPI) test the launcher's starters, which
+  # the main stage covers; they run once.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$main_build-asan" --output-on-failure -j2 -E '^(Cuda|Nccl)|Nccl' </dev/null
+    ctest --test-dir "$main_build-asan" --output-on-failure -j2 -E '^(Cuda|Nccl)|Nccl|^(ssh_cluster|slurm_mpi)_check$' </dev/null
+  local status=$?
+  print_slowest "$main_build-asan"
+  return $status
 }
 
 # Threads and processes: the ring, prefetch, the PS's and workers' I/O, jobs and the launcher.
@@ -61,6 +79,9 @@ stage_tsan() {
   TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
     ctest --test-dir "$main_build-tsan" --output-on-failure -j2 \
     -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi)|Nccl' </dev/null
+  local status=$?
+  print_slowest "$main_build-tsan"
+  return $status
 }
 
 stage_fuzz() {
