@@ -74,11 +74,13 @@ stage_asan() {
 }
 
 # Threads and processes: the ring, prefetch, the PS's and workers' I/O, jobs and the launcher.
+# Not SparseSaveTest: it measures a save's memory, which TSan's shadow pages inflate (0.34 of the
+# tables where the Release and ASan builds measure 0.05); it has no threads to check.
 stage_tsan() {
   sanitizer_build "$main_build-tsan" thread || return 1
   TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
     ctest --test-dir "$main_build-tsan" --output-on-failure -j2 \
-    -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi)|Nccl' </dev/null
+    -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi|SparseSaveTest\.)|Nccl' </dev/null
   local status=$?
   print_slowest "$main_build-tsan"
   return $status
