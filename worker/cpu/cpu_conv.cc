@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
-#include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <string>
 #include <tuple>
@@ -262,10 +261,14 @@ void CpuConv::forward(const float* x, int batch, const ConvGeometry& g, int outp
   const memory user_b(es.front()->fwd_pd.bias_desc(), im.engine, const_cast<float*>(bias));
   // The weights in each primitive's layout, once for all its blocks.
   std::vector<memory> fwd_w;
-  for (size_t i = 0, at = 0; i < es.size(); at += es[i]->fwd_shared(), ++i) {
-    fwd_w.push_back(es[i]->fwd_w.needed ? memory(es[i]->fwd_pd.weights_desc(), im.engine, scratch + at)
-                                        : user_w);
-    es[i]->fwd_w.run(im.streams[0], user_w, fwd_w[i], scratch + at + es[i]->fwd_w.copy_floats);
+  try {
+    for (size_t i = 0, at = 0; i < es.size(); at += es[i]->fwd_shared(), ++i) {
+      fwd_w.push_back(es[i]->fwd_w.needed ? memory(es[i]->fwd_pd.weights_desc(), im.engine, scratch + at)
+                                          : user_w);
+      es[i]->fwd_w.run(im.streams[0], user_w, fwd_w[i], scratch + at + es[i]->fwd_w.copy_floats);
+    }
+  } catch (const dnnl::error& err) {
+    throw Error("oneDNN convolution forward " + shape_text(g, outputs, batch) + ": " + err.what());
   }
   const size_t in = g.input_size(), out = static_cast<size_t>(outputs) * g.positions();
   std::atomic<int> next_slot{0};
@@ -315,10 +318,14 @@ void CpuConv::backward(const float* x, const float* dy, int batch, const ConvGeo
   const Impl::BackwardLayout l = im.backward_layout(es, batch, weights);
   const memory user_w(es.front()->w, im.engine, const_cast<float*>(w));
   std::vector<memory> data_w;
-  for (size_t i = 0, at = 0; dx != nullptr && i < es.size(); at += es[i]->data_shared(), ++i) {
-    data_w.push_back(es[i]->data_w.needed ? memory(es[i]->data_pd.weights_desc(), im.engine, scratch + at)
-                                          : user_w);
-    es[i]->data_w.run(im.streams[0], user_w, data_w[i], scratch + at + es[i]->data_w.copy_floats);
+  try {
+    for (size_t i = 0, at = 0; dx != nullptr && i < es.size(); at += es[i]->data_shared(), ++i) {
+      data_w.push_back(es[i]->data_w.needed ? memory(es[i]->data_pd.weights_desc(), im.engine, scratch + at)
+                                            : user_w);
+      es[i]->data_w.run(im.streams[0], user_w, data_w[i], scratch + at + es[i]->data_w.copy_floats);
+    }
+  } catch (const dnnl::error& err) {
+    throw Error("oneDNN convolution backward " + shape_text(g, outputs, batch) + ": " + err.what());
   }
   float* partials = scratch + l.data_shared;
   const size_t partial = l.partials / static_cast<size_t>(im.slots(batch));
