@@ -61,7 +61,7 @@ struct Harness {
     params.assign(layout.total(), 0.0f);
     state.assign(state_layout.total(), 0.0f);
     for (const TensorSpec& t : state_layout.tensors()) std::fill(state.begin() + t.offset, state.begin() + t.offset + t.size, t.fill);
-    col.assign(layer->col_floats(1), 0.0f);
+    col.assign(layer->col_floats(1, *backend), 0.0f);
   }
   LayerContext context(bool training) {
     LayerContext ctx{*backend, col.data()};

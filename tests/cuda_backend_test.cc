@@ -1146,7 +1146,8 @@ TEST_F(CudaBackendTest, DeviceMemoryUseMatchesBytesAllocated) {
             x = gpu_->allocate(static_cast<size_t>(batch) * in);
   const GpuMemory after = gpu_memory(kDevice);
   const size_t counted = gpu_->bytes_allocated() - counted_before;
-  EXPECT_EQ(counted, (model.network().activation_floats(batch, false) + 2 * n + static_cast<size_t>(batch) * in) *
+  EXPECT_EQ(counted, (model.network().activation_floats(batch, false, *gpu_) + 2 * n +
+                      static_cast<size_t>(batch) * in) *
                          sizeof(float));
   const double used = static_cast<double>(before.free_bytes) - static_cast<double>(after.free_bytes);
   EXPECT_LE(std::fabs(used - static_cast<double>(counted)), 0.1 * static_cast<double>(counted) + 16.0 * kMiB)

@@ -126,7 +126,7 @@ TEST(LayerOpsTest, ConvolutionEqualsItsDefinition) {
                                                    batch, g, outputs);
     std::vector<float> y(want.size());
     LayerContext ctx{*backend};
-    std::vector<float> col(model.network().layers()[0]->col_floats(batch));
+    std::vector<float> col(model.network().layers()[0]->col_floats(batch, *backend));
     ctx.col = col.data();
     model.network().layers()[0]->forward(ctx, params.data(), x.data(), y.data(), batch);
     for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], want[i], 1e-5) << "stride " << stride << " pad " << pad << " at " << i;
@@ -395,7 +395,7 @@ TEST(LayerOpsTest, GlobalAveragePoolingIsEachChannelsMean) {
   auto backend = make_cpu_backend(1);
   const auto layer = make_layer(parse_model("globalavgpool")[0], Shape::image(3, 4, 5), 0);
   EXPECT_EQ(layer->out().text(), "3");
-  std::vector<float> col(layer->col_floats(2));
+  std::vector<float> col(layer->col_floats(2, *backend));
   LayerContext ctx{*backend, col.data()};
   const auto x = random_floats(2 * 3 * 4 * 5, 21), dy = random_floats(2 * 3, 22);
   std::vector<float> y(2 * 3), dx(x.size());
@@ -466,9 +466,9 @@ TEST(ModelGradientTest, RecomputeGivesTheSameParametersWithLessMemory) {
       "dense 10";
   const Network net(cnn, {1, 28, 28}, 10);
   size_t col = 0;
-  for (const auto& layer : net.layers()) col = std::max(col, layer->col_floats(256));
-  EXPECT_EQ(net.activation_floats(256, false), (47306 + 6272 + 25088) * 256 + col);
-  EXPECT_EQ(net.activation_floats(256, true), (9546 + 25088 + 6272 + 25088) * 256 + col);
+  for (const auto& layer : net.layers()) col = std::max(col, layer->col_floats(256, *backend));
+  EXPECT_EQ(net.activation_floats(256, false, *backend), (47306 + 6272 + 25088) * 256 + col);
+  EXPECT_EQ(net.activation_floats(256, true, *backend), (9546 + 25088 + 6272 + 25088) * 256 + col);
 }
 
 // "relu, maxpool" runs as "maxpool, relu" (less work; relu in place over the pooled values): the
@@ -504,7 +504,7 @@ TEST(ModelGradientTest, TheMlpOfHiddenIsItsLayerList) {
   EXPECT_EQ(a.layout().at("layer1.weight").shape, (std::vector<size_t>{7, 5}));
   // outputs 7 + 5 + 4; backward's gradients: the logits' (4) and dense 7's dx (7) in one buffer,
   // dense 5's dx (5) in the other; the first layer computes no dx.
-  EXPECT_EQ(a.network().activation_floats(3, false), (7 + 5 + 4 + 7 + 5) * 3u);
+  EXPECT_EQ(a.network().activation_floats(3, false, *backend), (7 + 5 + 4 + 7 + 5) * 3u);
   std::vector<float> pa(a.layout().total()), pb(b.layout().total());
   a.init(1, pa.data());
   b.init(1, pb.data());

@@ -159,18 +159,22 @@ TEST(ResidualNetworkTest, InitialisationIsDeterministicAndHeUniform) {
 // A block's insides (its outputs, its own gradient buffers) are counted in the plan: block 1 keeps
 // two 4x8x8 outputs (relu in place) and two gradient buffers of 256; block 2 two 6x4x4 outputs and
 // two of 256 (its input's gradient). Outside: 256 + 256 + 96 + 6 + 10 outputs (relu in place after
-// a block too), gradients 256 + 256, and the largest im2col (the 4-channel 3x3 convolution on 8x8,
-// 36 x 64 floats a sample, 4 samples).
+// a block too), gradients 256 + 256, and the largest convolution's scratch (with the default
+// im2col, the 4-channel 3x3 convolution on 8x8: 36 x 64 floats a sample, 4 samples).
 TEST(ResidualNetworkTest, TheBlocksInsidesAreInTheMemoryPlan) {
   const Network net(kResNet, {1, 8, 8}, 10);
   EXPECT_EQ(net.layers()[2]->scratch_floats(), 4u * 256);
   EXPECT_EQ(net.layers()[4]->scratch_floats(), 2u * 96 + 2 * 256);
-  EXPECT_EQ(net.activation_floats(4, false), (624 + 512 + 1024 + 704) * 4 + 36 * 64 * 4);
   auto backend = make_cpu_backend(1);
+  EXPECT_EQ(backend->Backend::conv_scratch_floats(4, ConvGeometry{4, 8, 8, 3, 1, 1, 8, 8}, 4), 36u * 64 * 4);
+  size_t col = 0;
+  for (const auto& layer : net.layers()) col = std::max(col, layer->col_floats(4, *backend));
+  EXPECT_GT(col, 0u);
+  EXPECT_EQ(net.activation_floats(4, false, *backend), (624 + 512 + 1024 + 704) * 4 + col);
   const size_t before = backend->bytes_allocated();
   {
     Model model(kResNet, {1, 8, 8}, 10, 4, false, *backend);
-    EXPECT_EQ(backend->bytes_allocated() - before, net.activation_floats(4, false) * sizeof(float));
+    EXPECT_EQ(backend->bytes_allocated() - before, net.activation_floats(4, false, *backend) * sizeof(float));
   }
   // docs/models.md's example on 1x28x28: 4 x 25,088 and 2 x 12,544 + 2 x 25,088 floats a sample.
   const Network example("conv 32 3 pad=1, relu, residual(conv 32 3 pad=1, relu, conv 32 3 pad=1), relu, "

@@ -6,6 +6,55 @@
 #include "shared/util/error.h"
 
 namespace pstrain {
+namespace {
+
+// Samples unfolded at a time: kColumnChunkFloats' worth, at least one, at most the batch.
+int column_chunk(int batch, const ConvGeometry& g) {
+  return static_cast<int>(std::clamp<size_t>(kColumnChunkFloats / (g.patch() * g.positions()), 1,
+                                             static_cast<size_t>(std::max(batch, 1))));
+}
+
+}  // namespace
+
+size_t Backend::conv_scratch_floats(int batch, const ConvGeometry& g, int) const {
+  return static_cast<size_t>(column_chunk(batch, g)) * g.patch() * g.positions();
+}
+
+// Per chunk of samples: unfold, then one GEMM per sample (batched): y_b = W col_b.
+void Backend::conv_forward(const float* x, int batch, const ConvGeometry& g, int outputs, const float* w,
+                           const float* bias, float* y, float* scratch) {
+  const int patch = static_cast<int>(g.patch()), positions = static_cast<int>(g.positions());
+  const size_t col_stride = g.patch() * g.positions(), out = static_cast<size_t>(outputs) * g.positions();
+  const int chunk = column_chunk(batch, g);
+  for (int first = 0; first < batch; first += chunk) {
+    const int n = std::min(chunk, batch - first);
+    im2col(x + static_cast<size_t>(first) * g.input_size(), n, g, scratch);
+    gemm_batched(false, false, outputs, positions, patch, 1.0f, w, 0, scratch, col_stride, 0.0f,
+                 y + static_cast<size_t>(first) * out, out, n);
+  }
+  add_bias(y, bias, batch, outputs, positions);
+}
+
+// dW = sum over samples (in order) of dy_b col_b^T; dcol_b = W^T dy_b, folded back into dx.
+void Backend::conv_backward(const float* x, const float* dy, int batch, const ConvGeometry& g, int outputs,
+                            const float* w, float* dx, float* dw, float* db, bool accumulate,
+                            float* scratch) {
+  const int patch = static_cast<int>(g.patch()), positions = static_cast<int>(g.positions());
+  const size_t col_stride = g.patch() * g.positions(), out = static_cast<size_t>(outputs) * g.positions();
+  const int chunk = column_chunk(batch, g);
+  for (int first = 0; first < batch; first += chunk) {
+    const int n = std::min(chunk, batch - first);
+    const float* dy_chunk = dy + static_cast<size_t>(first) * out;
+    im2col(x + static_cast<size_t>(first) * g.input_size(), n, g, scratch);
+    gemm_sum(false, true, outputs, patch, positions, 1.0f, dy_chunk, out, scratch, col_stride,
+             (first == 0 && !accumulate) ? 0.0f : 1.0f, dw, n);
+    if (dx == nullptr) continue;
+    gemm_batched(true, false, patch, positions, outputs, 1.0f, w, 0, dy_chunk, out, 0.0f, scratch, col_stride,
+                 n);
+    col2im(scratch, n, g, dx + static_cast<size_t>(first) * g.input_size());
+  }
+  bias_grad(dy, batch, outputs, positions, db, accumulate);
+}
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
   if (o.device == "cpu") return make_cpu_backend(o.threads);  // without asking CUDA anything

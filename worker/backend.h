@@ -1,5 +1,5 @@
 // The compute backend of a worker: GEMMs and the operations of the layers of worker/layers.h. The
-// CPU backend (worker/cpu/) uses OpenBLAS; the CUDA backend (worker/cuda/) implements the same
+// CPU backend (worker/cpu/) uses oneDNN; the CUDA backend (worker/cuda/) implements the same
 // interface, each op computing what the CPU's computes (tests/cuda_backend_test.cc).
 // All float pointers passed to a backend point into memory it allocated.
 #pragma once
@@ -36,6 +36,10 @@ struct ConvGeometry {
   PSTRAIN_HOST_DEVICE size_t positions() const { return static_cast<size_t>(out_height) * out_width; }   // columns of col
   PSTRAIN_HOST_DEVICE size_t input_size() const { return static_cast<size_t>(channels) * height * width; }
 };
+
+// The default convolution (Backend::conv_forward) unfolds this many floats' worth of samples at a
+// time (at least one sample).
+constexpr size_t kColumnChunkFloats = size_t{4} << 20;
 
 // A pooling window over planes of [H, W] (no padding; windows that would pass the edge are not
 // taken: OH = (H - K) / S + 1).
@@ -107,6 +111,21 @@ class Backend {
       gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, b + i * stride_b, i == 0 ? beta : 1.0f, c);
     }
   }
+
+  // A convolution layer (worker/layers.cc, Conv) of `outputs` channels: y[batch, outputs, OH, OW] =
+  // the correlation of x[batch, C, H, W] with w[outputs, C, K, K] (zero padding) + bias[outputs].
+  // `scratch` holds conv_scratch_floats(batch, g, outputs) floats (part of the memory plan; any
+  // smaller batch needs no more). By default: im2col of kColumnChunkFloats' worth of samples at a
+  // time and one gemm per sample (gemm_batched), then add_bias.
+  virtual size_t conv_scratch_floats(int batch, const ConvGeometry& g, int outputs) const;
+  virtual void conv_forward(const float* x, int batch, const ConvGeometry& g, int outputs, const float* w,
+                            const float* bias, float* y, float* scratch);
+  // Its backward: dw = the sum over the samples of their weight gradients (added to dw when
+  // `accumulate`), db likewise (bias_grad), dx (skipped when null) the input's gradient. By
+  // default the per-sample products of gemm_sum, added in sample order, and col2im.
+  virtual void conv_backward(const float* x, const float* dy, int batch, const ConvGeometry& g, int outputs,
+                             const float* w, float* dx, float* dw, float* db, bool accumulate,
+                             float* scratch);
 
   // The layer operations (worker/layers.h). Arrays are row-major; "planes" index batch x channels.
   // y[o, c, i] += bias[c] for o < outer, c < channels, i < inner (dense: inner 1; conv: H x W).
@@ -215,7 +234,7 @@ struct BackendOptions {
 // and none is usable.
 std::unique_ptr<Backend> make_backend(const BackendOptions& options);
 
-// OpenBLAS with `threads` threads.
+// oneDNN's kernels (worker/cpu/), the work split over `threads` threads.
 std::unique_ptr<Backend> make_cpu_backend(int threads);
 
 // CUDA (worker/cuda/): the number of usable GPUs, 0 when the build has no CUDA or no device is

@@ -62,9 +62,9 @@ class LayerChain {
       p += l->param_layers();
     }
   }
-  size_t col_floats(int batch) const {
+  size_t col_floats(int batch, const Backend& backend) const {
     size_t col = 0;
-    for (const auto& l : layers_) col = std::max(col, l->col_floats(batch));
+    for (const auto& l : layers_) col = std::max(col, l->col_floats(batch, backend));
     return col;
   }
   size_t scratch_floats() const { return deltas_ + 2 * delta_size_; }
@@ -154,8 +154,9 @@ class Residual final : public Layer {
   void declare_state(Layout& state, int p) override { chain_.declare_state(state, p); }
   // Backward reads x and the block's insides, not y.
   bool output_free_after_forward() const override { return true; }
-  size_t col_floats(int batch) const override {
-    return std::max(projection_ ? projection_->col_floats(batch) : 0, chain_.col_floats(batch));
+  size_t col_floats(int batch, const Backend& backend) const override {
+    return std::max(projection_ ? projection_->col_floats(batch, backend) : 0,
+                    chain_.col_floats(batch, backend));
   }
   size_t scratch_floats() const override { return chain_.scratch_floats(); }
   std::string describe() const override {
@@ -205,7 +206,9 @@ class Bottom final : public Layer {
   void declare_state(Layout& state, int p) override { chain_.declare_state(state, p); }
   // Backward reads its scratch and dy only.
   bool output_free_after_forward() const override { return true; }
-  size_t col_floats(int batch) const override { return chain_.col_floats(batch); }
+  size_t col_floats(int batch, const Backend& backend) const override {
+    return chain_.col_floats(batch, backend);
+  }
   size_t scratch_floats() const override { return taken() + chain_.scratch_floats() + made(); }
   std::string describe() const override {
     return "bottom " + std::to_string(taken()) + "(" + chain_.describe() + "), the other " + std::to_string(rest()) +

@@ -50,7 +50,9 @@ class Conv final : public Layer {
   explicit Conv(const ConvGeometry& g, int outputs) : g_(g), outputs_(outputs) {}
   bool has_params() const override { return true; }
   bool output_free_after_forward() const override { return true; }
-  size_t col_floats(int batch) const override { return static_cast<size_t>(chunk(batch)) * col_stride(); }
+  size_t col_floats(int batch, const Backend& backend) const override {
+    return backend.conv_scratch_floats(batch, g_, outputs_);
+  }
   void declare(Layout& layout, int p) override {
     const auto k = static_cast<size_t>(g_.kernel);
     weight_ = layout.add("layer" + std::to_string(p) + ".weight",
@@ -58,40 +60,16 @@ class Conv final : public Layer {
                   .offset;
     bias_ = layout.add("layer" + std::to_string(p) + ".bias", {static_cast<size_t>(outputs_)}).offset;
   }
-  // Per chunk of samples: unfold, then one GEMM per sample (batched): y_b = W col_b.
   void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
-    const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
-    for (int first = 0; first < batch; first += chunk(batch)) {
-      const int n = std::min(chunk(batch), batch - first);
-      ctx.backend.im2col(x + static_cast<size_t>(first) * in_.size(), n, g_, ctx.col);
-      ctx.backend.gemm_batched(false, false, outputs_, positions, patch, 1.0f, params + weight_, 0, ctx.col,
-                               col_stride(), 0.0f, y + static_cast<size_t>(first) * out_.size(), out_.size(), n);
-    }
-    ctx.backend.add_bias(y, params + bias_, batch, outputs_, positions);
+    ctx.backend.conv_forward(x, batch, g_, outputs_, params + weight_, params + bias_, y, ctx.col);
   }
-  // dW = sum over samples (in order) of dy_b col_b^T; dcol_b = W^T dy_b, folded back into dx.
   void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
                 float* grad, int batch, bool accumulate) override {
-    const int patch = static_cast<int>(g_.patch()), positions = static_cast<int>(g_.positions());
-    for (int first = 0; first < batch; first += chunk(batch)) {
-      const int n = std::min(chunk(batch), batch - first);
-      const float* dy_chunk = dy + static_cast<size_t>(first) * out_.size();
-      ctx.backend.im2col(x + static_cast<size_t>(first) * in_.size(), n, g_, ctx.col);
-      ctx.backend.gemm_sum(false, true, outputs_, patch, positions, 1.0f, dy_chunk, out_.size(), ctx.col, col_stride(),
-                           (first == 0 && !accumulate) ? 0.0f : 1.0f, grad + weight_, n);
-      if (dx == nullptr) continue;
-      ctx.backend.gemm_batched(true, false, patch, positions, outputs_, 1.0f, params + weight_, 0, dy_chunk,
-                               out_.size(), 0.0f, ctx.col, col_stride(), n);
-      ctx.backend.col2im(ctx.col, n, g_, dx + static_cast<size_t>(first) * in_.size());
-    }
-    ctx.backend.bias_grad(dy, batch, outputs_, positions, grad + bias_, accumulate);
+    ctx.backend.conv_backward(x, dy, batch, g_, outputs_, params + weight_, dx, grad + weight_, grad + bias_,
+                              accumulate, ctx.col);
   }
 
  private:
-  size_t col_stride() const { return g_.patch() * g_.positions(); }
-  int chunk(int batch) const {
-    return static_cast<int>(std::clamp<size_t>(kColumnChunkFloats / col_stride(), 1, static_cast<size_t>(batch)));
-  }
   ConvGeometry g_;
   int outputs_;
 };
@@ -124,7 +102,7 @@ class Flatten final : public Layer {
 // put in the layer's scratch: no kernel of its own on any backend. Backward spreads dy / (H*W).
 class GlobalAvgPool final : public Layer {
  public:
-  size_t col_floats(int) const override { return plane(); }
+  size_t col_floats(int, const Backend&) const override { return plane(); }
   void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
     fill_scale(ctx);
     ctx.backend.gemm(false, false, batch * in_.c, 1, static_cast<int>(plane()), 1.0f, x, ctx.col, 0.0f, y);
@@ -151,7 +129,9 @@ class LayerNorm final : public Layer {
   explicit LayerNorm(float eps) : eps_(eps) {}
   bool has_params() const override { return true; }
   // dy * xhat, and for the first layer of a model (no dx wanted) a place for the dx computed anyway.
-  size_t col_floats(int batch) const override { return 2 * static_cast<size_t>(batch) * in_.size(); }
+  size_t col_floats(int batch, const Backend&) const override {
+    return 2 * static_cast<size_t>(batch) * in_.size();
+  }
   void declare(Layout& layout, int p) override {
     weight_ = layout.add("layer" + std::to_string(p) + ".weight", {in_.size()}, 1.0f).offset;
     bias_ = layout.add("layer" + std::to_string(p) + ".bias", {in_.size()}).offset;
@@ -187,7 +167,7 @@ class BatchNorm final : public Layer {
   bool output_free_after_forward() const override { return true; }  // backward reads x and dy
   // The statistics' floats on the device: mean, invstd, dy's mean, (dy xhat)'s mean; then the
   // parameters' gradients.
-  size_t col_floats(int) const override { return 6 * channels(); }
+  size_t col_floats(int, const Backend&) const override { return 6 * channels(); }
   void declare(Layout& layout, int p) override {
     weight_ = layout.add("layer" + std::to_string(p) + ".weight", {channels()}, 1.0f).offset;
     bias_ = layout.add("layer" + std::to_string(p) + ".bias", {channels()}).offset;

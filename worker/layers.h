@@ -16,9 +16,6 @@
 
 namespace pstrain {
 
-// A convolution unfolds this many floats' worth of samples at a time (at least one sample).
-constexpr size_t kColumnChunkFloats = size_t{4} << 20;
-
 // One sample's activations: an image of c x h x w (NCHW), or a flat vector of c values.
 struct Shape {
   int c = 1, h = 1, w = 1;
@@ -54,7 +51,7 @@ std::string mlp_model(const std::vector<int>& hidden, int classes);
 // What a layer's passes need besides its inputs.
 struct LayerContext {
   Backend& backend;
-  float* col = nullptr;               // im2col scratch, Network::col_floats(batch) floats
+  float* col = nullptr;               // scratch, the largest Layer::col_floats(batch, backend)
   bool training = true;               // dropout is the identity when false
   uint64_t salt = 0;                  // dropout: a function of (seed, step); each layer mixes in its index
   const uint64_t* keys = nullptr;     // dropout: one per sample (its record), host memory
@@ -98,9 +95,12 @@ class Layer {
   virtual bool output_free_after_forward() const { return false; }
   // flatten: no computation, the output is the input.
   virtual bool identity() const { return false; }
-  // im2col scratch for a batch (conv: for up to kColumnChunkFloats floats' worth of samples at a
-  // time, so the scratch does not grow with the batch).
-  virtual size_t col_floats(int batch) const { (void)batch; return 0; }
+  // Scratch for a batch on `backend` (conv: Backend::conv_scratch_floats, which does not grow
+  // with the batch past a point).
+  virtual size_t col_floats(int batch, const Backend& backend) const {
+    (void)batch, (void)backend;
+    return 0;
+  }
   // Per sample: memory of the layer's own that its backward reads after its forward (a residual
   // block's inner activations and gradients), given as LayerContext::scratch.
   virtual size_t scratch_floats() const { return 0; }

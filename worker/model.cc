@@ -163,7 +163,7 @@ Network::Plan Network::plan(bool recompute) const {
   return p;
 }
 
-size_t Network::activation_floats(int batch, bool recompute) const {
+size_t Network::activation_floats(int batch, bool recompute, const Backend& backend) const {
   const Plan p = plan(recompute);
   size_t per_sample = p.arena_size + p.delta_size[0] + p.delta_size[1];
   for (size_t b = 0; b < p.buffer_size.size(); ++b) {
@@ -171,7 +171,7 @@ size_t Network::activation_floats(int batch, bool recompute) const {
   }
   size_t col = 0;
   for (const auto& l : layers_) {
-    col = std::max(col, l->col_floats(batch));
+    col = std::max(col, l->col_floats(batch, backend));
     per_sample += l->scratch_floats();  // a residual block's insides
   }
   return per_sample * static_cast<size_t>(batch) + col;
@@ -218,7 +218,7 @@ Model::Model(Network network, int max_batch, bool recompute, Backend& backend)
   delta_a_ = backend_.allocate(plan_.delta_size[0] * rows);
   delta_b_ = backend_.allocate(plan_.delta_size[1] * rows);
   size_t col = 0;
-  for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch));
+  for (const auto& l : net_.layers()) col = std::max(col, l->col_floats(max_batch, backend_));
   if (col > 0) col_ = backend_.allocate(col);
   for (const auto& l : net_.layers()) {
     scratch_.push_back(l->scratch_floats() > 0 ? backend_.allocate(l->scratch_floats() * rows)

@@ -43,8 +43,8 @@ class Network {
 
   // Floats of activation memory for batches of up to `batch` samples: the layers' outputs (with
   // `recompute` only the outputs of blocks, plus one block's insides), two gradient buffers and
-  // the im2col scratch.
-  size_t activation_floats(int batch, bool recompute) const;
+  // the layers' scratch on `backend` (a convolution's: Backend::conv_scratch_floats).
+  size_t activation_floats(int batch, bool recompute, const Backend& backend) const;
   // Deterministic initialisation from the seed alone: weights He-uniform over their fan-in
   // (dense: inputs; conv: in channels x K x K), biases zero.
   void init(uint64_t seed, float* host_params) const;

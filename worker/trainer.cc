@@ -54,7 +54,7 @@ MemoryPlan plan_memory(const Backend& backend, bool recompute, const Network& ne
   const size_t input_dim = net.input().size();
   MemoryPlan plan;
   plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = net.activation_floats(rows, recompute) * sizeof(float) / kMiB;
+  plan.activations = net.activation_floats(rows, recompute, backend) * sizeof(float) / kMiB;
   plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
   plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
   return plan;

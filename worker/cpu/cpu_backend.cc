@@ -7,6 +7,7 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/backend.h"
+#include "worker/cpu/cpu_conv.h"
 #include "worker/cpu/cpu_gemm.h"
 #include "worker/cpu/thread_pool.h"
 #include "worker/loss_math.h"
@@ -493,7 +494,10 @@ class CpuBackend final : public Backend {
  public:
   // Each product runs on one thread (cpu_gemm.h): the backend splits the work itself.
   explicit CpuBackend(int threads)
-      : threads_(std::max(threads, 1)), pool_(threads_), name_("cpu (" + cpu_kernels().text() + ")") {}
+      : threads_(std::max(threads, 1)),
+        pool_(threads_),
+        conv_(pool_),
+        name_("cpu (" + cpu_kernels().text() + ")") {}
 
   std::string name() const override { return name_; }
   bool host_accessible() const override { return true; }
@@ -566,6 +570,21 @@ class CpuBackend final : public Backend {
         }
       }
     });
+  }
+
+  // Convolutions on oneDNN's primitives (cpu_conv.h); the bias's gradient is bias_grad's.
+  size_t conv_scratch_floats(int batch, const ConvGeometry& g, int outputs) const override {
+    return conv_.scratch_floats(batch, g, outputs);
+  }
+  void conv_forward(const float* x, int batch, const ConvGeometry& g, int outputs, const float* w,
+                    const float* bias, float* y, float* scratch) override {
+    conv_.forward(x, batch, g, outputs, w, bias, y, scratch);
+  }
+  void conv_backward(const float* x, const float* dy, int batch, const ConvGeometry& g, int outputs,
+                     const float* w, float* dx, float* dw, float* db, bool accumulate,
+                     float* scratch) override {
+    conv_.backward(x, dy, batch, g, outputs, w, dx, dw, accumulate, scratch);
+    bias_grad(dy, batch, outputs, static_cast<int>(g.positions()), db, accumulate);
   }
 
   void add_bias(float* y, const float* bias, int outer, int channels, int inner) override {
@@ -771,6 +790,7 @@ class CpuBackend final : public Backend {
   static constexpr size_t kSumRowBlock = 16;  // gemm_sum's rows per sgemm call
   int threads_;
   ThreadPool pool_;
+  CpuConv conv_;  // after pool_, which it runs on
   std::string name_;
 };
 
