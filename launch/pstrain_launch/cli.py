@@ -523,6 +523,12 @@ class Run:
                 # Stopping already, on a signal: no restart, and the exit status stays the signal's.
                 raise Stop(f"{child.label} (pid {child.pid}) died: {describe_status(child.status)}; "
                            "no final checkpoint", self.final[1])
+            if child.status == EXIT_USAGE:
+                # The binaries exit 2 only when they refuse their command line (docs/errors.md): the
+                # same flags would be refused again, so no restart, and the job's exit is a usage error.
+                error = self.last_error(child)
+                raise Stop(f"{child.label} (pid {child.pid}) refused its flags"
+                           + (f": {error}" if error else " (exit status 2; see its log)"), EXIT_USAGE)
             if child.status != 0 and self.step is not None:
                 raise Stop(self.step.describe_failure(child.status), EXIT_FAILED)
             if child.status != 0:

@@ -60,7 +60,7 @@ def parser():
         "against the step) from the chief's metrics file. Works while the job runs, too. Needs matplotlib "
         "(Debian: python3-matplotlib). Exit status 0 written, 1 nothing to plot, 2 usage, 3 no matplotlib."))
     p.add_argument("run_dir", nargs="?", metavar="RUNDIR",
-                   help="the job's run directory (default: the newest under <repo>/runs)")
+                   help="the job's run directory (default: the newest of your runs under <repo>/runs)")
     p.add_argument("--metrics-file", metavar="FILE",
                    help="the chief's metrics file, where the job gave --metrics-file (default: RUNDIR/metrics.jsonl)")
     return p

@@ -6,13 +6,15 @@ launcher runs on, whatever started the processes (local, ssh, Slurm, mpirun). st
 progress from RUNDIR/metrics.jsonl (the chief's metrics file, its default under the launcher) and
 the total step count from w0.log, and the last complete checkpoint of --checkpoint-dir. stop sends
 the launcher SIGTERM, which stops the job as a SIGTERM to it would (with --checkpoint-dir, after a
-final checkpoint), and waits until it has exited. Without RUNDIR: the newest run under <repo>/runs.
+final checkpoint), and waits until it has exited. Without RUNDIR: the newest of this user's runs
+under <repo>/runs.
 
 Exit status: status 0 when the job runs, 1 when RUNDIR holds no running job; stop 0 once the job
 has stopped, 1 when there was no running job or it did not stop within --timeout; 2 usage.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -39,7 +41,7 @@ def parser(command):
     p = argparse.ArgumentParser(prog=f"launch/launch.sh {command}", add_help=True, allow_abbrev=False,
                                 description=what + " Run it on the host of the job's launcher.")
     p.add_argument("run_dir", nargs="?", metavar="RUNDIR",
-                   help="the job's run directory (default: the newest under <repo>/runs)")
+                   help="the job's run directory (default: the newest of your runs under <repo>/runs)")
     if command == "stop":
         p.add_argument("--timeout", type=float, default=STOP_TIMEOUT_S, metavar="S",
                        help=f"seconds to wait for the job to stop (default {STOP_TIMEOUT_S}: a final checkpoint "
@@ -53,14 +55,22 @@ def find_run_dir(given, repo):
             raise UsageError(f"{given} is not a directory")
         return os.path.realpath(given)
     runs = os.path.join(repo, "runs")
+    states = {}  # run directory: its state file's stat
     try:
-        candidates = [os.path.join(runs, d) for d in os.listdir(runs)
-                      if os.path.isfile(os.path.join(runs, d, jobstate.FILE_NAME))]
+        for d in os.listdir(runs):
+            with contextlib.suppress(OSError):
+                states[os.path.join(runs, d)] = os.stat(os.path.join(runs, d, jobstate.FILE_NAME))
     except OSError:
-        candidates = []
-    if not candidates:
+        pass
+    if not states:
         raise UsageError(f"no RUNDIR given, and no run under {runs} (give the job's --run-dir)")
-    return max(candidates, key=lambda d: os.path.getmtime(os.path.join(d, jobstate.FILE_NAME)))
+    # Only this user's runs: on a shared checkout the newest run may be a colleague's job, and
+    # `stop` must never pick that one by default.
+    mine = {d: st for d, st in states.items() if st.st_uid == os.getuid()}
+    if not mine:
+        raise UsageError(f"no RUNDIR given, and none of the {len(states)} runs under {runs} is yours "
+                         "(give the job's --run-dir)")
+    return max(mine, key=lambda d: mine[d].st_mtime)
 
 
 def pid_alive(pid):

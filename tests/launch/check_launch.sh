@@ -161,8 +161,22 @@ case_ps_fails_at_start() {
   start ps_fails FAKE_PS_FAIL_INDEX=1 -- --num-ps 2
   finish 15
   expect_exit 1 10
-  check "names ps1" out_has '^launch: ps1 \(pid [0-9]+\) died: exited with status 2; stopping all$'
+  check "names ps1" out_has '^launch: ps1 \(pid [0-9]+\) died: exited with status 3; stopping all$'
   check "no worker started" eval "! out_has '^launch: started w'"
+}
+
+case_flags_refused() {  # a binary that refuses its flags (exit 2) is a usage error, not restarted
+  start flags_refused -- --max-restarts 3 -- --frobnicate
+  finish 15
+  expect_exit 2 10
+  check "names the refusal" \
+    out_has "^launch: ps0 \\(pid [0-9]+\\) refused its flags \\(exit status 2; see its log\\); stopping all$"
+  check "restarts nothing" eval "! out_has 'restart'"
+  start worker_refuses FAKE_WORKER_REFUSE=1 -- --max-restarts 3
+  finish 15
+  expect_exit 2 10
+  check "a worker's refusal is named" out_has "^launch: w[01] \\(pid [0-9]+\\) refused its flags"
+  check "the worker is not restarted" eval "! out_has 'restart'"
 }
 
 case_start_timeout() {
@@ -326,6 +340,7 @@ main() {
   case_launcher_killed
   case_leftover_child
   case_ps_fails_at_start
+  case_flags_refused
   case_start_timeout
   case_ps_lingers
   case_ps_saves_slowly

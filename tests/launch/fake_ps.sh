@@ -26,8 +26,8 @@ while (($#)); do
   esac
   shift
 done
+[[ -z $refuse ]] || { echo "fake ps: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
 if ((check)); then
-  [[ -z $refuse ]] || { echo "fake ps: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
   echo "fake ps: configuration OK"
   exit 0
 fi
@@ -41,7 +41,7 @@ trap 'echo "fake ps$index: SIGTERM, exiting" >&2; exit 143' TERM
 echo "fake ps$index: starting (pid $$)" >&2
 if [[ ${FAKE_PS_FAIL_INDEX-} == "$index" ]]; then
   echo "fake ps$index: failing on purpose" >&2
-  exit 2
+  exit 3
 fi
 ((port != 0)) || port=$((20000 + RANDOM % 20000))
 if [[ ${FAKE_PS_NO_ADDR:-0} != 1 ]]; then

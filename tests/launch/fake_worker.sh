@@ -4,6 +4,7 @@
 # else $PSTRAIN_RUN_DIR) so fake_ps.sh can exit, and exits 0; worker 0 ends with a summary line.
 # Behaviour by environment:
 #   FAKE_FAIL_INDEX=i    worker i exits 3 after its work
+#   FAKE_WORKER_REFUSE=1 every worker refuses its flags (exit 2) at once
 #   FAKE_HANG=1          every worker hangs, waiting on a child process (tests group kill)
 #   FAKE_IGNORE_TERM=1   ...and ignores SIGTERM (tests the launcher's SIGKILL escalation)
 #   FAKE_LEAVE_CHILD=1   worker 0 exits 0 but leaves a child process running
@@ -25,8 +26,9 @@ while (($#)); do
   esac
   shift
 done
+[[ -z $refuse ]] || { echo "fake worker: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
+[[ ${FAKE_WORKER_REFUSE:-0} != 1 ]] || { echo "fake worker: a flag only the worker checks is wrong" >&2; exit 2; }
 if ((check)); then
-  [[ -z $refuse ]] || { echo "fake worker: unrecognised option '$refuse' (see --help)" >&2; exit 2; }
   echo "fake worker: configuration OK"
   exit 0
 fi

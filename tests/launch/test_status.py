@@ -12,6 +12,7 @@ import tempfile
 import shutil
 import time
 import unittest
+import unittest.mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
 
@@ -43,6 +44,34 @@ class StatusTest(unittest.TestCase):
         self.assertEqual(status.duration(59), "59 s")
         self.assertEqual(status.duration(61), "1 min 1 s")
         self.assertEqual(status.duration(3 * 3600 + 120), "3 h 2 min")
+
+    def test_default_run_dir_is_the_newest_of_this_users_runs(self):
+        runs = os.path.join(self.dir, "runs")
+        for name, age in (("older", 200), ("newer", 100), ("colleagues", 0)):
+            os.makedirs(os.path.join(runs, name))
+            path = os.path.join(runs, name, jobstate.FILE_NAME)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("{}")
+            os.utime(path, (time.time() - age, time.time() - age))
+        me = os.getuid()
+        owner = {os.path.join(runs, "colleagues", jobstate.FILE_NAME): me + 1}
+        real_stat = os.stat
+
+        def stat(path, *args, **kwargs):  # the colleague's file, as another uid owns it
+            st = real_stat(path, *args, **kwargs)
+            if path in owner:
+                fields = list(st)
+                fields[4] = owner[path]
+                return os.stat_result(fields)
+            return st
+
+        with unittest.mock.patch("os.stat", stat):
+            self.assertEqual(status.find_run_dir(None, self.dir), os.path.join(runs, "newer"))
+            owner.update({os.path.join(runs, d, jobstate.FILE_NAME): me + 1 for d in ("older", "newer")})
+            with self.assertRaisesRegex(status.UsageError, "none of the 3 runs under .* is yours"):
+                status.find_run_dir(None, self.dir)
+        with self.assertRaisesRegex(status.UsageError, "no run under"):
+            status.find_run_dir(None, os.path.join(self.dir, "empty"))
 
     def test_no_job_here(self):
         code, out = run(status.show, self.dir)
