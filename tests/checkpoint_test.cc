@@ -242,7 +242,7 @@ TEST_F(ResumeTest, ADamagedTableInAConsistentShardFileFallsBackToThePreviousOne)
 }
 
 TEST_F(ResumeTest, NoUsableCheckpointIsAClearError) {
-  EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ + "' (it holds none)");
+  EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ + "' (it holds none; --resume auto starts fresh where there is none)");
   save(10);
   std::filesystem::remove(file(10, "MANIFEST"));
   EXPECT_EQ(load(0, 2), "--resume: no usable checkpoint in '" + dir_ +

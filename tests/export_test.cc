@@ -219,6 +219,13 @@ TEST_F(ExportTest, ADirectoryWithoutModelJsonNeedsTheModel) {
       << log;
   EXPECT_EQ(log.find("terminate called"), std::string::npos) << log;
   ASSERT_TRUE(evaluate(params, {"--model", kCnn}, &log).ok()) << log;
+  // A directory that is not there is named as such, not blamed on an older pstrain.
+  const std::string missing = dir_ + "/no-such-params";
+  EXPECT_EQ(evaluate(missing, {}, &log).code, 2) << log;
+  EXPECT_NE(log.find("--init-params " + missing + ": no such directory (a --save-params directory, or a pstrain-export "
+                     "of a checkpoint)"),
+            std::string::npos)
+      << log;
 }
 
 TEST_F(ExportTest, ExportErrorsAndOlderCheckpointsAndNpz) {

@@ -50,6 +50,11 @@ TEST(LayerListTest, ErrorsNameAndPointAtTheOffendingToken) {
   EXPECT_NE(e.find("--model: 'x' is not the kernel size"), std::string::npos) << e;
   EXPECT_NE(e.find("\n  " + spec + "\n  " + std::string(spec.find(" x,") + 1, ' ') + "^"), std::string::npos) << e;
   EXPECT_NE(usage_error("dense 10, swish").find("'swish' is not a layer"), std::string::npos);
+  EXPECT_NE(usage_error("dense 10, rleu").find("'rleu' is not a layer (did you mean 'relu'?) (embedding D (first only), "),
+            std::string::npos)
+      << usage_error("dense 10, rleu");
+  EXPECT_NE(usage_error("embeding 8, dense 1").find("(did you mean 'embedding'?)"), std::string::npos)
+      << usage_error("embeding 8, dense 1");
   EXPECT_NE(usage_error("dense").find("dense needs the number of outputs (e.g. dense 10)"), std::string::npos);
   EXPECT_NE(usage_error("dense 10 20").find("'20': dense takes 1 number(s)"), std::string::npos);
   EXPECT_NE(usage_error("conv 8 3 padding=1, flatten, dense 10").find("'padding' is not an option of conv"),

@@ -120,6 +120,22 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
 namespace pstrain {
 namespace {
 
+
+TEST(OptionsTest, AMistypedFlagOrChoiceSuggestsTheClosestName) {
+  const auto message = [](std::vector<const char*> args) {
+    try {
+      parse(Role::kWorker, args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({"--chekpoint-every", "5"}), "unrecognised option '--chekpoint-every' (did you mean '--checkpoint-every'?)");
+  EXPECT_EQ(message({"--batch-szie", "5"}), "unrecognised option '--batch-szie' (did you mean '--batch-size'?)");
+  EXPECT_EQ(message({"--frobnicate"}), "unrecognised option '--frobnicate'");  // nothing close: no guess
+  EXPECT_EQ(message({"--mode", "asnyc"}), "--mode: 'asnyc' is not one of sync, async, ssp, allreduce (did you mean 'async'?)");
+  EXPECT_EQ(message({"--loss", "BCE"}), "--loss: 'BCE' is not one of softmax, bce, mse, huber (did you mean 'bce'?)");
+}
 TEST(OptionsTest, DeviceFlag) {
   const char* ok[] = {"auto", "cpu", "cuda", "cuda:0", "cuda:12", "cuda:1023"};
   for (const char* d : ok) {

@@ -87,7 +87,7 @@ TEST(ResidualGrammarTest, ErrorsNameTheBlockAndPointIntoTheSpec) {
   EXPECT_NE(usage_error("residual(relu, softmax), flatten, dense 10").find("softmax (the loss) cannot be in a residual"),
             std::string::npos);
   EXPECT_NE(usage_error("relu, residual(relu,, tanh), flatten, dense 10").find("layer 2.2 is empty"), std::string::npos);
-  EXPECT_NE(usage_error("residual(swish), flatten, dense 10").find("'swish' is not a layer (dense, conv, "),
+  EXPECT_NE(usage_error("residual(swish), flatten, dense 10").find("'swish' is not a layer (embedding D (first only), dense, conv, "),
             std::string::npos);
   EXPECT_NE(usage_error("dense 10, swish").find("softmax, residual(...))"), std::string::npos) << usage_error("dense 10, swish");
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "shared/util/text.h"
 #include "worker/layers.h"
 #include "worker/layers_internal.h"
 
@@ -106,13 +107,15 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
     if (layer.kind == r.name) rule = &r;
   }
   if (rule == nullptr) {
-    std::string known;
+    std::string known = "embedding D (first only)";
+    std::vector<std::string> names = {"embedding", "bottom", "residual"};
     for (const KindRule& r : kinds()) {
-      known += (known.empty() ? "" : ", ") + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") +
-               r.name;
+      known += ", " + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") + r.name;
+      names.push_back(r.name);
     }
     fail_at_spec(spec, tokens[0].position, tokens[0].text.size(),
-            "'" + tokens[0].text + "' is not a layer (" + known + ", residual(...))");
+                 "'" + tokens[0].text + "' is not a layer" + did_you_mean(tokens[0].text, names) + " (" + known +
+                     ", residual(...))");
   }
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {

@@ -340,6 +340,11 @@ std::string given_text(const SavedModelQuery& q) {
 
 SavedModel resolve_saved_model(const SavedModelQuery& q) {
   const std::string where = q.flag + " " + q.dir;
+  std::error_code error;
+  if (!std::filesystem::is_directory(q.dir, error)) {
+    throw UsageError(where + ": " + (std::filesystem::exists(q.dir, error) ? "not a directory" : "no such directory") +
+                     " (a --save-params directory, or a pstrain-export of a checkpoint)");
+  }
   const std::optional<ModelDescription> saved = read_model_json(q.dir);
   SavedModel out;
   if (!saved) {

@@ -45,6 +45,9 @@ inline bool reports_at(uint64_t step, uint64_t log_every, uint64_t steps_per_epo
   return (step + 1) % log_every == 0 || (step + 1) % steps_per_epoch == 0 || last;
 }
 
+// The least a straggler's busy time per step exceeds the mean by before it is named.
+constexpr double kStragglerGapMs = 1.0;
+
 class StepStats {  // sums over a run of global steps
  public:
   explicit StepStats(int num_workers) : slowest_count_(static_cast<size_t>(num_workers), 0) {}
@@ -60,8 +63,9 @@ class StepStats {  // sums over a run of global steps
   // " + eval E" when the test set was evaluated within the interval (by the chief alone, or by
   // every worker on its share; whoever finished first waits at the next barrier, in `wait`).
   std::string breakdown() const;
-  // "w1 is the slowest in 95% of steps (busy 2.3 ms vs 1.9 ms mean)" when one worker is the slowest
-  // in at least 3/4 of the steps and at least 10% busier than the mean; "" otherwise.
+  // "w1 is the slowest in 95% of steps (busy 3.3 ms vs 1.9 ms mean)" when one worker is the slowest
+  // in at least 3/4 of the steps, at least 10% busier than the mean and at least kStragglerGapMs
+  // more; "" otherwise.
   std::string straggler() const;
   // "; staleness mean 1.20 max 3 over 1200 updates" (async, ssp), "; ssp lead max 2",
   // "; 5 late pushes dropped" (backup workers); "" in plain sync.

@@ -76,7 +76,7 @@ bool CheckpointStore::load(uint64_t total, uint64_t total_steps, const Slice& sl
     reasons += "; v" + std::to_string(v) + ": " + why;
   }
   *error = "--resume: no usable checkpoint in '" + o_.dir + "'" +
-           (versions.empty() ? std::string(" (it holds none)") : reasons);
+           (versions.empty() ? std::string(" (it holds none; --resume auto starts fresh where there is none)") : reasons);
   return false;
 }
 

@@ -11,6 +11,7 @@
 #include "shared/config/model_embedding.h"
 #include "shared/net/zmq_util.h"  // kMaxIpcName
 #include "shared/util/error.h"
+#include "shared/util/text.h"
 
 namespace pstrain {
 namespace po = boost::program_options;
@@ -163,11 +164,13 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
 template <typename T>
 T choose(const std::string& flag, const std::string& text, const std::vector<std::pair<const char*, T>>& choices) {
   std::string names;
+  std::vector<std::string> all;
   for (const auto& [name, value] : choices) {
     if (text == name) return value;
     names += (names.empty() ? "" : ", ") + std::string(name);
+    all.push_back(name);
   }
-  throw UsageError(flag + ": '" + text + "' is not one of " + names);
+  throw UsageError(flag + ": '" + text + "' is not one of " + names + did_you_mean(text, all));
 }
 
 bool ends_with(const std::string& text, const std::string& suffix) {
@@ -424,6 +427,12 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
       po::store(parsed, vm);
     }
     po::notify(vm);
+  } catch (const po::unknown_option& e) {
+    std::string name = e.get_option_name();
+    name.erase(0, name.find_first_not_of('-'));
+    std::vector<std::string> names;
+    for (const auto& option : cmdline.options()) names.push_back(option->long_name());
+    throw UsageError(e.what() + did_you_mean(name, names, "--"));
   } catch (const po::error& e) {
     throw UsageError(e.what());
   }
