@@ -100,18 +100,26 @@ std::string parsed_cache_path(const std::string& path, const std::string& cache_
   return cache_dir + "/" + cache_file_name(path, st) + suffix;
 }
 
-void create_file_atomically(const std::string& dst,
-                            const std::function<void(int fd, const std::string& tmp_name)>& write) {
+namespace {
+
+// Finishes a written file: mode, data on disk, closed. Throws naming `name`.
+void finish_file(int* fd, const std::string& name) {
+  if (::fchmod(*fd, 0644) != 0 || ::fsync(*fd) != 0) throw Error(name + ": cannot finish cache file: " + errno_text(errno));
+  const int closed = ::close(*fd);
+  *fd = -1;
+  if (closed != 0) throw Error(name + ": cannot finish cache file: " + errno_text(errno));
+}
+
+// The classic way, where the file system has no O_TMPFILE: a named temporary file beside dst.
+// A process killed while it writes leaves that file behind (the unnamed one of O_TMPFILE dies
+// with it).
+void create_through_named_file(const std::string& dst, const std::function<void(int, const std::string&)>& write) {
   std::string tmp = dst + ".tmp-XXXXXX";
   int fd = ::mkostemp(&tmp[0], O_CLOEXEC);
   if (fd < 0) throw Error(dst + ": cannot create cache file: " + errno_text(errno));
   try {
     write(fd, tmp);
-    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0)
-      throw Error(tmp + ": cannot finish cache file: " + errno_text(errno));
-    const int closed = ::close(fd);
-    fd = -1;
-    if (closed != 0) throw Error(tmp + ": cannot finish cache file: " + errno_text(errno));
+    finish_file(&fd, tmp);
     // Racing processes each write their own temporary file; rename replaces atomically.
     if (::rename(tmp.c_str(), dst.c_str()) != 0) {
       throw Error(dst + ": cannot rename cache file into place: " + errno_text(errno));
@@ -119,6 +127,54 @@ void create_file_atomically(const std::string& dst,
   } catch (...) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
+    throw;
+  }
+}
+
+}  // namespace
+
+void create_file_atomically(const std::string& dst,
+                            const std::function<void(int fd, const std::string& tmp_name)>& write) {
+  const std::string dir = std::filesystem::path(dst).parent_path().string();
+  // An unnamed file in dst's directory: nothing of it is left if this process fails, is stopped
+  // or is killed (SIGKILL included) before it is linked in under its name.
+  // (linked in through /proc/self/fd, which needs no privilege, unlike linkat's AT_EMPTY_PATH)
+  int fd = ::access("/proc/self/fd", X_OK) == 0
+               ? ::open(dir.empty() ? "." : dir.c_str(), O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600)
+               : (errno = EOPNOTSUPP, -1);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL || errno == ENOENT)) {
+    create_through_named_file(dst, write);  // no O_TMPFILE on this file system (or kernel)
+    return;
+  }
+  if (fd < 0) throw Error(dst + ": cannot create cache file: " + errno_text(errno));
+  const std::string name = dst + " (being written)";
+  try {
+    write(fd, name);
+    if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) throw Error(name + ": cannot finish cache file: " + errno_text(errno));
+    // Linked under a unique name, then renamed over dst: racing processes each link their own
+    // file, and rename replaces atomically (linkat itself refuses an existing name).
+    const std::string proc = "/proc/self/fd/" + std::to_string(fd);
+    std::string tmp;
+    for (int attempt = 0;; ++attempt) {
+      char suffix[48];
+      std::snprintf(suffix, sizeof suffix, ".tmp-%d-%d", static_cast<int>(::getpid()), attempt);
+      tmp = dst + suffix;
+      if (::linkat(AT_FDCWD, proc.c_str(), AT_FDCWD, tmp.c_str(), AT_SYMLINK_FOLLOW) == 0) break;
+      if (errno != EEXIST || attempt == 100) throw Error(dst + ": cannot link cache file into place: " + errno_text(errno));
+    }
+    try {
+      const int closed = ::close(fd);
+      fd = -1;
+      if (closed != 0) throw Error(name + ": cannot finish cache file: " + errno_text(errno));
+      if (::rename(tmp.c_str(), dst.c_str()) != 0) {
+        throw Error(dst + ": cannot rename cache file into place: " + errno_text(errno));
+      }
+    } catch (...) {
+      ::unlink(tmp.c_str());
+      throw;
+    }
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
     throw;
   }
 }

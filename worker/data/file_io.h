@@ -49,10 +49,13 @@ std::string cache_file_name(const std::string& path, const struct stat& st);
 // directory when `path` cannot be read as a regular file or cache_dir cannot be made.
 std::string parsed_cache_path(const std::string& path, const std::string& cache_dir, const std::string& suffix);
 
-// Creates `dst` whole or not at all: `write(fd, tmp_name)` fills a temporary file beside it,
-// which is then synced and renamed into place (processes racing for one cache file each write
-// their own and the last rename wins). On an exception the temporary file is removed and the
-// exception passes on. Throws pstrain::Error when the file cannot be created or renamed.
+// Creates `dst` whole or not at all: `write(fd, name)` fills an unnamed file (O_TMPFILE) in
+// dst's directory (`name`: how errors are to call it), which is then synced, linked in and
+// renamed into place (processes racing for one cache file each write their own and the last
+// rename wins). A process that fails, is stopped or is killed while writing leaves nothing
+// behind. Where the file system has no O_TMPFILE, a named temporary file beside dst, removed on
+// an exception (a SIGKILL leaves it). Exceptions pass on; throws pstrain::Error when the file
+// cannot be created, linked or renamed.
 void create_file_atomically(const std::string& dst,
                             const std::function<void(int fd, const std::string& tmp_name)>& write);
 
