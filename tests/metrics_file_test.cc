@@ -133,6 +133,34 @@ TEST(MetricsFileTest, EveryProgressLineEpochAndTheSummaryAsJsonWithTheFiguresThe
   }
 }
 
+// A job that ends within an epoch (--steps here; a stop alike) evaluates after its last step, and
+// that epoch is marked partial in the log line and the record, not passed off as a whole one.
+TEST(MetricsFileTest, TheEpochAJobEndsWithinIsMarkedPartial) {
+  TempDir data("metrics-data"), dir("metrics");
+  write_synthetic_mnist(data.path, "train", 240, 8, 8, 61, false);
+  write_synthetic_mnist(data.path, "t10k", 40, 8, 8, 62, false);
+  Job job = job_in(dir, data);
+  job.num_workers = 1;
+  const std::string path = dir.path + "/metrics.jsonl";
+  for (size_t i = 0; i + 1 < job.args.size(); ++i) {
+    if (job.args[i] == "--batch-size") job.args[i + 1] = "24";  // 10 steps an epoch
+  }
+  job.args.insert(job.args.end(), {"--metrics-file", path, "--steps", "14"});
+  const JobResult result = run_job(job);
+  ASSERT_TRUE(result.ok()) << result.logs;
+  const std::vector<nlohmann::json> epochs = of_kind(read_lines(path), "epoch");
+  ASSERT_EQ(epochs.size(), 2u) << result.logs;
+  EXPECT_FALSE(epochs[0].contains("partial")) << epochs[0];
+  EXPECT_EQ(epochs[0].at("step").get<int>(), 10);
+  EXPECT_EQ(epochs[1].at("epoch").get<int>(), 2);
+  EXPECT_EQ(epochs[1].at("step").get<int>(), 14);
+  EXPECT_TRUE(epochs[1].at("partial").get<bool>()) << epochs[1];
+  EXPECT_EQ(epochs[1].at("epoch_steps").get<int>(), 4) << epochs[1];
+  EXPECT_TRUE(std::regex_search(result.logs, std::regex(R"(epoch 2 done: .* \(partial epoch: 4 of 10 steps; evaluated in )")))
+      << result.logs;
+  EXPECT_FALSE(std::regex_search(result.logs, std::regex(R"(epoch 1 done: .*partial)"))) << result.logs;
+}
+
 // Over TCP (no shared memory), a sync step brings shard s N pushes of its slice and sends N
 // copies of it back, each with a header of a few hundred bytes: per step, within a factor of 2
 // of N x slice x 4 bytes each way (the first record also holds the HELLOs and the chief's INIT).

@@ -181,6 +181,13 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     awaited_train_ = {epoch_.mean_loss(), epoch_.accuracy()};
     epoch_.reset();
   } else if (epoch_end || last) {
+    // The job's last step before an epoch's end (a stop, or --steps): its figures are marked as
+    // the partial epoch's, in the log line and the metrics file, not passed off as a whole one.
+    const uint64_t partial_steps = epoch_end ? 0 : (step + 1) % steps_per_epoch_;
+    const std::string partial =
+        partial_steps == 0 ? ""
+                           : "partial epoch: " + std::to_string(partial_steps) + " of " + std::to_string(steps_per_epoch_) +
+                                 " steps; ";
     const auto e0 = Clock::now();
     if (loss_ != Loss::kSoftmax) {
       const TargetMetrics t = evaluate_targets(*model_, *replica_, *backend_, *test_data_, eval_batch_, huber_delta_);
@@ -188,7 +195,7 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
       summary_->train_loss = epoch_.mean_loss();
       t.fill(summary_);
       report_epoch(epoch + 1, step + 1, EvalSums{t.samples(), t.loss_sum(), 0},
-                   "(evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)");
+                   "(" + partial + "evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)", partial_steps);
       epoch_.reset();
       return;
     }
@@ -200,7 +207,7 @@ void Evaluation::report(uint64_t step, uint64_t epoch, bool last, const StepMetr
     summary_->train_loss = epoch_.mean_loss();
     summary_->train_accuracy = epoch_.accuracy();
     report_epoch(epoch + 1, step + 1, EvalSums{test_data_->size(), t.loss_sum, static_cast<uint64_t>(t.correct)},
-                 "(evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)");
+                 "(" + partial + "evaluated in " + fixed(times->eval_us / 1e3, 1) + " ms)", partial_steps);
     epoch_.reset();
   }
 }
@@ -242,7 +249,8 @@ void Evaluation::report_shared_evaluation(const StepMetrics& m) {
 }
 
 // "epoch N done: train loss .. acc ..; test loss .. acc .. (how)", and the summary's test values.
-void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how) {
+void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how,
+                              uint64_t partial_steps) {
   summary_->test_loss = test.loss_sum / static_cast<double>(test.samples);
   summary_->test_accuracy = static_cast<double>(test.correct) / static_cast<double>(test.samples);
   const bool accuracy = loss_ == Loss::kSoftmax, train_accuracy = accuracy && summary_->train_accuracy_known;
@@ -256,6 +264,10 @@ void Evaluation::report_epoch(uint64_t epoch, uint64_t step, const EvalSums& tes
   r["kind"] = "epoch";
   r["epoch"] = epoch;
   r["step"] = step;
+  if (partial_steps > 0) {
+    r["partial"] = true;
+    r["epoch_steps"] = partial_steps;
+  }
   r["train_loss"] = summary_->train_loss;
   if (train_accuracy) r["train_accuracy"] = summary_->train_accuracy;
   r["test_loss"] = summary_->test_loss;

@@ -84,7 +84,9 @@ class Evaluation {
   bool evaluates_share_after(uint64_t step) const;
   void evaluate_share(StepTimes* times);
   void report_shared_evaluation(const StepMetrics& m);
-  void report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how);
+  // partial_steps: the steps of an epoch the job ended in (0: a whole epoch).
+  void report_epoch(uint64_t epoch, uint64_t step, const EvalSums& test, const std::string& how,
+                    uint64_t partial_steps = 0);
 
   const EvaluationOptions o_;
   const bool chief_;

@@ -90,21 +90,36 @@ def series(records, key):
     return [p[0] for p in points], [p[1] for p in points]
 
 
+def lower_panel(epochs):
+    """The lower chart's figure: "auc" for a click-through-rate job (its epochs have test_auc),
+    whose steps count no right answers, else "accuracy"."""
+    return "auc" if any(isinstance(e.get("test_auc"), (int, float)) for e in epochs) else "accuracy"
+
+
 def curves(pyplot, progress, epochs, title, path):
-    figure, (loss, accuracy) = pyplot.subplots(2, 1, sharex=True, figsize=(9, 7), dpi=100)
-    for axes, key, name in ((loss, "loss", "loss"), (accuracy, "accuracy", "accuracy")):
-        axes.plot(*series(progress, key), label=f"train (each progress line, all workers)", color="tab:blue")
-        steps, values = series(epochs, f"test_{key}")
+    figure, (loss, lower) = pyplot.subplots(2, 1, sharex=True, figsize=(9, 7), dpi=100)
+    lower_key = lower_panel(epochs)
+    whole = [e for e in epochs if not e.get("partial")]
+    partial = [e for e in epochs if e.get("partial")]  # the epoch a stop or --steps cut short
+    for axes, key, name in ((loss, "loss", "loss (log loss)" if lower_key == "auc" else "loss"),
+                            (lower, lower_key, "test AUC" if lower_key == "auc" else "accuracy")):
+        if lower_key != "auc" or key == "loss":
+            axes.plot(*series(progress, key), label="train (each progress line, all workers)", color="tab:blue")
+        steps, values = series(whole, f"test_{key}")
         if steps:
             axes.plot(steps, values, "o-", label="test (each epoch's evaluation)", color="tab:orange")
-        steps, values = series(epochs, f"train_{key}")
+        steps, values = series(partial, f"test_{key}")
+        if steps:
+            axes.plot(steps, values, "o", fillstyle="none", markersize=9, color="tab:orange",
+                      label="test (the last, partial epoch)")
+        steps, values = series(whole, f"train_{key}")
         if steps:
             axes.plot(steps, values, "s--", label="train (over each epoch)", color="tab:green", alpha=0.7)
         axes.set_ylabel(name)
         axes.grid(True, alpha=0.3)
         axes.legend(loc="best", fontsize="small")
-    accuracy.set_xlabel("global step")
-    figure.suptitle(f"{title}: loss and accuracy")
+    lower.set_xlabel("global step")
+    figure.suptitle(f"{title}: loss and {'test AUC' if lower_key == 'auc' else 'accuracy'}")
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)

@@ -2,9 +2,10 @@
 
 In bar mode the launcher keeps one status line at the bottom of its stdout, redrawn in place
 (carriage return and ANSI erase-line) at most POLL_S apart: a bar, the percentage, step/total,
-samples/s, loss, the slowest worker when there is a straggler, and the ETA. Its figures come
-from the chief's metrics file (RUNDIR/metrics.jsonl by default), read from where the last read
-ended, and the total from the chief's "training N steps" line (status.py's functions, which
+samples/s, loss, the last evaluation's test figures (AUC and log loss for a click-through-rate
+model, accuracy for a classifier), the slowest worker when there is a straggler, and the ETA.
+Its figures come from the chief's metrics file (RUNDIR/metrics.jsonl by default), read from
+where the last read ended, and the total from the chief's "training N steps" line (status.py's functions, which
 `launch.sh status` uses too). The processes' lines still go to RUNDIR/<name>.log, but only
 results and warnings/errors reach the terminal (`shown()`).
 """
@@ -89,8 +90,9 @@ def straggler_text(progress):
     return f"slowest {match.group(1)} ({match.group(2)} of steps)" if match else "straggler"
 
 
-def render(progress, total, age, columns, summary=None):
-    """The status line for a progress record read `age` seconds ago, at most columns - 1 wide."""
+def render(progress, total, age, columns, summary=None, epoch=None):
+    """The status line for a progress record read `age` seconds ago (and the last epoch's test
+    figures, or the summary's once there is one), at most columns - 1 wide."""
     step = progress.get("step", 0)
     fraction = min(step / total, 1.0) if total else None
     if summary is not None:
@@ -100,6 +102,7 @@ def render(progress, total, age, columns, summary=None):
              f"{progress.get('samples_per_s', 0):,.0f} samples/s"]
     if progress.get("loss") is not None:
         parts.append(f"loss {progress['loss']:.4f}")
+    parts.append(status.evaluation_text(summary if summary is not None else epoch))
     parts.append(straggler_text(progress))
     if summary is not None:
         parts.append(f"done in {status.duration(summary.get('seconds', 0))}")
@@ -130,7 +133,7 @@ class ProgressBar:
         self.columns = columns  # () -> the terminal's width now
         self.clock = clock
         self.tail = MetricsTail(metrics_path)
-        self.progress = self.summary = self.total = None
+        self.progress = self.summary = self.epoch = self.total = None
         self.read_at = 0.0
         self.polled_at = self.drawn_at = None
 
@@ -145,12 +148,15 @@ class ProgressBar:
                 self.progress, self.read_at, new = record, now, True
             elif record.get("kind") == "summary":
                 self.summary, new = record, True
+            elif record.get("kind") == "epoch":
+                self.epoch, new = record, True
         if self.progress is None:
             return
         if self.total is None:
             self.total = status.total_steps(self.run_dir)  # printed before the first step
         if new or force or self.drawn_at is None or now - self.drawn_at >= REDRAW_S:
-            self.out.show(render(self.progress, self.total, now - self.read_at, self.columns(), self.summary))
+            self.out.show(render(self.progress, self.total, now - self.read_at, self.columns(), self.summary,
+                                 self.epoch))
             self.drawn_at = now
 
     def finish(self):

@@ -109,9 +109,10 @@ def duration(seconds):
 
 
 def last_records(run_dir):
-    """The last progress and summary records of RUNDIR/metrics.jsonl, and the file's age in s."""
+    """The last progress, epoch and summary records of RUNDIR/metrics.jsonl (None where there is
+    none), and the file's age in s."""
     path = os.path.join(run_dir, "metrics.jsonl")
-    progress = summary = None
+    last = {"progress": None, "epoch": None, "summary": None}
     try:
         with open(path, encoding="utf-8") as f:
             for line in f:
@@ -119,14 +120,35 @@ def last_records(run_dir):
                     record = json.loads(line)
                 except ValueError:
                     continue  # a line being written
-                if record.get("kind") == "progress":
-                    progress = record
-                elif record.get("kind") == "summary":
-                    summary = record
+                if isinstance(record, dict) and record.get("kind") in last:
+                    last[record["kind"]] = record
         age = time.time() - os.path.getmtime(path)
     except OSError:
-        return None, None, None
-    return progress, summary, age
+        return None, None, None, None
+    return last["progress"], last["epoch"], last["summary"], age
+
+
+def evaluation_text(record):
+    """The test figures of an epoch or summary record, as a user reads them: a click-through-rate
+    model's AUC and log loss, a classifier's accuracy, a regression's RMSE; "" without them."""
+    if not record or record.get("test_loss") is None:
+        return ""
+    if record.get("test_auc") is not None:
+        return f"test AUC {record['test_auc']:.4f}, log loss {record['test_loss']:.4f}"
+    if record.get("test_accuracy") is not None:
+        return f"test accuracy {record['test_accuracy']:.4f}"
+    if record.get("test_rmse") is not None:
+        return f"test RMSE {record['test_rmse']:.4f}"
+    return f"test loss {record['test_loss']:.4f}"
+
+
+def epoch_text(record):
+    """"epoch 2: test AUC 0.7012, log loss 0.4813" for the last epoch record ("epoch 3 (partial)"
+    for one a stop cut short), or ""."""
+    figures = evaluation_text(record)
+    if not figures:
+        return ""
+    return f"epoch {record.get('epoch')}{' (partial)' if record.get('partial') else ''}: {figures}"
 
 
 # The chief's line giving the job's length (worker/trainer.cc).
@@ -171,10 +193,11 @@ def eta_s(progress, total, age):
 
 
 def progress_line(run_dir):
-    progress, summary, age = last_records(run_dir)
+    progress, epoch, summary, age = last_records(run_dir)
     if summary is not None:
-        return (f"finished: {summary.get('steps')} steps, test_accuracy {summary.get('test_accuracy')}, "
-                f"{summary.get('samples_per_s', 0):,.0f} samples/s")
+        figures = evaluation_text(summary)
+        return (f"{'stopped' if summary.get('stopped') else 'finished'}: {summary.get('steps')} steps, "
+                + (f"{figures}, " if figures else "") + f"{summary.get('samples_per_s', 0):,.0f} samples/s")
     if progress is None:
         return "no progress yet (no progress record in RUNDIR/metrics.jsonl)"
     step, total = progress.get("step", 0), total_steps(run_dir)
@@ -187,6 +210,8 @@ def progress_line(run_dir):
         text += f", ETA {duration(eta)}"
     if progress.get("straggler"):
         text += f"; {progress['straggler']}"
+    if epoch_text(epoch):
+        text += f"; {epoch_text(epoch)}"
     return text + f" (as of {duration(age)} ago)"
 
 

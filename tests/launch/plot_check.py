@@ -22,17 +22,20 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 MIN_PNG_BYTES = 8 * 1024  # an empty 900 x 700 figure with axes and text is well above this
 
 
-def write_metrics(path, epochs, steps_per_epoch, compute_ms, log_every=100):
+def write_metrics(path, epochs, steps_per_epoch, compute_ms, log_every=100, ctr=False):
     """A metrics file as the chief writes it: progress records every `log_every` steps and at each
-    epoch's end, an epoch record after each epoch, a summary; losses falling, accuracies rising."""
+    epoch's end, an epoch record after each epoch, a summary; losses falling, accuracies rising.
+    ctr: a click-through-rate job's (no accuracies; each epoch's test AUC), stopped within its
+    last epoch (that epoch's record partial)."""
     with open(path, "w", encoding="utf-8") as f:
         def put(record):
             f.write(json.dumps(record) + "\n")
         step, t = 0, 0.0
         for epoch in range(1, epochs + 1):
-            for epoch_step in range(1, steps_per_epoch + 1):
+            last_step = steps_per_epoch // 3 if ctr and epoch == epochs else steps_per_epoch
+            for epoch_step in range(1, last_step + 1):
                 step += 1
-                if epoch_step % log_every and epoch_step != steps_per_epoch:
+                if epoch_step % log_every and epoch_step != last_step:
                     continue
                 loss = 0.3 + 2.0 * math.exp(-step / 400.0)
                 wait = 1.2 + 0.2 * math.sin(step / 50.0)
@@ -41,13 +44,22 @@ def write_metrics(path, epochs, steps_per_epoch, compute_ms, log_every=100):
                          "ckpt_ms": 0.0}
                 step_ms = sum(parts.values())
                 t += step_ms * log_every / 1000.0
-                put({"time_s": t, "kind": "progress", "step": step, "epoch": epoch, "epoch_step": epoch_step,
-                     "loss": loss, "accuracy": 1.0 - loss / 3.0, "samples_per_s": 128000.0 / step_ms,
-                     "ms_per_step": step_ms, "lr": 0.001, "breakdown": dict(step_ms=step_ms, **parts)})
+                record = {"time_s": t, "kind": "progress", "step": step, "epoch": epoch, "epoch_step": epoch_step,
+                          "loss": loss, "accuracy": 1.0 - loss / 3.0, "samples_per_s": 128000.0 / step_ms,
+                          "ms_per_step": step_ms, "lr": 0.001, "breakdown": dict(step_ms=step_ms, **parts)}
+                if ctr:
+                    del record["accuracy"]
+                put(record)
             test_loss = 0.35 + 2.0 * math.exp(-step / 500.0)
-            put({"time_s": t, "kind": "epoch", "epoch": epoch, "step": step, "train_loss": test_loss - 0.05,
-                 "train_accuracy": 0.95 - test_loss / 3.0, "test_loss": test_loss,
-                 "test_accuracy": 0.9 - test_loss / 3.0, "test_samples": 10000})
+            record = {"time_s": t, "kind": "epoch", "epoch": epoch, "step": step, "train_loss": test_loss - 0.05,
+                      "train_accuracy": 0.95 - test_loss / 3.0, "test_loss": test_loss,
+                      "test_accuracy": 0.9 - test_loss / 3.0, "test_samples": 10000}
+            if ctr:
+                del record["train_accuracy"], record["test_accuracy"]
+                record["test_auc"] = 0.8 - test_loss / 10.0
+                if last_step < steps_per_epoch:
+                    record.update(partial=True, epoch_steps=last_step)
+            put(record)
         put({"time_s": t, "kind": "summary", "mode": "sync", "workers": 2, "ps": 1, "steps": step, "seconds": t,
              "samples_per_s": 50000.0, "train_loss": 0.3, "train_accuracy": 0.9, "test_loss": 0.35,
              "test_accuracy": 0.89, "stopped": False, "breakdown": {}})
@@ -90,6 +102,20 @@ class PlotTest(unittest.TestCase):
     def test_cnn(self):
         run_dir = self.run_dir("cnn")
         write_metrics(os.path.join(run_dir, "metrics.jsonl"), epochs=8, steps_per_epoch=468, compute_ms=14.0)
+        done = self.plot(run_dir)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.check_pngs(run_dir)
+
+    def test_ctr_job_stopped_within_an_epoch(self):
+        run_dir = self.run_dir("ctr")
+        metrics = os.path.join(run_dir, "metrics.jsonl")
+        write_metrics(metrics, epochs=3, steps_per_epoch=300, compute_ms=2.0, log_every=50, ctr=True)
+        sys.path.insert(0, os.path.join(HERE, "..", "..", "launch"))
+        from pstrain_launch import plot  # noqa: E402
+        progress, epochs = plot.read_records(metrics)
+        self.assertEqual(plot.lower_panel(epochs), "auc")
+        self.assertEqual([e.get("partial", False) for e in epochs], [False, False, True])
+        self.assertEqual(plot.lower_panel([{"step": 1, "test_accuracy": 0.5}]), "accuracy")
         done = self.plot(run_dir)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.check_pngs(run_dir)

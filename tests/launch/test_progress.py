@@ -80,6 +80,14 @@ class RenderTest(unittest.TestCase):
         self.assertTrue(done.startswith(f"[{'#' * 30}] 100.0%  step 1200/1200"), done)
         self.assertTrue(done.endswith("done in 1 min 1 s"), done)
 
+    def test_the_last_evaluation(self):
+        epoch = {"kind": "epoch", "epoch": 1, "test_loss": 0.4813, "test_auc": 0.7012}
+        self.assertEqual(progress.render(RECORD, None, 0, 200, epoch=epoch),
+                         "step 600  29,067 samples/s  loss 0.3771  test AUC 0.7012, log loss 0.4813")
+        done = progress.render(RECORD, None, 0, 200, summary={"steps": 600, "seconds": 5, "test_loss": 0.3,
+                                                              "test_accuracy": 0.9}, epoch=epoch)
+        self.assertIn("loss 0.3771  test accuracy 0.9000  done in 5 s", done)  # the summary's, not the epoch's
+
 
 class FakeOutput:
     def __init__(self):

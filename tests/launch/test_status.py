@@ -90,6 +90,26 @@ class StatusTest(unittest.TestCase):
         line = status.progress_line(self.dir)
         self.assertRegex(line, r"^step 250/1000 \(25\.0%\), epoch 2, 12,346 samples/s, loss 0\.5000, ETA (29|30) s")
 
+    def test_test_figures_of_the_last_epoch_and_the_summary(self):
+        path = os.path.join(self.dir, "metrics.jsonl")
+        ctr_epoch = {"kind": "epoch", "epoch": 2, "step": 400, "test_loss": 0.48131, "test_auc": 0.70119}
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": "progress", "step": 450, "epoch": 3, "loss": 0.5, "samples_per_s": 100.0,
+                                "ms_per_step": 40.0}) + "\n")
+            f.write(json.dumps(ctr_epoch) + "\n")
+        self.assertRegex(status.progress_line(self.dir), r"; epoch 2: test AUC 0\.7012, log loss 0\.4813 \(as of ")
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(dict(ctr_epoch, epoch=3, partial=True, test_auc=0.71)) + "\n")
+        self.assertIn("; epoch 3 (partial): test AUC 0.7100", status.progress_line(self.dir))
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": "summary", "steps": 480, "stopped": True, "samples_per_s": 99.6,
+                                "test_loss": 0.47, "test_auc": 0.7123}) + "\n")
+        self.assertEqual(status.progress_line(self.dir),
+                         "stopped: 480 steps, test AUC 0.7123, log loss 0.4700, 100 samples/s")
+        self.assertEqual(status.evaluation_text({"test_loss": 0.3, "test_accuracy": 0.8812}), "test accuracy 0.8812")
+        self.assertEqual(status.evaluation_text({"test_loss": 0.3, "test_rmse": 0.25}), "test RMSE 0.2500")
+        self.assertEqual(status.evaluation_text({"kind": "summary", "steps": 3}), "")
+
     def test_ended_job_is_not_running(self):
         self.write_state(os.getpid(), ended={"time": time.time(), "exit_code": 0, "why": "training completed"},
                          processes=[{"name": "w0", "label": "w0", "host": "localhost", "pid": 1, "via": "local",
