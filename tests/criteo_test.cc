@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -24,6 +25,7 @@
 #include "test_util/process.h"
 #include "worker/data/criteo.h"
 #include "worker/data/criteo_dataset.h"
+#include "worker/data/ctr_cache.h"
 #include "worker/data/csv_dataset.h"
 
 namespace pstrain {
@@ -158,6 +160,25 @@ TEST(CriteoParse, FieldsListingSeveralIds) {
   EXPECT_TRUE(std::all_of(r.counts, r.counts + kCriteoCategorical, [](uint32_t n) { return n == 1; }));
 }
 
+// Criteo's 39 columns without the label (Kaggle's test.txt, production rows) are input to
+// --predict: the same features and IDs as the labelled line, the label kCriteoNoLabel, and
+// messages numbering the line's own fields.
+TEST(CriteoParse, ALineWithoutTheLabelParsesForPrediction) {
+  const std::string labelled = line_of({"1", "5", "", "", "", "", "", "", "", "", "", "", "", "", "68fd1e64,a"});
+  const std::string unlabelled = labelled.substr(labelled.find('\t') + 1);
+  CriteoRecord with, without;
+  ASSERT_EQ(parse_criteo_line(labelled, with), "");
+  ASSERT_EQ(parse_criteo_line(unlabelled, without), "");
+  EXPECT_EQ(without.label, kCriteoNoLabel);
+  EXPECT_EQ(std::memcmp(with.dense, without.dense, sizeof with.dense), 0);
+  EXPECT_EQ(std::vector<uint64_t>(with.ids, with.ids + kCriteoCategorical),
+            std::vector<uint64_t>(without.ids, without.ids + kCriteoCategorical));
+  EXPECT_EQ(with.lists, without.lists);
+  const std::string bad = line_of({"1", "1", "2", "3", "x1"});
+  EXPECT_EQ(parse_criteo_line(bad.substr(2), without), "field 4 (I4) \"x1\" is not an integer");
+  EXPECT_EQ(parse_criteo_line(bad, with), "field 5 (I4) \"x1\" is not an integer");
+}
+
 class CriteoData : public ::testing::Test {
  protected:
   std::string open_error(const std::string& path, bool skip = false) {
@@ -187,10 +208,13 @@ TEST_F(CriteoData, EachMalformedLineIsAnErrorNamingFileAndLine) {
   const std::string good = line_of({}) + "\n" + line_of({"0"}) + "\n";
   const std::string nul_field = std::string("68fd") + '\0' + "1e64";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {line_of({}).substr(0, line_of({}).rfind('\t')), "39 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
-      {line_of({}) + "\tab", "41 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
-      {"", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
-      {"1,2,3", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs)"},
+      {line_of({}).substr(line_of({}).find('\t') + 1),  // 39 fields: no label, after lines with one
+       "lacks the label column, but line 1 (the first record) has it (a file has labels on every line or on none)"},
+      {line_of({}).substr(0, line_of({}).rfind('\t')).substr(line_of({}).find('\t') + 1),
+       "38 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs), or 39 without the label (input to --predict)"},
+      {line_of({}) + "\tab", "41 fields, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs), or 39 without the label (input to --predict)"},
+      {"", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs), or 39 without the label (input to --predict)"},
+      {"1,2,3", "1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs), or 39 without the label (input to --predict)"},
       {line_of({"2"}), "field 1 (label) \"2\" is not 0 or 1"},
       {line_of({""}), "field 1 (label) \"\" is not 0 or 1"},
       {line_of({"1", "2", "3", "4", "x1"}), "field 5 (I4) \"x1\" is not an integer"},
@@ -232,7 +256,7 @@ TEST_F(CriteoData, EachMalformedLineIsAnErrorNamingFileAndLine) {
   for (const auto& [line, message] : cases) {
     const std::string path = dir_.path + "/t.tsv";
     write_text(path, good + line + "\n" + line_of({}) + "\n");
-    EXPECT_EQ(open_error(path), path + ":3: " + message);
+    EXPECT_EQ(open_error(path), path + ":3: " + message + skip_bad_lines_hint());
     EXPECT_EQ(cache_files(), 0u) << message;
   }
   const std::string empty = dir_.path + "/empty.tsv";
@@ -265,9 +289,9 @@ TEST_F(CriteoData, SkipBadLinesLeavesThemOutAndCountsThem) {
   EXPECT_EQ(x[kCriteoDense], criteo_dense_value(8));
   EXPECT_EQ(x[2 * kCriteoDense], criteo_dense_value(1));
   // The cache the skipping run wrote: without --skip-bad-lines its first bad line is the error.
-  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1");
+  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1" + skip_bad_lines_hint());
   fs::remove_all(cache_);
-  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1");
+  EXPECT_EQ(open_error(path), path + ":2: field 1 (label) \"2\" is not 0 or 1" + skip_bad_lines_hint());
   // A cache written without bad lines serves both.
   const std::string clean = dir_.path + "/clean.tsv";
   write_text(clean, random_lines(10, 4));
@@ -277,7 +301,7 @@ TEST_F(CriteoData, SkipBadLinesLeavesThemOutAndCountsThem) {
   write_text(bad, "1\n2\n");
   EXPECT_EQ(open_error(bad, true),
             bad + ": no records: all 2 lines are bad (skipped by --skip-bad-lines; the first: " + bad +
-                ":1: 1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs))");
+                ":1: 1 field, but a Criteo line has 40 (label, I1-I13, C1-C26, separated by tabs), or 39 without the label (input to --predict))");
 }
 
 // Every record of `data`: features, labels and IDs, read in one sequential call.
@@ -541,7 +565,7 @@ TEST(CriteoFlags, ExtensionsAndDataFormat) {
   EXPECT_TRUE(parse_worker_flags({"--train-data", "a.tsv", "--test-data", "b.tsv.gz", "--skip-bad-lines"}));
   EXPECT_TRUE(parse_worker_flags({"--train-data", "a.dat", "--test-data", "b.dat", "--data-format", "criteo"}));
   EXPECT_EQ(usage_error_of({"--train-data", "a.csv", "--test-data", "b.csv", "--skip-bad-lines"}),
-            "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
+            "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo) and to --schema's");
   EXPECT_EQ(usage_error_of({"--train-data", "a.tsv", "--test-data", "b.tsv", "--data-format", "tsv"}),
             "--data-format: 'tsv' is not one of auto, criteo");
   EXPECT_EQ(usage_error_of({"--data-format", "criteo"}),

@@ -217,6 +217,39 @@ TEST_F(CtrEvaluateTest, ExportedCheckpointCarriesTheTables) {
 
 // Per-field tables, FTRL (rows start at zero) and admission at the second sighting:
 // model.json says so, and the evaluation still repeats the chief.
+// Criteo's 39 columns without the label (Kaggle's test.txt, production rows): --predict writes
+// the scores of the same rows with labels, digit for digit; --evaluate refuses the file.
+TEST_F(CtrEvaluateTest, PredictScoresRowsWithoutTheLabelColumn) {
+  train("unlabelled", {"--steps", "40"});
+  std::ifstream in(*dir_ + "/test.tsv");
+  std::string line, stripped;
+  while (std::getline(in, line)) stripped += line.substr(line.find('\t') + 1) + "\n";
+  write_file_atomically(*dir_ + "/test-39.txt", stripped);
+  std::string log;
+  ASSERT_TRUE(worker({"--init-params", params("unlabelled"), "--predict", *dir_ + "/test.tsv", "--predictions",
+                      *dir_ + "/with.csv"},
+                     &log)
+                  .ok())
+      << log;
+  ASSERT_TRUE(worker({"--init-params", params("unlabelled"), "--predict", *dir_ + "/test-39.txt", "--predictions",
+                      *dir_ + "/without.csv"},
+                     &log)
+                  .ok())
+      << log;
+  EXPECT_NE(log.find("predictions: 80 records x 2 classes written to " + *dir_ +
+                     "/without.csv (the input has no labels: no accuracy)"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(read_file(*dir_ + "/without.csv"), read_file(*dir_ + "/with.csv"));
+  const ExitStatus refused =
+      worker({"--evaluate", "--init-params", params("unlabelled"), "--test-data", *dir_ + "/test-39.txt"}, &log);
+  EXPECT_EQ(refused.code, 1) << log;
+  EXPECT_NE(log.find("--test-data " + *dir_ + "/test-39.txt: has no label column (39 fields, Criteo's without the "
+                     "label): such a file can be scored"),
+            std::string::npos)
+      << log;
+}
+
 TEST_F(CtrEvaluateTest, PerFieldTablesWithAdmissionRepeatTheChiefsFigures) {
   const std::string chief = train("per-field", {"--embedding-tables", "per-field", "--embedding-optimizer", "ftrl",
                                                 "--embedding-min-count", "2"});

@@ -73,7 +73,8 @@ TEST(CtrOptionsTest, ABatchSizeBesideTheSharesIsAUsageError) {
 
 TEST(CtrOptionsTest, DataWithoutCategoricalFieldsIsRefused) {
   const std::string criteo =
-      "--embedding-dim: embedding tables need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)";
+      "--embedding-dim: embedding tables need categorical fields: Criteo data (--train-data / --test-data FILE.tsv, or "
+      "--data-format criteo) or --schema's categorical columns";
   EXPECT_EQ(usage_error_of({"--embedding-dim", "4"}), criteo);  // the default: MNIST's IDX files
   EXPECT_EQ(usage_error_of({"--data-dir", "/tmp/mnist", "--embedding-dim", "4"}), criteo);
   EXPECT_EQ(usage_error_of({"--train-data", "a.csv", "--test-data", "b.csv", "--embedding-dim", "4"}), criteo);

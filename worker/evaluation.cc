@@ -9,6 +9,7 @@
 #include <numeric>
 #include <vector>
 
+#include "shared/config/feature_schema.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/metrics_sink.h"
@@ -305,6 +306,25 @@ void check_embedding_flags(const EvaluateOptions& o, const EmbeddingSetup& saved
   }
 }
 
+// The data must be read by the schema the tables' IDs were read by (model.json "schema"); the
+// Criteo reader and the preset criteo read the same IDs.
+void check_schema(const EvaluateOptions& o, const EmbeddingSetup& saved, const DataOptions& data) {
+  const std::string criteo = criteo_feature_schema().canonical();
+  const std::string given = data.schema.empty() ? "" : load_feature_schema(data.schema).canonical();
+  const auto same = [&](const std::string& a, const std::string& b) {
+    return a == b || (a.empty() && b == criteo) || (b.empty() && a == criteo);
+  };
+  if (same(saved.schema, given)) return;
+  const std::string where = "--init-params " + o.init_params + ": ";
+  if (saved.schema.empty()) {
+    throw UsageError(where + "its tables were trained on Criteo data (no --schema), but --schema " + data.schema +
+                     " reads other IDs: drop --schema (or give --schema criteo)");
+  }
+  throw UsageError(where + "its tables' IDs were read by the schema \"" + saved.schema + "\" (" + o.init_params +
+                   "/model.json), " + (data.schema.empty() ? "and no --schema is given" : "but --schema " + data.schema +
+                   " is \"" + given + "\"") + ": give --schema with the columns the model was trained on");
+}
+
 // A CTR model's input for records of `data`: dense features, then a row per field. The data must
 // have the fields and dense features the tables were trained on.
 std::vector<size_t> ctr_input_shape(const EvaluateOptions& o, const EmbeddingSetup& e, const Dataset& data,
@@ -333,9 +353,10 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   LoadedModel m;
   DataOptions with_targets = data;  // the model's loss says what the data's labels are
   with_targets.loss = saved.loss;
-  m.data = open_test_data(with_targets, saved.classes);
   const EmbeddingSetup& tables = saved.embeddings;
-  check_embedding_flags(o, tables);
+  check_embedding_flags(o, tables);  // the flags against model.json before any data is read
+  if (tables.dim > 0) check_schema(o, tables, data);
+  m.data = open_test_data(with_targets, saved.classes);
   const std::vector<size_t> shape = tables.dim > 0 ? ctr_input_shape(o, tables, *m.data, data.test_data.empty() ? training_data_source(data) : data.test_data) : m.data->sample_shape();
   if (saved.described) {  // the data's records must fit the saved model
     q.classes = saved.classes;

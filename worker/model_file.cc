@@ -109,6 +109,7 @@ Json embeddings_json(const EmbeddingSetup& e) {
   j["optimizer"] = e.optimizer;
   j["num_ps"] = e.num_ps;
   j["files"] = "embeddings/<table>.shard<s>-of-<num_ps>";
+  if (!e.schema.empty()) j["schema"] = e.schema;
   return j;
 }
 
@@ -130,6 +131,7 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
     e.optimizer = j.value("optimizer", "");
     e.num_ps = j.at("num_ps").get<int>();
     pool = j.value("pool", "sum");  // absent: written before pooling, by a pstrain that summed
+    e.schema = j.value("schema", "");  // absent: the Criteo reader's fields
   } catch (const Json::exception& ex) {
     throw fail(std::string("a field is missing or of the wrong type: ") + ex.what());
   }

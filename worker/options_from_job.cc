@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "shared/config/cluster_env.h"
+#include "shared/config/feature_schema.h"
 #include "shared/config/part_options.h"
 #include "shared/train/row_init.h"
 
@@ -26,7 +27,8 @@ DataOptions data_options(const JobOptions& o) {
   d.test_data = o.test_data;
   d.scale = o.scale;
   d.label_column = o.label_column;
-  d.data_format = o.data_format;
+  d.data_format = o.schema.empty() ? o.data_format : "schema";
+  d.schema = o.schema;
   d.skip_bad_lines = o.skip_bad_lines;
   d.classes = o.classes;
   d.evaluate = o.evaluate || !o.predict.empty();
@@ -74,6 +76,7 @@ EmbeddingSetup embedding_setup(const JobOptions& o) {
   e.optimizer = o.embedding_optimizer;
   e.num_ps = o.num_ps;
   e.pool = o.embedding_pool == "mean" ? EmbeddingPool::kMean : EmbeddingPool::kSum;
+  if (!o.schema.empty()) e.schema = load_feature_schema(o.schema).canonical();
   return e;
 }
 
@@ -109,6 +112,7 @@ PredictOptions predict_options(const JobOptions& o) {
   p.model = evaluate_options(o);
   p.data = p.model.data;
   p.data.test_data = o.predict;
+  p.data.predict = true;
   p.output = o.predictions;
   return p;
 }

@@ -101,6 +101,7 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
   if (loaded.model->loss() != Loss::kSoftmax && ctr == nullptr) return predict_targets(loaded, o);
   const bool sigmoid = loaded.model->loss() == Loss::kBce;  // a CTR model of one output: p(click)
   const Dataset& data = *loaded.data;
+  const bool labelled = data.labelled();  // a CTR file without its label column: scores only
   PredictionSummary s;
   s.records = data.size();
   s.classes = loaded.model->classes();
@@ -128,6 +129,7 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
       const int top = sigmoid ? (logits[r] >= 0 ? 1 : 0)
                               : softmax_row(&logits[r * classes], s.classes, &probabilities[(start + r) * classes]);
       if (sigmoid) probabilities[start + r] = stable_sigmoid(logits[r]);
+      if (!labelled) continue;
       if (top == y[r]) ++s.correct;
       if (ctr != nullptr) labels.push_back(y[r] == (sigmoid ? 1 : s.classes - 1) ? 1 : 0);
     }
@@ -139,13 +141,18 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
   }
   const double n = static_cast<double>(std::max<size_t>(s.records, 1));
   std::string auc_text;  // a CTR model: the AUC of p(click), the last class's probability
+  const std::string what = sigmoid ? std::string("1 p(click)") : std::to_string(s.classes) + " classes";
+  if (!labelled) {
+    std::cout << "predictions: " << s.records << " records x " << what << " written to " << o.output
+              << " (the input has no labels: no accuracy)" << std::endl;
+    return s;
+  }
   if (ctr != nullptr) {
     std::vector<float> clicks(s.records);
     for (size_t r = 0; r < s.records; ++r) clicks[r] = probabilities[r * classes + classes - 1];
     auc_text = ", auc " + fixed(exact_auc(clicks.data(), labels.data(), s.records), 4);
   }
-  std::cout << "predictions: " << s.records << " records x "
-            << (sigmoid ? std::string("1 p(click)") : std::to_string(s.classes) + " classes") << " written to " << o.output
+  std::cout << "predictions: " << s.records << " records x " << what << " written to " << o.output
             << " (accuracy against the input's labels " << fixed(static_cast<double>(s.correct) / n, 4) << auc_text
             << ")" << std::endl;
   return s;

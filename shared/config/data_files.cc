@@ -32,6 +32,10 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag, co
     start = comma + 1;
   }
   const std::string quoted = "'" + value + "'";
+  if (data_format == "schema") {  // --schema: one CTR text file read by it, whatever its name
+    if (parts.size() == 1 && !value.empty()) return {"schema", value, ""};
+    throw UsageError(flag + " " + quoted + ": --schema reads one file (file names may not contain commas)");
+  }
   if (data_format == "criteo") {
     if (parts.size() == 1 && !value.empty()) return {"criteo", value, ""};
     throw UsageError(flag + " " + quoted + ": --data-format criteo reads one file (file names may not contain commas)");

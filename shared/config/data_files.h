@@ -10,7 +10,7 @@
 namespace pstrain {
 
 struct DataFiles {
-  std::string format;    // "csv" | "criteo" | "npy" | "idx"
+  std::string format;    // "csv" | "criteo" | "schema" | "npy" | "idx"
   std::string features;  // csv, criteo: the one file
   std::string labels;    // empty for csv and criteo
 };
@@ -18,7 +18,8 @@ struct DataFiles {
 // The values of --data-format: "auto" (by the file names' extensions) or "criteo".
 bool is_data_format(const std::string& data_format);
 
-// `data_format`: --data-format ("auto", or "" for the same). Throws pstrain::UsageError naming
+// `data_format`: --data-format ("auto", or "" for the same), or "schema" (--schema is given: each
+// value is one file, format "schema"). Throws pstrain::UsageError naming
 // `flag` for a value outside the grammar.
 DataFiles parse_data_files(const std::string& value, const std::string& flag,
                            const std::string& data_format = "auto");

@@ -8,6 +8,8 @@
 #include <iostream>
 #include <sstream>
 
+#include "shared/config/data_files.h"
+#include "shared/config/feature_schema.h"
 #include "shared/config/model_embedding.h"
 #include "shared/net/zmq_util.h"  // kMaxIpcName
 #include "shared/util/error.h"
@@ -93,7 +95,8 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("scale", po::value(&o.scale)->default_value(o.scale), "uint8 features (.npy and IDX) are multiplied by this (0: 1/255); float32 and CSV features are used as they are")
       ("label-column", po::value(&o.label_column), "CSV: the label's column, by header name or 0-based index, a name first (default: the last column); the other columns are the features. With --loss bce|mse|huber: the target columns, comma-separated (e.g. y1,y2 or 4,5), in the order the model's outputs take them")
       ("data-format", po::value(&o.data_format)->default_value(o.data_format), "auto: --train-data / --test-data's format from their extensions (.npy pairs, IDX pairs, .csv, Criteo .tsv/.txt, each optionally .gz); criteo: each is one Criteo TSV file whatever its name (docs/data.md, \"Criteo (CTR) data\")")
-      ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
+      ("schema", po::value(&o.schema), "a CTR data set's columns: FILE.json (\"delimiter\": tab | comma, \"header\": true | false, \"columns\": each {\"name\", \"type\"}: label (0/1, optional in a file to --predict), numeric (\"transform\": none | log1p, \"integer\"), categorical (\"ids\": string | int | hex, hashed to 64-bit IDs; \"separator\": a multi-valued column, pooled by --embedding-pool), ignore) or the preset criteo (Criteo's 40 columns, the same bits as the Criteo reader). --train-data, --test-data and --predict are then each one TSV or CSV file, plain or gzip, whatever its name (docs/data.md, \"Feature schema\")")
+      ("skip-bad-lines", po::bool_switch(&o.skip_bad_lines), "Criteo data or --schema: leave out the lines that do not parse and log how many (default: such a line stops the worker with exit 1, naming the file and line)")
       ("classes", po::value(&o.classes)->default_value(o.classes), "number of classes; every training and test label must be in [0, classes) (0: the largest training label + 1, at least 2; 10 for IDX)")
       ("init-params", po::value(&o.init_params), "start from the variables in DIR/<name>.npy (as --save-params writes them): fine-tuning, --evaluate or --predict; the model is DIR/model.json's unless --model/--hidden is given, which must then agree with it. A CTR model's tables start as DIR/embeddings/' rows on the PS shards (docs/sparse.md, \"Fine-tuning\")")
       ("evaluate", po::bool_switch(&o.evaluate), "worker: evaluate --init-params on --test-data (or --data-dir's test set), print loss and accuracy (a model trained with --loss bce|mse|huber: its figures against the data's targets, the loss being model.json's; a CTR model, trained with --embedding-dim: also the AUC and log loss, its rows read from DIR/embeddings/ as model.json describes them), and exit; needs no PS")
@@ -265,20 +268,31 @@ void validate(const JobOptions& o, Role role) {
                             : "--predict needs --predictions OUT (OUT.npy or OUT.csv)");
   require(o.predictions.empty() || ends_with(o.predictions, ".npy") || ends_with(o.predictions, ".csv"),
           "--predictions: '" + o.predictions + "' must end in .npy (float32 array) or .csv");
-  if (!o.predict.empty()) parse_data_files(o.predict, "--predict", o.data_format);
+  require(o.schema.empty() || o.data_format == "auto",
+          "--schema reads --train-data, --test-data and --predict itself: drop --data-format " + o.data_format +
+              " (--schema criteo reads Criteo files)");
+  const std::string data_format = o.schema.empty() ? o.data_format : "schema";
+  if (!o.predict.empty()) parse_data_files(o.predict, "--predict", data_format);
   require(is_data_format(o.data_format), "--data-format: '" + o.data_format + "' is not one of auto, criteo");
   bool csv = false, criteo = false;
   for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
     if (value.empty()) continue;
-    const std::string format = parse_data_files(value, flag, o.data_format).format;
+    const std::string format = parse_data_files(value, flag, data_format).format;
     csv = csv || format == "csv";
-    criteo = criteo || format == "criteo";
+    criteo = criteo || format == "criteo" || format == "schema";
   }
+  // The schema is read before any data: a bad one is a usage error of every process at start (a
+  // PS's tables and the job's fingerprint depend on it too).
+  if (!o.schema.empty()) load_feature_schema(o.schema);
+  require(o.schema.empty() || !o.train_data.empty() || !o.test_data.empty() || !o.predict.empty() || role != Role::kWorker,
+          "--schema applies to --train-data, --test-data or --predict, and none is given");
   require(o.data_format == "auto" || !o.train_data.empty() || !o.test_data.empty(),
           "--data-format " + o.data_format + " applies to --train-data / --test-data, and neither is given");
-  require(!o.skip_bad_lines || criteo, "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
+  require(!o.skip_bad_lines || criteo || (!o.schema.empty() && !o.predict.empty()),
+          "--skip-bad-lines applies to Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo) and to --schema's");
   require(o.train_data.empty() || !o.test_data.empty(),
           "--train-data needs --test-data too: the chief evaluates the model on it (it may name the same files)");
+  require(o.label_column.empty() || o.schema.empty(), "--label-column: --schema names the label column (\"type\": \"label\"): drop --label-column");
   require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
@@ -333,7 +347,8 @@ void validate(const JobOptions& o, Role role) {
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
-            why + "need Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo)");
+            why + "need categorical fields: Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo) or "
+                  "--schema's categorical columns");
   }
   if (role == Role::kWorker && o.mode == Mode::kAllreduce) {
     require(o.num_workers == 1 || !o.coordinator.empty(),
@@ -357,6 +372,7 @@ void validate(const JobOptions& o, Role role) {
 std::vector<std::string> embedding_table_names(const JobOptions& o) {
   if (o.embedding_dim <= 0) return {};
   if (o.embedding_tables == "shared") return {"ids"};
+  if (!o.schema.empty()) return load_feature_schema(o.schema).field_names();  // checked at start
   std::vector<std::string> names;
   for (int f = 1; f <= 26; ++f) names.push_back("C" + std::to_string(f));  // Criteo's categorical fields
   return names;

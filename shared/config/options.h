@@ -98,7 +98,8 @@ struct JobOptions {
   double scale = 0;             // uint8 features are multiplied by this (0: 1/255)
   std::string label_column;     // CSV: the label's column, by header name or 0-based index ("": last)
   std::string data_format = "auto";  // auto (by extension) | criteo (--train-data/--test-data are Criteo TSV)
-  bool skip_bad_lines = false;  // Criteo: skip and count lines that do not parse (else exit 1 naming the line)
+  std::string schema;           // --schema: a JSON feature schema or the preset "criteo" (shared/config/feature_schema.h)
+  bool skip_bad_lines = false;  // Criteo, --schema: skip and count lines that do not parse (else exit 1 naming the line)
   int classes = 0;              // number of classes (0: from the training labels; 10 for IDX)
   std::string init_params;      // start from DIR/<variable>.npy (shapes checked against the model)
   bool evaluate = false;        // worker: evaluate --init-params on the test data, no training, no PS

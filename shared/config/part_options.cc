@@ -1,5 +1,6 @@
 #include "shared/config/part_options.h"
 
+#include "shared/config/feature_schema.h"
 #include "shared/train/augment_options.h"
 
 namespace pstrain {
@@ -40,6 +41,8 @@ JobIdentity job_identity(const JobOptions& o) {
     // Only a pool other than the default is written, so the checkpoints of jobs from before
     // --embedding-pool (sum) keep their fingerprint and resume.
     if (o.embedding_pool != "sum") j.embeddings += " pool " + o.embedding_pool;
+    // The schema decides the IDs (and so the keys); absent without --schema, as before it.
+    if (!o.schema.empty()) j.embeddings += " schema " + load_feature_schema(o.schema).canonical();
   }
   return j;
 }

@@ -28,6 +28,7 @@ class ClickTargets final : public Dataset {
     data_->read(records, count, features.data(), labels.data());
     for (size_t i = 0; i < count; ++i) targets[i] = labels[i] == 1 ? 1.0f : 0.0f;
   }
+  bool labelled() const override { return data_->labelled(); }
   size_t id_fields() const override { return data_->id_fields(); }
   void read_ids(const size_t* records, size_t count, IdLists* out) const override {
     data_->read_ids(records, count, out);

@@ -10,9 +10,9 @@ namespace {
 
 constexpr size_t kQuotedMax = 32;  // characters of a bad field shown in a message
 
-// The field as a message shows it: in double quotes, control and non-ASCII bytes as \xNN, cut
-// after kQuotedMax characters.
-std::string quoted(std::string_view f) {
+}  // namespace
+
+std::string quote_field(std::string_view f) {
   std::string q = "\"";
   for (size_t i = 0; i < f.size() && i < kQuotedMax; ++i) {
     const auto c = static_cast<unsigned char>(f[i]);
@@ -28,8 +28,16 @@ std::string quoted(std::string_view f) {
   return q + "\"";
 }
 
+namespace {
+
+std::string quoted(std::string_view f) { return quote_field(f); }
+
+// `field` counts from the label's place; a line without the label has its fields one place
+// earlier, and messages give the line's own field number.
+thread_local size_t field_shift = 1;
+
 std::string field_text(size_t field, std::string_view f) {
-  return "field " + std::to_string(field + 1) + " (" + criteo_field_name(field) + ") " + quoted(f);
+  return "field " + std::to_string(field + field_shift) + " (" + criteo_field_name(field) + ") " + quoted(f);
 }
 
 int hex_digit(char c) {
@@ -54,8 +62,9 @@ std::string parse_dense(size_t field, std::string_view f, float& out) {
   return "";
 }
 
-// One ID of 1 to 16 hex digits; false when `f` is not one.
-bool parse_hex(std::string_view f, uint64_t& out) {
+}  // namespace
+
+bool parse_hex_id(std::string_view f, uint64_t& out) {
   if (f.empty() || f.size() > 16) return false;
   uint64_t v = 0;
   for (const char c : f) {
@@ -66,6 +75,10 @@ bool parse_hex(std::string_view f, uint64_t& out) {
   out = v;
   return true;
 }
+
+namespace {
+
+bool parse_hex(std::string_view f, uint64_t& out) { return parse_hex_id(f, out); }
 
 // A field of one ID (or none: the missing ID).
 std::string parse_id(size_t field, std::string_view f, uint64_t& out) {
@@ -115,12 +128,16 @@ std::string criteo_field_name(size_t field) {
 
 std::string parse_criteo_line(std::string_view line, CriteoRecord& out) {
   const size_t fields = static_cast<size_t>(std::count(line.begin(), line.end(), '\t')) + 1;
-  if (fields != kCriteoFields) {
+  if (fields != kCriteoFields && fields != kCriteoFields - 1) {
     return std::to_string(fields) + (fields == 1 ? " field" : " fields") + ", but a Criteo line has " +
-           std::to_string(kCriteoFields) + " (label, I1-I13, C1-C26, separated by tabs)";
+           std::to_string(kCriteoFields) + " (label, I1-I13, C1-C26, separated by tabs), or " +
+           std::to_string(kCriteoFields - 1) + " without the label (input to --predict)";
   }
+  const bool labelled = fields == kCriteoFields;
+  field_shift = labelled ? 1 : 0;
   out.lists.clear();
-  for (size_t field = 0; field < kCriteoFields; ++field) {
+  if (!labelled) out.label = kCriteoNoLabel;
+  for (size_t field = labelled ? 0 : 1; field < kCriteoFields; ++field) {
     const size_t tab = line.find('\t');
     const std::string_view f = line.substr(0, tab);
     line.remove_prefix(tab == std::string_view::npos ? line.size() : tab + 1);

@@ -11,6 +11,8 @@
 
 namespace pstrain {
 
+// Read through the CTR cache (worker/data/ctr_cache.h), in its Criteo layout (magic PSCTR02). A
+// file of 39-field lines (no label) opens with labelled() false: input to --predict only.
 // As a Dataset: the 13 dense features (worker/data/criteo.h, criteo_dense_value) are the
 // features, sample_shape() {13}; labels 0 and 1; num_classes() labels_range.classes, else 2;
 // id_fields() 26 and read_ids() the categorical fields, each one ID or a list. The file (plain

@@ -60,6 +60,9 @@ class Dataset {
   // model's clicks, worker/data/click_targets.h): a caller that read the labels takes them
   // instead of reading the records again.
   virtual bool targets_are_labels() const { return false; }
+  // False for a file without labels (a CTR file without its label column, input to --predict
+  // only: read() then gives label 0 for every record).
+  virtual bool labelled() const { return true; }
   // Categorical fields per record, for embedding layers: 26 for Criteo data, 0 for the formats
   // without them.
   virtual size_t id_fields() const { return 0; }

@@ -10,6 +10,7 @@
 #include "worker/data/idx.h"
 #include "worker/data/npy_dataset.h"
 #include "worker/data/npy_format.h"
+#include "worker/data/schema_dataset.h"
 
 namespace pstrain {
 namespace {
@@ -25,14 +26,29 @@ TargetRule target_rule(const DataOptions& o) {
   return TargetRule{o.loss == Loss::kBce, std::string("--loss ") + loss_name(o.loss)};
 }
 
+// A CTR file without its label column is input to --predict only.
+std::unique_ptr<Dataset> with_labels(std::unique_ptr<Dataset> data, const DataOptions& o, const std::string& flag,
+                                     const std::string& file) {
+  if (data->labelled() || o.predict) return data;
+  throw Error(flag + " " + file + ": has no label column (" +
+              (o.schema.empty() ? "39 fields, Criteo's without the label" : "the schema's label column is absent") +
+              "): such a file can be scored (--init-params DIR --predict " + file +
+              " --predictions OUT.csv) but not trained on or evaluated");
+}
+
 std::unique_ptr<Dataset> open_target_files(const DataFiles& f, const DataOptions& o, const std::string& flag) {
   if (f.format == "npy") return open_npy_target_dataset(f.features, f.labels, cache_dir(o), o.scale, target_rule(o));
   if (f.format == "csv") return open_csv_target_dataset(f.features, o.label_column, cache_dir(o), target_rule(o));
   if (f.format == "criteo" && o.loss == Loss::kBce) {  // a CTR model of one output, p(click)
     return click_targets(open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, LabelRange{}), f.features);
   }
+  if (f.format == "schema" && o.loss == Loss::kBce) {
+    return click_targets(
+        open_schema_dataset(f.features, load_feature_schema(o.schema), cache_dir(o), o.skip_bad_lines, LabelRange{}),
+        f.features);
+  }
   throw UsageError(std::string("--loss ") + loss_name(o.loss) + " needs float targets: " + flag + " " +
-                   f.features + " is " + (f.format == "criteo" ? "Criteo" : "IDX") +
+                   f.features + " is " + (f.format == "criteo" ? "Criteo" : f.format == "schema" ? "--schema's CTR" : "IDX") +
                    " data, which has class labels only; give FEATURES.npy,TARGETS.npy or a .csv file (docs/data.md, "
                    "\"Targets\")" + (f.format == "criteo" ? "; a CTR model trains with --loss bce (one output) or softmax" : ""));
 }
@@ -41,6 +57,9 @@ std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, co
   if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
   if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
   if (f.format == "criteo") return open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, range);
+  if (f.format == "schema") {
+    return open_schema_dataset(f.features, load_feature_schema(o.schema), cache_dir(o), o.skip_bad_lines, range);
+  }
   return Dataset::open_idx(f.features, f.labels, cache_dir(o),
                            range.classes > 0 ? range.classes : kIdxClasses, o.scale);
 }
@@ -55,6 +74,7 @@ std::vector<size_t> training_sample_shape(const DataOptions& o) {
   }
   const DataFiles f = parse_data_files(o.train_data, "--train-data", o.data_format);
   if (f.format == "criteo") return {kCriteoDense};
+  if (f.format == "schema") return {load_feature_schema(o.schema).dense()};
   if (f.format == "npy") return npy_sample_shape(f.features, cache_dir(o));
   if (f.format == "csv") {
     const size_t targets = o.loss == Loss::kSoftmax ? 1 : csv_target_count(o.label_column);
@@ -80,7 +100,8 @@ std::unique_ptr<Dataset> open_target_test_data(const DataOptions& o, int width) 
                      " needs float targets: give --test-data FEATURES.npy,TARGETS.npy or a .csv file too");
   }
   std::unique_ptr<Dataset> test =
-      open_target_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, "--test-data");
+      with_labels(open_target_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, "--test-data"), o,
+                  o.predict ? "--predict" : "--test-data", o.test_data);
   if (test->target_width() != static_cast<size_t>(width)) {
     throw UsageError("--test-data: " + test->target_source() + " has " + std::to_string(test->target_width()) +
                      " targets per record, but the model gives " + std::to_string(width) +
@@ -99,14 +120,16 @@ std::unique_ptr<Dataset> open_training_data(const DataOptions& o) {
                        " needs float targets: give --train-data FEATURES.npy,TARGETS.npy or a .csv file (--data-dir's "
                        "IDX files have class labels only)");
     }
-    return open_target_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, "--train-data");
+    return with_labels(open_target_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, "--train-data"),
+                       o, "--train-data", o.train_data);
   }
   if (o.train_data.empty()) {
     return Dataset::open_mnist_dir(data_dir(o), "train", cache_dir(o),
                                    o.classes > 0 ? o.classes : kIdxClasses, o.scale);
   }
   const LabelRange range{o.classes, o.classes > 0 ? "--classes " + std::to_string(o.classes) : ""};
-  return open_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, range);
+  return with_labels(open_files(parse_data_files(o.train_data, "--train-data", o.data_format), o, range), o,
+                     "--train-data", o.train_data);
 }
 
 std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
@@ -116,7 +139,8 @@ std::unique_ptr<Dataset> open_test_data(const DataOptions& o, int classes) {
   if (o.loss != Loss::kSoftmax) return open_target_test_data(o, classes);
   std::unique_ptr<Dataset> test =
       o.test_data.empty() ? Dataset::open_mnist_dir(data_dir(o), "t10k", cache_dir(o), classes, o.scale)
-                          : open_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, range);
+                          : with_labels(open_files(parse_data_files(o.test_data, "--test-data", o.data_format), o, range),
+                                        o, o.predict ? "--predict" : "--test-data", o.test_data);
   if (!o.evaluate) {
     const std::vector<size_t> expected = training_sample_shape(o);
     if (test->sample_shape() != expected) {

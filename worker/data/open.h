@@ -18,10 +18,12 @@ struct DataOptions {
   std::string test_data;     // --test-data: the same for the test set
   double scale = 0;          // --scale: uint8 features are multiplied by this (0: 1/255)
   std::string label_column;  // --label-column: CSV: the label's column, by name or 0-based index ("": last)
-  std::string data_format = "auto";  // --data-format: auto (by extension) | criteo
+  std::string data_format = "auto";  // --data-format: auto (by extension) | criteo; "schema" with --schema
+  std::string schema;                // --schema: a JSON feature schema file or "criteo" (docs/data.md)
   bool skip_bad_lines = false;       // --skip-bad-lines: Criteo lines that do not parse are skipped and counted
   int classes = 0;           // --classes: number of classes (0: from the training labels; 10 for IDX)
   bool evaluate = false;     // --evaluate: no training set (the test set is checked against the model)
+  bool predict = false;      // --predict: the test set may lack labels (a CTR file without its label column)
   // --loss: other than softmax, the labels file (.npy) or --label-column's columns (CSV) are float
   // targets (docs/data.md, "Targets"); IDX and Criteo data have none
   Loss loss = Loss::kSoftmax;

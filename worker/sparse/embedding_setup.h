@@ -36,6 +36,9 @@ struct EmbeddingSetup {
   int64_t min_count = 1;
   std::string optimizer;            // the tables' (their saved rows hold its slots)
   int num_ps = 1;                   // shards whose files hold the rows: <table>.shard<s>-of-<num_ps>
+  // The --schema the IDs were read by (FeatureSchema::canonical(); model.json "schema"), "" for
+  // the Criteo reader's (the preset criteo reads the same IDs).
+  std::string schema;
 };
 
 }  // namespace pstrain
