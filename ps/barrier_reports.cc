@@ -14,8 +14,9 @@ constexpr double kWaitingEverySeconds = 1;
 
 }  // namespace
 
-std::vector<std::string> BarrierReports::stall(Clock::time_point now, const std::string& dones, const Barrier* b,
-                                               bool dense, const std::vector<int>& unregistered) {
+std::vector<std::string> BarrierReports::stall(Clock::time_point now, const std::string& dones,
+                                               const Barrier* b, bool dense,
+                                               const std::vector<int>& unregistered) {
   std::vector<std::string> lines;
   std::vector<int> missing;
   std::ostringstream os;
@@ -29,8 +30,8 @@ std::vector<std::string> BarrierReports::stall(Clock::time_point now, const std:
     for (int i = 0; i < num_workers_; ++i) {
       if (!b->pushed[static_cast<size_t>(i)]) missing.push_back(i);
     }
-    os << (dense ? "barrier" : "the tables' barrier (SPARSE_PUSH)") << " of step " << b->step << " has waited "
-       << std::chrono::duration<double>(now - b->since).count() << " s for worker(s)";
+    os << (dense ? "barrier" : "the tables' barrier (SPARSE_PUSH)") << " of step " << b->step
+       << " has waited " << std::chrono::duration<double>(now - b->since).count() << " s for worker(s)";
   } else {
     missing = unregistered;
     if (missing.empty()) return lines;

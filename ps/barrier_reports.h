@@ -23,8 +23,8 @@ class BarrierReports {
   bool stall_due(Clock::time_point now) const { return now - last_stall_ >= stall_after_; }
   // The stall lines due now: `dones` (Membership::waiting_dones), then the barrier's (`b`, the
   // dense store's if `dense`, else the tables'; null: none waits) or the `unregistered` workers'.
-  std::vector<std::string> stall(Clock::time_point now, const std::string& dones, const Barrier* b, bool dense,
-                                 const std::vector<int>& unregistered);
+  std::vector<std::string> stall(Clock::time_point now, const std::string& dones, const Barrier* b,
+                                 bool dense, const std::vector<int>& unregistered);
   // Whether the parked pulls get a WAITING now for barrier `b`; *h is it then (request id unset).
   bool waiting(Clock::time_point now, const Barrier& b, bool dense, Header* h);
 

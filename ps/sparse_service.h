@@ -45,8 +45,8 @@ class SparseService {
   // job's (version > 0, or `resumed_tables`: every saved shard's) are its checkpoint's; a new
   // one's start empty, or as --init-params'. False, with the reason, when they cannot be made
   // (nothing is kept then). Throws pstrain::Error for bad table options.
-  bool start(const JobShape& job, uint64_t version, size_t dense_bytes, const std::vector<std::string>& resumed_tables,
-             std::string* error);
+  bool start(const JobShape& job, uint64_t version, size_t dense_bytes,
+             const std::vector<std::string>& resumed_tables, std::string* error);
   bool active() const { return store_ != nullptr; }
   const SparseStore* store() const { return store_.get(); }
   uint64_t version() const { return store_->version(); }
@@ -63,14 +63,16 @@ class SparseService {
   // Held steps (ps/step_gate.h): by worker, who pushed the step being collected (every part);
   // and that step applied with `workers`' pushes, scaled by `samples` (the dense step's).
   std::vector<bool> pushed() const;
-  void apply_step(const std::vector<bool>& workers, uint64_t samples) { store_->apply_step(workers, samples); }
+  void apply_step(const std::vector<bool>& workers, uint64_t samples) {
+    store_->apply_step(workers, samples);
+  }
 
   // The step `worker` does next here; UINT64_MAX without tables.
   uint64_t next_step_of(int worker, bool rejoined) const;
   // The sync step being collected and the workers it lacks (SparseStore::barrier); false: none.
   bool barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const;
   bool waiting() const { return !parked_.empty(); }
-  void tell_waiting(Header h);  // `h` (a WAITING) to every parked pull
+  void tell_waiting(Header h);    // `h` (a WAITING) to every parked pull
   void report(uint64_t version);  // the tables' counters in the log, every 10 s
   // For the shard's last log line: the tables' counters and the pulls that came in parts.
   std::string counters_text() const;
@@ -99,7 +101,7 @@ class SparseService {
   std::unique_ptr<SparseStore> store_;  // made at start(), in a job with tables
   std::vector<Parked> parked_;
   std::map<std::string, ParkedUse> parked_use_;  // by route: what parked_ holds of each worker
-  uint64_t parted_pulls_ = 0, pull_parts_ = 0;  // SPARSE_PULLs that came in several parts, and their parts
+  uint64_t parted_pulls_ = 0, pull_parts_ = 0;   // SPARSE_PULLs that came in several parts, and their parts
   Clock::time_point last_report_;
 };
 

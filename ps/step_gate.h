@@ -30,10 +30,13 @@ class StepGate {
   // (DenseStore's held steps), and so do the tables (SparseStore::apply_step).
   bool holds_steps() const { return holds_steps_; }
   // The newest version a dense chunk may be sent at, the tables being at `tables_version`.
-  uint64_t dense_limit(uint64_t tables_version) const { return tables_in_step_ ? tables_version : UINT64_MAX; }
+  uint64_t dense_limit(uint64_t tables_version) const {
+    return tables_in_step_ ? tables_version : UINT64_MAX;
+  }
   // Held steps: given, by worker, who pushed every dense chunk of the step being collected and who
   // pushed its rows, whether the step is whole; then *workers names the ones that make it.
-  bool whole(const std::vector<bool>& dense, const std::vector<bool>& sparse, std::vector<bool>* workers) const {
+  bool whole(const std::vector<bool>& dense, const std::vector<bool>& sparse,
+             std::vector<bool>* workers) const {
     if (!holds_steps_) return false;
     workers->assign(static_cast<size_t>(num_workers_), false);
     int n = 0;
