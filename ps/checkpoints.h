@@ -30,9 +30,11 @@ class ShardCheckpoints {
   void advanced(const Store& store, const SparseStore* sparse);
   // A PARAMS header of version h->step: whether the job stops after it, and the time its write took.
   void stamp(Header* h) const;
-  // --resume (--resume=auto: where a complete checkpoint exists): loads `store`; true without
-  // loading anything when it starts fresh.
-  bool resume(Store& store, std::string* error) const { return !files_.resuming() || store.resume(files_, error); }
+  // --resume (--resume=auto: where a complete checkpoint exists): loads `store`, and leaves the
+  // file's tables in *loaded; true without loading anything when it starts fresh.
+  bool resume(Store& store, ShardCheckpoint* loaded, std::string* error) const {
+    return !files_.resuming() || store.resume(files_, loaded, error);
+  }
 
  private:
   void write(const Store& store, const SparseStore* sparse);

@@ -6,62 +6,13 @@
 #include <iomanip>
 #include <sstream>
 
+#include "ps/dense_chunk.h"
 #include "ps/metrics.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/util/numeric.h"
 
 namespace pstrain {
-
-// One push's gradient kept until its step is applied (ordered sums, see ordered_sums_): in the
-// worker's segment, or the push's own payload frame.
-struct DenseStore::Source {
-  int worker = 0;
-  const float* shm = nullptr;  // in the worker's segment (else `frame`)
-  Frame frame;
-  double loss_sum = 0, eval_loss = 0;  // the push's sums that rounding makes order-dependent
-  Header header;  // held steps: the push's metrics, summed once the step's workers are known
-  const float* data() const { return shm != nullptr ? shm : frame.data_as<float>(); }
-};
-
-struct DenseStore::Pending {  // one step of a chunk that pushes are adding up for
-  // Gradient sum: the first push's own message, the others added into it (a received message is
-  // ours to write), so no push is ever copied.
-  Frame accum;
-  // Instead of accum where every worker pushes every step (ordered_sums_): the pushes in worker
-  // order, whatever order they arrived in, summed in that order by apply() block by block, fused
-  // with the update. So the same job always gives the same bits (docs/operations.md).
-  std::vector<Source> sources;
-  int pushes = 0;
-  std::vector<bool> pushed;  // by worker
-  Clock::time_point waiting_since;
-  Header metrics;            // summed over its pushes (sent with PARAMS once applied)
-  // --clip-norm: the pushes summed (in worker order where they are kept) once all arrived, whose
-  // squares make the shard's part of the norm; applied once the whole norm is known.
-  std::vector<float> sum;
-  bool summed = false;
-};
-
-struct DenseStore::Chunk {
-  Slice range;       // in the flat vector
-  size_t local = 0;  // offset within the slice (and the optimizer's state)
-  // Shared with PARAMS messages ZeroMQ has not sent yet: apply() copies it first if it is in use.
-  // Null once the values moved into the shard's parameter area (in_area).
-  std::shared_ptr<std::vector<float>> values;
-  float* in_area = nullptr;  // the chunk's values in DenseStore::area_ (plain sync, same host)
-  float* data() { return in_area != nullptr ? in_area : values->data(); }
-  const float* data() const { return in_area != nullptr ? in_area : values->data(); }
-  bool initialized = false;
-  uint64_t version = 0;
-  // The steps version, version + 1, ... that pushes arrived for (more than one only in ssp).
-  std::vector<Pending> pending;  // a vector (a deque's move may throw, which vector<Chunk> refuses)
-  Header last;           // metrics of the last applied step (sent with PARAMS in sync)
-  uint64_t dropped = 0;  // late pushes dropped since the last step was applied (backup workers)
-  // --allow-rejoin: the values and metrics of version - 1, for a replacement worker that redoes
-  // the step its predecessor had pushed this chunk for (see next_step_of).
-  std::shared_ptr<std::vector<float>> previous;
-  Header previous_last;
-};
 
 namespace {
 
@@ -78,7 +29,8 @@ bool every_worker_every_step(const ConsistencyPolicy& policy, int num_workers) {
 
 }  // namespace
 
-DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job)
+DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job,
+                       bool hold_steps)
     : options_(options),
       policy_(policy),
       job_(job),
@@ -87,7 +39,7 @@ DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& po
       unreported_(static_cast<size_t>(options.num_workers)),
       clock_of_(static_cast<size_t>(options.num_workers), 0),
       ordered_sums_(every_worker_every_step(policy, options.num_workers)),
-      held_steps_(policy.mode() == ModeCode::kSync && options.backup_workers > 0 && !options.tables.empty()),
+      held_steps_(hold_steps),
       held_pushes_(static_cast<size_t>(options.num_workers), 0),
       shared_area_(ordered_sums_ && policy.mode() == ModeCode::kSync && !options.allow_rejoin),
       clipping_(options.optimizer.clip_norm > 0 && policy.mode() == ModeCode::kSync) {
@@ -277,34 +229,6 @@ void DenseStore::keep(Pending& p, const Update& u, const float* grad, size_t n) 
   }
 }
 
-bool DenseStore::pushed_every_chunk(int worker) const {
-  return held_pushes_[static_cast<size_t>(worker)] == chunks_.size();
-}
-
-uint64_t DenseStore::apply_step(const std::vector<bool>& workers, Outcome* out) {
-  PSTRAIN_CHECK(held_steps_);
-  uint64_t samples = 0;
-  for (Chunk& c : chunks_) {
-    PSTRAIN_CHECK(!c.pending.empty());
-    Pending& p = c.pending.front();
-    const auto late = std::remove_if(p.sources.begin(), p.sources.end(),
-                                     [&](const Source& s) { return !workers[static_cast<size_t>(s.worker)]; });
-    const auto dropped = static_cast<uint64_t>(p.sources.end() - late);
-    p.sources.erase(late, p.sources.end());
-    c.dropped += dropped;
-    if (&c == &chunks_[0]) dropped_ += dropped;
-    p.pushes = 0;  // the step's metrics: its workers' pushes only, in worker order
-    for (const Source& source : p.sources) add_metrics(&p.metrics, source.header, p.pushes++);
-    PSTRAIN_CHECK(!p.sources.empty());
-    samples = p.metrics.samples;
-    apply(c, p);
-    c.pending.erase(c.pending.begin());
-  }
-  held_pushes_.assign(held_pushes_.size(), 0);
-  *out = Outcome{true, true, 0, true, false};
-  return samples;
-}
-
 // ssp, at a push of `step` by `worker` to this shard's first chunk: how many steps the worker is
 // ahead of the slowest one (whose clock is the number of steps it pushed), as the PS sees it.
 uint64_t DenseStore::lead(int worker, uint64_t step) {
@@ -313,83 +237,6 @@ uint64_t DenseStore::lead(int worker, uint64_t step) {
   const uint64_t ahead = step > slowest ? step - slowest : 0;
   lead_max_ = std::max(lead_max_, ahead);
   return ahead;
-}
-
-// --clip-norm: a chunk's step has all its pushes. Once every chunk's has, the shard's part of the
-// squares is known: with one shard the step is applied at once, else it waits for a CLIP.
-void DenseStore::sum_step(Outcome* out) {
-  for (const Chunk& c : chunks_) {
-    if (c.pending.empty() || c.pending.front().pushes < policy_.quorum()) return;
-  }
-  ExactSquares part;
-  for (Chunk& c : chunks_) {
-    Pending& p = c.pending.front();
-    if (!p.sources.empty()) {  // in worker order, as apply_sources sums them
-      p.sum.assign(p.sources[0].data(), p.sources[0].data() + c.range.length);
-      for (size_t k = 1; k < p.sources.size(); ++k) add_into(p.sum.data(), p.sources[k].data(), c.range.length);
-      part.add(p.sum.data(), c.range.length);
-    } else {
-      part.add(p.accum.data_as<float>(), c.range.length);
-    }
-    p.summed = true;
-  }
-  const uint64_t samples = chunks_.empty() ? 0 : chunks_[0].pending.front().metrics.samples;
-  if (samples > 0) largest_part_ = std::max(largest_part_, std::sqrt(part.value()) / static_cast<double>(samples));
-  if (options_.num_ps == 1) {
-    apply_clipped(part);
-    out->advanced = out->every_part = true;
-    return;
-  }
-  clip_wait_ = true;
-  clip_step_ = chunks_.empty() ? 0 : chunks_[0].version;
-  clip_part_ = part;
-  out->norm_ready = true;
-}
-
-void DenseStore::apply_clipped(const ExactSquares& total) {
-  const uint64_t samples = chunks_.empty() ? 0 : chunks_[0].pending.front().metrics.samples;
-  const double factor = clip_factor(total, samples, options_.optimizer.clip_norm);
-  const double norm = samples > 0 ? std::sqrt(total.value()) / static_cast<double>(samples) : 0.0;
-  smallest_norm_ = clip_steps_ == 0 ? norm : std::min(smallest_norm_, norm);
-  largest_norm_ = std::max(largest_norm_, norm);
-  ++clip_steps_;
-  if (factor < 1.0) ++clipped_steps_;
-  for (Chunk& c : chunks_) {
-    apply(c, c.pending.front(), factor);
-    c.pending.erase(c.pending.begin());
-  }
-  clip_wait_ = false;
-}
-
-bool DenseStore::awaiting_clip(uint64_t* step, ExactSquares* part) const {
-  if (!clip_wait_) return false;
-  *step = clip_step_;
-  *part = clip_part_;
-  return true;
-}
-
-bool DenseStore::clip(uint64_t step, const ExactSquares& total, Outcome* out, std::string* error) {
-  *out = Outcome{};
-  if (!clipping_ || options_.num_ps == 1) {
-    return (*error = "CLIP, but this shard does not wait for other shards' norms (--clip-norm with several shards, sync)", false);
-  }
-  // Every worker sends the CLIP of a step; the first applies it, and the others may come later
-  // still (a worker that got its PARAMS before its own NORMs sends one for an applied step).
-  if (step < version()) return true;
-  if (!clip_wait_) {
-    return (*error = "CLIP for step " + std::to_string(step) + ", which this shard has not summed (at version " +
-                     std::to_string(version()) + ")", false);
-  }
-  if (step != clip_step_) {
-    return (*error = "CLIP for step " + std::to_string(step) + " while step " + std::to_string(clip_step_) +
-                     " waits for its norm", false);
-  }
-  if (!std::isfinite(total.value()) || total.value() < clip_part_.value()) {
-    return (*error = "CLIP's sum of squares is smaller than this shard's own part of it", false);
-  }
-  apply_clipped(total);
-  out->changed = out->advanced = out->every_part = true;
-  return true;
 }
 
 void DenseStore::apply(Chunk& c, Pending& p, double clip_factor) {
@@ -506,72 +353,6 @@ Header DenseStore::params_header(size_t part, uint64_t want, int worker) {
   return h;
 }
 
-Frame DenseStore::payload(size_t part, uint64_t want) const {
-  const Chunk& c = chunks_[part];
-  if (c.in_area != nullptr) {  // the area changes at the next apply: a copy of it travels
-    return Frame(c.in_area, c.range.length * sizeof(float));
-  }
-  // Zero-copy: the frame keeps the chunk's values alive until the transport has sent it.
-  const std::shared_ptr<std::vector<float>>& values = previous(c, want) ? c.previous : c.values;
-  return Frame(values, values->data(), c.range.length * sizeof(float));
-}
-
-void DenseStore::copy_values(size_t part, uint64_t want, float* slice_values) const {
-  const Chunk& c = chunks_[part];
-  const float* values = previous(c, want) ? c.previous->data() : c.data();
-  std::copy(values, values + c.range.length, slice_values + c.local);
-}
-
-// Before `worker`'s segment is unmapped (it registered again): its pushes still waiting in a
-// barrier are copied out of it.
-void DenseStore::release_segment(int worker) {
-  for (Chunk& c : chunks_) {
-    for (Pending& p : c.pending) {
-      for (Source& source : p.sources) {
-        if (source.worker != worker || source.shm == nullptr) continue;
-        source.frame = Frame(source.shm, c.range.length * sizeof(float));
-        source.shm = nullptr;
-      }
-    }
-  }
-}
-
-void DenseStore::share_values() {
-  if (shared_area_ && !area_.mapped()) create_area();
-}
-
-// At the first same-host worker's HELLO in plain sync: the shard's values move into a segment
-// that same-host workers map read-only (WELCOME shm 2). Not fatal when it cannot be made: the
-// workers then get the values copied into their own segments (shm 1).
-void DenseStore::create_area() {
-  std::string why;
-  if (!SharedMemory::create("pstrain-ps" + std::to_string(options_.index) + "-params", slice_.length * sizeof(float),
-                            &area_, &why)) {
-    PSLOG(INFO) << "ps" << options_.index << ": no shared parameter area (" << why
-                << "): each same-host worker gets its own copy of the values";
-    return;
-  }
-  float* area = static_cast<float*>(area_.data());
-  for (Chunk& c : chunks_) {
-    std::memcpy(area + c.local, c.data(), c.range.length * sizeof(float));
-    c.in_area = area + c.local;
-    c.values.reset();  // PARAMS still in flight hold their own reference
-  }
-  PSLOG(INFO) << "ps" << options_.index << ": values in shared memory (" << area_.name()
-              << "): same-host workers compute from them, no copy per step";
-}
-
-// The area's name goes once every worker has registered and each that was offered the area has
-// sent a message since (so it has mapped it, or given up on it; the loop asks ps/membership.h):
-// nothing is left in /dev/shm, and a PS stopped before then removes it too
-// (remove_segments_on_termination, ps/main.cc).
-void DenseStore::release_area_name() {
-  if (!area_.owns_name()) return;
-  area_.unlink();
-  PSLOG(INFO) << "ps" << options_.index << ": every worker has mapped the parameter area (or uses its own copy); "
-              << "its name is removed";
-}
-
 // The chunk that has waited longest for its barrier, if any.
 bool DenseStore::oldest_barrier(Barrier* out) const {
   const Chunk* stalled = nullptr;
@@ -622,10 +403,11 @@ void DenseStore::save(ShardCheckpoint* c) const {
 }
 
 // --resume, at the first HELLO (when the model's size is known): every chunk at the version of
-// the newest usable checkpoint, with its values and optimizer state.
-bool DenseStore::resume(const CheckpointStore& files, std::string* error) {
+// the newest usable checkpoint, with its values and optimizer state. The file's tables stay in
+// *loaded for the shard's tables (ps/sparse_service.h); its values and slots are let go.
+bool DenseStore::resume(const CheckpointStore& files, ShardCheckpoint* loaded, std::string* error) {
   const auto slots = optimizer_->state();
-  ShardCheckpoint c;
+  ShardCheckpoint& c = *loaded;
   if (!files.load(job_.total, job_.total_steps, slice_, slots.size(), &c, error)) return false;
   for (size_t k = 0; k < slots.size(); ++k) *slots[k] = c.slots[k];
   for (Chunk& chunk : chunks_) {
@@ -634,7 +416,8 @@ bool DenseStore::resume(const CheckpointStore& files, std::string* error) {
     chunk.version = c.version;
     chunk.initialized = true;
   }
-  resumed_tables_ = std::move(c.tables);
+  std::vector<float>().swap(c.values);  // the slice's copy is in the chunks now
+  std::vector<std::vector<float>>().swap(c.slots);
   return true;
 }
 

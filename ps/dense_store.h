@@ -5,7 +5,8 @@
 // it: receiving, applying and sending overlap (except with backup workers and embedding tables:
 // held steps, below). Also here: copy-on-write of values that PARAMS
 // still being sent hold, the version before the last (--allow-rejoin), the shared parameter area
-// (plain sync, same host), and the slice's part of a checkpoint.
+// (plain sync, same host), and the slice's part of a checkpoint. Its methods are in dense_store.cc,
+// dense_steps.cc (held steps, --clip-norm) and dense_values.cc (PARAMS' values, the area).
 #pragma once
 
 #include <cstdint>
@@ -24,18 +25,13 @@
 
 namespace pstrain {
 
-// The oldest step of a chunk still waiting for pushes (for the stall report).
-struct Barrier {
-  uint64_t step = 0;
-  Clock::time_point since;
-  std::vector<bool> pushed;  // by worker
-};
-
 class DenseStore final : public Store {
  public:
-  // Shard options.index's slice of a model of job.total floats, zeroed. `options` and `policy`
+  // Shard options.index's slice of a model of job.total floats, zeroed; `hold_steps`: sync steps
+  // are applied when the loop names their workers (apply_step, below). `options` and `policy`
   // must outlive it.
-  DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job);
+  DenseStore(const ServerOptions& options, const ConsistencyPolicy& policy, const JobShape& job,
+             bool hold_steps);
   ~DenseStore() override;
 
   bool init(const Update& update, Outcome* out, std::string* error) override;
@@ -46,10 +42,7 @@ class DenseStore final : public Store {
   bool ready(size_t part, uint64_t want) const override;
   Header params_header(size_t part, uint64_t want, int worker) override;
   void save(ShardCheckpoint* out) const override;
-  bool resume(const CheckpointStore& files, std::string* error) override;
-  // After resume(): the embedding tables the checkpoint held (every saved shard's), for the
-  // shard's SparseStore (ps/sparse/sparse_store.h), handed over once.
-  std::vector<std::string> take_resumed_tables() { return std::move(resumed_tables_); }
+  bool resume(const CheckpointStore& files, ShardCheckpoint* loaded, std::string* error) override;
 
   const Slice& slice() const { return slice_; }
   size_t chunk_length() const { return chunk_len_; }
@@ -78,11 +71,10 @@ class DenseStore final : public Store {
   // advances). A repeat (another worker's CLIP of a step applied already) changes nothing.
   bool clip(uint64_t step, const ExactSquares& total, Outcome* out, std::string* error);
 
-  // --backup-workers in a job with embedding tables (held steps): a step is applied when the
-  // loop names its workers, not when each chunk has its quorum, so that every chunk of the shard
-  // and the shard's tables take the same workers' pushes (ps/server.cc, settle_step).
-  bool holds_steps() const { return held_steps_; }
-  // Held steps: whether `worker` pushed every chunk of the step being collected.
+  // Held steps (--backup-workers in a job with embedding tables, ps/step_gate.h): a step is
+  // applied when the loop names its workers, not when each chunk has its quorum, so that every
+  // chunk of the shard and the shard's tables take the same workers' pushes.
+  // Whether `worker` pushed every chunk of the step being collected.
   bool pushed_every_chunk(int worker) const;
   // Held steps: applies the step being collected to every chunk with the pushes of `workers`
   // (each pushed every chunk); the others' pushes of it are dropped and counted as late. Returns
@@ -134,13 +126,12 @@ class DenseStore final : public Store {
   // are kept, not summed on arrival, and apply_sources sums them in worker order (see
   // Pending::sources), so the result does not depend on which worker was faster.
   const bool ordered_sums_;
-  // --backup-workers with tables: pushes kept (in worker order, as ordered_sums_ keeps them),
+  // Held steps: pushes kept (in worker order, as ordered_sums_ keeps them),
   // applied by apply_step; and each worker's chunks pushed of the step being collected.
   const bool held_steps_;
   std::vector<size_t> held_pushes_;
   // Plain sync without replacements: the values live in area_ (create_area).
   const bool shared_area_;
-  std::vector<std::string> resumed_tables_;  // resume(): the checkpoint's tables, until taken
   // --clip-norm (sync): the step whose CLIP the shard waits for, and its part of the squares.
   const bool clipping_;
   bool clip_wait_ = false;

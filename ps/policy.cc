@@ -9,6 +9,7 @@ ConsistencyPolicy::ConsistencyPolicy(const ServerOptions& o) : mode_(mode_code(o
     case ModeCode::kSync:
       quorum_ = o.num_workers - o.backup_workers;
       backup_ = o.backup_workers > 0;
+      backups_ = o.backup_workers;
       break;
     case ModeCode::kSsp:
       quorum_ = o.num_workers;
@@ -27,6 +28,15 @@ const char* ConsistencyPolicy::name() const {
     case ModeCode::kSsp: return "ssp";
   }
   return "?";
+}
+
+std::string ConsistencyPolicy::describe() const {
+  if (mode_ == ModeCode::kSync && backup_) {
+    return "sync with " + std::to_string(backups_) + " backup worker(s) (a step is applied once " +
+           std::to_string(quorum_) + " workers pushed it)";
+  }
+  if (mode_ == ModeCode::kSsp) return "ssp (staleness " + std::to_string(window_) + ")";
+  return name();
 }
 
 PushVerdict ConsistencyPolicy::check_push(int worker, uint64_t step, uint64_t based_on, uint64_t version,

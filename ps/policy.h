@@ -33,6 +33,8 @@ class ConsistencyPolicy {
 
   ModeCode mode() const { return mode_; }
   const char* name() const;
+  // The mode as the shard's first log line says it ("sync with 1 backup worker(s) (...)").
+  std::string describe() const;
   // Pushes that complete a pending step.
   int quorum() const { return quorum_; }
   // Steps beyond the version that may be pending at once (ssp's staleness; 0 otherwise).
@@ -50,6 +52,7 @@ class ConsistencyPolicy {
   int quorum_ = 1;
   uint64_t window_ = 0;
   bool backup_ = false;
+  int backups_ = 0;  // sync: --backup-workers
 };
 
 }  // namespace pstrain

@@ -1,16 +1,17 @@
-// The seam between a PS shard's loop (ps/server.h) and a store of parameters: the requests the
-// loop routes to it and what it asks of it to answer pulls and take checkpoints. A store owns
-// its values, their optimizer state and the barriers of the steps pushed to them, and checks a
+// The seam between a PS shard's dense service (ps/dense_service.h) and a store of parameters: the
+// requests routed to it and what the service and the checkpoints ask of it. A store owns its
+// values, their optimizer state and the barriers of the steps pushed to them, and checks a
 // request completely before it changes anything (docs/errors.md). Its values come in parts,
 // each with its own version and barrier, and a pull is answered part by part as each reaches
 // the version it asks for. DenseStore (ps/dense_store.h) holds the shard's slice of the flat
-// vector in chunks; a store of sparse tables (embedding rows keyed by 64-bit IDs) would sit
-// beside it behind the same seam. Single-threaded: the loop's thread (docs/threading.md).
+// vector in chunks; the embedding tables are the sparse service's (ps/sparse_service.h), with
+// their own messages. Single-threaded: the loop's thread (docs/threading.md).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/checkpoint/checkpoint_store.h"
@@ -18,6 +19,13 @@
 #include "shared/net/transport.h"
 
 namespace pstrain {
+
+// The oldest step of a part still waiting for pushes (for the stall report and WAITING).
+struct Barrier {
+  uint64_t step = 0;
+  Clock::time_point since;
+  std::vector<bool> pushed;  // by worker
+};
 
 // An INIT or PUSH from a registered worker (its header and frames already checked).
 struct Update {
@@ -58,8 +66,9 @@ class Store {
   // Its part of a checkpoint (docs/checkpoints.md), at version(): fills the job's shape, the
   // slice, the values and the optimizer's state.
   virtual void save(ShardCheckpoint* out) const = 0;
-  // --resume, before any update: every part at the newest usable checkpoint of `files`.
-  virtual bool resume(const CheckpointStore& files, std::string* error) = 0;
+  // --resume, before any update: every part at the newest usable checkpoint of `files`, which is
+  // loaded into *loaded; what the store does not hold (the tables) is left there for the caller.
+  virtual bool resume(const CheckpointStore& files, ShardCheckpoint* loaded, std::string* error) = 0;
 };
 
 }  // namespace pstrain

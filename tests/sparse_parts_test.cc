@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ps/sparse/sparse_store.h"
+#include "ps/sparse_service.h"
 #include "sparse_test_util.h"
 
 namespace pstrain {
@@ -36,11 +37,11 @@ JobShape job_shape() {
   return job;
 }
 
-// A store of one shard, 2 workers, one SGD table of 2 floats (the store keeps a reference to
-// its options: they live beside it).
+// A store of one shard, 2 workers, one SGD table of 2 floats.
 struct Shard {
   explicit Shard(int backup_workers = 0)
-      : options(store_options(backup_workers)), store(options, ModeCode::kSync, job_shape(), 0, 0) {}
+      : options(store_options(backup_workers)),
+        store(sparse_store_options(options, job_shape()), ModeCode::kSync, 0, 0) {}
   const ServerOptions options;
   SparseStore store;
 };

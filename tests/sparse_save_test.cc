@@ -12,6 +12,7 @@
 
 #include "ps/checkpoints.h"
 #include "ps/sparse/sparse_store.h"
+#include "ps/sparse_service.h"
 #include "ps/store.h"
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/util/file_util.h"
@@ -107,7 +108,7 @@ double share_of(long extra_kib, size_t bytes, const char* what) {
 TEST(SparseSaveTest, SavingTheTablesTakesFarLessMemoryThanASecondCopy) {
   TempDir dir("sparse-save");
   const ServerOptions o = options(dir.path);
-  SparseStore store(o, ModeCode::kSync, job_shape(), 0, 0);
+  SparseStore store(sparse_store_options(o, job_shape()), ModeCode::kSync, 0, 0);
   fill(store);
   const std::string want = table_bytes(store);
   ASSERT_GT(want.size(), size_t{25} << 20);
@@ -131,7 +132,7 @@ class NoSlice final : public Store {
     out->total = 8;
     out->total_steps = 10;
   }
-  bool resume(const CheckpointStore&, std::string*) override { return false; }
+  bool resume(const CheckpointStore&, ShardCheckpoint*, std::string*) override { return false; }
 };
 
 // A checkpoint's shard file holding the tables is streamed like --save-params' files (issue 50:
@@ -142,7 +143,7 @@ TEST(SparseSaveTest, ACheckpointOfTheTablesTakesFarLessMemoryThanASecondCopy) {
   ServerOptions o = options("");
   o.checkpoint.dir = dir.path;
   o.checkpoint.table_shards = 1;  // hybrid: the file holds the tables alone
-  SparseStore store(o, ModeCode::kSync, job_shape(), 0, 0);
+  SparseStore store(sparse_store_options(o, job_shape()), ModeCode::kSync, 0, 0);
   fill(store);
   const std::string want = table_bytes(store);
   ShardCheckpoints checkpoints(o);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <utility>
 
 #include "shared/train/optimizer.h"
 #include "shared/util/error.h"
@@ -15,7 +16,7 @@
 namespace pstrain {
 namespace {
 
-SparseShardOptions shard_options(const ServerOptions& o, size_t dense_bytes) {
+SparseShardOptions shard_options(const SparseStoreOptions& o, size_t dense_bytes) {
   SparseShardOptions s;
   s.index = o.index;
   s.num_ps = o.num_ps;
@@ -53,18 +54,16 @@ std::string part_text(const Header& h) {
 
 }  // namespace
 
-SparseStore::SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start,
-                         size_t dense_bytes)
-    : options_(options),
+SparseStore::SparseStore(SparseStoreOptions options, ModeCode mode, uint64_t start, size_t dense_bytes)
+    : options_(std::move(options)),
       mode_(mode),
-      job_(job),
-      tables_(shard_options(options, dense_bytes), options.tables),
+      tables_(shard_options(options_, dense_bytes), options_.tables),
       version_(start),
-      pending_(static_cast<size_t>(options.num_workers)),
-      pushed_(static_cast<size_t>(options.num_workers), false),
-      partial_(static_cast<size_t>(options.num_workers)),
-      samples_(static_cast<size_t>(options.num_workers), 0),
-      backup_(mode == ModeCode::kSync && options.backup_workers > 0) {}
+      pending_(static_cast<size_t>(options_.num_workers)),
+      pushed_(static_cast<size_t>(options_.num_workers), false),
+      partial_(static_cast<size_t>(options_.num_workers)),
+      samples_(static_cast<size_t>(options_.num_workers), 0),
+      backup_(mode == ModeCode::kSync && options_.backup_workers > 0) {}
 
 bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections,
                        bool* applied, std::string* error) {
@@ -223,11 +222,11 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
   const bool async = mode_ != ModeCode::kSync;
   SparseStep s;
   s.step = step;
-  s.grad_scale = async ? static_cast<float>(n) / static_cast<float>(job_.global_batch)
+  s.grad_scale = async ? static_cast<float>(n) / static_cast<float>(options_.global_batch)
                        : 1.0f / static_cast<float>(samples);
   OptimizerOptions o = options_.optimizer;  // the tables' rate on the dense optimizer's schedule
   o.lr = options_.table_lr;
-  s.lr = scheduled_lr(o, step, async ? job_.total_steps * n : job_.total_steps);
+  s.lr = scheduled_lr(o, step, async ? options_.total_steps * n : options_.total_steps);
   std::vector<std::vector<TablePush>> pushes;
   for (const auto& sections : by_worker) pushes.push_back(pushes_of(sections));
   std::map<std::pair<uint32_t, uint64_t>, std::vector<float>> before;

@@ -13,23 +13,41 @@
 #include <utility>
 #include <vector>
 
-#include "ps/job_shape.h"
-#include "ps/server_options.h"
+#include "ps/sparse/embedding_table.h"
 #include "ps/sparse/id_index.h"
 #include "ps/sparse/shard_tables.h"
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/net/transport.h"
+#include "shared/train/optimizer.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
 
 namespace pstrain {
+
+// What a shard's tables need of the job: filled from the shard's options and the job's shape
+// (ps/sparse_service.h, sparse_store_options), so that nothing in ps/sparse/ includes ps/.
+struct SparseStoreOptions {
+  int index = 0;               // this shard, in [0, num_ps)
+  int num_ps = 1;
+  int num_workers = 1;
+  int backup_workers = 0;      // sync: the loop applies a step with its workers (apply_step)
+  bool allow_rejoin = false;   // sync: the rows before the last step are kept for a replacement
+  int chunk_kib = 1024;        // the largest pull part and answer (max_part_bytes)
+  int64_t max_shard_mib = 0;   // the shard's bound (0: none), less the dense slice's state
+  OptimizerOptions optimizer;  // the dense optimizer: its schedule, with table_lr as its rate
+  double table_lr = 0;
+  std::vector<TableOptions> tables;
+  std::string save_params;     // --save-params DIR ("" = none)
+  uint64_t total_steps = 0;    // the job's (JobShape), for the learning-rate schedule
+  uint64_t global_batch = 0;   // the job's (JobShape), async's weighting
+};
 
 class SparseStore {
  public:
   // The tables of options.tables on shard options.index, at version `start` (the dense store's:
   // a new job's 0); with --max-shard-mib they may take what `dense_bytes` (the dense slice's
   // state) leaves of it. Throws pstrain::Error for bad table options.
-  SparseStore(const ServerOptions& options, ModeCode mode, const JobShape& job, uint64_t start, size_t dense_bytes);
+  SparseStore(SparseStoreOptions options, ModeCode mode, uint64_t start, size_t dense_bytes);
 
   uint64_t version() const { return version_; }
   // A SPARSE_PUSH of `worker` (sections decoded), or a part of one (`h.part` of `h.parts`): a
@@ -125,9 +143,8 @@ class SparseStore {
   bool take_part(int worker, bool restart, const Header& h, std::vector<SparseSection> sections,
                  std::vector<SparseSection>* whole, std::string* error);
 
-  const ServerOptions& options_;
+  const SparseStoreOptions options_;
   const ModeCode mode_;
-  const JobShape job_;
   ShardTables tables_;
   uint64_t version_;
   // sync: the step being collected, each worker's sections (or none yet) and samples.
