@@ -109,13 +109,38 @@ def without_job_flag(extra, name):
     return kept
 
 
+def click_data(extra):
+    """How the job flags say the data is click-through-rate data (a feature schema, Criteo's
+    format by flag or by a .tsv/.txt name: docs/data.md), as words; "" when they do not."""
+    if job_flag(extra, "schema"):
+        return "--schema"
+    if job_flag(extra, "data-format") == "criteo":
+        return "--data-format criteo"
+    train = job_flag(extra, "train-data") or ""
+    if "," not in train and re.search(r"\.(tsv|txt)(\.gz)?$", train, re.I):
+        return f"--train-data {train}"
+    return ""
+
+
+def default_config(extra):
+    """(config, note): the job's config when --config is not given: configs/ctr.cfg for
+    click-through-rate data (the Fashion-MNIST MLP's defaults reach chance level on it), else
+    configs/fashion_mlp.cfg; the note says which was chosen and why, or is ""."""
+    why = click_data(extra)
+    if why:
+        return (os.path.join(REPO, "configs", "ctr.cfg"),
+                f"click-through-rate data ({why}): the job of configs/ctr.cfg (embedding tables on the PS; "
+                "--config FILE chooses another)")
+    return os.path.join(REPO, "configs", "fashion_mlp.cfg"), ""
+
+
 class Settings:
     """Everything the run needs, resolved from flags, the config file and the environment."""
 
     def __init__(self, flags, extra):
         self.extra = extra
         self.dry_run = flags.dry_run
-        config = flags.config or os.path.join(REPO, "configs", "fashion_mlp.cfg")
+        config, self.config_note = (flags.config, "") if flags.config else default_config(extra)
         if not os.path.isfile(config) and not os.path.isabs(config) and os.path.isfile(os.path.join(REPO, config)):
             config = os.path.join(REPO, config)
         if not os.path.isfile(config):
@@ -716,6 +741,8 @@ class Run:
         s = self.s
         how = {"ssh": "over ssh", "slurm": "one srun step", "mpirun": "one mpirun"}
         where = "this host" if s.launcher == "local" else f"{len({p.host for p in s.procs})} host(s), {how[s.launcher]}"
+        if s.dry_run and s.config_note:
+            self.out.say(s.config_note)  # a real run says it after the run directory
         self.out.say(f"placement ({where}):")
         for line in placement.describe(s.procs):
             self.out.say(f"  {line}")
@@ -989,4 +1016,6 @@ def main(argv):
     os.environ["PSTRAIN_RUN_DIR"] = settings.run_dir
     output = Output(settings.run_dir, progress.shown if settings.progress else None)
     output.say(f"run directory {settings.run_dir}")
+    if settings.config_note:
+        output.say(settings.config_note)
     return Run(settings, output).main()
