@@ -18,6 +18,10 @@ FrameBound frame_bound(int chunk_kib, bool takes_stats) {
              "a STATS of " + std::to_string(kMaxStatsValues) + " doubles, --batchnorm-stats global"};
   }
   if (static_cast<int64_t>(kMaxHeaderBytes) > bound.bytes) bound = {kMaxHeaderBytes, "a header"};
+  // ZeroMQ compares the frame as it travels: CURVE boxes each in 33 bytes more (a full chunk's
+  // frame passed a bound of exactly the chunk, and its worker was cut off).
+  bound.bytes += kFrameSlack;
+  bound.why += ", and " + std::to_string(kFrameSlack) + " bytes for CURVE's box";
   return bound;
 }
 

@@ -9,6 +9,8 @@
 
 namespace pstrain {
 
+constexpr int64_t kFrameSlack = 4096;  // beyond the largest payload: CURVE's 33 bytes a frame, and room
+
 struct FrameBound {
   int64_t bytes = 0;
   std::string why;  // what sets it: "the chunk of --chunk-kib 1024", ...
