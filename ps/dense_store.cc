@@ -634,7 +634,7 @@ bool DenseStore::resume(const CheckpointStore& files, std::string* error) {
     chunk.version = c.version;
     chunk.initialized = true;
   }
-  resumed_tables_ = std::move(c.tables);
+  resumed_tables_ = std::move(c.table_files);
   return true;
 }
 

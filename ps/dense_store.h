@@ -49,7 +49,7 @@ class DenseStore final : public Store {
   bool resume(const CheckpointStore& files, std::string* error) override;
   // After resume(): the embedding tables the checkpoint held (every saved shard's), for the
   // shard's SparseStore (ps/sparse/sparse_store.h), handed over once.
-  std::vector<std::string> take_resumed_tables() { return std::move(resumed_tables_); }
+  std::vector<TableInFile> take_resumed_tables() { return std::move(resumed_tables_); }
 
   const Slice& slice() const { return slice_; }
   size_t chunk_length() const { return chunk_len_; }
@@ -140,7 +140,7 @@ class DenseStore final : public Store {
   std::vector<size_t> held_pushes_;
   // Plain sync without replacements: the values live in area_ (create_area).
   const bool shared_area_;
-  std::vector<std::string> resumed_tables_;  // resume(): the checkpoint's tables, until taken
+  std::vector<TableInFile> resumed_tables_;  // resume(): where the checkpoint's tables lie, until taken
   // --clip-norm (sync): the step whose CLIP the shard waits for, and its part of the squares.
   const bool clipping_;
   bool clip_wait_ = false;

@@ -204,7 +204,7 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
     // The dense slice's state as Membership::shard_too_big counts it: values, sums, two slots.
     const size_t dense_bytes = store_->slice().length * 4 * sizeof(float);
     sparse_ = std::make_unique<SparseStore>(options_, policy_.mode(), members_.job(), store_->version(), dense_bytes);
-    const std::vector<std::string> tables = store_->take_resumed_tables();
+    const std::vector<TableInFile> tables = store_->take_resumed_tables();
     // A resumed job's tables are its checkpoint's; a new one's start empty, or as --init-params'.
     const bool resumed = store_->version() > 0 || !tables.empty();
     const bool from_saved = !resumed && !options_.init_params.empty();
