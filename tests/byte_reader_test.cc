@@ -1,6 +1,8 @@
 // ByteReader (shared/util/byte_reader.h) and the tables read through it: a file's range read in
 // pieces gives its bytes exactly, its failures name the file and the errno text, and a table
 // read where it lies in a file is checked and handed out as read_saved_table reads its bytes.
+#include "shared/util/byte_reader.h"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -8,7 +10,6 @@
 #include <vector>
 
 #include "shared/checkpoint/table_file.h"
-#include "shared/util/byte_reader.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 
@@ -120,8 +121,9 @@ TEST(ByteReaderTest, ATableReadWhereItLiesInAFileIsReadAsItsBytes) {
   const std::string held_bytes = encode_saved_table(held);
   std::string flipped = bytes;
   flipped[100000] ^= 0x40;
-  for (const auto& [table, why] : {std::pair<std::string, std::string>{held_bytes, "a sighting of a held ID, or of count 0"},
-                                   {flipped, "checksum mismatch (corrupted)"}}) {
+  for (const auto& [table, why] :
+       {std::pair<std::string, std::string>{held_bytes, "a sighting of a held ID, or of count 0"},
+        {flipped, "checksum mismatch (corrupted)"}}) {
     write(dir.path + "/g", table);
     ByteReader g(dir.path + "/g", 0, table.size());
     EXPECT_FALSE(read_saved_table(g, SavedTableVisitor{}, &error));

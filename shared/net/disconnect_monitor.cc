@@ -13,7 +13,8 @@ DisconnectMonitor::DisconnectMonitor(zmq::context_t& context, zmq::socket_t& soc
     : socket_(socket), name_(name), max_bytes_(max_bytes) {
   // One inproc address per monitored socket of the process.
   const std::string address = "inproc://pstrain-monitor-" + std::to_string(reinterpret_cast<uintptr_t>(this));
-  if (zmq_socket_monitor(socket_.handle(), address.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_MONITOR_STOPPED) != 0) {
+  if (zmq_socket_monitor(socket_.handle(), address.c_str(),
+                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_MONITOR_STOPPED) != 0) {
     throw Error(name_ + ": cannot monitor its socket: " + zmq_strerror(zmq_errno()));
   }
   // Connected here, before the thread starts, so that no event is sent before anyone listens.

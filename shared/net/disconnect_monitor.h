@@ -18,7 +18,8 @@ class DisconnectMonitor {
  public:
   // Watches `socket` (which must outlive this object) from a thread of its own; each line starts
   // with `name` ("ps0").
-  DisconnectMonitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name, int64_t max_bytes);
+  DisconnectMonitor(zmq::context_t& context, zmq::socket_t& socket, const std::string& name,
+                    int64_t max_bytes);
   ~DisconnectMonitor();  // stops the monitor and joins its thread; call before the socket closes
   DisconnectMonitor(const DisconnectMonitor&) = delete;
   DisconnectMonitor& operator=(const DisconnectMonitor&) = delete;

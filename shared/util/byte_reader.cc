@@ -25,8 +25,13 @@ ByteReader::ByteReader(const std::string& path, uint64_t offset, uint64_t length
 }
 
 ByteReader::ByteReader(const ByteReader& other, uint64_t position)
-    : bytes_(other.bytes_), fd_(other.fd_), path_(other.path_), offset_(other.offset_), length_(other.length_),
-      position_(std::min(position, other.length_)), error_(other.fd_ || other.bytes_ ? "" : other.error_) {}
+    : bytes_(other.bytes_),
+      fd_(other.fd_),
+      path_(other.path_),
+      offset_(other.offset_),
+      length_(other.length_),
+      position_(std::min(position, other.length_)),
+      error_(other.fd_ || other.bytes_ ? "" : other.error_) {}
 
 bool ByteReader::fill() {
   if (!buffer_) buffer_.reset(new char[kBufferBytes]);
