@@ -2,6 +2,7 @@
 #include <exception>
 #include <iostream>
 
+#include "ps/frame_bound.h"
 #include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
@@ -41,8 +42,21 @@ int main(int argc, char** argv) {
     const pstrain::Security security =
         pstrain::resolve_security(pstrain::security_options(*options), {options->bind + ":0"});
     const auto zap = pstrain::make_zap_handler(context, security);  // before the first CURVE socket
-    auto endpoint = pstrain::make_zmq_server(context, options->bind, options->port, options->ipc, security,
-                                             options->shared_memory);
+    // A peer whose frame passes what a legal message of the job holds is disconnected by ZeroMQ
+    // before the frame is received (issue 50: a 2.7 GB SPARSE_PULL was received whole first).
+    const pstrain::FrameBound bound =
+        pstrain::frame_bound(options->chunk_kib, options->index == 0 && options->batchnorm_global);
+    PSLOG(INFO) << "ps" << options->index << ": a peer sending a frame over " << bound.bytes
+                << " bytes is disconnected (" << bound.why << ")";
+    pstrain::ZmqServerOptions listen;
+    listen.bind_host = options->bind;
+    listen.port = options->port;
+    listen.ipc_name = options->ipc;
+    listen.security = security;
+    listen.local_channel = options->shared_memory;
+    listen.max_message_bytes = bound.bytes;
+    listen.log_name = "ps" + std::to_string(options->index);
+    auto endpoint = pstrain::make_zmq_server(context, listen);
     if (!options->port_file.empty()) pstrain::write_file_atomically(options->port_file, endpoint->address() + "\n");
     if (!options->inject_faults.empty()) {
       endpoint = pstrain::with_faults(std::move(endpoint), pstrain::parse_fault_rules(options->inject_faults));

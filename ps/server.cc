@@ -154,7 +154,7 @@ bool ParameterServer::start_job(const Header& h, std::string* error) {
   if (ok && !options_.tables.empty()) {
     // The dense slice's state as Membership::shard_too_big counts it: values, sums, two slots.
     const size_t dense_bytes = dense_.store().slice().length * 4 * sizeof(float);
-    ok = sparse_.start(members_.job(), dense_.store().version(), dense_bytes, loaded.tables, error);
+    ok = sparse_.start(members_.job(), dense_.store().version(), dense_bytes, loaded.table_files, error);
   }
   if (ok) return true;
   members_.forget_job();  // not set up: every HELLO gets the same answer

@@ -52,7 +52,7 @@ SparseService::SparseService(const ServerOptions& options, ModeCode mode, Replie
 SparseService::~SparseService() = default;
 
 bool SparseService::start(const JobShape& job, uint64_t version, size_t dense_bytes,
-                          const std::vector<std::string>& resumed_tables, std::string* error) {
+                          const std::vector<TableInFile>& resumed_tables, std::string* error) {
   store_ = std::make_unique<SparseStore>(sparse_store_options(options_, job), mode_, version, dense_bytes);
   const bool resumed = version > 0 || !resumed_tables.empty();
   const bool from_saved = !resumed && !options_.init_params.empty();

@@ -46,7 +46,7 @@ class SparseService {
   // one's start empty, or as --init-params'. False, with the reason, when they cannot be made
   // (nothing is kept then). Throws pstrain::Error for bad table options.
   bool start(const JobShape& job, uint64_t version, size_t dense_bytes,
-             const std::vector<std::string>& resumed_tables, std::string* error);
+             const std::vector<TableInFile>& resumed_tables, std::string* error);
   bool active() const { return store_ != nullptr; }
   const SparseStore* store() const { return store_.get(); }
   uint64_t version() const { return store_->version(); }

@@ -10,12 +10,14 @@
 #include <utility>
 #include <vector>
 
+#include "shared/wire/protocol.h"
+
 namespace pstrain {
 
 class StatsCombiner {
  public:
   // The most doubles one call carries (2 x channels + 1 per batchnorm layer).
-  static constexpr size_t kMaxValues = size_t{1} << 22;
+  static constexpr size_t kMaxValues = kMaxStatsValues;
 
   explicit StatsCombiner(int num_workers) : num_workers_(num_workers) {}
 

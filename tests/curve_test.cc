@@ -34,7 +34,10 @@ class CurveTest : public ::testing::Test {
     j.num_workers = 2;
     j.dir = dir_ + "/" + name;
     std::filesystem::create_directories(j.dir);
-    j.args = {"--data-dir", dir_, "--cache-dir", dir_, "--hidden", "16", "--batch-size", "8", "--steps", "40",
+    // (64+1)x256 + 257x10 floats over 2 shards, in chunks of 20 KiB: ps1's frame bound is its
+    // chunk, which every full chunk's frame reaches, CURVE's box around it passes (wire_protocol.md,
+    // "Frame bound").
+    j.args = {"--data-dir", dir_, "--cache-dir", dir_, "--hidden", "256", "--chunk-kib", "20", "--batch-size", "8", "--steps", "40",
               "--optimizer", "momentum", "--lr", "0.05", "--timeout", "30", "--save-params", j.dir + "/params"};
     j.args.insert(j.args.end(), extra.begin(), extra.end());
     return j;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -739,6 +740,83 @@ TEST_F(HostileTest, HelloOfAHugeModelIsRefusedBeforeAllocating) {
   peer.send(message(done));
   const ExitStatus ps_status = children.wait(ps, 10);
   EXPECT_TRUE(ps_status.ok()) << read_file(dir.path + "/ps0.log");
+}
+
+// VmHWM of process `pid` in KiB (its peak resident memory); 0 where /proc has none.
+long peak_rss_kib_of(pid_t pid) {
+  const std::string status = read_file("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmHWM:");
+  return at == std::string::npos ? 0 : std::stol(status.substr(at + 6));
+}
+
+// A frame past the PS's frame bound (docs/wire_protocol.md, "Frame bound": here the 1 MiB chunk
+// and 4 KiB, with --batchnorm-stats local) is never received: ZeroMQ disconnects its sender, the PS's peak
+// memory grows by less than the bound, it logs the disconnection naming the bound, and it goes on
+// answering a registered worker. Issue 50: a 2.7 GB SPARSE_PULL was received whole before the PS
+// refused it. PSTRAIN_HOSTILE_FRAME_MIB sets the frame's size (32 MiB) for a run by hand.
+TEST_F(HostileTest, AFrameOverTheBoundDisconnectsItsSenderAndThePsStaysUp) {
+  const TempDir dir("hostile-frame");
+  Job j = job(dir.path, 1);
+  j.args.insert(j.args.end(), {"--batchnorm-stats", "local"});
+  Children children;
+  pid_t ps = -1;
+  const std::string address = children.start_ps(j, &ps);
+  const std::string log = dir.path + "/ps0.log";
+  constexpr long kBoundBytes = (1 << 20) + 4096;
+  ASSERT_TRUE(wait_for_text(log, "ps0: a peer sending a frame over " + std::to_string(kBoundBytes) +
+                                     " bytes is disconnected (the chunk of --chunk-kib 1024, and 4096 bytes for "
+                                     "CURVE's box)",
+                            10))
+      << read_file(log);
+
+  zmq::context_t context(1);
+  RawPeer peer(context, address);
+  peer.send(message(hello_header(0, 1, 1, kModelFloats, kSteps)));
+  const Header welcome = peer.receive_header(0, "WELCOME");
+  ASSERT_EQ(welcome.op, Op::kWelcome) << welcome.message;
+  const long before_kib = peak_rss_kib_of(ps);
+  ASSERT_GT(before_kib, 0);
+
+  const char* mib_text = std::getenv("PSTRAIN_HOSTILE_FRAME_MIB");
+  const size_t frame_bytes = (mib_text != nullptr ? std::stoul(mib_text) : 32) << 20;
+  {
+    zmq::socket_t hostile(context, zmq::socket_type::dealer);
+    hostile.set(zmq::sockopt::linger, 0);
+    hostile.connect("tcp://" + address);
+    Header h = push_header(0, 2);
+    h.length = frame_bytes / 4;  // a header that agrees with its frame
+    const std::string header = encode_header(h);
+    ASSERT_TRUE(hostile.send(zmq::message_t(header.data(), header.size()), zmq::send_flags::sndmore));
+    // Its bytes are never written: pages of zeros the kernel maps on reading, none of this
+    // process's memory, however large the frame.
+    ASSERT_TRUE(hostile.send(zmq::message_t(frame_bytes), zmq::send_flags::none));
+    EXPECT_TRUE(wait_for_text(log, "ps0: a peer's connection to tcp://", 30)) << read_file(log);
+  }
+  const long grown_kib = peak_rss_kib_of(ps) - before_kib;
+  std::printf("a frame of %zu MiB: the PS's peak RSS grew by %ld KiB (from %ld KiB)\n", frame_bytes >> 20,
+              grown_kib, before_kib);
+  EXPECT_LT(grown_kib * 1024, kBoundBytes) << "the PS received the frame";
+
+  const std::vector<float> init(kModelFloats, 0.25f);
+  Header h = push_header(0, 3);
+  h.op = Op::kInit;
+  h.samples = h.correct = 0;
+  h.loss_sum = 0;
+  peer.send(message(h, &init));
+  peer.send(message(pull_header(0, 4, 0)));
+  const Header params = peer.receive_header(0, "PARAMS after the disconnection");
+  EXPECT_EQ(params.op, Op::kParams) << params.message;
+  EXPECT_EQ(floats_of(peer.last_payload()), init);
+  Header done = hello_header(0, 5, 1, 0, 0);
+  done.op = Op::kDone;
+  peer.send(message(done));
+  const ExitStatus ps_status = children.wait(ps, 10);
+  const std::string ps_log = read_file(log);
+  EXPECT_TRUE(ps_status.ok()) << ps_log;
+  EXPECT_EQ(count_of(ps_log, kRejectedLine), 0u) << "the frame was received: " << ps_log;
+  EXPECT_NE(ps_log.find(" bytes, this server's bound, and was disconnected before the frame was received"),
+            std::string::npos)
+      << ps_log;
 }
 
 // A PULL that says "I read your parameter area" (shm 2) where the PS keeps no area (not plain

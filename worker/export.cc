@@ -7,8 +7,10 @@
 #include <set>
 #include <sstream>
 #include <utility>
+#include <zlib.h>
 
 #include "shared/checkpoint/table_file.h"
+#include "shared/util/byte_reader.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
@@ -141,14 +143,16 @@ std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out
   uint64_t covered = 0;
   for (size_t s = 0; s < m.shards.size(); ++s) {
     const CheckpointManifest::File& f = m.shards[s];
-    std::string bytes;
-    if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) return f.name + ": " + error;
-    if (bytes.size() != f.bytes) {
-      return f.name + ": " + std::to_string(bytes.size()) + " bytes, the manifest records " + std::to_string(f.bytes);
+    // Read in pieces; its tables are copied from where they lie when they are written.
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    if (!file_crc_of(dir + "/" + f.name, &bytes, &crc, &error)) return f.name + ": " + error;
+    if (bytes != f.bytes) {
+      return f.name + ": " + std::to_string(bytes) + " bytes, the manifest records " + std::to_string(f.bytes);
     }
-    if (file_crc(bytes) != f.crc) return f.name + ": checksum mismatch (corrupted)";
+    if (crc != f.crc) return f.name + ": checksum mismatch (corrupted)";
     ShardCheckpoint c;
-    if (!decode_shard_checkpoint(bytes, &c, &error)) return f.name + ": " + error;
+    if (!read_shard_checkpoint_file(dir + "/" + f.name, bytes, crc, &c, &error)) return f.name + ": " + error;
     if (c.total != m.total || c.version != m.version || c.shard != s || c.num_shards != m.shards.size() ||
         c.offset != covered || c.values.size() > m.total - covered) {
       return f.name + ": not the manifest's shard " + std::to_string(s) + " of version " + std::to_string(m.version);
@@ -156,7 +160,7 @@ std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out
     std::copy(c.values.begin(), c.values.end(), out->values.begin() + static_cast<long>(covered));
     covered += c.values.size();
     out->optimizer = c.optimizer;
-    out->tables.push_back(std::move(c.tables));
+    out->tables.push_back(std::move(c.table_files));
   }
   if (covered != m.total) return "the shards hold " + std::to_string(covered) + " of " + std::to_string(m.total) + " values";
   // Hybrid mode: the last file, the chief's dense vector, holds no tables; the others are the PS's.
@@ -165,54 +169,109 @@ std::string read_checkpoint_params(const std::string& dir, CheckpointParams* out
 }
 
 void write_npz(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
-  std::string zip, directory;
-  for (const auto& [name, bytes] : members) {
-    if (bytes.size() >= 0xffffffffu || zip.size() >= 0xffffffffu) {
-      throw Error(path + ": " + name + " is too large for a .npz without ZIP64 (use --format npy)");
+  std::vector<NpzMember> each;
+  for (const auto& [name, bytes] : members) each.push_back(NpzMember{name, bytes, nullptr});
+  write_npz(path, each);
+}
+
+namespace {
+
+// A member's size and CRC-32: of its bytes, or of its file's range read in pieces.
+void size_and_crc(const NpzMember& m, uint64_t* size, uint32_t* crc) {
+  if (m.file == nullptr) {
+    *size = m.bytes.size();
+    *crc = crc32_of(m.bytes);
+    return;
+  }
+  ByteReader in(m.file->path, m.file->offset, m.file->bytes);
+  std::vector<char> piece(ByteReader::kBufferBytes);
+  uLong c = crc32(0L, Z_NULL, 0);
+  while (in.left() > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(in.left(), piece.size()));
+    if (!in.read(piece.data(), n)) throw Error(in.error());
+    c = crc32(c, reinterpret_cast<const Bytef*>(piece.data()), static_cast<uInt>(n));
+  }
+  *size = m.file->bytes;
+  *crc = static_cast<uint32_t>(c);
+}
+
+// A member's bytes to `out`, a file's range in pieces.
+void copy_member(const NpzMember& m, ByteSink* out) {
+  if (m.file == nullptr) {
+    out->append(m.bytes.data(), m.bytes.size());
+    return;
+  }
+  ByteReader in(m.file->path, m.file->offset, m.file->bytes);
+  std::vector<char> piece(ByteReader::kBufferBytes);
+  while (in.left() > 0) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(in.left(), piece.size()));
+    if (!in.read(piece.data(), n)) throw Error(in.error());
+    out->append(piece.data(), n);
+  }
+}
+
+}  // namespace
+
+void write_npz(const std::string& path, const std::vector<NpzMember>& members) {
+  FileWriter zip(path, false);
+  std::string directory;
+  for (const NpzMember& m : members) {
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    size_and_crc(m, &size, &crc);
+    if (size >= 0xffffffffu || zip.bytes() >= 0xffffffffu) {
+      throw Error(path + ": " + m.name + " is too large for a .npz without ZIP64 (use --format npy)");
     }
-    const uint32_t crc = crc32_of(bytes), size = static_cast<uint32_t>(bytes.size());
-    const uint32_t at = static_cast<uint32_t>(zip.size());
+    const uint32_t at = static_cast<uint32_t>(zip.bytes());
     std::string common;  // version needed, flags, method (stored), time, date (1980-01-01), CRC, sizes, name length
     put16(common, 20), put16(common, 0), put16(common, 0), put16(common, 0), put16(common, 0x21);
-    put32(common, crc), put32(common, size), put32(common, size), put16(common, static_cast<uint32_t>(name.size()));
-    put32(zip, 0x04034b50);
-    zip += common;
-    put16(zip, 0);  // extra field length
-    zip += name + bytes;
+    put32(common, crc), put32(common, static_cast<uint32_t>(size)), put32(common, static_cast<uint32_t>(size));
+    put16(common, static_cast<uint32_t>(m.name.size()));
+    std::string local;
+    put32(local, 0x04034b50);
+    local += common;
+    put16(local, 0);  // extra field length
+    local += m.name;
+    zip.append(local.data(), local.size());
+    copy_member(m, &zip);
     put32(directory, 0x02014b50);
     put16(directory, 20);  // made by
     directory += common;
     put16(directory, 0), put16(directory, 0), put16(directory, 0), put16(directory, 0);  // extra, comment, disk, internal attributes
     put32(directory, 0), put32(directory, at);  // external attributes, local header offset
-    directory += name;
+    directory += m.name;
   }
-  const uint32_t directory_at = static_cast<uint32_t>(zip.size());
-  zip += directory;
-  put32(zip, 0x06054b50);
-  put16(zip, 0), put16(zip, 0);
-  put16(zip, static_cast<uint32_t>(members.size())), put16(zip, static_cast<uint32_t>(members.size()));
-  put32(zip, static_cast<uint32_t>(directory.size())), put32(zip, directory_at);
-  put16(zip, 0);  // comment length
-  write_file_atomically(path, zip);
+  if (zip.bytes() >= 0xffffffffu) throw Error(path + ": too large for a .npz without ZIP64 (use --format npy)");
+  const uint32_t directory_at = static_cast<uint32_t>(zip.bytes());
+  std::string end = directory;
+  put32(end, 0x06054b50);
+  put16(end, 0), put16(end, 0);
+  put16(end, static_cast<uint32_t>(members.size())), put16(end, static_cast<uint32_t>(members.size()));
+  put32(end, static_cast<uint32_t>(directory.size())), put32(end, directory_at);
+  put16(end, 0);  // comment length
+  zip.append(end.data(), end.size());
+  zip.commit();
 }
 
 namespace {
 
 // A CTR checkpoint's tables as --save-params writes them: (embeddings/<table>.shard<s>-of-<S>,
-// bytes), each named by its own header (checked, CRC included).
-std::vector<std::pair<std::string, std::string>> table_files(const CheckpointParams& c) {
-  std::vector<std::pair<std::string, std::string>> files;
+// where the bytes lie), each named by its own header (checked, CRC included, read in pieces).
+std::vector<std::pair<std::string, const TableInFile*>> table_files(const CheckpointParams& c) {
+  std::vector<std::pair<std::string, const TableInFile*>> files;
   const size_t shards = c.tables.size();
   for (size_t s = 0; s < shards; ++s) {
-    for (const std::string& bytes : c.tables[s]) {
-      SavedTable table;
+    for (const TableInFile& file : c.tables[s]) {
+      SavedTableHeader header;
+      SavedTableVisitor visit;
+      visit.header = [&](const SavedTableHeader& h) { header = h; };
+      ByteReader in(file.path, file.offset, file.bytes);
       std::string error;
-      if (!read_saved_table(bytes, &table, &error, SavedTableParts::kHeader)) {
+      if (!read_saved_table(in, visit, &error)) {
         throw Error("checkpoint " + c.dir + ": " + c.manifest.shards[s].name + ": an embedding table: " + error);
       }
-      files.emplace_back("embeddings/" + table.header.name + ".shard" + std::to_string(s) + "-of-" +
-                             std::to_string(shards),
-                         bytes);
+      files.emplace_back("embeddings/" + header.name + ".shard" + std::to_string(s) + "-of-" + std::to_string(shards),
+                         &file);
     }
   }
   return files;
@@ -223,7 +282,7 @@ std::vector<std::pair<std::string, std::string>> table_files(const CheckpointPar
 std::string export_checkpoint(const ExportOptions& o) {
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
   ModelDescription model = model_of(c, o);
-  const std::vector<std::pair<std::string, std::string>> tables = table_files(c);
+  const std::vector<std::pair<std::string, const TableInFile*>> tables = table_files(c);
   if (!tables.empty() && model.embeddings.dim == 0) {
     PSLOG(WARN) << "pstrain-export: " << c.dir << "/model.json does not describe the checkpoint's embedding tables "
                 << "(written before pstrain recorded them): they are exported, but --evaluate and --predict "
@@ -235,11 +294,11 @@ std::string export_checkpoint(const ExportOptions& o) {
   std::vector<float> state(state_layout.total());
   if (!state_layout.tensors().empty()) load_params(c.dir, state_layout, state.data());
   if (o.format == "npz") {
-    std::vector<std::pair<std::string, std::string>> members;
-    for (const TensorSpec& t : c.layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset));
-    for (const TensorSpec& t : state_layout.tensors()) members.emplace_back(t.name + ".npy", npy_bytes(t.shape, state.data() + t.offset));
-    members.insert(members.end(), tables.begin(), tables.end());
-    members.emplace_back("model.json", model_json_text(model));
+    std::vector<NpzMember> members;
+    for (const TensorSpec& t : c.layout.tensors()) members.push_back({t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset)});
+    for (const TensorSpec& t : state_layout.tensors()) members.push_back({t.name + ".npy", npy_bytes(t.shape, state.data() + t.offset)});
+    for (const auto& [name, file] : tables) members.push_back({name, "", file});
+    members.push_back({"model.json", model_json_text(model)});
     write_npz(o.out, members);
   } else {
     save_params(o.out, c.layout, c.values.data());
@@ -248,7 +307,11 @@ std::string export_checkpoint(const ExportOptions& o) {
     if (!tables.empty() && !std::filesystem::create_directories(o.out + "/embeddings", ec) && ec) {
       throw Error("cannot create " + o.out + "/embeddings: " + ec.message());
     }
-    for (const auto& [name, bytes] : tables) write_file_atomically(o.out + "/" + name, bytes);
+    for (const auto& [name, file] : tables) {
+      FileWriter out(o.out + "/" + name, false);
+      copy_member(NpzMember{name, "", file}, &out);
+      out.commit();
+    }
     write_model_json(o.out, model);
   }
   std::cout << "pstrain-export: step " << c.manifest.version << " (" << c.dir << ", " << c.manifest.shards.size()

@@ -31,9 +31,10 @@ struct CheckpointParams {
   Layout layout;    // from the manifest
   std::vector<float> values;
   std::string optimizer;
-  // The embedding tables of a CTR job's checkpoint: per shard, each table's saved bytes
-  // (docs/sparse.md, "Checkpoint format"; empty for a job without tables).
-  std::vector<std::vector<std::string>> tables;
+  // The embedding tables of a CTR job's checkpoint: per shard, where each table's saved bytes
+  // lie in its shard file (docs/sparse.md, "Checkpoint format"; empty for a job without tables),
+  // copied from there in pieces: a checkpoint of gigabytes of tables is exported in bounded memory.
+  std::vector<std::vector<TableInFile>> tables;
 };
 
 // Reads version directory `dir`: its MANIFEST, every shard file (size and CRC-32 as the manifest
@@ -48,5 +49,13 @@ std::string export_checkpoint(const ExportOptions& o);
 // A .npz archive (a zip, stored without compression) of `members` (name, bytes), written
 // atomically. Throws pstrain::Error.
 void write_npz(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members);
+// The same with members whose bytes are a range of a file (a table in a shard file), copied in
+// pieces after a first pass that computes their CRC-32.
+struct NpzMember {
+  std::string name;
+  std::string bytes;       // the member's bytes, or
+  const TableInFile* file = nullptr;  // where they lie
+};
+void write_npz(const std::string& path, const std::vector<NpzMember>& members);
 
 }  // namespace pstrain

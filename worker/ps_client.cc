@@ -639,6 +639,12 @@ void PsClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std:
 }
 
 void PsClient::combine_stats(uint64_t step, uint64_t call, std::vector<double>& sums) {
+  // ps0 disconnects a peer whose frame passes the bound STATS sets (docs/wire_protocol.md, "Frame
+  // bound"): said here, before it is sent, rather than as a timeout.
+  if (sums.size() > kMaxStatsValues) {
+    throw Error("batch-norm statistics of " + std::to_string(sums.size()) + " values, more than a STATS carries (" +
+                std::to_string(kMaxStatsValues) + "): give the job --batchnorm-stats local");
+  }
   Header h = request(Op::kStats, step, 0);
   h.request_id = next_request_++;
   h.offset = call;

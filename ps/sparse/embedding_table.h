@@ -17,6 +17,7 @@
 #include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
+#include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
 
 namespace pstrain {
@@ -87,13 +88,15 @@ class EmbeddingTable {
   uint64_t saved_size() const;
   bool load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
             bool new_job = false);
+  // The same of the table `in` reads from its position (a table in a checkpoint's shard file, read
+  // there in bounded pieces: loading takes the rows' memory and a buffer, not a copy of the file).
+  bool load(ByteReader& in, int shard, int num_ps, size_t max_bytes, std::string* error, bool new_job = false);
 
  private:
   struct Sighting {
     uint32_t count = 0;
     uint64_t last_seen = 0;
   };
-  struct Saved;
   // rows[i]: the row of ids[i], or IdIndex::kAbsent.
   void find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const;
   void prefetch_row(uint32_t row) const;
@@ -101,8 +104,6 @@ class EmbeddingTable {
   void update_row(uint32_t row, uint64_t step, const float* grad_sum, float grad_scale, double lr);
   void sight(uint64_t id, uint64_t step);
   bool expired(uint64_t last, uint64_t step) const;
-  bool decode(const std::string& bytes, Saved* out, std::string* error) const;
-  void restore(const Saved& saved, int shard, int num_ps, bool new_job);
 
   const TableOptions options_;
   const std::unique_ptr<SparseOptimizer> optimizer_;

@@ -239,6 +239,11 @@ bool ShardTables::apply_checked_step(const SparseStep& step, const std::vector<s
 }
 
 bool ShardTables::load(uint32_t table, const std::string& saved, std::string* error, bool new_job) {
+  ByteReader in(saved);
+  return load(table, in, error, new_job);
+}
+
+bool ShardTables::load(uint32_t table, ByteReader& saved, std::string* error, bool new_job) {
   EmbeddingTable* t = find(table, error);
   if (t == nullptr) return false;
   const size_t others = bytes() - t->bytes();

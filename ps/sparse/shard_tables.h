@@ -67,6 +67,7 @@ class ShardTables {
   size_t bytes() const;  // all tables
   // Adds the rows of a saved table (any shard count's file) that this shard holds.
   bool load(uint32_t table, const std::string& saved, std::string* error, bool new_job = false);
+  bool load(uint32_t table, ByteReader& saved, std::string* error, bool new_job = false);  // read in pieces
   // "embedding rows R (admitted A, evicted E, pending S), T MiB": for the progress and last lines.
   std::string counters_text() const;
 

@@ -348,14 +348,20 @@ std::vector<TableSource> SparseStore::table_sources() const {
   return sources;
 }
 
-bool SparseStore::resume(const std::vector<std::string>& tables, std::string* error) {
+bool SparseStore::resume(const std::vector<TableInFile>& tables, std::string* error) {
   if (tables.empty()) return (*error = "--resume: the checkpoint holds no embedding tables (a job without them)", false);
-  for (const std::string& bytes : tables) {
+  for (const TableInFile& file : tables) {
+    const std::string where = file.path + ", bytes " + std::to_string(file.offset) + " on";
     uint32_t id = 0;  // the table's id: after the magic and the format (docs/sparse.md, "Checkpoint format")
-    if (bytes.size() < 16) return (*error = "--resume: an embedding table of " + std::to_string(bytes.size()) + " bytes", false);
-    std::memcpy(&id, bytes.data() + 12, 4);
-    if (!tables_.load(id, bytes, error)) {
-      *error = "--resume: " + *error;
+    ByteReader head(file.path, file.offset, file.bytes);
+    if (file.bytes < 16 || !head.skip(12) || !head.read(&id, 4)) {
+      *error = "--resume: " + where + ": an embedding table of " + std::to_string(file.bytes) + " bytes" +
+               (head.error().empty() ? "" : ": " + head.error());
+      return false;
+    }
+    ByteReader in(head, 0);
+    if (!tables_.load(id, in, error)) {
+      *error = "--resume: " + where + ": " + *error;
       return false;
     }
   }
@@ -391,9 +397,14 @@ bool SparseStore::start_from(const std::string& dir, std::string* error) {
     }
     for (int s = 0; s < of; ++s) {
       const std::string path = from + "/" + prefix + std::to_string(s) + "-of-" + std::to_string(of);
-      std::string bytes, why;
-      if (!read_whole_file(path, &bytes, &why)) return (*error = "--init-params: " + path + ": " + why, false);
-      if (!tables_.load(t.id, bytes, &why, /*new_job=*/true)) return (*error = "--init-params: " + path + ": " + why, false);
+      std::string why;
+      std::error_code size_error;
+      const uint64_t size = std::filesystem::file_size(path, size_error);
+      if (size_error) return (*error = "--init-params: " + path + ": cannot open: " + size_error.message(), false);
+      ByteReader in(path, 0, size);  // read in pieces: a table of gigabytes is not held beside its rows
+      if (!in.error().empty() || !tables_.load(t.id, in, &why, /*new_job=*/true)) {
+        return (*error = "--init-params: " + path + ": " + (in.error().empty() ? why : in.error()), false);
+      }
     }
   }
   return true;

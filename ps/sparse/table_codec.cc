@@ -12,10 +12,6 @@
 
 namespace pstrain {
 
-struct EmbeddingTable::Saved {
-  SavedTable table;  // read with SavedTableParts::kAll: each row's values are row_floats()
-};
-
 void EmbeddingTable::save(std::string* out) const {
   StringSink sink(out);
   save(&sink);
@@ -72,54 +68,61 @@ std::string header_mismatch(const SavedTableHeader& h, const TableOptions& o, si
 
 }  // namespace
 
-bool EmbeddingTable::decode(const std::string& bytes, Saved* out, std::string* error) const {
-  std::string why;
-  if (read_saved_table(bytes, &out->table, &why, SavedTableParts::kAll)) {
-    why = header_mismatch(out->table.header, options_, slots(), optimizer_kind());
-  }
-  if (!why.empty()) *error = "saved embedding table '" + options_.name + "': " + why;
-  return why.empty();
-}
-
 bool EmbeddingTable::load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
                           bool new_job) {
-  Saved saved;
-  if (!decode(bytes, &saved, error)) return false;
+  ByteReader in(bytes);
+  return load(in, shard, num_ps, max_bytes, error, new_job);
+}
+
+// Two passes through the bytes, each through the reader's bounded buffer (a table of gigabytes is
+// never held beside the rows it becomes): the first checks everything and counts what this shard
+// takes, changing nothing; the second adds those rows.
+bool EmbeddingTable::load(ByteReader& in, int shard, int num_ps, size_t max_bytes, std::string* error,
+                          bool new_job) {
+  const uint64_t start = in.position();
+  SavedTableHeader header;
   size_t rows = 0, seen = 0;
-  for (const SavedRow& r : saved.table.rows) {
-    if (shard_of(r.id, num_ps) != shard) continue;
+  std::string twice;
+  SavedTableVisitor count;
+  count.header = [&](const SavedTableHeader& h) { header = h; };
+  count.row = [&](const SavedRow& r, const float*) {
+    if (shard_of(r.id, num_ps) != shard) return;
     ++rows;
-    if (index_.contains(r.id)) return *error = "ID " + std::to_string(r.id) + " is saved twice", false;
-  }
-  for (const SavedSighting& s : saved.table.sightings) {
-    if (shard_of(s.id, num_ps) != shard) continue;
+    if (twice.empty() && index_.contains(r.id)) twice = "ID " + std::to_string(r.id) + " is saved twice";
+  };
+  count.sighting = [&](const SavedSighting& s) {
+    if (shard_of(s.id, num_ps) != shard) return;
     ++seen;
-    if (index_.contains(s.id) || sightings_.count(s.id) != 0) {
-      return *error = "ID " + std::to_string(s.id) + " is saved twice", false;
+    if (twice.empty() && (index_.contains(s.id) || sightings_.count(s.id) != 0)) {
+      twice = "ID " + std::to_string(s.id) + " is saved twice";
     }
-  }
+  };
+  std::string why;
+  ByteReader first(in, start);
+  if (read_saved_table(first, count, &why)) why = header_mismatch(header, options_, slots(), optimizer_kind());
+  if (!why.empty()) return *error = "saved embedding table '" + options_.name + "': " + why, false;
+  if (!twice.empty()) return *error = twice, false;
   if (bytes_with(rows, seen) > max_bytes) {
     *error = "embedding table '" + options_.name + "': loading " + std::to_string(rows) + " rows would take " +
              std::to_string(bytes_with(rows, seen)) + " bytes, over the shard's bound";
     return false;
   }
-  restore(saved, shard, num_ps, new_job);
-  return true;
-}
-
-void EmbeddingTable::restore(const Saved& saved, int shard, int num_ps, bool new_job) {
-  const SavedTable& t = saved.table;
-  for (size_t i = 0; i < t.rows.size(); ++i) {
-    const SavedRow& r = t.rows[i];
-    if (shard_of(r.id, num_ps) != shard) continue;
+  SavedTableVisitor take;
+  take.row = [&](const SavedRow& r, const float* values) {
+    if (shard_of(r.id, num_ps) != shard) return;
     const uint32_t row = arena_.allocate();
-    std::memcpy(arena_.values(row), &t.values[i * row_floats()], row_floats() * sizeof(float));
+    std::memcpy(arena_.values(row), values, row_floats() * sizeof(float));
     arena_.meta(row) = RowMeta{r.id, new_job ? 0 : r.last_touched, r.updates};
     index_.find_or_insert(r.id, row);
-  }
-  for (const SavedSighting& s : t.sightings) {
+  };
+  take.sighting = [&](const SavedSighting& s) {
     if (shard_of(s.id, num_ps) == shard) sightings_.emplace(s.id, Sighting{s.count, new_job ? 0 : s.last_seen});
+  };
+  ByteReader second(in, start);
+  if (!read_saved_table(second, take, &why)) {  // what the first pass read has changed since
+    return *error = "saved embedding table '" + options_.name + "': changed while it was loaded: " + why, false;
   }
+  return true;
 }
 
 }  // namespace pstrain

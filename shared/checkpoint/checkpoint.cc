@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "shared/util/byte_reader.h"
 #include "shared/util/error.h"
 
 namespace pstrain {
@@ -69,31 +70,26 @@ class TableSink final : public ByteSink {
   uint64_t bytes_ = 0;
 };
 
+// Little-endian fields from a ByteReader (a string's bytes or a file's, read in pieces).
 class Reader {
  public:
-  explicit Reader(const std::string& in) : in_(in) {}
+  explicit Reader(ByteReader& in) : in_(in) {}
   bool u32(uint32_t* v) { return le(v, 4); }
   bool u64(uint64_t* v) { return le(v, 8); }
-  bool bytes(void* p, size_t n) {
-    if (in_.size() - at_ < n) return false;
-    if (n > 0) std::memcpy(p, in_.data() + at_, n);  // an empty vector's data() may be null
-    at_ += n;
-    return true;
-  }
-  size_t left() const { return in_.size() - at_; }
+  bool bytes(void* p, size_t n) { return n == 0 || in_.read(p, n); }
+  uint64_t left() const { return in_.left(); }
 
  private:
   template <typename T>
   bool le(T* v, int n) {
-    if (in_.size() - at_ < static_cast<size_t>(n)) return false;
+    unsigned char b[8];
+    if (!in_.read(b, static_cast<size_t>(n))) return false;
     uint64_t x = 0;
-    for (int i = 0; i < n; ++i) x |= static_cast<uint64_t>(static_cast<unsigned char>(in_[at_ + i])) << (8 * i);
-    at_ += static_cast<size_t>(n);
+    for (int i = 0; i < n; ++i) x |= static_cast<uint64_t>(b[i]) << (8 * i);
     *v = static_cast<T>(x);
     return true;
   }
-  const std::string& in_;
-  size_t at_ = 0;
+  ByteReader& in_;
 };
 
 // Header: magic, format, shard, num_shards, version, total, total_steps, offset, length,
@@ -114,7 +110,14 @@ uint32_t crc32_of(const std::string& bytes) {
 }
 
 uint32_t file_crc(const std::string& bytes) {
-  return crc32_of(bytes.size() < 4 ? bytes : bytes.substr(0, bytes.size() - 4));
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const size_t end = bytes.size() < 4 ? bytes.size() : bytes.size() - 4;
+  for (size_t done = 0; done < end;) {  // zlib takes uInt lengths
+    const size_t n = std::min<size_t>(end - done, 1u << 30);
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(bytes.data() + done), static_cast<uInt>(n));
+    done += n;
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 bool file_crc_of(const std::string& path, uint64_t* bytes, uint32_t* crc, std::string* error) {
@@ -201,15 +204,19 @@ std::string encode_shard_checkpoint(const ShardCheckpoint& c) {
   return out;
 }
 
-bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error) {
-  const auto fail = [error](const std::string& why) { return (*error = why, false); };
-  if (bytes.size() < kFixedBytes + 4 + 4) {
-    return fail("truncated: " + std::to_string(bytes.size()) + " bytes, shorter than any checkpoint");
-  }
-  if (std::memcmp(bytes.data(), kMagic, sizeof kMagic) != 0) return fail("not a pstrain checkpoint (bad magic)");
-  Reader r(bytes);
+namespace {
+
+// decode_shard_checkpoint's checks on the bytes of `in` (its whole range: `size` bytes, whose
+// CRC-32 but the last 4 is `crc`): the header, values and slots into *out, and where each
+// embedding table lies (its offset and length in the range) into *tables, unread.
+bool decode_shard(ByteReader& in, uint64_t size, uint32_t crc, ShardCheckpoint* out,
+                  std::vector<std::pair<uint64_t, uint64_t>>* tables, std::string* error) {
+  const auto fail = [&](const std::string& why) { return (*error = in.error().empty() ? why : in.error(), false); };
+  if (size < kFixedBytes + 4 + 4) return fail("truncated: " + std::to_string(size) + " bytes, shorter than any checkpoint");
+  Reader r(in);
   char magic[8];
   r.bytes(magic, sizeof magic);
+  if (std::memcmp(magic, kMagic, sizeof kMagic) != 0) return fail("not a pstrain checkpoint (bad magic)");
   uint32_t format = 0, name_len = 0, num_slots = 0;
   uint64_t length = 0;
   ShardCheckpoint c;
@@ -233,40 +240,67 @@ bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std
   if (c.num_shards == 0 || c.shard >= c.num_shards) return fail("shard index out of range");
   if (length > c.total || c.offset > c.total - length) return fail("slice outside the model");
   // Sizes are checked against the bytes present before anything is allocated.
+  const uint64_t header = size - r.left();  // where the floats start
   const uint64_t floats = (1 + static_cast<uint64_t>(num_slots)) * length * sizeof(float);
   uint64_t want = floats + 4;
+  tables->clear();
   if (format == kCheckpointFormatWithTables && length <= (uint64_t{1} << 40) && r.left() >= want + 4) {
     // The tables' section after the floats: a count, then each table's length and bytes.
-    const uint64_t at = bytes.size() - r.left() + floats;
+    ByteReader section(in, header + floats);
+    Reader t(section);
     uint32_t count = 0;
-    std::memcpy(&count, bytes.data() + at, 4);
+    t.u32(&count);
     if (count == 0 || count > kMaxTables) return fail("bad number of embedding tables " + std::to_string(count));
-    uint64_t pos = at + 4;
-    for (uint32_t t = 0; t < count; ++t) {
+    uint64_t pos = header + floats + 4;
+    for (uint32_t k = 0; k < count; ++k) {
       uint64_t len = 0;
-      if (bytes.size() < 4 || pos > bytes.size() - 4 || bytes.size() - 4 - pos < 8) return fail("truncated embedding tables");
-      std::memcpy(&len, bytes.data() + pos, 8);
+      if (pos > size - 4 || size - 4 - pos < 8) return fail("truncated embedding tables");
+      if (!t.u64(&len)) return fail(section.error().empty() ? "truncated embedding tables" : section.error());
       pos += 8;
-      if (len > bytes.size() - 4 - pos) return fail("truncated embedding table " + std::to_string(t));
-      c.tables.emplace_back(bytes.data() + pos, len);
+      if (len > size - 4 - pos) return fail("truncated embedding table " + std::to_string(k));
+      tables->emplace_back(pos, len);
+      section.skip(len);
       pos += len;
     }
-    want = pos + 4 - (bytes.size() - r.left());
+    want = pos + 4 - header;
   } else if (format == kCheckpointFormatWithTables) {
     return fail("truncated: no embedding tables");
   }
   if (length > (uint64_t{1} << 40) || r.left() != want) {
-    return fail(std::string(r.left() < want ? "truncated" : "extended") + ": " + std::to_string(bytes.size()) +
-                " bytes, the header promises " + std::to_string(bytes.size() - r.left() + want));
+    return fail(std::string(r.left() < want ? "truncated" : "extended") + ": " + std::to_string(size) +
+                " bytes, the header promises " + std::to_string(header + want));
   }
-  uint32_t stored_crc = 0;
-  std::memcpy(&stored_crc, bytes.data() + bytes.size() - 4, 4);  // little-endian hosts only (as the wire)
-  if (crc32_of(bytes.substr(0, bytes.size() - 4)) != stored_crc) return fail("checksum mismatch (corrupted)");
+  ByteReader tail(in, size - 4);
+  unsigned char stored[4];
+  if (!tail.read(stored, 4)) return fail(tail.error());
+  const uint32_t stored_crc = static_cast<uint32_t>(stored[0]) | static_cast<uint32_t>(stored[1]) << 8 |
+                              static_cast<uint32_t>(stored[2]) << 16 | static_cast<uint32_t>(stored[3]) << 24;
+  if (crc != stored_crc) return fail("checksum mismatch (corrupted)");
   c.values.resize(length);
-  r.bytes(c.values.data(), length * sizeof(float));
   c.slots.assign(num_slots, std::vector<float>(length));
-  for (auto& slot : c.slots) r.bytes(slot.data(), length * sizeof(float));
-  *out = std::move(c);  // with the tables read above
+  bool read = r.bytes(c.values.data(), length * sizeof(float));  // little-endian hosts only (as the wire)
+  for (auto& slot : c.slots) read = read && r.bytes(slot.data(), length * sizeof(float));
+  if (!read) return fail("truncated floats");
+  *out = std::move(c);
+  return true;
+}
+
+}  // namespace
+
+bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error) {
+  ByteReader in(bytes);
+  std::vector<std::pair<uint64_t, uint64_t>> tables;
+  if (!decode_shard(in, bytes.size(), file_crc(bytes), out, &tables, error)) return false;
+  for (const auto& [at, len] : tables) out->tables.emplace_back(bytes.data() + at, len);
+  return true;
+}
+
+bool read_shard_checkpoint_file(const std::string& path, uint64_t bytes, uint32_t crc, ShardCheckpoint* out,
+                                std::string* error) {
+  ByteReader in(path, 0, bytes);
+  std::vector<std::pair<uint64_t, uint64_t>> tables;
+  if (!decode_shard(in, bytes, crc, out, &tables, error)) return false;
+  for (const auto& [at, len] : tables) out->table_files.push_back(TableInFile{path, at, len});
   return true;
 }
 

@@ -17,6 +17,12 @@ namespace pstrain {
 constexpr uint32_t kCheckpointFormat = 1;
 constexpr uint32_t kCheckpointFormatWithTables = 2;  // a shard file that also holds embedding tables
 
+// Where an embedding table lies in a shard file: ByteReader(path, offset, bytes) reads it.
+struct TableInFile {
+  std::string path;
+  uint64_t offset = 0, bytes = 0;
+};
+
 // One shard's state at a version: its slice of the flat vector and the optimizer's slots for it.
 struct ShardCheckpoint {
   uint32_t shard = 0, num_shards = 1;
@@ -31,6 +37,9 @@ struct ShardCheckpoint {
   // checksum inside); a file with any is written in format 2. A checkpoint loaded for --resume
   // holds every saved shard's tables here: each new shard takes the rows it holds.
   std::vector<std::string> tables;
+  // The same read from a file (read_shard_checkpoint_file): where each table lies in it, read
+  // there in pieces when it is checked or loaded, never held whole.
+  std::vector<TableInFile> table_files;
 };
 
 // One embedding table of a shard file, written where it lies (the PS's arena) instead of from a
@@ -53,6 +62,12 @@ std::string encode_shard_checkpoint(const ShardCheckpoint& c);
 // Validates magic, format, sizes and the CRC-32 of the whole file; on failure returns false and
 // sets *error to what is wrong (e.g. "truncated: 1200 bytes, the header promises 4800").
 bool decode_shard_checkpoint(const std::string& bytes, ShardCheckpoint* out, std::string* error);
+// The shard file at `path`, of `bytes` bytes whose file_crc is `crc` (file_crc_of's), with the
+// same checks and errors, read in pieces (--resume, pstrain-export: a file of gigabytes is not
+// held): the header, values and slots into *out, its tables located in out->table_files (not read:
+// read_saved_table checks each where it lies). A failed open or read says so with the errno text.
+bool read_shard_checkpoint_file(const std::string& path, uint64_t bytes, uint32_t crc, ShardCheckpoint* out,
+                                std::string* error);
 
 // The chief's record that version `version` is complete: every shard file with its size and
 // CRC-32, and the model's layout (a line per variable: name, offset, shape).

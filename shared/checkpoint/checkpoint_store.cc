@@ -121,14 +121,16 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   result.slots.assign(num_slots, std::vector<float>(slice.length));
   uint64_t next = 0;  // the saved shards must tile [0, total)
   for (const auto& f : m.shards) {
-    std::string bytes;
-    if (!read_whole_file(dir + "/" + f.name, &bytes, &error)) return f.name + ": " + error;
-    if (bytes.size() != f.bytes) {
-      return f.name + ": " + std::to_string(bytes.size()) + " bytes, the manifest says " + std::to_string(f.bytes);
-    }
+    // Read in pieces, its tables left where they lie (a shard file may hold gigabytes of them).
     ShardCheckpoint c;
-    if (!decode_shard_checkpoint(bytes, &c, &error)) return f.name + ": " + error;
-    if (file_crc(bytes) != f.crc) return f.name + ": not the file the manifest records (checksum differs)";
+    uint64_t bytes = 0;
+    uint32_t crc = 0;
+    if (!file_crc_of(dir + "/" + f.name, &bytes, &crc, &error)) return f.name + ": " + error;
+    if (bytes != f.bytes) {
+      return f.name + ": " + std::to_string(bytes) + " bytes, the manifest says " + std::to_string(f.bytes);
+    }
+    if (!read_shard_checkpoint_file(dir + "/" + f.name, bytes, crc, &c, &error)) return f.name + ": " + error;
+    if (crc != f.crc) return f.name + ": not the file the manifest records (checksum differs)";
     if (c.version != v || c.total != total || c.offset != next) return f.name + ": does not belong to this checkpoint";
     if (c.optimizer != o_.job.optimizer.kind || c.slots.size() != num_slots) {
       return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.job.optimizer.kind;
@@ -136,16 +138,17 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
     // Each table's own checks (its CRC-32C, sorted IDs, finite values) too, here and not first
     // when the PS loads it: a damaged table passes this checkpoint over on every process alike,
     // where a refusal at the load would stop the job with the previous checkpoint unused.
-    for (size_t t = 0; t < c.tables.size(); ++t) {
-      SavedTable table;
-      if (!read_saved_table(c.tables[t], &table, &error, SavedTableParts::kHeader)) {
-        return f.name + ": embedding table " + std::to_string(t + 1) + " of " + std::to_string(c.tables.size()) +
+    for (size_t t = 0; t < c.table_files.size(); ++t) {
+      const TableInFile& table = c.table_files[t];
+      ByteReader in(table.path, table.offset, table.bytes);
+      if (!read_saved_table(in, SavedTableVisitor{}, &error)) {
+        return f.name + ": embedding table " + std::to_string(t + 1) + " of " + std::to_string(c.table_files.size()) +
                " in it: " + error;
       }
     }
     next = c.offset + c.values.size();
-    if (o_.keep_tables) {
-      for (std::string& t : c.tables) result.tables.push_back(std::move(t));  // every shard's: re-sliced by the PS
+    if (o_.keep_tables) {  // every shard's, loaded from its file by the PS (re-sliced there)
+      for (TableInFile& t : c.table_files) result.table_files.push_back(std::move(t));
     }
     const uint64_t lo = std::max<uint64_t>(c.offset, slice.offset), hi = std::min<uint64_t>(next, slice.end());
     for (uint64_t i = lo; i < hi; ++i) {

@@ -8,9 +8,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
+#include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
 
 namespace pstrain {
@@ -54,6 +56,21 @@ enum class SavedTableParts { kHeader, kWeights, kAll };
 // ("checksum mismatch (corrupted)", ...), otherwise. Whatever `parts` keeps, everything is checked.
 bool read_saved_table(const std::string& bytes, SavedTable* out, std::string* error,
                       SavedTableParts parts = SavedTableParts::kAll);
+
+// A table read as a stream (shared/util/byte_reader.h: from its place in a checkpoint's shard
+// file, say) hands out, as it goes, its header, each row (its weights, then its optimizer slots:
+// (1 + slots) * dim floats, all finite) and each sighting, IDs increasing; any may be empty. They
+// come before the table's checksum is known: whoever keeps them drops them if the read fails.
+struct SavedTableVisitor {
+  std::function<void(const SavedTableHeader&)> header;
+  std::function<void(const SavedRow&, const float* values)> row;
+  std::function<void(const SavedSighting&)> sighting;
+};
+// The table of `in`'s bytes from its position to its end, with every check (and error text) of
+// read_saved_table below, in one pass through `in`'s bounded buffer (and a second reader of the
+// rows' IDs where sightings are saved): a table of gigabytes is checked or loaded without being
+// held. A read of the file that fails is the error, naming the file and the errno text.
+bool read_saved_table(ByteReader& in, const SavedTableVisitor& visit, std::string* error);
 
 // The bytes a table of `header` (its rows and sightings counts) takes, as SavedTableWriter
 // writes it.

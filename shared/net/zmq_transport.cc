@@ -2,6 +2,7 @@
 #include <map>
 #include <random>
 
+#include "shared/net/disconnect_monitor.h"
 #include "shared/util/error.h"
 #include "shared/net/local_channel.h"
 #include "shared/util/log.h"
@@ -48,6 +49,9 @@ class ZmqServer final : public Endpoint {
     o.security.server(socket_);
     socket_.set(zmq::sockopt::router_mandatory, 1);
     socket_.set(zmq::sockopt::maxmsgsize, o.max_message_bytes);
+    if (o.max_message_bytes >= 0 && !o.log_name.empty()) {
+      monitor_ = std::make_unique<DisconnectMonitor>(context, socket_, o.log_name, o.max_message_bytes);
+    }
     address_ = bind_tcp(socket_, o.bind_host, o.port, o.what);
     if (!o.ipc_name.empty()) bind_ipc(socket_, o.ipc_name, o.what);
     const std::string name = o.local_channel ? local_channel_name(o.ipc_name) : std::string();
@@ -110,6 +114,7 @@ class ZmqServer final : public Endpoint {
     pending_.reset();
     listener_ = LocalSocket();
     if (!socket_) return;
+    monitor_.reset();
     socket_.set(zmq::sockopt::linger, millis_until(deadline));
     socket_.close();
   }
@@ -249,6 +254,7 @@ class ZmqServer final : public Endpoint {
   }
 
   zmq::socket_t socket_;
+  std::unique_ptr<DisconnectMonitor> monitor_;  // destroyed before socket_ closes
   bool peer_hosts_;
   std::string address_;
   LocalSocket listener_;

@@ -32,6 +32,9 @@ struct ZmqServerOptions {
   int64_t max_message_bytes = -1;           // a peer sending a larger frame is disconnected; -1: no limit
   std::string what = "the parameter server";  // names it in errors ("cannot bind <what> to ...")
   bool peer_hosts = false;                  // fill Message::peer_host of every message received
+  // With max_message_bytes: log each peer connection that ends, as "<log_name>: ..." (ZeroMQ
+  // ends that of a peer whose frame passes the bound: shared/net/disconnect_monitor.h).
+  std::string log_name;
 };
 std::unique_ptr<Endpoint> make_zmq_server(zmq::context_t& context, const ZmqServerOptions& options);
 // server_addresses: "host:port" (TCP) or "ipc://NAME", one per shard. `local_channel`: a shard at

@@ -17,6 +17,8 @@ constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
 constexpr uint32_t kProtocolVersion = 14;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
+// The most doubles one STATS carries (2 x channels + 1 per batchnorm layer): 32 MiB.
+constexpr size_t kMaxStatsValues = size_t{1} << 22;
 
 enum class Op : uint32_t {
   kHello = 1,    // worker -> PS: register as worker `sender` of `num_workers`, model of `total`
