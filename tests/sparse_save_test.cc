@@ -188,7 +188,7 @@ TEST(SparseSaveTest, ResumingTheTablesTakesTheirMemoryNotASecondCopy) {
   const pid_t writer = fork();
   ASSERT_GE(writer, 0);
   if (writer == 0) {
-    SparseStore store(o, ModeCode::kSync, job_shape(), 0, 0);
+    SparseStore store(sparse_store_options(o, job_shape()), ModeCode::kSync, 0, 0);
     fill(store);
     ShardCheckpoints checkpoints(o);
     Header push;
@@ -236,7 +236,7 @@ TEST(SparseSaveTest, ResumingTheTablesTakesTheirMemoryNotASecondCopy) {
     ASSERT_EQ(c.table_files.size(), 1u);
     ByteReader in(c.table_files[0].path, c.table_files[0].offset, c.table_files[0].bytes);
     ASSERT_TRUE(read_saved_table(in, SavedTableVisitor{}, &error)) << error;
-    SparseStore store(o, ModeCode::kSync, job_shape(), 4, 0);
+    SparseStore store(sparse_store_options(o, job_shape()), ModeCode::kSync, 4, 0);
     ASSERT_TRUE(store.resume(c.table_files, &error)) << error;
     if (keep) resumed = table_bytes(store);
   };
