@@ -85,8 +85,9 @@ def read_safetensors(path):
     return arrays, metadata
 
 
-def load_export(path):
-    """(model.json as a dict, {name: array}) of an npz-arrays or safetensors export."""
+def load_export(path, with_package=False):
+    """(model.json as a dict, {name: array}) of an npz-arrays or safetensors export; with_package:
+    a safetensors file read by the `safetensors` package (PyTorch's loader) where it is installed."""
     with open(path, "rb") as f:
         magic = f.read(4)
     if magic == b"PK\x03\x04":
@@ -96,6 +97,13 @@ def load_export(path):
         arrays = {k: npz[k] for k in npz.files if k != "model.json"}
     else:
         arrays, metadata = read_safetensors(path)
+        if with_package:
+            try:
+                from safetensors.numpy import load_file
+            except ImportError:
+                pass
+            else:
+                arrays = load_file(path)
         if "pstrain_model" not in metadata:
             sys.exit(f"{path}: not a pstrain export (no pstrain_model in the safetensors metadata)")
         model = json.loads(metadata["pstrain_model"])
@@ -205,25 +213,33 @@ def model_input(model, arrays, dense, ids):
 
 
 class NumpyOps:
+    """float32, as pstrain computes: its rounding errors (large with raw numeric features) are then
+    mostly the same ones, where float64 would differ from --predict by them."""
+
     def __init__(self, arrays):
         self.arrays = arrays
 
     def param(self, name):
-        return self.arrays[name].astype(np.float64)
+        return np.asarray(self.arrays[name], np.float32)
 
-    tensor = staticmethod(lambda x: np.asarray(x, np.float64))
+    tensor = staticmethod(lambda x: np.asarray(x, np.float32))
     relu = staticmethod(lambda x: np.maximum(x, 0))
     tanh = staticmethod(np.tanh)
-    sigmoid = staticmethod(lambda x: 1 / (1 + np.exp(-x)))
+    sigmoid = staticmethod(lambda x: (1 / (1 + np.exp(-x.astype(np.float64)))).astype(np.float32))
     cat = staticmethod(lambda xs: np.concatenate(xs, axis=1))
-    softmax = staticmethod(lambda z: np.exp(z - z.max(axis=1, keepdims=True)) / np.exp(z - z.max(axis=1, keepdims=True)).sum(axis=1, keepdims=True))
-    numpy = staticmethod(lambda x: x)
+    @staticmethod
+    def softmax(z):
+        e = np.exp(z.astype(np.float64) - z.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    numpy = staticmethod(lambda x: x.astype(np.float64))
 
     @staticmethod
     def pairs(v, f):
-        gram = np.einsum("nid,njd->nij", v, v)
         i, j = np.triu_indices(f, 1)  # (0,1), (0,2), ..., (1,2), ...: the dot layer's order
-        return gram[:, i, j]
+        out = np.zeros((v.shape[0], len(i)), np.float32)
+        for d in range(v.shape[2]):  # each product rounded, summed in element order, as the dot layer does
+            out += v[:, i, d] * v[:, j, d]
+        return out
 
 
 class TorchOps:
@@ -315,9 +331,9 @@ def main():
     ap.add_argument("--predictions", help="write the probabilities: .npy (records x outputs) or CSV (p0,p1,...)")
     ap.add_argument("--check", help="--predict's output for the same rows: print the largest difference")
     ap.add_argument("--tolerance", type=float, default=1e-6, help="--check's bound (default 1e-6): exit 1 past it")
-    ap.add_argument("--torch", action="store_true", help="compute the layers in PyTorch (float32) instead of numpy (float64)")
+    ap.add_argument("--torch", action="store_true", help="compute the layers in PyTorch instead of numpy (both float32)")
     a = ap.parse_args()
-    model, arrays = load_export(a.export)
+    model, arrays = load_export(a.export, with_package=a.torch)
     dense, ids = read_records(a.data, model["export"]["features"])
     x = model_input(model, arrays, dense, ids)
     p = score(model, arrays, x, a.torch)
