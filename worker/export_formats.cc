@@ -21,7 +21,9 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-void put16(std::string& s, uint32_t v) { s += static_cast<char>(v & 0xff), s += static_cast<char>((v >> 8) & 0xff); }
+void put16(std::string& s, uint32_t v) {
+  s += static_cast<char>(v & 0xff), s += static_cast<char>((v >> 8) & 0xff);
+}
 void put32(std::string& s, uint32_t v) { put16(s, v & 0xffff), put16(s, v >> 16); }
 
 uint32_t crc_of(uint32_t crc, const void* data, size_t n) {
@@ -62,11 +64,14 @@ class ZipWriter {
     for (const auto& [data, n] : pieces) crc = crc_of(crc, data, n), size += n;
     const uint64_t at = out_.bytes();
     if (size >= 0xffffffffu || at + size + 30 + name.size() >= 0xffffffffu) {
-      throw Error(path_ + ": " + name + " would pass 4 GiB, more than a .npz without ZIP64 holds (use --format safetensors)");
+      throw Error(path_ + ": " + name +
+                  " would pass 4 GiB, more than a .npz without ZIP64 holds (use --format safetensors)");
     }
-    std::string common;  // version needed, flags, method (stored), time, date (1980-01-01), CRC, sizes, name length
+    std::string
+        common;  // version needed, flags, method (stored), time, date (1980-01-01), CRC, sizes, name length
     put16(common, 20), put16(common, 0), put16(common, 0), put16(common, 0), put16(common, 0x21);
-    put32(common, crc), put32(common, static_cast<uint32_t>(size)), put32(common, static_cast<uint32_t>(size));
+    put32(common, crc), put32(common, static_cast<uint32_t>(size)),
+        put32(common, static_cast<uint32_t>(size));
     put16(common, static_cast<uint32_t>(name.size()));
     std::string local;
     put32(local, 0x04034b50);
@@ -78,8 +83,10 @@ class ZipWriter {
     put32(directory_, 0x02014b50);
     put16(directory_, 20);  // made by
     directory_ += common;
-    put16(directory_, 0), put16(directory_, 0), put16(directory_, 0), put16(directory_, 0);  // extra, comment, disk, attributes
-    put32(directory_, 0), put32(directory_, static_cast<uint32_t>(at));  // external attributes, local header offset
+    put16(directory_, 0), put16(directory_, 0), put16(directory_, 0),
+        put16(directory_, 0);  // extra, comment, disk, attributes
+    put32(directory_, 0),
+        put32(directory_, static_cast<uint32_t>(at));  // external attributes, local header offset
     directory_ += name;
     ++members_;
   }
@@ -115,7 +122,8 @@ Json schema_json(const std::string& canonical, const std::string& where) {
     s = criteo_feature_schema();
   } else {
     const auto fail = [&]() {
-      return Error(where + ": model.json's schema \"" + canonical + "\" cannot be read back (a column name with \"; \"?)");
+      return Error(where + ": model.json's schema \"" + canonical +
+                   "\" cannot be read back (a column name with \"; \"?)");
     };
     std::vector<std::string> parts;
     for (size_t from = 0;;) {
@@ -156,7 +164,8 @@ Json schema_json(const std::string& canonical, const std::string& where) {
         c.kind = ColumnKind::kCategorical;
         const std::string ids = k + 1 < words.size() ? words[k + 1] : "";
         c.ids = ids == "hex" ? IdKind::kHex : ids == "int" ? IdKind::kInt : IdKind::kString;
-        if (k + 3 < words.size() && words[k + 2] == "separator") c.separator = static_cast<char>(std::stoi(words[k + 3]));
+        if (k + 3 < words.size() && words[k + 2] == "separator")
+          c.separator = static_cast<char>(std::stoi(words[k + 3]));
       }
       s.columns.push_back(c);
     }
@@ -226,7 +235,8 @@ void write_safetensors(const std::string& path, const std::vector<ExportArray>& 
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // the arrays' bytes start 8-aligned
   std::string length;
-  put32(length, static_cast<uint32_t>(text.size() & 0xffffffffu)), put32(length, static_cast<uint32_t>(uint64_t{text.size()} >> 32));
+  put32(length, static_cast<uint32_t>(text.size() & 0xffffffffu)),
+      put32(length, static_cast<uint32_t>(uint64_t{text.size()} >> 32));
   FileWriter out(path, false);
   out.append(length.data(), length.size());
   out.append(text.data(), text.size());
@@ -239,11 +249,13 @@ std::vector<TableArrays> table_arrays(const EmbeddingSetup& e,
                                       const std::string& where) {
   std::vector<TableArrays> tables(e.tables.size());
   std::vector<std::vector<std::pair<uint64_t, size_t>>> order(e.tables.size());  // (ID, its row)
-  for (uint32_t t = 0; t < tables.size(); ++t) tables[t].name = e.tables[t], tables[t].table = t, tables[t].dim = e.dim;
+  for (uint32_t t = 0; t < tables.size(); ++t)
+    tables[t].name = e.tables[t], tables[t].table = t, tables[t].dim = e.dim;
   for (const auto& [name, bytes] : files) {
     SavedTable saved;
     std::string error;
-    if (!read_saved_table(bytes, &saved, &error, SavedTableParts::kWeights)) throw Error(where + ": " + name + ": " + error);
+    if (!read_saved_table(bytes, &saved, &error, SavedTableParts::kWeights))
+      throw Error(where + ": " + name + ": " + error);
     const SavedTableHeader& h = saved.header;
     if (h.table >= tables.size() || e.tables[h.table] != h.name) {
       throw Error(where + ": " + name + ": it holds table '" + h.name + "' (" + std::to_string(h.table) +
@@ -254,7 +266,8 @@ std::vector<TableArrays> table_arrays(const EmbeddingSetup& e,
                   std::to_string(e.dim) + " (model.json)");
     }
     TableArrays& table = tables[h.table];
-    for (size_t r = 0; r < saved.rows.size(); ++r) order[h.table].emplace_back(saved.rows[r].id, table.rows.size() / e.dim + r);
+    for (size_t r = 0; r < saved.rows.size(); ++r)
+      order[h.table].emplace_back(saved.rows[r].id, table.rows.size() / e.dim + r);
     table.rows.insert(table.rows.end(), saved.values.begin(), saved.values.end());
   }
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -264,7 +277,8 @@ std::vector<TableArrays> table_arrays(const EmbeddingSetup& e,
     tables[t].ids.resize(o.size());
     for (size_t i = 0; i < o.size(); ++i) {
       if (i > 0 && o[i].first == o[i - 1].first) {
-        throw Error(where + ": table " + tables[t].name + ": ID " + std::to_string(o[i].first) + " has a row in two files");
+        throw Error(where + ": table " + tables[t].name + ": ID " + std::to_string(o[i].first) +
+                    " has a row in two files");
       }
       tables[t].ids[i] = static_cast<int64_t>(o[i].first);
       std::copy_n(&tables[t].rows[o[i].second * e.dim], e.dim, &rows[i * e.dim]);
@@ -279,24 +293,35 @@ std::string export_model_json(const ModelDescription& d, const std::string& form
   Json j = Json::parse(model_json_text(d));
   Json x;
   x["format"] = format;
-  x["variables"] = "each variable under its name (model.json's \"variables\"; a dense weight is [inputs, outputs]: y = x W + b)";
+  x["variables"] =
+      "each variable under its name (model.json's \"variables\"; a dense weight is [inputs, outputs]: y = x "
+      "W + b)";
   const EmbeddingSetup& e = d.embeddings;
   if (e.dim > 0) {
     Json list = Json::array();
     for (const TableArrays& t : tables) {
-      list.push_back({{"name", t.name}, {"table", t.table}, {"rows", t.ids.size()}, {"ids", ids_name(t.name)}, {"weights", rows_name(t.name)}});
+      list.push_back({{"name", t.name},
+                      {"table", t.table},
+                      {"rows", t.ids.size()},
+                      {"ids", ids_name(t.name)},
+                      {"weights", rows_name(t.name)}});
     }
     x["tables"] = list;
     x["ids"] = "int64 arrays of the uint64 keys' bits (numpy: .view(np.uint64)), increasing as uint64";
     x["features"] = schema_json(e.schema, "the model");
     x["reader"] = e.schema.empty() ? "criteo" : "schema";
-    x["input"] = "per record: the numeric columns in column order (transformed), then one row per categorical column in column order";
+    x["input"] =
+        "per record: the numeric columns in column order (transformed), then one row per categorical column "
+        "in column order";
     x["missing_id"] = "an empty categorical value is the ID 0xffffffffffffffff";
     x["raw_ids"] = "hex: the number; string: FNV-1a 64 of the bytes; int: mix_id(x mod 2^64)";
-    x["key"] = e.per_field_tables ? "raw (table f holds field f)" : "mix_id(raw ^ mix_id(field + 1)) (one table)";
+    x["key"] =
+        e.per_field_tables ? "raw (table f holds field f)" : "mix_id(raw ^ mix_id(field + 1)) (one table)";
     x["pool"] = e.pool == EmbeddingPool::kMean ? "mean" : "sum";
-    x["absent_rows"] = e.min_count > 1 ? std::string("zeros (min_count > 1: not admitted)")
-                                       : "init_row(" + e.init + ", seed, table, key) (docs/sparse.md, \"Rows and their initial values\")";
+    x["absent_rows"] = e.min_count > 1
+                           ? std::string("zeros (min_count > 1: not admitted)")
+                           : "init_row(" + e.init +
+                                 ", seed, table, key) (docs/sparse.md, \"Rows and their initial values\")";
   }
   j["export"] = x;
   return j.dump(2) + "\n";
@@ -304,22 +329,28 @@ std::string export_model_json(const ModelDescription& d, const std::string& form
 
 void write_array_export(const std::string& out, const std::string& format, const ModelDescription& model,
                         const Layout& layout, const float* values, const Layout& state_layout,
-                        const float* state, const std::vector<std::pair<std::string, std::string>>& table_files,
+                        const float* state,
+                        const std::vector<std::pair<std::string, std::string>>& table_files,
                         const std::string& where) {
   if (!table_files.empty() && model.embeddings.dim == 0) {
-    throw Error(where + ": model.json does not describe the embedding tables (written before pstrain recorded them): "
+    throw Error(where +
+                ": model.json does not describe the embedding tables (written before pstrain recorded them): "
                 "give --format npy or npz");
   }
   const std::vector<TableArrays> tables = table_arrays(model.embeddings, table_files, where);
   const std::string json = export_model_json(model, format, tables);
   std::vector<ExportArray> arrays;
-  const auto add = [&](const std::string& name, ExportArray::Type type, std::vector<size_t> shape, const void* data) {
+  const auto add = [&](const std::string& name, ExportArray::Type type, std::vector<size_t> shape,
+                       const void* data) {
     size_t count = 1;
     for (size_t s : shape) count *= s;
-    arrays.push_back({name, type, std::move(shape), data, count * (type == ExportArray::Type::kInt64 ? 8 : 4)});
+    arrays.push_back(
+        {name, type, std::move(shape), data, count * (type == ExportArray::Type::kInt64 ? 8 : 4)});
   };
-  for (const TensorSpec& t : layout.tensors()) add(t.name, ExportArray::Type::kFloat32, t.shape, values + t.offset);
-  for (const TensorSpec& t : state_layout.tensors()) add(t.name, ExportArray::Type::kFloat32, t.shape, state + t.offset);
+  for (const TensorSpec& t : layout.tensors())
+    add(t.name, ExportArray::Type::kFloat32, t.shape, values + t.offset);
+  for (const TensorSpec& t : state_layout.tensors())
+    add(t.name, ExportArray::Type::kFloat32, t.shape, state + t.offset);
   for (const TableArrays& t : tables) {
     add(ids_name(t.name), ExportArray::Type::kInt64, {t.ids.size()}, t.ids.data());
     add(rows_name(t.name), ExportArray::Type::kFloat32, {t.ids.size(), t.dim}, t.rows.data());
@@ -333,7 +364,8 @@ void write_array_export(const std::string& out, const std::string& format, const
 
 bool is_saved_params_dir(const std::string& dir) {
   std::error_code ec;
-  if (!std::filesystem::exists(dir + "/model.json", ec) || std::filesystem::exists(dir + "/MANIFEST", ec)) return false;
+  if (!std::filesystem::exists(dir + "/model.json", ec) || std::filesystem::exists(dir + "/MANIFEST", ec))
+    return false;
   return checkpoint_versions(dir).empty();
 }
 
@@ -348,15 +380,18 @@ void export_saved_params(const std::string& dir, const std::string& out, const s
   const EmbeddingSetup& e = model->embeddings;
   for (size_t t = 0; t < (e.dim > 0 ? e.tables.size() : 0); ++t) {
     for (int s = 0; s < e.num_ps; ++s) {
-      const std::string name = "embeddings/" + e.tables[t] + ".shard" + std::to_string(s) + "-of-" + std::to_string(e.num_ps);
+      const std::string name =
+          "embeddings/" + e.tables[t] + ".shard" + std::to_string(s) + "-of-" + std::to_string(e.num_ps);
       std::string bytes, error;
-      if (!read_whole_file(dir + "/" + name, &bytes, &error)) throw Error(dir + "/" + name + ": cannot read it: " + error);
+      if (!read_whole_file(dir + "/" + name, &bytes, &error))
+        throw Error(dir + "/" + name + ": cannot read it: " + error);
       files.emplace_back(name, std::move(bytes));
     }
   }
   write_array_export(out, format, *model, layout, values.data(), state_layout, state.data(), files, dir);
   std::cout << "pstrain-export: " << dir << " (--save-params, " << layout.tensors().size() << " variables, "
-            << layout.total() << " parameters" << (files.empty() ? "" : ", " + std::to_string(files.size()) + " embedding table file(s)")
+            << layout.total() << " parameters"
+            << (files.empty() ? "" : ", " + std::to_string(files.size()) + " embedding table file(s)")
             << ") to " << out << std::endl;
 }
 

@@ -70,7 +70,8 @@ std::string export_model_json(const ModelDescription& d, const std::string& form
 // values), the state (batchnorm's running statistics), the tables and model.json.
 void write_array_export(const std::string& out, const std::string& format, const ModelDescription& model,
                         const Layout& layout, const float* values, const Layout& state_layout,
-                        const float* state, const std::vector<std::pair<std::string, std::string>>& table_files,
+                        const float* state,
+                        const std::vector<std::pair<std::string, std::string>>& table_files,
                         const std::string& where);
 
 // True for a --save-params directory: a model.json and no MANIFEST or v<step> directories.
