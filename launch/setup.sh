@@ -12,8 +12,9 @@
 declare -g PSTRAIN_REPO
 PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
-# Build and run-time dependencies: libraries, test framework and the default data set.
-declare -ga PSTRAIN_PACKAGES=(python3 libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+# Build and run-time dependencies: libraries, test framework and the default data set; numpy for
+# tools/ctr_score.py and its test.
+declare -ga PSTRAIN_PACKAGES=(python3 python3-numpy libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-program-options-dev libgtest-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
   dataset-fashion-mnist)
 # Wanted, not needed: matplotlib for the launcher's plots (launch.sh plot). A failed install is a

@@ -15,6 +15,7 @@
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "worker/data/npy_format.h"
+#include "worker/export_formats.h"
 #include "worker/model.h"
 #include "worker/model_file.h"
 #include "worker/param_files.h"
@@ -280,6 +281,14 @@ std::vector<std::pair<std::string, const TableInFile*>> table_files(const Checkp
 }  // namespace
 
 std::string export_checkpoint(const ExportOptions& o) {
+  if (is_saved_params_dir(o.checkpoint)) {  // the arrays of a --save-params directory (export_formats.h)
+    if (!is_array_format(o.format)) {
+      throw UsageError("'" + o.checkpoint + "' is a --save-params directory, already in --format " + o.format +
+                       "'s files: --format npz-arrays or safetensors export it as arrays");
+    }
+    export_saved_params(o.checkpoint, o.out, o.format);
+    return o.checkpoint;
+  }
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
   ModelDescription model = model_of(c, o);
   const std::vector<std::pair<std::string, const TableInFile*>> tables = table_files(c);
@@ -300,6 +309,9 @@ std::string export_checkpoint(const ExportOptions& o) {
     for (const auto& [name, file] : tables) members.push_back({name, "", file});
     members.push_back({"model.json", model_json_text(model)});
     write_npz(o.out, members);
+  } else if (is_array_format(o.format)) {
+    write_array_export(o.out, o.format, model, c.layout, c.values.data(), state_layout, state.data(), tables,
+                       "checkpoint " + c.dir);
   } else {
     save_params(o.out, c.layout, c.values.data());
     if (!state_layout.tensors().empty()) save_params(o.out, state_layout, state.data());

@@ -1,6 +1,7 @@
 // pstrain-export: a checkpoint (docs/checkpoints.md) as the files --save-params writes (every
 // variable as OUT/<name>.npy, OUT/model.json, and a CTR job's tables as
-// OUT/embeddings/<table>.shard<s>-of-<S>), or as one .npz archive of them.
+// OUT/embeddings/<table>.shard<s>-of-<S>), or as one .npz archive of them; or as arrays in a .npz
+// or a safetensors file (export_formats.h), from a checkpoint or a --save-params directory.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,7 @@ namespace pstrain {
 struct ExportOptions {
   std::string checkpoint;        // a --checkpoint-dir (its newest complete checkpoint) or one v<step> directory
   std::string out;               // npy: a directory; npz: a file
-  std::string format = "npy";    // npy | npz
+  std::string format = "npy";    // npy | npz | npz-arrays | safetensors (export_formats.h)
   // For checkpoints written before pstrain recorded the model (no model.json in them): the
   // model (--model, or --hidden when hidden_given) and one sample's shape.
   std::string model;

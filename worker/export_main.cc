@@ -10,6 +10,7 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/export.h"
+#include "worker/export_formats.h"
 
 namespace po = boost::program_options;
 
@@ -52,7 +53,11 @@ int main(int argc, char** argv) {
     visible.add_options()("help,h", "print this help and exit")(
         "format", po::value(&o.format)->default_value(o.format),
         "npy: OUT is a directory of <variable>.npy files and model.json, as --save-params writes them; npz: OUT is "
-        "one .npz archive of the same files (numpy.load reads it)")(
+        "one .npz archive of the same files (numpy.load reads it); npz-arrays: OUT is one .npz of plain arrays, every "
+        "variable, each embedding table as embedding.<table>.ids (int64) and embedding.<table>.rows (float32, rows x "
+        "dim), and model.json (with the feature transform and the keys: what tools/ctr_score.py needs to score data); "
+        "safetensors: the same arrays in one safetensors file, model.json in its metadata (pstrain_model). These two "
+        "also take a --save-params directory as CHECKPOINT_DIR")(
         "model", po::value(&o.model),
         "only for a checkpoint without model.json (written before pstrain recorded the model): its layer list")(
         "hidden", po::value(&hidden), "only for such a checkpoint: the MLP's hidden widths, e.g. 256,128")(
@@ -73,12 +78,16 @@ int main(int argc, char** argv) {
       std::cout << "Usage: pstrain-export CHECKPOINT_DIR OUT [options]\n"
                 << "Writes the parameters of the newest complete checkpoint in CHECKPOINT_DIR (a --checkpoint-dir;\n"
                 << "or one of its v<step> directories: that checkpoint) as --save-params writes them, for\n"
-                << "--init-params, --evaluate and --predict, or numpy/PyTorch (docs/models.md).\n"
+                << "--init-params, --evaluate and --predict, or numpy/PyTorch (docs/models.md); or, with --format\n"
+                << "npz-arrays or safetensors, as plain arrays for tools/ctr_score.py, numpy or PyTorch\n"
+                << "(CHECKPOINT_DIR may then be a --save-params directory too).\n"
                 << visible << "\n";
       return 0;
     }
     if (o.checkpoint.empty() || o.out.empty()) throw pstrain::UsageError("needs CHECKPOINT_DIR and OUT");
-    if (o.format != "npy" && o.format != "npz") throw pstrain::UsageError("--format: '" + o.format + "' is not npy or npz");
+    if (o.format != "npy" && o.format != "npz" && !pstrain::is_array_format(o.format)) {
+      throw pstrain::UsageError("--format: '" + o.format + "' is not npy, npz, npz-arrays or safetensors");
+    }
     o.hidden_given = vm.count("hidden") > 0;
     if (o.hidden_given) o.hidden = parse_widths(hidden);
     if (!input_shape.empty()) o.input_shape = parse_shape(input_shape);
