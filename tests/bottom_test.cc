@@ -91,7 +91,7 @@ TEST(BottomGrammarTest, EveryBadSpecIsAUsageErrorPointingAtIt) {
   EXPECT_EQ(usage_error(spec),
             pointed("'x' is not the number of outputs (a whole number in [1, 16777216])", spec, 15, 1));
   EXPECT_NE(usage_error("bottom 3(relu,, tanh), dense 2").find("layer 1.2 is empty"), std::string::npos);
-  EXPECT_NE(usage_error("swish, dense 2").find("dot, bottom K(...), softmax, residual(...))"), std::string::npos)
+  EXPECT_NE(usage_error("swish, dense 2").find("dot, cross, bottom K(...), softmax, residual(...), parallel(... | ...))"), std::string::npos)
       << usage_error("swish, dense 2");
 }
 

@@ -691,11 +691,13 @@ TEST_F(LaunchTest, DryRunRefusesWhatTheBinariesRefuse) {
 
 // Every config in configs/ passes launch.sh --dry-run as its header says to start it (the
 // binaries check all of its keys, the model's spec included, for each kind of process): a key
-// renamed or a value a binary no longer takes fails here, not at a user's first run. ctr.cfg
-// takes its data on the command line (the dry run reads none).
+// renamed or a value a binary no longer takes fails here, not at a user's first run. The CTR
+// configs take their data on the command line (the dry run reads none).
 TEST_F(LaunchTest, EveryShippedConfigPassesADryRun) {
+  const std::vector<std::string> ctr_data = {"--train-data", dir_ + "/train.tsv", "--test-data", dir_ + "/test.tsv"};
   const std::map<std::string, std::vector<std::string>> job_flags = {
-      {"ctr.cfg", {"--train-data", dir_ + "/train.tsv", "--test-data", dir_ + "/test.tsv"}}};
+      {"ctr.cfg", ctr_data},         {"ctr_dlrm.cfg", ctr_data},      {"ctr_dcn.cfg", ctr_data},
+      {"ctr_deepfm.cfg", ctr_data},  {"ctr_wide_deep.cfg", ctr_data}};
   int checked = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(PSTRAIN_SOURCE_DIR) + "/configs")) {
     if (entry.path().extension() != ".cfg") continue;
@@ -711,7 +713,7 @@ TEST_F(LaunchTest, EveryShippedConfigPassesADryRun) {
         << name << ":\n" << out;
     ++checked;
   }
-  EXPECT_GE(checked, 4) << "configs/ lost its configs";
+  EXPECT_GE(checked, 8) << "configs/ lost its configs";
 }
 
 // launch.sh status and stop, from another terminal, on a running checkpointing job: status names

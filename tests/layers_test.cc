@@ -368,6 +368,22 @@ TEST(ModelGradientTest, BottomBlocksMatchFiniteDifferences) {
             1500u);
 }
 
+// DCN-v2's cross layers (x0 * (x_l W_l + b_l) + x_l, stacked): first (no dx wanted) and after a
+// dense layer (its gradients need the cross layers' dx).
+TEST(ModelGradientTest, CrossLayersMatchFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("flatten, cross 2, dense 3"), 32000u);
+  EXPECT_GT(check_finite_differences("flatten, dense 10, tanh, cross 3, relu, dense 3"), 1300u);
+}
+
+// Parallel blocks (the sum of their branches on the same input): wide & deep, and DeepFM's
+// linear part, pairs and MLP side by side.
+TEST(ModelGradientTest, ParallelBlocksMatchFiniteDifferences) {
+  EXPECT_GT(check_finite_differences("flatten, dense 12, tanh, parallel(dense 3 | dense 8, relu, dense 3)"), 1500u);
+  EXPECT_GT(check_finite_differences("flatten, dense 12, tanh, parallel(dense 3 | dot 3 4, dense 3 | dense 6, gelu, "
+                                     "dense 3)"),
+            1500u);
+}
+
 TEST(LayerOpsTest, LayerNormIsItsDefinition) {
   auto backend = make_cpu_backend(2);
   const int rows = 5, cols = 37;

@@ -89,7 +89,7 @@ TEST(ResidualGrammarTest, ErrorsNameTheBlockAndPointIntoTheSpec) {
   EXPECT_NE(usage_error("relu, residual(relu,, tanh), flatten, dense 10").find("layer 2.2 is empty"), std::string::npos);
   EXPECT_NE(usage_error("residual(swish), flatten, dense 10").find("'swish' is not a layer (embedding D (first only), dense, conv, "),
             std::string::npos);
-  EXPECT_NE(usage_error("dense 10, swish").find("softmax, residual(...))"), std::string::npos) << usage_error("dense 10, swish");
+  EXPECT_NE(usage_error("dense 10, swish").find("softmax, residual(...), parallel(... | ...))"), std::string::npos) << usage_error("dense 10, swish");
 }
 
 TEST(ResidualGrammarTest, ShapesTheProjectionCannotMatchNameTheBlockAndBothShapes) {

@@ -1,6 +1,7 @@
 #include "worker/backend.h"
 
 #include <algorithm>
+#include <stdexcept>
 #include <string>
 
 #include "shared/util/error.h"
@@ -15,6 +16,11 @@ int column_chunk(int batch, const ConvGeometry& g) {
 }
 
 }  // namespace
+
+void Backend::multiply(const float* a, const float* b, float* y, size_t n) {
+  if (!host_accessible()) throw std::logic_error("Backend::multiply: the " + name() + " backend needs its own");
+  for (size_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+}
 
 size_t Backend::conv_scratch_floats(int batch, const ConvGeometry& g, int) const {
   return static_cast<size_t>(column_chunk(batch, g)) * g.patch() * g.positions();

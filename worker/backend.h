@@ -137,6 +137,10 @@ class Backend {
   // y = a + b element-wise (a residual block's output, and its input's two gradients); y may be
   // a or b.
   virtual void add(const float* a, const float* b, float* y, size_t n) = 0;
+  // y = a * b element-wise (a cross layer's x0 * (W x + b) and its gradients), one rounding; y may
+  // be a or b. By default a loop on the host, for host-accessible backends (the CPU's); the CUDA
+  // backend has a kernel.
+  virtual void multiply(const float* a, const float* b, float* y, size_t n);
   // dx = dy * f'(x): from the activation's output y (relu, tanh, sigmoid; x may then be null) or
   // its input x (gelu); dx may be dy.
   virtual void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,

@@ -248,14 +248,98 @@ class Bottom final : public Layer {
   LayerChain chain_;
 };
 
+// parallel(<layers> | <layers> | ...): y = the sum of the branches' outputs, each branch a chain
+// on the same x (wide & deep: a linear branch beside an MLP). Backward runs each branch from dy,
+// and dx is the sum of their input gradients, added in branch order. The scratch is the chains',
+// one after another.
+class Parallel final : public Layer {
+ public:
+  explicit Parallel(std::vector<LayerChain> branches) : branches_(std::move(branches)) {
+    in_ = branches_.front().in();
+    out_ = branches_.front().out();
+  }
+  bool has_params() const override { return param_layers() > 0; }
+  int param_layers() const override {
+    int n = 0;
+    for (const LayerChain& b : branches_) n += b.param_layers();
+    return n;
+  }
+  // Variables in order of appearance: the first branch's, then the second's, ...
+  void declare(Layout& layout, int p) override {
+    weight_ = layout.total();
+    for (const LayerChain& b : branches_) p = b.declare(layout, p);
+  }
+  bool has_state() const override {
+    return std::any_of(branches_.begin(), branches_.end(), [](const LayerChain& b) { return b.has_state(); });
+  }
+  void declare_state(Layout& state, int p) override {
+    for (const LayerChain& b : branches_) {
+      b.declare_state(state, p);
+      p += b.param_layers();
+    }
+  }
+  bool output_free_after_forward() const override { return true; }  // backward reads x and the insides
+  size_t col_floats(int batch, const Backend& backend) const override {
+    size_t col = 0;
+    for (const LayerChain& b : branches_) col = std::max(col, b.col_floats(batch, backend));
+    return col;
+  }
+  size_t scratch_floats() const override {
+    size_t n = 0;
+    for (const LayerChain& b : branches_) n += b.scratch_floats();
+    return n;
+  }
+  std::string describe() const override {
+    std::string s = "parallel(";
+    for (size_t k = 0; k < branches_.size(); ++k) s += (k ? " | " : "") + branches_[k].describe();
+    return s + ") summed";
+  }
+
+  void forward(LayerContext& ctx, const float* params, const float* x, float* y, int batch) override {
+    float* scratch = ctx.scratch;
+    const size_t n = static_cast<size_t>(batch) * out_.size();
+    std::vector<const float*> h;
+    for (size_t k = 0; k < branches_.size(); ++k) {
+      ctx.scratch = scratch + offset(k) * static_cast<size_t>(batch);
+      h.push_back(branches_[k].forward(ctx, params, x, batch));
+    }
+    ctx.scratch = scratch;
+    ctx.backend.add(h[0], h[1], y, n);
+    for (size_t k = 2; k < h.size(); ++k) ctx.backend.add(y, h[k], y, n);
+  }
+  void backward(LayerContext& ctx, const float* params, const float* x, const float*, const float* dy, float* dx,
+                float* grad, int batch, bool accumulate) override {
+    float* scratch = ctx.scratch;
+    std::vector<const float*> deltas;
+    for (size_t k = 0; k < branches_.size(); ++k) {
+      ctx.scratch = scratch + offset(k) * static_cast<size_t>(batch);
+      deltas.push_back(branches_[k].backward(ctx, params, x, dy, grad, batch, accumulate, dx != nullptr));
+    }
+    ctx.scratch = scratch;
+    if (dx == nullptr) return;
+    const size_t n = static_cast<size_t>(batch) * in_.size();
+    ctx.backend.add(deltas[0], deltas[1], dx, n);
+    for (size_t k = 2; k < deltas.size(); ++k) ctx.backend.add(dx, deltas[k], dx, n);
+  }
+
+ private:
+  size_t offset(size_t k) const {  // per sample, where branch k's scratch starts
+    size_t n = 0;
+    for (size_t i = 0; i < k; ++i) n += branches_[i].scratch_floats();
+    return n;
+  }
+  std::vector<LayerChain> branches_;
+};
+
 // A block's layers on input `in` (named "<name>.<j>" in errors). Dropout inside draws masks of its
-// own: its index is apart from every top-level layer's.
+// own: its index is apart from every top-level layer's (`first`: the index of the first, past the
+// layers of a parallel block's earlier branches).
 std::vector<std::unique_ptr<Layer>> make_block_layers(const LayerSpec& spec, const Shape& in, int index,
-                                                      const std::string& name) {
+                                                      const std::string& name, int first = 0) {
   std::vector<std::unique_ptr<Layer>> layers;
   Shape shape = in;
   for (size_t j = 0; j < spec.layers.size(); ++j) {
-    const int inner_index = (index + 1) * 65536 + static_cast<int>(j);
+    const int inner_index = (index + 1) * 65536 + first + static_cast<int>(j);
     layers.push_back(make_layer(spec.layers[j], shape, inner_index, name + "." + std::to_string(j + 1)));
     shape = layers.back()->out();
   }
@@ -327,6 +411,25 @@ std::unique_ptr<Layer> make_bottom(const LayerSpec& spec, const Shape& in, int i
                                " values of its input and passes none on (without the block, its layers take them all)");
   }
   return std::make_unique<Bottom>(LayerChain(make_block_layers(spec, Shape::vector(taken), index, name)), in.size());
+}
+
+// parallel(<branch> | <branch> ...) on any input; every branch must give the same shape.
+std::unique_ptr<Layer> make_parallel(const LayerSpec& spec, const Shape& in, int index, const std::string& name) {
+  std::vector<LayerChain> branches;
+  int first = 0;
+  for (size_t k = 0; k < spec.layers.size(); ++k) {
+    const LayerSpec& b = spec.layers[k];
+    branches.emplace_back(make_block_layers(b, in, index, name + "." + std::to_string(k + 1), first));
+    first += static_cast<int>(b.layers.size());
+    const Shape& a = branches.front().out();
+    const Shape& o = branches.back().out();
+    if (a.flat != o.flat || a.c != o.c || a.h != o.h || a.w != o.w) {
+      fail_block(spec, name, "sums its branches, but branch 1 '" + spec.layers[0].text + "' gives " + a.text() +
+                                 " and branch " + std::to_string(k + 1) + " '" + b.text + "' gives " + o.text() +
+                                 " (end each branch with the same width, e.g. dense 1)");
+    }
+  }
+  return std::make_unique<Parallel>(std::move(branches));
 }
 
 }  // namespace pstrain

@@ -77,6 +77,7 @@ const std::vector<KindRule>& kinds() {
       {"gelu", 0, {nullptr, nullptr}, {}},
       {"dropout", 1, {"the rate", nullptr}, {}},
       {"dot", 2, {"the number of fields", "the floats per field"}, {}},
+      {"cross", 1, {"the number of cross layers", nullptr}, {}},
       {"softmax", 0, {nullptr, nullptr}, {}},
   };
   return rules;
@@ -108,14 +109,14 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   }
   if (rule == nullptr) {
     std::string known = "embedding D (first only)";
-    std::vector<std::string> names = {"embedding", "bottom", "residual"};
+    std::vector<std::string> names = {"embedding", "bottom", "residual", "parallel"};
     for (const KindRule& r : kinds()) {
       known += ", " + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") + r.name;
       names.push_back(r.name);
     }
     fail_at_spec(spec, tokens[0].position, tokens[0].text.size(),
                  "'" + tokens[0].text + "' is not a layer" + did_you_mean(tokens[0].text, names) + " (" + known +
-                     ", residual(...))");
+                     ", residual(...), parallel(... | ...))");
   }
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {
@@ -158,7 +159,8 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
       layer.args.push_back(rate);
     } else {
       const int lo = layer.kind == "dot" && positional == 0 ? 2 : 1;  // pairs need two fields
-      layer.args.push_back(integer(spec, t, lo, kMaxWidth, rule->arg_names[positional]));
+      const int hi = layer.kind == "cross" ? 64 : kMaxWidth;
+      layer.args.push_back(integer(spec, t, lo, hi, rule->arg_names[positional]));
     }
     ++positional;
   }
@@ -169,6 +171,7 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
                  : layer.kind == "conv"    ? "conv 32 3 pad=1"
                  : layer.kind == "dropout" ? "dropout 0.25"
                  : layer.kind == "dot"     ? "dot 26 16"
+                 : layer.kind == "cross"   ? "cross 3"
                                            : layer.kind + " 2") +
                 ")");
   }
@@ -200,8 +203,9 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
                       bool nested, const std::string& kind) {
   const size_t length = word_end - word;
   if (nested) fail_at_spec(spec, word, length, kind + " blocks do not nest (a block's layers are plain layers)");
-  const std::string example =
-      kind == "residual" ? "residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)" : "bottom 13(dense 64, relu, dense 8)";
+  const std::string example = kind == "residual" ? "residual(conv 32 3 pad=1, relu, conv 32 3 pad=1)"
+                              : kind == "bottom"  ? "bottom 13(dense 64, relu, dense 8)"
+                                                  : "parallel(dense 1 | dense 64, relu, dense 1)";
   LayerSpec layer;
   size_t open = std::min(spec.find_first_not_of(" \t", word_end), to);
   if (kind == "bottom") {
@@ -233,10 +237,39 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
   layer.position = word;
   layer.text = spec.substr(word, close + 1 - word);
   layer.list = spec;
-  layer.layers = parse_list(spec, open + 1, close, name);
-  for (const LayerSpec& l : layer.layers) {
-    if (l.kind == "softmax") {
-      fail_at_spec(spec, l.position, l.text.size(), "softmax (the loss) cannot be in a " + kind + " block");
+  std::vector<const LayerSpec*> inner;
+  if (kind == "parallel") {
+    // Branches separated by '|' (no parentheses inside: blocks do not nest), each a layer list.
+    for (size_t from = open + 1; from <= close;) {
+      size_t bar = spec.find('|', from);
+      if (bar > close) bar = close;
+      const size_t first = spec.find_first_not_of(" \t", from);
+      const std::string branch = name + "." + std::to_string(layer.layers.size() + 1);
+      if (first >= bar) {
+        fail_at_spec(spec, std::min(from, bar), 1, "branch " + std::to_string(layer.layers.size() + 1) + " of the parallel block of " + name + " has no layers (e.g. " + example + ")");
+      }
+      LayerSpec b;
+      b.kind = "branch";
+      b.position = first;
+      b.text = spec.substr(first, spec.find_last_not_of(" \t", bar - 1) + 1 - first);
+      b.list = spec;
+      b.layers = parse_list(spec, from, bar, branch);
+      layer.layers.push_back(std::move(b));
+      from = bar + 1;
+    }
+    if (layer.layers.size() < 2) {
+      fail_at_spec(spec, word, close + 1 - word, "a parallel block sums two branches or more, separated by '|' (e.g. " + example + ")");
+    }
+    for (const LayerSpec& b : layer.layers) {
+      for (const LayerSpec& l : b.layers) inner.push_back(&l);
+    }
+  } else {
+    layer.layers = parse_list(spec, open + 1, close, name);
+    for (const LayerSpec& l : layer.layers) inner.push_back(&l);
+  }
+  for (const LayerSpec* l : inner) {
+    if (l->kind == "softmax") {
+      fail_at_spec(spec, l->position, l->text.size(), "softmax (the loss) cannot be in a " + kind + " block");
     }
   }
   return layer;
@@ -257,7 +290,7 @@ std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t t
     }
     if (word >= end) fail_at_spec(spec, std::min(from, spec.size() - 1), 1, name + " is empty");
     const std::string kind = kind_of(spec.substr(word, word_end - word));
-    if (kind == "residual" || kind == "bottom") {
+    if (kind == "residual" || kind == "bottom" || kind == "parallel") {
       layers.push_back(parse_block(spec, word, word_end, end, name, !block.empty(), kind));
     } else {
       layers.push_back(parse_layer(spec, from, end, number));

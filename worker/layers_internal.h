@@ -21,4 +21,7 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int
 // bottom K(<layers>) on a flat input of more than K values.
 std::unique_ptr<Layer> make_bottom(const LayerSpec& spec, const Shape& in, int index, const std::string& name);
 
+// parallel(<layers> | <layers> ...): the sum of its branches, each run on the same input.
+std::unique_ptr<Layer> make_parallel(const LayerSpec& spec, const Shape& in, int index, const std::string& name);
+
 }  // namespace pstrain

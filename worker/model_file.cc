@@ -42,7 +42,7 @@ Json layer_json(const LayerSpec& l) {
   Json options = Json::object();
   for (const auto& [key, value] : l.options) options[key] = value;
   j["options"] = options;
-  if (l.kind == "residual" || l.kind == "bottom") {
+  if (l.kind == "residual" || l.kind == "bottom" || l.kind == "parallel" || l.kind == "branch") {
     Json inner = Json::array();
     for (const LayerSpec& i : l.layers) inner.push_back(layer_json(i));
     j["layers"] = inner;
@@ -320,7 +320,14 @@ std::vector<std::string> comparable_layers(const std::vector<LayerSpec>& specs) 
       text += " " + number.str();
     }
     for (const auto& [key, value] : l.options) text += " " + key + "=" + std::to_string(value);
-    if (l.kind == "residual" || l.kind == "bottom") {
+    if (l.kind == "parallel") {  // parallel(a, b | c): each branch's layers
+      for (size_t k = 0; k < l.layers.size(); ++k) {
+        const std::vector<std::string> inner = comparable_layers(l.layers[k].layers);
+        text += k ? " | " : "(";
+        for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "") + inner[i];
+      }
+      text += ")";
+    } else if (l.kind == "residual" || l.kind == "bottom") {
       const std::vector<std::string> inner = comparable_layers(l.layers);
       for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "(") + inner[i];
       text += ")";

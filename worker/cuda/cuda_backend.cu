@@ -258,6 +258,11 @@ class CudaBackend final : public Backend {
     kernels::add(a, b, y, n, stream_.get());
   }
 
+  void multiply(const float* a, const float* b, float* y, size_t n) override {
+    ScopedDevice guard(device_);
+    kernels::multiply(a, b, y, n, stream_.get());
+  }
+
   void activation_backward(Activation f, const float* x, const float* y, const float* dy, float* dx,
                            size_t n) override {
     ScopedDevice guard(device_);

@@ -47,6 +47,10 @@ __global__ void add_kernel(const float* a, const float* b, float* y, size_t n) {
   PSTRAIN_FOR_EACH(i, n) { y[i] = __fadd_rn(a[i], b[i]); }
 }
 
+__global__ void multiply_kernel(const float* a, const float* b, float* y, size_t n) {
+  PSTRAIN_FOR_EACH(i, n) { y[i] = __fmul_rn(a[i], b[i]); }
+}
+
 __global__ void activation_kernel(Activation f, const float* x, float* y, size_t n) {
   PSTRAIN_FOR_EACH(i, n) {
     const float v = x[i];
@@ -442,6 +446,12 @@ void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t s
 void add(const float* a, const float* b, float* y, size_t n, cudaStream_t stream) {
   if (n == 0) return;
   add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n);
+  PSTRAIN_CUDA_CHECK_LAUNCH();
+}
+
+void multiply(const float* a, const float* b, float* y, size_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  multiply_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, b, y, n);
   PSTRAIN_CUDA_CHECK_LAUNCH();
 }
 

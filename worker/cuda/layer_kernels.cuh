@@ -21,6 +21,7 @@ void channel_sums(const float* dy, int outer, int channels, int inner, float* db
                   cudaStream_t stream);
 void activation(Activation f, const float* x, float* y, size_t n, cudaStream_t stream);
 void add(const float* a, const float* b, float* y, size_t n, cudaStream_t stream);
+void multiply(const float* a, const float* b, float* y, size_t n, cudaStream_t stream);
 void layer_norm(const float* x, int rows, int cols, const float* gamma, const float* beta, float eps, float* y,
                 cudaStream_t stream);
 void layer_norm_backward(const float* x, const float* dy, int rows, int cols, const float* gamma, float eps, float* dx,
