@@ -605,6 +605,9 @@ TEST_F(CriteoJob, TrainsOnGeneratedDataAndSkipsOrRejectsABadLine) {
   const test::JobResult result = test::run_job(job);
   EXPECT_TRUE(result.ok()) << result.logs;
   EXPECT_CONTAINS(result.logs, "test_accuracy=");
+  // No --embedding-dim: the fields are unused, and every worker says so and how to use them.
+  EXPECT_CONTAINS(result.logs, "W w1: the data's 26 categorical fields are not used: the model sees its 13 numeric "
+                               "features only (--embedding-dim D");
   EXPECT_CONTAINS(result.logs, bad + ": skipped 1 of 3 lines (--skip-bad-lines); the first: " + bad +
                                    ":2: field 5 (I4) \"x1\" is not an integer");
 

@@ -326,6 +326,14 @@ TEST_F(CtrEvaluateTest, BadDirectoriesAndDataAreRefusedNamingTheFile) {
             std::string::npos)
       << log;
 
+  // No --test-data: not --data-dir's images (they have no fields), but a usage error saying what to give.
+  status = worker({"--evaluate", "--init-params", saved}, &log);
+  EXPECT_EQ(status.code, 2) << log;
+  EXPECT_NE(log.find("--init-params " + saved + " is a click-through-rate model (model.json's embeddings): --evaluate "
+                     "needs its test records, --test-data FILE (Criteo TSV, or the file a --schema reads)"),
+            std::string::npos)
+      << log;
+
   const std::string csv = *dir_ + "/dense.csv";  // data without categorical fields
   write_file_atomically(csv, "a,b,label\n0.5,1,0\n2,0.25,1\n");
   status = worker({"--evaluate", "--init-params", saved, "--test-data", csv}, &log);

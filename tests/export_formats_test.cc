@@ -120,7 +120,9 @@ TEST(ExportFormatsTest, NpzMembersAreNpyFilesOfTheArraysAndTheFilesAsGiven) {
     EXPECT_EQ(text.substr(0, dict.size()), dict) << name;
     EXPECT_EQ(text.find_first_not_of(' ', dict.size()), header - 1) << name;
     EXPECT_EQ(text.back(), '\n') << name;
-    if (bytes > 0) EXPECT_EQ(std::memcmp(npy.data() + 10 + header, data, bytes), 0) << name;
+    if (bytes > 0) {
+      EXPECT_EQ(std::memcmp(npy.data() + 10 + header, data, bytes), 0) << name;
+    }
   }
 }
 

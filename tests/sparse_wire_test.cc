@@ -480,7 +480,9 @@ TEST(SparseWirePartsTest, PartsAppendedInOrderAreTheWhole) {
           std::vector<SparseSection> part = decoded(op, bytes);
           if (bytes.size() > max) {  // only a section's head and at most one entry (or an empty body)
             ASSERT_LE(part.size(), 1u) << op_name(op) << ", max " << max;
-            if (!part.empty()) EXPECT_LE(part[0].count(), 1u) << op_name(op) << ", max " << max;
+            if (!part.empty()) {
+              EXPECT_LE(part[0].count(), 1u) << op_name(op) << ", max " << max;
+            }
           }
           std::string error;
           EXPECT_TRUE(append_sparse_part(&whole, std::move(part), &error)) << error;
@@ -490,7 +492,9 @@ TEST(SparseWirePartsTest, PartsAppendedInOrderAreTheWhole) {
           ASSERT_EQ(parts.size(), 1u);
           EXPECT_EQ(parts[0], encode_sparse_body(op, sections));
         }
-        if (sections.size() == with_long.size() && max == 100) EXPECT_GT(parts.size(), 10u) << op_name(op);
+        if (sections.size() == with_long.size() && max == 100) {
+          EXPECT_GT(parts.size(), 10u) << op_name(op);
+        }
       }
     }
   }

@@ -356,6 +356,12 @@ LoadedModel load_saved_model(const EvaluateOptions& o, const DataOptions& data) 
   const EmbeddingSetup& tables = saved.embeddings;
   check_embedding_flags(o, tables);  // the flags against model.json before any data is read
   if (tables.dim > 0) check_schema(o, tables, data);
+  if (tables.dim > 0 && data.test_data.empty()) {  // not --data-dir's images: they have no fields
+    throw UsageError("--init-params " + o.init_params +
+                     " is a click-through-rate model (model.json's embeddings): --evaluate needs its test records, "
+                     "--test-data FILE (Criteo TSV" +
+                     (data.schema.empty() ? std::string(", or the file a --schema reads") : ", read by --schema") + ")");
+  }
   m.data = open_test_data(with_targets, saved.classes);
   const std::vector<size_t> shape = tables.dim > 0 ? ctr_input_shape(o, tables, *m.data, data.test_data.empty() ? training_data_source(data) : data.test_data) : m.data->sample_shape();
   if (saved.described) {  // the data's records must fit the saved model

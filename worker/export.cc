@@ -310,7 +310,15 @@ std::string export_checkpoint(const ExportOptions& o) {
     members.push_back({"model.json", model_json_text(model)});
     write_npz(o.out, members);
   } else if (is_array_format(o.format)) {
-    write_array_export(o.out, o.format, model, c.layout, c.values.data(), state_layout, state.data(), tables,
+    // The arrays are built in memory (export_formats.h), so the tables' bytes are read in whole.
+    std::vector<std::pair<std::string, std::string>> table_bytes;
+    for (const auto& [name, file] : tables) {
+      std::string bytes;
+      StringSink sink(&bytes);
+      copy_member(NpzMember{name, "", file}, &sink);
+      table_bytes.emplace_back(name, std::move(bytes));
+    }
+    write_array_export(o.out, o.format, model, c.layout, c.values.data(), state_layout, state.data(), table_bytes,
                        "checkpoint " + c.dir);
   } else {
     save_params(o.out, c.layout, c.values.data());

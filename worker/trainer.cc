@@ -101,6 +101,11 @@ class Trainer {
     if (!refusal.empty()) throw UsageError(refusal);
     if (o_.augment.any()) PSLOG(INFO) << tag_ << "augmenting training images: " << o_.augment.text();
     if (o_.embedding_dim > 0) open_tables();
+    if (o_.embedding_dim == 0 && train_data_->id_fields() > 0) {
+      PSLOG(WARN) << tag_ << "the data's " << train_data_->id_fields() << " categorical fields are not used: the model "
+                  << "sees its " << train_data_->feature_dim() << " numeric features only (--embedding-dim D, or a "
+                  << "--model beginning 'embedding D', gives each field a row of a table: docs/sparse.md)";
+    }
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
