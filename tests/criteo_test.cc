@@ -20,6 +20,7 @@
 #include "shared/config/data_files.h"
 #include "shared/config/options.h"
 #include "shared/util/error.h"
+#include "test_util/files.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
@@ -30,6 +31,8 @@
 
 namespace pstrain {
 namespace {
+using test::write_text;
+using test::write_gzip;
 
 namespace fs = std::filesystem;
 using test::error_of;
@@ -39,17 +42,6 @@ using test::usage_error_of;
 
 
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-void write_gzip(const std::string& path, const std::string& text) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
-  gzclose(f);
-}
 
 // A line of 40 fields: `fields` replaces the first ones of a valid default line.
 std::string line_of(const std::vector<std::string>& fields) {

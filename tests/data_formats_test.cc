@@ -24,6 +24,7 @@
 #include "shared/util/error.h"
 #include "shared/config/options.h"
 #include "shared/util/splitmix.h"
+#include "test_util/files.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
@@ -37,6 +38,7 @@
 
 namespace pstrain {
 namespace {
+using test::write_text;
 
 using test::child_peak_rss_kib;
 
@@ -84,11 +86,6 @@ template <typename T>
 void write_npy_array(const std::string& path, const std::string& descr, const std::vector<uint64_t>& shape,
                      const std::vector<T>& values, int version = 1) {
   write_npy_raw(path, npy_dict(descr, shape), values.data(), values.size() * sizeof(T), version);
-}
-
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
 }
 
 void gzip_file(const std::string& from, const std::string& to) {

@@ -17,6 +17,16 @@ std::optional<JobOptions> parse(Role role, std::vector<const char*> args) {
   return parse_job_options(role, static_cast<int>(args.size()), args.data());
 }
 
+// The usage error `args` make, or "no error".
+std::string usage_message(Role role, std::vector<const char*> args) {
+  try {
+    parse(role, std::move(args));
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 TEST(OptionsTest, DefaultsAndFlags) {
   const auto o = parse(Role::kWorker, {"--ps-hosts", "127.0.0.1:5000,ipc://@job-ps1", "--num-ps", "2",
                                        "--hidden", "32,16,8", "--optimizer", "momentum", "--shuffle", "false"});
@@ -75,14 +85,7 @@ TEST(OptionsTest, WorkerBatchOnTheCommandLineOverridesTheConfigsBatchSize) {
 }
 
 TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
-  const auto message = [](std::vector<const char*> args) {
-    try {
-      parse(Role::kPs, args);
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](std::vector<const char*> args) { return usage_message(Role::kPs, std::move(args)); };
   EXPECT_NE(message({"--optimizer", "rmsprop"}).find("--optimizer"), std::string::npos);
   EXPECT_NE(message({"--batch-size", "0"}).find("--batch-size"), std::string::npos);
   EXPECT_NE(message({"--lr", "-1"}).find("--lr"), std::string::npos);
@@ -122,14 +125,7 @@ namespace {
 
 
 TEST(OptionsTest, AMistypedFlagOrChoiceSuggestsTheClosestName) {
-  const auto message = [](std::vector<const char*> args) {
-    try {
-      parse(Role::kWorker, args);
-    } catch (const UsageError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [](std::vector<const char*> args) { return usage_message(Role::kWorker, std::move(args)); };
   EXPECT_EQ(message({"--chekpoint-every", "5"}), "unrecognised option '--chekpoint-every' (did you mean '--checkpoint-every'?)");
   EXPECT_EQ(message({"--batch-szie", "5"}), "unrecognised option '--batch-szie' (did you mean '--batch-size'?)");
   EXPECT_EQ(message({"--frobnicate"}), "unrecognised option '--frobnicate'");  // nothing close: no guess

@@ -22,6 +22,7 @@
 #include "shared/config/feature_schema.h"
 #include "shared/train/sparse_ids.h"
 #include "shared/util/error.h"
+#include "test_util/files.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
@@ -34,22 +35,13 @@
 
 namespace pstrain {
 namespace {
+using test::write_text;
+using test::write_gzip;
 
 namespace fs = std::filesystem;
 using test::error_of;
 using test::usage_error_of;
 
-void write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
-
-void write_gzip(const std::string& path, const std::string& text) {
-  gzFile f = gzopen(path.c_str(), "wb");
-  ASSERT_NE(f, nullptr);
-  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
-  gzclose(f);
-}
 
 // Every record of `data`: features, labels and IDs, read in one call.
 struct Records {

@@ -10,6 +10,7 @@
 #include "ps/sparse/sparse_store.h"
 #include "ps/sparse_service.h"
 #include "sparse_test_util.h"
+#include "test_util/job_shape.h"
 
 namespace pstrain {
 namespace {
@@ -29,13 +30,7 @@ ServerOptions store_options(int backup_workers) {
   return o;
 }
 
-JobShape job_shape() {
-  JobShape job;
-  job.total = 8;
-  job.total_steps = 10;
-  job.global_batch = 4;
-  return job;
-}
+JobShape job_shape() { return test::small_job_shape(); }
 
 // A store of one shard, 2 workers, one SGD table of 2 floats.
 struct Shard {

@@ -19,6 +19,7 @@
 #include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
 #include "sparse_test_util.h"
+#include "test_util/job_shape.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 
@@ -59,13 +60,7 @@ void fill(SparseStore& store) {
   }
 }
 
-JobShape job_shape() {
-  JobShape job;
-  job.total = 8;
-  job.total_steps = 10;
-  job.global_batch = 4;
-  return job;
-}
+JobShape job_shape() { return test::small_job_shape(); }
 
 // The table's bytes as one string (what a save must write).
 std::string table_bytes(const SparseStore& store) {

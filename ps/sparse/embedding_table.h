@@ -17,6 +17,7 @@
 #include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
+#include "shared/checkpoint/table_file.h"
 #include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
 
@@ -93,6 +94,8 @@ class EmbeddingTable {
   bool load(ByteReader& in, int shard, int num_ps, size_t max_bytes, std::string* error, bool new_job = false);
 
  private:
+  SavedTableHeader saved_header() const;  // what save() writes first; saved_size() counts from it
+
   struct Sighting {
     uint32_t count = 0;
     uint64_t last_seen = 0;

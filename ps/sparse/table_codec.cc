@@ -17,16 +17,20 @@ void EmbeddingTable::save(std::string* out) const {
   save(&sink);
 }
 
-uint64_t EmbeddingTable::saved_size() const {
+// The header of this table's saved form: its identity, and its row and sighting counts now.
+SavedTableHeader EmbeddingTable::saved_header() const {
   SavedTableHeader h;
+  h.table = options_.id;
   h.dim = dim();
   h.slots = static_cast<uint32_t>(slots());
   h.name = options_.name;
   h.optimizer = optimizer_kind();
   h.rows = index_.size();
   h.sightings = sightings_.size();
-  return saved_table_size(h);
+  return h;
 }
+
+uint64_t EmbeddingTable::saved_size() const { return saved_table_size(saved_header()); }
 
 // The rows are sorted by ID through (ID, row) pairs, 16 bytes a row, and written from the arena
 // in place: a save to a file holds no copy of the table's bytes.
@@ -39,15 +43,7 @@ void EmbeddingTable::save(ByteSink* out) const {
   seen.reserve(sightings_.size());
   for (const auto& [id, s] : sightings_) seen.push_back(SavedSighting{id, s.count, s.last_seen});
   std::sort(seen.begin(), seen.end(), [](const SavedSighting& a, const SavedSighting& b) { return a.id < b.id; });
-  SavedTableHeader h;
-  h.table = options_.id;
-  h.dim = dim();
-  h.slots = static_cast<uint32_t>(slots());
-  h.name = options_.name;
-  h.optimizer = optimizer_kind();
-  h.rows = rows.size();
-  h.sightings = seen.size();
-  SavedTableWriter writer(h, out);
+  SavedTableWriter writer(saved_header(), out);  // counts: the index's and sightings' sizes, as above
   for (const auto& [id, row] : rows) {
     const RowMeta& m = arena_.meta(row);
     writer.row(SavedRow{id, m.last_touched, m.updates}, arena_.values(row));
