@@ -29,7 +29,8 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 std::string first_difference(const std::vector<float>& got, const std::vector<float>& want) {
   for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      return "at " + std::to_string(i) + ": " + std::to_string(got[i]) + " against " + std::to_string(want[i]);
+      return "at " + std::to_string(i) + ": " + std::to_string(got[i]) + " against " +
+             std::to_string(want[i]);
     }
   }
   return got.size() == want.size() ? "none" : "sizes";
@@ -38,7 +39,8 @@ std::string first_difference(const std::vector<float>& got, const std::vector<fl
 struct Case {
   int planes, height, width, kernel, stride;
   PoolGeometry geometry() const {
-    return PoolGeometry{height, width, kernel, stride, (height - kernel) / stride + 1, (width - kernel) / stride + 1};
+    return PoolGeometry{
+        height, width, kernel, stride, (height - kernel) / stride + 1, (width - kernel) / stride + 1};
   }
   size_t in() const { return static_cast<size_t>(planes) * height * width; }
   size_t out() const {
@@ -121,8 +123,8 @@ std::vector<float> inputs(const Case& c, uint32_t seed) {
 // Planes below, at and past the block of 64; overlapping windows, windows that leave columns
 // over, a 2x2 max pooling that does not tile its plane (7x7: oneDNN's), strides past the window.
 const std::vector<Case> kCases = {
-    {3, 7, 7, 2, 2},    {64, 9, 8, 3, 1},  {150, 7, 6, 3, 2},  {37, 28, 28, 2, 2},
-    {70, 14, 14, 3, 2}, {5, 11, 13, 5, 3}, {129, 6, 6, 2, 1},  {16, 5, 9, 2, 3},
+    {3, 7, 7, 2, 2},    {64, 9, 8, 3, 1},  {150, 7, 6, 3, 2}, {37, 28, 28, 2, 2},
+    {70, 14, 14, 3, 2}, {5, 11, 13, 5, 3}, {129, 6, 6, 2, 1}, {16, 5, 9, 2, 3},
 };
 
 bool plain(const std::vector<float>& v) {
@@ -187,11 +189,13 @@ TEST(CpuPoolTest, APlaneDoesNotDependOnItsBlock) {
   const size_t skip_in = whole.in() - part.in(), skip_out = whole.out() - part.out();
   for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
     const Result all = run(*backend, kind, x, dy, whole);
-    const Result tail = run(*backend, kind, std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(skip_in), x.end()),
-                            std::vector<float>(dy.begin() + static_cast<std::ptrdiff_t>(skip_out), dy.end()), part);
-    EXPECT_TRUE(same_bits(tail.y, std::vector<float>(all.y.begin() + static_cast<std::ptrdiff_t>(skip_out), all.y.end())));
-    EXPECT_TRUE(
-        same_bits(tail.dx, std::vector<float>(all.dx.begin() + static_cast<std::ptrdiff_t>(skip_in), all.dx.end())));
+    const Result tail =
+        run(*backend, kind, std::vector<float>(x.begin() + static_cast<std::ptrdiff_t>(skip_in), x.end()),
+            std::vector<float>(dy.begin() + static_cast<std::ptrdiff_t>(skip_out), dy.end()), part);
+    EXPECT_TRUE(same_bits(
+        tail.y, std::vector<float>(all.y.begin() + static_cast<std::ptrdiff_t>(skip_out), all.y.end())));
+    EXPECT_TRUE(same_bits(
+        tail.dx, std::vector<float>(all.dx.begin() + static_cast<std::ptrdiff_t>(skip_in), all.dx.end())));
   }
 }
 
@@ -214,8 +218,8 @@ TEST(CpuPoolTest, StaysWithinItsScratch) {
           std::vector<float> scratch(need + kGuard, std::numeric_limits<float>::quiet_NaN());
           backend->pool(kind, x.data(), planes, g, y.data(), scratch.data());
           backend->pool_backward(kind, x.data(), y.data(), dy.data(), planes, g, dx.data(), scratch.data());
-          const bool untouched = std::all_of(scratch.begin() + static_cast<std::ptrdiff_t>(need), scratch.end(),
-                                             [](float v) { return std::isnan(v); });
+          const bool untouched = std::all_of(scratch.begin() + static_cast<std::ptrdiff_t>(need),
+                                             scratch.end(), [](float v) { return std::isnan(v); });
           EXPECT_TRUE(untouched) << c.text() << " planes " << planes << " on " << threads << " threads";
         }
       }

@@ -88,13 +88,13 @@ struct CpuPool::Impl {
       auto desc = [&](dnnl::prop_kind prop) {
         return dnnl::pooling_v2_forward::desc(prop, alg, e->x, e->y, strides, window, none, none, none);
       };
-      e->infer_pd =
-          dnnl::pooling_v2_forward::primitive_desc(desc(dnnl::prop_kind::forward_inference), user_scratchpad(), engine);
-      e->train_pd =
-          dnnl::pooling_v2_forward::primitive_desc(desc(dnnl::prop_kind::forward_training), user_scratchpad(), engine);
+      e->infer_pd = dnnl::pooling_v2_forward::primitive_desc(desc(dnnl::prop_kind::forward_inference),
+                                                             user_scratchpad(), engine);
+      e->train_pd = dnnl::pooling_v2_forward::primitive_desc(desc(dnnl::prop_kind::forward_training),
+                                                             user_scratchpad(), engine);
       e->back_pd = dnnl::pooling_v2_backward::primitive_desc(
-          dnnl::pooling_v2_backward::desc(alg, e->x, e->y, strides, window, none, none, none), user_scratchpad(),
-          engine, e->train_pd);
+          dnnl::pooling_v2_backward::desc(alg, e->x, e->y, strides, window, none, none, none),
+          user_scratchpad(), engine, e->train_pd);
       return *cache.emplace(key, std::move(e)).first->second;
     } catch (const dnnl::error& err) {
       throw Error("oneDNN " + shape_text(kind, planes, g) + ": " + err.what());
@@ -128,7 +128,8 @@ struct CpuPool::Impl {
   // Runs `block(entry, first plane, stream, slot's scratch)` on every block, blocks over the
   // threads; a oneDNN error becomes pstrain::Error naming the pooling.
   template <typename F>
-  void each_block(PoolKind kind, const PoolGeometry& g, int planes, float* scratch, const char* pass, F&& block) {
+  void each_block(PoolKind kind, const PoolGeometry& g, int planes, float* scratch, const char* pass,
+                  F&& block) {
     const std::vector<Entry*> es = entries(kind, g, planes, true);
     const size_t slot = slot_floats(es);
     std::atomic<int> next_slot{0};
@@ -177,38 +178,43 @@ size_t CpuPool::scratch_floats(PoolKind kind, int planes, const PoolGeometry& g)
   return most * static_cast<size_t>(impl_->slots(planes));
 }
 
-void CpuPool::forward(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y, float* scratch) {
+void CpuPool::forward(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y,
+                      float* scratch) {
   if (planes <= 0) return;
   Impl& im = *impl_;
-  const size_t in = static_cast<size_t>(g.height) * g.width, out = static_cast<size_t>(g.out_height) * g.out_width;
-  im.each_block(kind, g, planes, scratch, "forward", [&](Entry& e, size_t first, dnnl::stream& s, float* base) {
-    e.infer.execute(s, {{DNNL_ARG_SRC, memory(e.x, im.engine, const_cast<float*>(x) + first * in)},
-                        {DNNL_ARG_DST, memory(e.y, im.engine, y + first * out)},
-                        {DNNL_ARG_SCRATCHPAD, memory(e.infer_pd.scratchpad_desc(), im.engine, base)}});
-  });
+  const size_t in = static_cast<size_t>(g.height) * g.width,
+               out = static_cast<size_t>(g.out_height) * g.out_width;
+  im.each_block(
+      kind, g, planes, scratch, "forward", [&](Entry& e, size_t first, dnnl::stream& s, float* base) {
+        e.infer.execute(s, {{DNNL_ARG_SRC, memory(e.x, im.engine, const_cast<float*>(x) + first * in)},
+                            {DNNL_ARG_DST, memory(e.y, im.engine, y + first * out)},
+                            {DNNL_ARG_SCRATCHPAD, memory(e.infer_pd.scratchpad_desc(), im.engine, base)}});
+      });
 }
 
-void CpuPool::backward(PoolKind kind, const float* x, const float* dy, int planes, const PoolGeometry& g, float* dx,
-                       float* scratch) {
+void CpuPool::backward(PoolKind kind, const float* x, const float* dy, int planes, const PoolGeometry& g,
+                       float* dx, float* scratch) {
   if (planes <= 0) return;
   Impl& im = *impl_;
-  const size_t in = static_cast<size_t>(g.height) * g.width, out = static_cast<size_t>(g.out_height) * g.out_width;
-  im.each_block(kind, g, planes, scratch, "backward", [&](Entry& e, size_t first, dnnl::stream& s, float* base) {
-    float* pad = base + e.workspace_floats() + e.output_floats();
-    std::unordered_map<int, memory> args{
-        {DNNL_ARG_DIFF_DST, memory(e.y, im.engine, const_cast<float*>(dy) + first * out)},
-        {DNNL_ARG_DIFF_SRC, memory(e.x, im.engine, dx + first * in)},
-        {DNNL_ARG_SCRATCHPAD, memory(e.back_pd.scratchpad_desc(), im.engine, pad)}};
-    if (e.max) {  // the maxima's positions, from the block's forward run again
-      const memory ws(e.train_pd.workspace_desc(), im.engine, base);
-      e.train.execute(s, {{DNNL_ARG_SRC, memory(e.x, im.engine, const_cast<float*>(x) + first * in)},
-                          {DNNL_ARG_DST, memory(e.y, im.engine, base + e.workspace_floats())},
-                          {DNNL_ARG_WORKSPACE, ws},
-                          {DNNL_ARG_SCRATCHPAD, memory(e.train_pd.scratchpad_desc(), im.engine, pad)}});
-      args.emplace(DNNL_ARG_WORKSPACE, ws);
-    }
-    e.back.execute(s, args);
-  });
+  const size_t in = static_cast<size_t>(g.height) * g.width,
+               out = static_cast<size_t>(g.out_height) * g.out_width;
+  im.each_block(
+      kind, g, planes, scratch, "backward", [&](Entry& e, size_t first, dnnl::stream& s, float* base) {
+        float* pad = base + e.workspace_floats() + e.output_floats();
+        std::unordered_map<int, memory> args{
+            {DNNL_ARG_DIFF_DST, memory(e.y, im.engine, const_cast<float*>(dy) + first * out)},
+            {DNNL_ARG_DIFF_SRC, memory(e.x, im.engine, dx + first * in)},
+            {DNNL_ARG_SCRATCHPAD, memory(e.back_pd.scratchpad_desc(), im.engine, pad)}};
+        if (e.max) {  // the maxima's positions, from the block's forward run again
+          const memory ws(e.train_pd.workspace_desc(), im.engine, base);
+          e.train.execute(s, {{DNNL_ARG_SRC, memory(e.x, im.engine, const_cast<float*>(x) + first * in)},
+                              {DNNL_ARG_DST, memory(e.y, im.engine, base + e.workspace_floats())},
+                              {DNNL_ARG_WORKSPACE, ws},
+                              {DNNL_ARG_SCRATCHPAD, memory(e.train_pd.scratchpad_desc(), im.engine, pad)}});
+          args.emplace(DNNL_ARG_WORKSPACE, ws);
+        }
+        e.back.execute(s, args);
+      });
 }
 
 }  // namespace pstrain
