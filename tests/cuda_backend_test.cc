@@ -477,15 +477,18 @@ TEST_F(CudaBackendTest, ConvolutionAndPoolingOpsMatchCpu) {
     for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
       const auto run = [&](Backend& backend) {
         BufferPtr dx = put(backend, x), ddy = put(backend, dy), dy_out = backend.allocate(dy.size()),
-                  dgrad = backend.allocate(x.size());
-        backend.pool(kind, dx.get(), planes, g, dy_out.get());
-        backend.pool_backward(kind, dx.get(), dy_out.get(), ddy.get(), planes, g, dgrad.get());
+                  dgrad = backend.allocate(x.size()),
+                  scratch = backend.allocate(std::max<size_t>(backend.pool_scratch_floats(kind, planes, g), 1));
+        backend.pool(kind, dx.get(), planes, g, dy_out.get(), scratch.get());
+        backend.pool_backward(kind, dx.get(), dy_out.get(), ddy.get(), planes, g, dgrad.get(), scratch.get());
         std::vector<float> both = get(backend, dy_out.get(), dy.size());
         const std::vector<float> grad = get(backend, dgrad.get(), x.size());
         both.insert(both.end(), grad.begin(), grad.end());
         return both;
       };
-      expect_within(run(*gpu_), run(*cpu_), kind == PoolKind::kMax ? 0.0 : 1e-6,
+      // Max: the same choice; where windows overlap (stride below the window) a pixel's terms are added in
+      // oneDNN's order on the CPU (worker/cpu/cpu_pool.h), which can differ in the last bit.
+      expect_within(run(*gpu_), run(*cpu_), kind == PoolKind::kMax && stride >= kernel ? 0.0 : 1e-6,
                     std::string(kind == PoolKind::kMax ? "max" : "avg") + " pool " + std::to_string(kernel));
     }
   }

@@ -172,8 +172,9 @@ TEST(LayerOpsTest, PoolingAndItsGradientEqualTheirDefinitions) {
     const auto dy = random_floats(static_cast<size_t>(planes) * g.out_height * g.out_width, 6);
     for (const PoolKind kind : {PoolKind::kMax, PoolKind::kAverage}) {
       std::vector<float> y(dy.size()), dx(x.size());
-      backend->pool(kind, x.data(), planes, g, y.data());
-      backend->pool_backward(kind, x.data(), y.data(), dy.data(), planes, g, dx.data());
+      std::vector<float> scratch(backend->pool_scratch_floats(kind, planes, g));
+      backend->pool(kind, x.data(), planes, g, y.data(), scratch.data());
+      backend->pool_backward(kind, x.data(), y.data(), dy.data(), planes, g, dx.data(), scratch.data());
       std::vector<double> want_dx(x.size(), 0.0);
       for (int p = 0; p < planes; ++p)
         for (int oy = 0; oy < g.out_height; ++oy)

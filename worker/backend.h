@@ -151,11 +151,17 @@ class Backend {
   // The adjoint: dx[batch, C, H, W] = the sum of every col entry over the pixel it was read from.
   virtual void col2im(const float* col, int batch, const ConvGeometry& g, float* dx) = 0;
   // y[p, oy, ox] = max (or mean) of x[p] over the window at (oy*S, ox*S), for p < planes.
-  virtual void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) = 0;
+  // `scratch` holds pool_scratch_floats(kind, planes, g) floats (part of the
+  // memory plan; fewer planes need no more); 0 by default.
+  virtual size_t pool_scratch_floats(PoolKind kind, int planes, const PoolGeometry& g) const {
+    (void)kind, (void)planes, (void)g;
+    return 0;
+  }
+  virtual void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y, float* scratch) = 0;
   // dx of pool: max sends dy to the first position of its window holding the maximum, mean
   // spreads it evenly; dx is overwritten (sums over overlapping windows in a fixed order).
   virtual void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes,
-                             const PoolGeometry& g, float* dx) = 0;
+                             const PoolGeometry& g, float* dx, float* scratch) = 0;
   // y[r, c] = x[r, c] * (dropout_keep(keys[r], salt, c, rate) ? 1 / (1 - rate) : 0), keys in host
   // memory (one per row: the sample's record); y may be x. The same call is its own backward.
   virtual void dropout(const float* x, float* y, int rows, int cols, float rate, const uint64_t* keys,

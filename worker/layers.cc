@@ -77,12 +77,15 @@ class Conv final : public Layer {
 class Pool final : public Layer {
  public:
   Pool(PoolKind kind, const PoolGeometry& g) : kind_(kind), g_(g) {}
+  size_t col_floats(int batch, const Backend& backend) const override {
+    return backend.pool_scratch_floats(kind_, batch * in_.c, g_);
+  }
   void forward(LayerContext& ctx, const float*, const float* x, float* y, int batch) override {
-    ctx.backend.pool(kind_, x, batch * in_.c, g_, y);
+    ctx.backend.pool(kind_, x, batch * in_.c, g_, y, ctx.col);
   }
   void backward(LayerContext& ctx, const float*, const float* x, const float* y, const float* dy, float* dx, float*,
                 int batch, bool) override {
-    if (dx != nullptr) ctx.backend.pool_backward(kind_, x, y, dy, batch * in_.c, g_, dx);
+    if (dx != nullptr) ctx.backend.pool_backward(kind_, x, y, dy, batch * in_.c, g_, dx, ctx.col);
   }
 
  private:

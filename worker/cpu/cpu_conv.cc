@@ -9,33 +9,14 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "worker/cpu/onednn_util.h"
 #include "worker/cpu/thread_pool.h"
-
-// The OpenMP runtime oneDNN is built on (as in cpu_gemm.cc, without <omp.h>).
-extern "C" void omp_set_num_threads(int);
 
 namespace pstrain {
 namespace {
 
 using dnnl::memory;
 using tag = memory::format_tag;
-
-// Limits OpenMP to the calling thread, once per thread: oneDNN plans a primitive for the threads
-// OpenMP offers when it is created (a weight gradient split over threads sums across them) and
-// runs it on as many, so both must happen on threads limited to one.
-void one_openmp_thread() {
-  static thread_local const bool once = (omp_set_num_threads(1), true);
-  (void)once;
-}
-
-// Whole 64-byte lines of floats, so every region of the scratch starts on one.
-size_t floats_of(size_t bytes) { return (bytes + 63) / 64 * 16; }
-
-dnnl::primitive_attr user_scratchpad() {
-  dnnl::primitive_attr attr;
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  return attr;
-}
 
 // A reorder between the layers' layout and a primitive's; none when they are the same.
 struct Move {

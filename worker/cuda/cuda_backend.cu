@@ -349,14 +349,14 @@ class CudaBackend final : public Backend {
     kernels::col2im(col, batch, g, dx, stream_.get());
   }
 
-  void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y) override {
+  void pool(PoolKind kind, const float* x, int planes, const PoolGeometry& g, float* y, float*) override {
     PSTRAIN_CHECK(planes >= 0);
     ScopedDevice guard(device_);
     kernels::pool(kind, x, planes, g, y, stream_.get());
   }
 
   void pool_backward(PoolKind kind, const float* x, const float* y, const float* dy, int planes, const PoolGeometry& g,
-                     float* dx) override {
+                     float* dx, float*) override {
     PSTRAIN_CHECK(planes >= 0);
     ScopedDevice guard(device_);
     kernels::pool_backward(kind, x, y, dy, planes, g, dx, stream_.get());
