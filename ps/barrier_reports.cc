@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "shared/util/log.h"
 
 namespace pstrain {

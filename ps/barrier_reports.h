@@ -10,6 +10,7 @@
 
 #include "ps/store.h"
 #include "shared/net/transport.h"
+#include "shared/util/clock.h"
 #include "shared/wire/protocol.h"
 
 namespace pstrain {

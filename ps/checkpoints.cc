@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "shared/net/transport.h"
+#include "shared/util/clock.h"
 
 namespace pstrain {
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ps/dense_store.h"
+#include "shared/util/clock.h"
 
 namespace pstrain {
 

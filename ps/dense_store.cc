@@ -8,6 +8,7 @@
 
 #include "ps/dense_chunk.h"
 #include "ps/metrics.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/util/numeric.h"

@@ -1,5 +1,4 @@
 // pstrain-ps: one parameter-server shard.
-#include <exception>
 #include <iostream>
 
 #include "ps/frame_bound.h"
@@ -17,9 +16,10 @@
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 #include "shared/util/numeric.h"
+#include "shared/util/run_main.h"
 
 int main(int argc, char** argv) {
-  try {
+  return pstrain::run_main("pstrain-ps", [&]() -> int {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (options && options->check_config) {  // launch.sh --dry-run: the options are fine; start nothing
       if (!options->inject_faults.empty()) pstrain::parse_fault_rules(options->inject_faults);
@@ -64,14 +64,5 @@ int main(int argc, char** argv) {
     pstrain::ParameterServer server(pstrain::server_options(*options), *endpoint);
     server.serve();
     return 0;
-  } catch (const pstrain::UsageError& e) {
-    PSLOG(ERROR) << "pstrain-ps: " << e.what() << " (see --help)";
-    return 2;
-  } catch (const pstrain::Error& e) {
-    PSLOG(ERROR) << "pstrain-ps: " << e.what();
-    return 1;
-  } catch (const std::exception& e) {
-    PSLOG(ERROR) << "pstrain-ps: unexpected error: " << e.what();
-    return 1;
-  }
+  });
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 

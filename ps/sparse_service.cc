@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "shared/util/clock.h"
 #include "shared/util/log.h"
 #include "shared/wire/sparse_wire.h"
 

@@ -21,6 +21,7 @@
 #include "ps/server_options.h"
 #include "ps/sparse/sparse_store.h"
 #include "shared/net/transport.h"
+#include "shared/util/clock.h"
 #include "shared/wire/protocol.h"
 
 namespace pstrain {

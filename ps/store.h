@@ -15,6 +15,7 @@
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/checkpoint/checkpoint_store.h"
+#include "shared/util/clock.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/transport.h"
 

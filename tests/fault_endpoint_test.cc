@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/wire/protocol.h"
 

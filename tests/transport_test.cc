@@ -20,6 +20,7 @@
 #include "shared/net/curve.h"
 #include "shared/net/fault_endpoint.h"
 #include "shared/net/zmq_transport.h"
+#include "shared/util/clock.h"
 #include "test_util/idx_writer.h"
 
 namespace pstrain {

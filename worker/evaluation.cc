@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shared/config/feature_schema.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/metrics_sink.h"

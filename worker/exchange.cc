@@ -4,10 +4,12 @@
 #include <iterator>
 
 #include "shared/checkpoint/checkpoint_store.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/train/clip_norm.h"
 #include "shared/train/optimizer.h"
+#include "worker/ps_client.h"
 
 namespace pstrain {
 namespace {

@@ -12,9 +12,11 @@
 #include "shared/net/transport.h"
 #include "shared/train/optimizer.h"
 #include "worker/collective/collective.h"
-#include "worker/ps_client.h"
+#include "worker/ps_client_options.h"
 #include "worker/replica.h"
+#include "worker/sparse/row_source.h"
 #include "worker/stats_exchange.h"
+#include "worker/step_metrics.h"
 
 namespace pstrain {
 

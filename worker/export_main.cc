@@ -2,13 +2,12 @@
 // trained model").
 #include <boost/program_options.hpp>
 
-#include <exception>
 #include <iostream>
 #include <sstream>
 #include <string>
 
 #include "shared/util/error.h"
-#include "shared/util/log.h"
+#include "shared/util/run_main.h"
 #include "worker/export.h"
 #include "worker/export_formats.h"
 
@@ -46,7 +45,7 @@ std::vector<size_t> parse_shape(const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return pstrain::run_main("pstrain-export", [&]() -> int {
     pstrain::ExportOptions o;
     std::string hidden, input_shape;
     po::options_description visible("Options");
@@ -93,14 +92,5 @@ int main(int argc, char** argv) {
     if (!input_shape.empty()) o.input_shape = parse_shape(input_shape);
     pstrain::export_checkpoint(o);
     return 0;
-  } catch (const pstrain::UsageError& e) {
-    PSLOG(ERROR) << "pstrain-export: " << e.what() << " (see --help)";
-    return 2;
-  } catch (const pstrain::Error& e) {
-    PSLOG(ERROR) << "pstrain-export: " << e.what();
-    return 1;
-  } catch (const std::exception& e) {
-    PSLOG(ERROR) << "pstrain-export: unexpected error: " << e.what();
-    return 1;
-  }
+  });
 }

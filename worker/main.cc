@@ -4,7 +4,6 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <exception>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -16,10 +15,10 @@
 #include "shared/util/error.h"
 #include "shared/net/fault_endpoint.h"
 #include "shared/util/file_util.h"
-#include "shared/util/log.h"
 #include "shared/net/shared_memory.h"
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
+#include "shared/util/run_main.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/collective/ring_wire.h"
 #include "worker/cpu/cpu_gemm.h"
@@ -125,7 +124,7 @@ int check_config(const pstrain::JobOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
+  return pstrain::run_main("pstrain-worker", [&]() -> int {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (options && options->check_config) return check_config(*options);
     if (options && options->print_kernels) {
@@ -190,14 +189,5 @@ int main(int argc, char** argv) {
       return o.push_jitter_ms > 0 ? pstrain::with_push_jitter(std::move(exchange), o.push_jitter_ms) : std::move(exchange);
     }, &g_stop_requested);
     return 0;
-  } catch (const pstrain::UsageError& e) {
-    PSLOG(ERROR) << "pstrain-worker: " << e.what() << " (see --help)";
-    return 2;
-  } catch (const pstrain::Error& e) {
-    PSLOG(ERROR) << "pstrain-worker: " << e.what();
-    return 1;
-  } catch (const std::exception& e) {
-    PSLOG(ERROR) << "pstrain-worker: unexpected error: " << e.what();
-    return 1;
-  }
+  });
 }

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shared/util/clock.h"
 #include "shared/util/log.h"
 #include "worker/metrics_sink.h"
 #include "worker/target_metrics.h"

@@ -11,8 +11,8 @@
 
 #include "shared/train/optimizer.h"
 #include "shared/util/modes.h"
-#include "shared/net/transport.h"
-#include "worker/ps_client.h"
+#include "shared/util/clock.h"
+#include "worker/step_metrics.h"
 
 namespace pstrain {
 

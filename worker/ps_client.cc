@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"

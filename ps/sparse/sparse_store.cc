@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "shared/train/optimizer.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"

@@ -19,6 +19,7 @@
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/net/transport.h"
 #include "shared/train/optimizer.h"
+#include "shared/util/clock.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/wire/protocol.h"

@@ -18,10 +18,9 @@
 #include <vector>
 
 #include "shared/net/frame.h"
+#include "shared/util/clock.h"
 
 namespace pstrain {
-
-using Clock = std::chrono::steady_clock;
 
 struct Message {
   std::string route;  // server side: the routing id of the peer

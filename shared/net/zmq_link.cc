@@ -3,6 +3,7 @@
 // marks.
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 
 namespace pstrain {

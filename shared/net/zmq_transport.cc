@@ -3,6 +3,7 @@
 #include <random>
 
 #include "shared/net/disconnect_monitor.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/net/local_channel.h"
 #include "shared/util/log.h"

@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 
 namespace pstrain {

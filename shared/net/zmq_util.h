@@ -7,6 +7,7 @@
 #include <zmq.hpp>
 
 #include "shared/net/transport.h"
+#include "shared/util/clock.h"
 
 namespace pstrain {
 

@@ -1,9 +1,11 @@
 #include "shared/util/save_progress.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <utility>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 

@@ -4,10 +4,10 @@
 // it and lose what it saves.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
 
+#include "shared/util/clock.h"
 #include "shared/util/file_util.h"
 
 namespace pstrain {
@@ -27,7 +27,6 @@ class SaveProgress final : public ByteSink {
   std::string done_text() const;
 
  private:
-  using Clock = std::chrono::steady_clock;
   const std::string what_;
   const uint64_t total_;
   const Clock::time_point start_;

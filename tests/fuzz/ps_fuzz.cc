@@ -15,6 +15,7 @@
 #include <string>
 
 #include "ps/server.h"
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/transport.h"

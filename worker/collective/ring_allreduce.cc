@@ -6,6 +6,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "worker/collective/collective.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"

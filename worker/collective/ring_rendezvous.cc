@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/collective/ring_wire.h"

@@ -24,6 +24,7 @@
 #include <random>
 #include <sstream>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/net/shared_memory.h"

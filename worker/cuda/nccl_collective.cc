@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "shared/net/transport.h"
