@@ -9,10 +9,10 @@ import os
 import re
 import subprocess
 
-# Variables that would place a process in a cluster (shared/cluster_env.h). A process on another
+# Variables that would place a process in a cluster (shared/config/cluster_env.h). A process on another
 # host, or in a Slurm step or under mpirun, gets its own; the check runs here, without ours.
 _CLUSTER_ENV = re.compile(r"TF_CONFIG|SLURMD?_.*|OMPI_.*|PSTRAIN_ROLE_.*")
-_LOG_PREFIX = re.compile(r"^[0-9:.]+ [DIWE] ", re.M)  # shared/log.h's time and level
+_LOG_PREFIX = re.compile(r"^[0-9:.]+ [DIWE] ", re.M)  # shared/util/log.h's time and level
 TIMEOUT_S = 30
 
 
