@@ -31,17 +31,12 @@
 
 namespace pstrain {
 namespace {
-using test::write_text;
-using test::write_gzip;
-
 namespace fs = std::filesystem;
 using test::error_of;
 using test::parse_worker_flags;
 using test::usage_error_of;
-
-
-
-
+using test::write_gzip;
+using test::write_text;
 
 // A line of 40 fields: `fields` replaces the first ones of a valid default line.
 std::string line_of(const std::vector<std::string>& fields) {
@@ -540,7 +535,6 @@ TEST_F(CriteoData, OtherFormatsHaveNoIds) {
   EXPECT_EQ(error_of([&] { csv->read_ids(&rec, 1, &ids); }),
             "this data has no categorical IDs (only Criteo data has them: docs/data.md)");
 }
-
 
 TEST(CriteoFlags, ExtensionsAndDataFormat) {
   EXPECT_EQ(parse_data_files("d/day_0.tsv", "--train-data").format, "criteo");

@@ -38,16 +38,13 @@
 
 namespace pstrain {
 namespace {
-using test::write_text;
-
 using test::child_peak_rss_kib;
+using test::write_text;
 
 namespace fs = std::filesystem;
 using test::error_of;
 using test::parse_worker_flags;
 using test::usage_error_of;
-
-
 
 // ---- writing test files ----
 
@@ -559,7 +556,6 @@ TEST_F(CsvData, MalformedFilesAreErrors) {
 }
 
 // ---- the flags: grammar, classes, and the test set ----
-
 
 TEST(DataFlags, Grammar) {
   const DataFiles csv = parse_data_files("d/Train.CSV.gz", "--train-data");

@@ -35,13 +35,11 @@
 
 namespace pstrain {
 namespace {
-using test::write_text;
-using test::write_gzip;
-
 namespace fs = std::filesystem;
 using test::error_of;
 using test::usage_error_of;
-
+using test::write_gzip;
+using test::write_text;
 
 // Every record of `data`: features, labels and IDs, read in one call.
 struct Records {

@@ -30,13 +30,12 @@ ServerOptions store_options(int backup_workers) {
   return o;
 }
 
-JobShape job_shape() { return test::small_job_shape(); }
 
 // A store of one shard, 2 workers, one SGD table of 2 floats.
 struct Shard {
   explicit Shard(int backup_workers = 0)
       : options(store_options(backup_workers)),
-        store(sparse_store_options(options, job_shape()), ModeCode::kSync, 0, 0) {}
+        store(sparse_store_options(options, test::small_job_shape()), ModeCode::kSync, 0, 0) {}
   const ServerOptions options;
   SparseStore store;
 };
