@@ -34,6 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::error_of;
 using test::parse_worker_flags;
+using test::read_file;
 using test::usage_error_of;
 using test::write_gzip;
 using test::write_text;
@@ -442,6 +443,30 @@ TEST_F(CriteoData, FieldsListingSeveralIdsReadBackAsParsedInAnyOrder) {
   open_criteo_dataset(dir_.path + "/one.tsv", cache_ + "/one", false, {});
   ASSERT_EQ(std::distance(fs::directory_iterator(cache_ + "/one"), fs::directory_iterator()), 1);
   EXPECT_EQ(fs::file_size(fs::directory_iterator(cache_ + "/one")->path()), 56u + 50u * 268u);
+}
+
+// Workers of one host parse the same file into one cache directory at once (each writes its own
+// copy, the last rename wins). A writer's scratch file for the lists must not collide with the
+// one a racing writer has open: here the name that writer used is taken, and this parse still
+// succeeds and reads back what the first one did (CI once saw "(being written).lists: cannot
+// create: File exists" end one worker of three).
+TEST_F(CriteoData, WritersRacingOnACacheOfListsEachHaveTheirOwnScratchFile) {
+  const std::string path = dir_.path + "/race.tsv";
+  write_text(path, random_list_lines(60, 5));
+  const std::unique_ptr<Dataset> first = open_criteo_dataset(path, cache_ + "/first", false, {});
+  ASSERT_EQ(std::distance(fs::directory_iterator(cache_ + "/first"), fs::directory_iterator()), 1);
+  const std::string name = fs::directory_iterator(cache_ + "/first")->path().filename().string();
+  fs::create_directories(cache_ + "/second");
+  const std::string taken = cache_ + "/second/" + name + " (being written).lists";
+  write_text(taken, "another writer's lists");
+  std::unique_ptr<Dataset> second;
+  ASSERT_NO_THROW(second = open_criteo_dataset(path, cache_ + "/second", false, {}));
+  std::vector<size_t> order(first->size());
+  std::iota(order.begin(), order.end(), 0);
+  EXPECT_TRUE(read_all(*second, order) == read_all(*first, order));
+  EXPECT_TRUE(fs::exists(cache_ + "/second/" + name));
+  EXPECT_EQ(read_file(taken), "another writer's lists");  // the other writer's file is untouched
+  EXPECT_EQ(std::distance(fs::directory_iterator(cache_ + "/second"), fs::directory_iterator()), 2);
 }
 
 // A cache file of the format before lists (PSCTR01: 264-byte records) is not read as this one: the

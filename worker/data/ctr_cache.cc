@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "shared/util/error.h"
@@ -163,11 +164,8 @@ class Converter {
 
   void add_lists(const std::vector<uint64_t>& ids) {
     if (list_ids_ + ids.size() >= kMaxListOffset) throw Error(path_ + ": more than 2^48 IDs in lists");
-    if (lists_fd_ < 0) {
-      const std::string name = tmp_ + ".lists";
-      lists_fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-      if (lists_fd_ < 0) throw Error(name + ": cannot create: " + errno_text(errno));
-      ::unlink(name.c_str());  // gone with the descriptor, whatever happens
+    if (lists_fd_ < 0) {  // each writer its own: workers racing on one cache file (file_io.h)
+      lists_fd_ = open_scratch_file(std::filesystem::path(tmp_).parent_path().string(), tmp_ + ".lists");
     }
     const size_t at = lists_.size();
     lists_.resize(at + ids.size() * sizeof(uint64_t));

@@ -179,4 +179,18 @@ void create_file_atomically(const std::string& dst,
   }
 }
 
+int open_scratch_file(const std::string& dir, const std::string& what) {
+  const std::string where = dir.empty() ? "." : dir;
+  int fd = ::open(where.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL) {
+    throw Error(what + ": cannot create: " + errno_text(errno));
+  }
+  std::string name = where + "/.pstrain-scratch-XXXXXX";  // no O_TMPFILE here: a unique name
+  fd = ::mkostemp(&name[0], O_CLOEXEC);
+  if (fd < 0) throw Error(what + ": cannot create: " + errno_text(errno));
+  ::unlink(name.c_str());
+  return fd;
+}
+
 }  // namespace pstrain

@@ -59,4 +59,10 @@ std::string parsed_cache_path(const std::string& path, const std::string& cache_
 void create_file_atomically(const std::string& dst,
                             const std::function<void(int fd, const std::string& tmp_name)>& write);
 
+// An unnamed read-write scratch file in `dir` (O_TMPFILE; where the file system has none, a
+// uniquely named file unlinked at once): it is gone with the descriptor, whatever happens, and
+// processes racing on one cache file each get their own. Returns the descriptor (O_CLOEXEC; the
+// caller closes it); throws pstrain::Error naming `what` and the errno text.
+int open_scratch_file(const std::string& dir, const std::string& what);
+
 }  // namespace pstrain
