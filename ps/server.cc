@@ -1,7 +1,6 @@
 #include "ps/server.h"
 
 #include <algorithm>
-#include <sstream>
 
 #include "shared/util/clock.h"
 #include "shared/util/file_util.h"
@@ -11,14 +10,6 @@ namespace pstrain {
 namespace {
 
 constexpr double kCloseSeconds = 5;
-
-std::string printable(const std::string& route) {
-  std::ostringstream os;
-  os << "peer 0x";
-  const char* hex = "0123456789abcdef";
-  for (unsigned char c : route) os << hex[c >> 4] << hex[c & 15];
-  return os.str();
-}
 
 // ZeroMQ may place a small frame anywhere in its receive buffer; the PS reads (and accumulates
 // into) payloads as floats, so a misaligned one is moved to a fresh, aligned allocation. Large
@@ -237,7 +228,7 @@ void ParameterServer::on_done(const Message& msg, const Header& h) {
 
 void ParameterServer::reject(const std::string& route, uint64_t request_id, const std::string& why) {
   ++rejected_;
-  PSLOG(WARN) << "ps" << options_.index << ": rejected a message from " << printable(route) << ": " << why;
+  PSLOG(WARN) << "ps" << options_.index << ": rejected a message from " << peer_name(route) << ": " << why;
   answer(route, Op::kError, request_id, why);
 }
 
@@ -262,9 +253,13 @@ void ParameterServer::reply(const std::string& route, Header h, Frame* payload) 
   // not block on it while the other workers wait.
   std::string error;
   if (!endpoint_.send(std::move(out), Clock::now(), &error)) {
-    PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << printable(route) << ": " << error;
+    if (drops_.dropped(route)) {
+      PSLOG(WARN) << "ps" << options_.index << ": dropped a reply to " << peer_name(route) << ": " << error
+                  << " (and any more to it, unlogged, until one goes)";
+    }
     return;
   }
+  drops_.sent(route);
   bytes_out_ += bytes;
 }
 

@@ -18,6 +18,7 @@
 #include "ps/checkpoints.h"
 #include "ps/dense_service.h"
 #include "ps/membership.h"
+#include "ps/peer_log.h"
 #include "ps/policy.h"
 #include "ps/replier.h"
 #include "ps/server_options.h"
@@ -77,6 +78,7 @@ class ParameterServer : private Replier {
   // Message frame bytes received and handed to the endpoint (headers and payload frames; values
   // in shared memory are not frames), for the PARAMS headers' b_in and b_out.
   uint64_t bytes_in_ = 0, bytes_out_ = 0;
+  ReplyDrops drops_;  // peers whose replies cannot go, logged once each (ps/peer_log.h)
   long rss_start_kib_ = 0;  // resident memory when serve() began (the last line shows it beside the peak)
 };
 
