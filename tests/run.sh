@@ -5,7 +5,7 @@
 #   asan      the whole suite again but the cluster and memory checks, built with clang's AddressSanitizer +
 #             UndefinedBehaviorSanitizer
 #   tsan      the tests labelled threads (threads, processes, sockets), built with ThreadSanitizer
-#   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 60)
+#   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 30; ps_fuzz twice that)
 #
 #   tests/run.sh                    all four stages (what CI runs)
 #   tests/run.sh -R Mirrored -V     arguments: only the main build's ctest, with them
@@ -95,7 +95,7 @@ stage_tsan() {
 
 stage_fuzz() {
   [[ -x $main_build-asan/tests/fuzz/ps_fuzz ]] || sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
-  bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-60}"
+  bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-30}"
 }
 
 failed=()
