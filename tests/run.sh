@@ -23,8 +23,27 @@ source "$repo/launch/setup.sh"
 # (tests/cluster/); clang with its sanitizer and libFuzzer runtimes; pgrep; ccache (the builds reuse
 # the objects of the last run on this machine: launch/setup.sh).
 PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps slurmctld slurmd slurm-client munge
-  openmpi-bin clang libclang-rt-14-dev ccache)
+  openmpi-bin clang libclang-rt-14-dev ccache python3-venv)
 pstrain_setup </dev/null || exit $?
+
+# The tests' Python (tests/python.sh runs the Python tests with it): <repo>/.venv, made from
+# Debian's python3 so that it sees Debian's numpy and matplotlib, with what Debian 12 lacks from
+# PyPI: tensorboard (the real reader of the event files the worker writes) and safetensors. Not
+# torch: PyPI's Linux wheel brings CUDA's libraries (gigabytes); torch_loading skips without it.
+# Where PyPI cannot be reached, a warning: the tests that need these skip, saying so.
+test_python() {
+  local venv=$repo/.venv python=/usr/bin/python3
+  [[ -x $python ]] || python=$(command -v python3)
+  if [[ ! -x $venv/bin/python3 ]] && ! "$python" -m venv --system-site-packages "$venv" </dev/null; then
+    echo "tests: warning: cannot make $venv (python3 -m venv): the tensorboard and safetensors checks will skip"
+    return 0
+  fi
+  "$venv/bin/python3" -c 'import tensorboard, safetensors' 2>/dev/null && return 0
+  echo "tests: installing tensorboard and safetensors into $venv (PyPI)"
+  "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'tensorboard>=2.14' 'safetensors>=0.4' \
+    </dev/null || echo "tests: warning: pip could not install them: the tensorboard and safetensors checks will skip"
+}
+test_python
 main_build=$(pstrain_build_dir)
 jobs=$(nproc 2>/dev/null || echo 2)
 
