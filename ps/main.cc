@@ -5,6 +5,7 @@
 #include "ps/options_from_job.h"
 #include "ps/server.h"
 #include "shared/config/cluster_env.h"
+#include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
@@ -23,7 +24,11 @@ int main(int argc, char** argv) {
     const auto options = pstrain::parse_job_options(pstrain::Role::kPs, argc, argv);
     if (options && options->check_config) {  // launch.sh --dry-run: the options are fine; start nothing
       if (!options->inject_faults.empty()) pstrain::parse_fault_rules(options->inject_faults);
-      std::cout << "pstrain-ps: configuration OK" << std::endl;
+      if (options->check_config_json) {
+        std::cout << pstrain::job_json(*options, pstrain::job_topology(*options)) << std::endl;
+      } else {
+        std::cout << "pstrain-ps: configuration OK" << std::endl;
+      }
       return 0;
     }
     if (options && options->print_kernels) {

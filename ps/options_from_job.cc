@@ -1,6 +1,7 @@
 #include "ps/options_from_job.h"
 
 #include "ps/shard_memory.h"
+#include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
 #include "shared/train/row_init.h"
 
@@ -15,13 +16,12 @@ std::string max_shard_text(const JobOptions& o) {
 }
 
 ServerOptions server_options(const JobOptions& o) {
+  const JobTopology topology = job_topology(o);
   ServerOptions s;
   s.index = o.index;
   s.num_ps = o.num_ps;
   s.num_workers = o.num_workers;
-  // Hybrid mode (--mode allreduce with embedding tables): the shards hold the tables, whose steps
-  // are sync steps (the workers all-reduce the dense parameters among themselves).
-  s.mode = o.mode == Mode::kAllreduce && o.embedding_dim > 0 ? Mode::kSync : o.mode;
+  s.mode = topology.ps_mode;  // hybrid mode: the tables' steps are sync steps
   s.staleness = o.staleness;
   s.backup_workers = o.backup_workers;
   s.optimizer = o.optimizer;
@@ -32,17 +32,17 @@ ServerOptions server_options(const JobOptions& o) {
   s.stall_report_s = o.stall_report_s;
   s.ipc = o.ipc;
   s.checkpoint = checkpoint_options(o);
-  const std::vector<std::string> names = embedding_table_names(o);
+  const std::vector<std::string>& names = topology.tables;
   for (size_t t = 0; t < names.size(); ++t) {
     TableOptions table;
     table.name = names[t];
     table.id = static_cast<uint32_t>(t);
     table.dim = static_cast<size_t>(o.embedding_dim);
-    table.optimizer.kind = o.embedding_optimizer;
+    table.optimizer.kind = table_optimizer_name(topology.choices.embedding_optimizer);
     table.optimizer.beta1 = o.optimizer.beta1;
     table.optimizer.beta2 = o.optimizer.beta2;
     table.optimizer.epsilon = o.optimizer.epsilon;
-    table.init.kind = row_init_for(o.embedding_optimizer);
+    table.init.kind = row_init_for(topology.choices.embedding_optimizer);
     table.seed = o.seed;
     table.min_count = static_cast<uint32_t>(o.embedding_min_count);
     table.expiry_steps = static_cast<uint64_t>(o.embedding_expiry);

@@ -243,7 +243,7 @@ namespace {
 class HybridExchange final : public Exchange {
  public:
   HybridExchange(std::unique_ptr<Exchange> dense, const ExchangeOptions& o, uint64_t total, Endpoint& servers)
-      : dense_(std::move(dense)), client_(tables_client(o.client), total, servers), num_ps_(o.client.num_ps) {}
+      : dense_(std::move(dense)), client_(o.client, total, servers), num_ps_(o.client.num_ps) {}
 
   uint64_t start(float* host_params, uint64_t total_steps) override {
     // Both sides take the newest checkpoint that is complete (its manifest) and whose every file,
@@ -282,12 +282,6 @@ class HybridExchange final : public Exchange {
   StatsExchange* stats_exchange() override { return dense_->stats_exchange(); }
 
  private:
-  // The tables' sync barrier: the client speaks sync to the PS (the dense all-reduce is the workers').
-  static PsClientOptions tables_client(PsClientOptions o) {
-    o.mode = Mode::kSync;
-    return o;
-  }
-
   std::unique_ptr<Exchange> dense_;
   PsClient client_;
   const int num_ps_;

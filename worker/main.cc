@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "shared/config/cluster_env.h"
+#include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
 #include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
@@ -117,7 +118,11 @@ pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
 int check_config(const pstrain::JobOptions& o) {
   if (!o.model.empty()) pstrain::parse_model(o.model);
   worker_fault_rules(o);
-  std::cout << "pstrain-worker: configuration OK" << std::endl;
+  if (o.check_config_json) {
+    std::cout << pstrain::job_json(o, pstrain::job_topology(o)) << std::endl;
+  } else {
+    std::cout << "pstrain-worker: configuration OK" << std::endl;
+  }
   return 0;
 }
 
@@ -180,7 +185,7 @@ int main(int argc, char** argv) {
     // Hybrid mode: the dense parameters all-reduced, the embedding tables on the PS shards.
     const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
       auto dense = make_dense_exchange(total, replica);
-      if (o.mode != pstrain::Mode::kAllreduce || o.embedding_dim == 0) return dense;
+      if (!pstrain::job_topology(o).hybrid) return dense;
       servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
       return pstrain::make_hybrid_exchange(std::move(dense), pstrain::exchange_options(o), total, *servers);
     };

@@ -5,6 +5,7 @@
 
 #include "shared/config/cluster_env.h"
 #include "shared/config/feature_schema.h"
+#include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
 #include "shared/train/row_init.h"
 
@@ -41,7 +42,7 @@ PsClientOptions ps_client_options(const JobOptions& o) {
   c.index = o.index;
   c.num_workers = o.num_workers;
   c.num_ps = o.num_ps;
-  c.mode = o.mode;
+  c.mode = job_topology(o).ps_mode;  // hybrid mode: the tables' steps are sync steps
   c.backup_workers = o.backup_workers;
   const std::vector<int> shares = worker_shares(o);
   c.samples_per_step = std::accumulate(shares.begin(), shares.end(), uint64_t{0},
@@ -68,14 +69,16 @@ ExchangeOptions exchange_options(const JobOptions& o) {
 EmbeddingSetup embedding_setup(const JobOptions& o) {
   EmbeddingSetup e;
   e.dim = static_cast<uint32_t>(o.embedding_dim);
-  e.per_field_tables = o.embedding_tables == "per-field";
-  e.tables = embedding_table_names(o);
-  e.init = row_init_name(row_init_for(o.embedding_optimizer));  // as the PS makes its tables
+  const JobTopology topology = job_topology(o);
+  const JobChoices& c = topology.choices;
+  e.per_field_tables = c.embedding_tables == EmbeddingTables::kPerField;
+  e.tables = topology.tables;
+  e.init = row_init_name(row_init_for(c.embedding_optimizer));  // as the PS makes its tables
   e.seed = o.seed;
   e.min_count = o.embedding_min_count;
-  e.optimizer = o.embedding_optimizer;
+  e.optimizer = table_optimizer_name(c.embedding_optimizer);
   e.num_ps = o.num_ps;
-  e.pool = o.embedding_pool == "mean" ? EmbeddingPool::kMean : EmbeddingPool::kSum;
+  e.pool = c.embedding_pool;
   if (!o.schema.empty()) e.schema = load_feature_schema(o.schema).canonical();
   return e;
 }
@@ -89,8 +92,9 @@ EvaluateOptions evaluate_options(const JobOptions& o) {
   e.data = data_options(o);
   e.backend = backend_options(o);
   e.embedding_dim = o.embedding_dim;
-  e.per_field_tables = o.embedding_tables == "per-field";
-  e.pool = embedding_setup(o).pool;
+  const EmbeddingSetup tables = embedding_setup(o);
+  e.per_field_tables = tables.per_field_tables;
+  e.pool = tables.pool;
   return e;
 }
 
@@ -131,9 +135,9 @@ TrainOptions train_options(const JobOptions& o) {
   t.label_smoothing = static_cast<float>(o.label_smoothing);
   t.huber_delta = static_cast<float>(o.huber_delta);
   t.embedding_dim = o.embedding_dim;
-  t.per_field_tables = o.embedding_tables == "per-field";
-  t.num_ps = o.num_ps;
   t.embeddings = embedding_setup(o);
+  t.per_field_tables = t.embeddings.per_field_tables;
+  t.num_ps = o.num_ps;
   t.epochs = o.epochs;
   t.steps = o.steps;
   t.seed = o.seed;
@@ -152,8 +156,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.data = data_options(o);
   t.backend = backend_options(o);
   t.checkpoint = checkpoint_options(o);
-  // allreduce: the chief's one file; hybrid: the PS shards' tables, then the chief's dense vector
-  t.checkpoint_shards = o.mode == Mode::kAllreduce ? 1 + t.checkpoint.table_shards : o.num_ps;
+  t.checkpoint_shards = job_topology(o).checkpoint_shards;
   t.evaluation = EvaluationOptions{o.index, o.num_workers, o.mode, o.backup_workers};
   t.progress = ProgressOptions{o.mode, o.num_workers, o.num_ps, o.epochs, o.log_every, o.optimizer, o.loss};
   t.placement = [o](const std::string& device) { return describe_placement(o, device); };

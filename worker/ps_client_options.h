@@ -12,7 +12,7 @@ struct PsClientOptions {
   int index = 0;                  // this worker's index
   int num_workers = 1;            // N (HELLO: the shards check it)
   int num_ps = 1;                 // S: the endpoint's peers, in shard order
-  Mode mode = Mode::kSync;        // sync | async | ssp (HELLO: the shards check it)
+  Mode mode = Mode::kSync;        // sync | async | ssp (HELLO: the shards check it); hybrid mode: sync
   int backup_workers = 0;         // sync: a PARAMS may carry a newer version than pulled
   uint64_t samples_per_step = 64;  // all workers' samples of a global step (HELLO: every worker must agree)
   double timeout_s = 60;          // --timeout: every wait but HELLO's

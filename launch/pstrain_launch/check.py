@@ -5,6 +5,7 @@ config file as a start would, print "configuration OK" and exit 0, or exit 2 nam
 refuse), so a dry run refuses what the job would refuse, with the binaries' own words.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -53,3 +54,20 @@ def run(label, command, env):
     if done.returncode != 2:  # not a usage error, yet a start would end the same way
         said += f" (exit status {done.returncode})" if done.returncode > 0 else f" (signal {-done.returncode})"
     return Result(label, binary, refused=said)
+
+
+def resolved_job(binary, config, job_flags, env):
+    """The job as the binaries resolve it from the config file and the job flags (shared/config/
+    job_topology.h): `binary --config CONFIG JOB_FLAGS --check-config --json`'s JSON object, so the
+    launcher takes the mode, hybrid mode and the counts from them rather than restating their rules.
+    None where the binary cannot say: not built, older than --json, a test's stand-in, or a job it
+    refuses (the launcher then reads the config file itself and names what is wrong as before)."""
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        return None
+    try:
+        done = subprocess.run([binary, "--config", config, *job_flags, "--check-config", "--json"],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=TIMEOUT_S)
+        job = json.loads(done.stdout) if done.returncode == 0 else None
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        return None
+    return job if isinstance(job, dict) and "hybrid" in job else None

@@ -146,19 +146,30 @@ class Settings:
         if not os.path.isfile(config):
             raise UsageError(f"config file not found: {config}")
         self.config = os.path.abspath(config)
-        self.mode = job_flag(extra, "mode") or config_value("mode", self.config) or "sync"
+        build_dir = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(REPO, "build")
+        self.ps_bin = os.environ.get("PSTRAIN_PS_BIN") or os.path.join(build_dir, "pstrain-ps")
+        self.worker_bin = os.environ.get("PSTRAIN_WORKER_BIN") or os.path.join(build_dir, "pstrain-worker")
+        self.keygen_bin = os.environ.get("PSTRAIN_KEYGEN_BIN") or os.path.join(build_dir, "pstrain-keygen")
+        self.launcher = self._launcher(flags)
+        # The job as the binaries resolve it (--check-config --json): its mode, hybrid mode and
+        # counts by their rules, the config file read by their parser. None: see resolved_job.
+        counts = [a for flag, value in (("--num-ps", flags.num_ps), ("--num-workers", flags.num_workers))
+                  if value is not None for a in (flag, str(value))]
+        self.job = check.resolved_job(self.ps_bin, self.config, extra + counts, check.environment(self.launcher))
+        self.mode = self.job_value("mode", "mode") or "sync"
         self.num_ps = require_int("--num-ps", flags.num_ps or config_value("num-ps", self.config) or 1, 1)
         self.num_workers = require_int("--num-workers",
                                        flags.num_workers or config_value("num-workers", self.config) or 1, 1)
-        embedding_dim = job_flag(extra, "embedding-dim") or config_value("embedding-dim", self.config) or "0"
-        # Hybrid mode (docs/sparse.md): allreduce with embedding tables keeps PS shards for the tables.
-        self.hybrid = self.mode == "allreduce" and embedding_dim.strip() not in ("", "0")
+        if self.job is not None:
+            self.hybrid = self.job["hybrid"]  # also where the tables come from --model "embedding D, ..."
+        else:  # the binaries' rule (shared/config/job_topology.cc), on the flag and config key alone
+            embedding_dim = job_flag(extra, "embedding-dim") or config_value("embedding-dim", self.config) or "0"
+            self.hybrid = self.mode == "allreduce" and embedding_dim.strip() not in ("", "0")
         if self.mode == "allreduce" and not self.hybrid:
             self.num_ps = 0  # the workers all-reduce among themselves: no PS
         self.transport = flags.transport
         if self.transport not in ("ipc", "tcp"):
             raise UsageError(f"--transport: '{self.transport}' is not ipc or tcp")
-        self.launcher = self._launcher(flags)
         self.hosts = self._hosts(flags)
         self.devices = self._devices(flags)
         remote = self.launcher != "local"
@@ -183,7 +194,7 @@ class Settings:
         resume = flags.resume
         if resume and not any(a == "--resume" or a.startswith("--resume=") for a in self.extra):
             self.extra = self.extra + ["--resume=auto" if resume == "auto" else "--resume"]
-        self.checkpointing = bool(job_flag(self.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.config))
+        self.checkpointing = bool(self.job_value("checkpoint_dir", "checkpoint-dir"))
         if flags.resume and not self.checkpointing:
             raise UsageError("--resume needs the job's --checkpoint-dir (after --, or in the config file)")
         self.checkpoint_grace = require_int("PSTRAIN_CHECKPOINT_GRACE",
@@ -205,10 +216,6 @@ class Settings:
         self.start_timeout = require_int("PSTRAIN_START_TIMEOUT", os.environ.get("PSTRAIN_START_TIMEOUT", "60"), 1)
         self.ps_exit_timeout = require_int("PSTRAIN_PS_EXIT_TIMEOUT", os.environ.get("PSTRAIN_PS_EXIT_TIMEOUT", "30"), 0)
         self.stop_grace = require_int("PSTRAIN_STOP_GRACE", os.environ.get("PSTRAIN_STOP_GRACE", "5"), 0)
-        build_dir = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(REPO, "build")
-        self.ps_bin = os.environ.get("PSTRAIN_PS_BIN") or os.path.join(build_dir, "pstrain-ps")
-        self.worker_bin = os.environ.get("PSTRAIN_WORKER_BIN") or os.path.join(build_dir, "pstrain-worker")
-        self.keygen_bin = os.environ.get("PSTRAIN_KEYGEN_BIN") or os.path.join(build_dir, "pstrain-keygen")
         self.run_dir = flags.run_dir or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
             self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
@@ -225,6 +232,14 @@ class Settings:
                 flags.cpu_bind, self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
+
+    def job_value(self, key, name):
+        """The resolved job's `key` ("" read as not given); without one (self.job None), the job
+        flag --name after --, else the config file's `name = value`."""
+        if self.job is not None:
+            value = self.job.get(key)
+            return None if value == "" else value
+        return job_flag(self.extra, name) or config_value(name, self.config)
 
     def _progress(self, mode):
         """--progress: True for the live status line (bar mode), False for today's lines."""
@@ -835,7 +850,7 @@ class Run:
         return not any(r.refused for r in results)
 
     def checkpoint_dir(self):
-        return job_flag(self.s.extra, "checkpoint-dir") or config_value("checkpoint-dir", self.s.config)
+        return self.s.job_value("checkpoint_dir", "checkpoint-dir")
 
     def last_checkpoint(self):
         """The newest complete checkpoint directory of the job (with its MANIFEST), or None."""

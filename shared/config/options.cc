@@ -10,6 +10,7 @@
 
 #include "shared/config/data_files.h"
 #include "shared/config/feature_schema.h"
+#include "shared/config/job_topology.h"
 #include "shared/config/model_embedding.h"
 #include "shared/net/zmq_util.h"  // kMaxIpcName
 #include "shared/util/error.h"
@@ -251,10 +252,6 @@ void validate(const JobOptions& o, Role role) {
   require(o.epochs >= 1, "--epochs must be at least 1");
   require(o.steps >= 0, "--steps must not be negative");
   require(o.prefetch >= 1, "--prefetch must be at least 1");
-  require(o.device == "auto" || o.device == "cpu" || o.device == "cuda" ||
-              (o.device.rfind("cuda:", 0) == 0 && o.device.size() > 5 && o.device.size() <= 9 &&
-               o.device.find_first_not_of("0123456789", 5) == std::string::npos),
-          "--device: '" + o.device + "' is not one of auto, cpu, cuda, cuda:K");
   require(std::isfinite(o.gpu_memory_limit_mib) && o.gpu_memory_limit_mib >= 0 && o.gpu_memory_limit_mib < 1e9,
           "--gpu-memory-limit must be a number of MiB >= 0");
   require(o.threads >= 1, "--threads must be at least 1");
@@ -334,16 +331,10 @@ void validate(const JobOptions& o, Role role) {
   }
   for (int width : o.hidden) require(width >= 1, "--hidden: every width must be at least 1");
   require(o.embedding_dim >= 0 && o.embedding_dim <= 4096, "--embedding-dim must be in [0, 4096]");
-  require(o.embedding_tables == "shared" || o.embedding_tables == "per-field",
-          "--embedding-tables: '" + o.embedding_tables + "' is not one of shared, per-field");
-  require(o.embedding_optimizer == "sgd" || o.embedding_optimizer == "adagrad" || o.embedding_optimizer == "adam" ||
-              o.embedding_optimizer == "ftrl",
-          "--embedding-optimizer: '" + o.embedding_optimizer + "' is not one of sgd, adagrad, adam, ftrl");
+  parse_job_choices(o);  // --embedding-tables, --embedding-optimizer, --embedding-pool, --device: words of a list
   require(std::isfinite(o.embedding_lr) && o.embedding_lr >= 0, "--embedding-lr must be a number >= 0 (0: --lr)");
   require(o.embedding_min_count >= 1 && o.embedding_min_count <= INT32_MAX, "--embedding-min-count must be in [1, 2^31)");
   require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
-  require(o.embedding_pool == "sum" || o.embedding_pool == "mean",
-          "--embedding-pool: '" + o.embedding_pool + "' is not one of sum, mean");
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
     require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
@@ -358,9 +349,7 @@ void validate(const JobOptions& o, Role role) {
       require(o.index == 0 || hp.port != 0, "--coordinator: only worker 0 may give port 0");
     }
   }
-  // Hybrid mode (allreduce with embedding tables) has PS shards for the tables.
-  const bool needs_ps = o.mode != Mode::kAllreduce || o.embedding_dim > 0;
-  if (role == Role::kWorker && needs_ps && !o.evaluate && o.predict.empty()) {  // --evaluate, --predict: no PS
+  if (role == Role::kWorker && job_topology(o).has_ps && !o.evaluate && o.predict.empty()) {  // --evaluate, --predict: no PS
     require(static_cast<int>(o.ps_hosts.size()) == o.num_ps,
             "--ps-hosts names " + std::to_string(o.ps_hosts.size()) + " servers but --num-ps is " +
                 std::to_string(o.num_ps));
@@ -371,7 +360,7 @@ void validate(const JobOptions& o, Role role) {
 
 std::vector<std::string> embedding_table_names(const JobOptions& o) {
   if (o.embedding_dim <= 0) return {};
-  if (o.embedding_tables == "shared") return {"ids"};
+  if (parse_job_choices(o).embedding_tables == EmbeddingTables::kShared) return {"ids"};
   if (!o.schema.empty()) return load_feature_schema(o.schema).field_names();  // checked at start
   std::vector<std::string> names;
   for (int f = 1; f <= 26; ++f) names.push_back("C" + std::to_string(f));  // Criteo's categorical fields
@@ -414,6 +403,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
   generic.add_options()("help,h", "print this help and exit")(
       "config", po::value(&config), "read options from this file (key = value lines; flags win)")(
       "check-config", po::bool_switch(&o.check_config), "parse and check every option and the config file as a start would, print 'configuration OK' and exit 0 (exit 2 naming what is wrong), starting nothing: no network, data or GPU (launch.sh --dry-run checks one command of each kind of process with it)")(
+      "json", po::bool_switch(&o.check_config_json), "with --check-config: print the resolved job instead of 'configuration OK', as one JSON object on one line (role, index, mode, ps_mode, hybrid, num_workers, num_ps, table_shards, checkpoint_shards, tables, data, model, ...; docs/operations.md, \"The resolved job\"); launch.sh plans the job with it")(
       "kernels", po::bool_switch(&o.print_kernels), "print what this binary's arithmetic runs on on this CPU and exit: the worker's matrix products (library, version, instruction set; 'generic' when below what the CPU can run), the PS's element-wise loops (their instruction set); the benchmarks print it beside their figures");
   po::options_description cmdline;
   cmdline.add(generic).add(job);
@@ -491,6 +481,7 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
     }
     o.ps_hosts.push_back(address);
   }
+  if (o.check_config_json && !o.check_config) throw UsageError("--json applies to --check-config (print the resolved job)");
   o.shuffle = parse_bool(text.shuffle, "--shuffle");
   o.augment_flip = parse_bool(text.augment_flip, "--augment-flip");
   take_model_embedding(&o, given);  // --model "embedding 8, ...": the tables' options, then the layers

@@ -65,6 +65,7 @@ struct JobOptions {
   int shards_on_host = 0;       // PS: the job's PS shards sharing this host's memory (0 = num_ps)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)
   bool check_config = false;    // only parse and check the options, say so and exit (launch.sh --dry-run)
+  bool check_config_json = false;  // --check-config --json: say so as the resolved job (shared/config/job_topology.h)
   bool print_kernels = false;   // --kernels: print what the arithmetic runs on and exit
 
   // Security (docs/security.md): CURVE on every socket when any address is not loopback.

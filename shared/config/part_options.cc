@@ -1,6 +1,7 @@
 #include "shared/config/part_options.h"
 
 #include "shared/config/feature_schema.h"
+#include "shared/config/job_topology.h"
 #include "shared/train/augment_options.h"
 
 namespace pstrain {
@@ -40,7 +41,8 @@ JobIdentity job_identity(const JobOptions& o) {
                    std::to_string(o.embedding_expiry);
     // Only a pool other than the default is written, so the checkpoints of jobs from before
     // --embedding-pool (sum) keep their fingerprint and resume.
-    if (o.embedding_pool != "sum") j.embeddings += " pool " + o.embedding_pool;
+    const EmbeddingPool pool = parse_job_choices(o).embedding_pool;
+    if (pool != EmbeddingPool::kSum) j.embeddings += std::string(" pool ") + embedding_pool_name(pool);
     // The schema decides the IDs (and so the keys); absent without --schema, as before it.
     if (!o.schema.empty()) j.embeddings += " schema " + load_feature_schema(o.schema).canonical();
   }
@@ -58,7 +60,7 @@ CheckpointOptions checkpoint_options(const JobOptions& o) {
   c.resume_allow = o.resume_allow;
   c.errors = o.checkpoint_errors;
   c.job = job_identity(o);
-  c.table_shards = o.mode == Mode::kAllreduce && o.embedding_dim > 0 ? o.num_ps : 0;
+  c.table_shards = job_topology(o).table_shards;  // hybrid mode: the PS shards' tables
   return c;
 }
 

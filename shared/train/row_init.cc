@@ -16,6 +16,10 @@ bool parse_row_init(const std::string& name, RowInitKind* out) {
 
 const char* row_init_name(RowInitKind kind) { return kind == RowInitKind::kZeros ? "zeros" : "uniform"; }
 
+RowInitKind row_init_for(TableOptimizer optimizer) {
+  return optimizer == TableOptimizer::kFtrl ? RowInitKind::kZeros : RowInitKind::kUniform;
+}
+
 RowInitKind row_init_for(const std::string& optimizer) {
   return optimizer == "ftrl" ? RowInitKind::kZeros : RowInitKind::kUniform;
 }

@@ -22,4 +22,20 @@ const char* loss_name(Loss loss) {
   return "?";
 }
 
+const char* embedding_tables_name(EmbeddingTables tables) {
+  return tables == EmbeddingTables::kPerField ? "per-field" : "shared";
+}
+
+const char* embedding_pool_name(EmbeddingPool pool) { return pool == EmbeddingPool::kMean ? "mean" : "sum"; }
+
+const char* table_optimizer_name(TableOptimizer optimizer) {
+  switch (optimizer) {
+    case TableOptimizer::kSgd: return "sgd";
+    case TableOptimizer::kAdagrad: return "adagrad";
+    case TableOptimizer::kAdam: return "adam";
+    case TableOptimizer::kFtrl: return "ftrl";
+  }
+  return "?";
+}
+
 }  // namespace pstrain

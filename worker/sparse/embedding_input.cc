@@ -10,8 +10,6 @@
 
 namespace pstrain {
 
-const char* embedding_pool_name(EmbeddingPool pool) { return pool == EmbeddingPool::kMean ? "mean" : "sum"; }
-
 bool parse_embedding_pool(const std::string& name, EmbeddingPool* pool) {
   if (name != "sum" && name != "mean") return false;
   *pool = name == "mean" ? EmbeddingPool::kMean : EmbeddingPool::kSum;

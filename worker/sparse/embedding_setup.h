@@ -8,14 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "shared/util/modes.h"  // EmbeddingPool
+
 namespace pstrain {
 
-// How a field's row in the model's input is made from the rows of its IDs when it lists several
-// (--embedding-pool; docs/sparse.md, "Pooling"): their sum or their mean. A field of one ID is
-// its row under either.
-enum class EmbeddingPool { kSum, kMean };
-// "sum", "mean" (--embedding-pool, model.json's "pool").
-const char* embedding_pool_name(EmbeddingPool pool);
 // The pool named `name`; false when it names none.
 bool parse_embedding_pool(const std::string& name, EmbeddingPool* pool);
 
