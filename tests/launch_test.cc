@@ -127,6 +127,7 @@ TEST_F(LaunchTest, KilledServerStopsTheJobAndTheLauncherRemovesItsSharedMemoryNa
   ASSERT_TRUE(wait_for_text(run + "/ps0.log", "values in shared memory (/pstrain-ps0-params-", 60))
       << read_file(dir_ + "/kill-ps.log");
   const pid_t ps0 = pid_of(run, "ps0");
+  ASSERT_GT(ps0, 0) << read_file(run + "/cmd.txt");
   const std::string left = "/dev/shm/pstrain-ps0-params-" + std::to_string(ps0) + "-0123456789abcdef";
   std::ofstream(left) << "x";
   ASSERT_FALSE(shm_segments_of(ps0).empty());
@@ -315,10 +316,10 @@ TEST_F(LaunchTest, SignalledLauncherExitsPromptlyWhileProcessesAreStopped) {
     if (c.before_workers_registered) {
       // ps1 is bound; the launcher starts no worker before it has read this.
       wait_for_file(run_dir + "/ps1.addr", 60);
-      ASSERT_EQ(kill(pid_of(run_dir, "ps1"), SIGSTOP), 0);
+      ASSERT_TRUE(signal_launched(run_dir, "ps1", SIGSTOP)) << read_file(run_dir + "/cmd.txt");
     } else {
       ASSERT_TRUE(wait_for_step(launcher, run_dir, 20)) << read_file(run_dir + ".log");
-      for (const std::string& name : c.stopped) ASSERT_EQ(kill(pid_of(run_dir, name), SIGSTOP), 0) << name;
+      for (const std::string& name : c.stopped) ASSERT_TRUE(signal_launched(run_dir, name, SIGSTOP)) << name;
     }
     ASSERT_TRUE(wait_for_text(run_dir + "/cmd.txt", "\nw2\t", 60)) << read_file(run_dir + ".log");
     const std::vector<pid_t> pids = launched_pids(run_dir);

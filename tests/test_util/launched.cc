@@ -1,5 +1,7 @@
 #include "test_util/launched.h"
 
+#include <signal.h>
+
 #include <cstdlib>
 #include <sstream>
 
@@ -13,7 +15,8 @@ std::vector<pid_t> launched_pids(const std::string& run_dir) {
   std::string line;
   while (std::getline(lines, line)) {
     const size_t tab = line.find('\t');
-    if (tab != std::string::npos) pids.push_back(static_cast<pid_t>(std::atol(line.c_str() + tab + 1)));
+    const long pid = tab != std::string::npos ? std::atol(line.c_str() + tab + 1) : 0;
+    if (pid > 0) pids.push_back(static_cast<pid_t>(pid));  // never 0 or -1: kill() would take them as groups
   }
   return pids;
 }
@@ -25,6 +28,12 @@ pid_t pid_of(const std::string& run_dir, const std::string& name) {
     if (line.rfind(name + "\t", 0) == 0) return static_cast<pid_t>(std::atol(line.c_str() + name.size() + 1));
   }
   return -1;
+}
+
+bool signal_launched(const std::string& run_dir, const std::string& name, int sig) {
+  pid_t pid = -1;
+  wait_until([&] { return (pid = pid_of(run_dir, name)) > 0; }, 60);
+  return pid > 0 && ::kill(pid, sig) == 0;
 }
 
 bool wait_for_step(pid_t launcher, const std::string& run_dir, int step) {
