@@ -1,7 +1,7 @@
-// ps/sparse/id_index.h, the embedding tables' ID -> row map: against std::unordered_map over long
+// shared/util/id_map.h's IdIndex, the embedding tables' ID -> row map: against std::unordered_map over long
 // random runs of inserts, finds and erases (runs that wrap around the slots' end, erases in the
 // middle of a run), clear and reserve, and its byte counts.
-#include "ps/sparse/id_index.h"
+#include "shared/util/id_map.h"
 
 #include <gtest/gtest.h>
 

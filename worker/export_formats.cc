@@ -113,91 +113,96 @@ class ZipWriter {
   size_t members_ = 0;
 };
 
-// The --schema JSON object (docs/data.md, "Feature schema") of model.json's canonical schema
-// text (FeatureSchema::canonical), read back and checked to give the same text; the preset
-// criteo's for "" (the Criteo reader's fields, which the preset reads to the same bits).
-Json schema_json(const std::string& canonical, const std::string& where) {
+// model.json's canonical schema text (FeatureSchema::canonical) read back, and checked to give
+// the same text.
+FeatureSchema schema_of_canonical(const std::string& canonical, const std::string& where) {
   FeatureSchema s;
-  if (canonical.empty()) {
-    s = criteo_feature_schema();
-  } else {
-    const auto fail = [&]() {
-      return Error(where + ": model.json's schema \"" + canonical +
-                   "\" cannot be read back (a column name with \"; \"?)");
-    };
-    std::vector<std::string> parts;
-    for (size_t from = 0;;) {
-      const size_t cut = canonical.find("; ", from);
-      parts.push_back(canonical.substr(from, cut == std::string::npos ? std::string::npos : cut - from));
-      if (cut == std::string::npos) break;
-      from = cut + 2;
-    }
-    int delimiter = 0, header = 0;
-    std::string d, h;
-    std::istringstream first(parts[0]);
-    if (!(first >> d >> delimiter >> h >> header) || d != "delimiter" || h != "header") throw fail();
-    s.delimiter = static_cast<char>(delimiter);
-    s.header = header != 0;
-    for (size_t p = 1; p < parts.size(); ++p) {
-      std::vector<std::string> words;
-      std::istringstream in(parts[p]);
-      for (std::string w; in >> w;) words.push_back(w);
-      SchemaColumn c;
-      size_t k = 1;  // the first word of the kind (a name may hold spaces)
-      for (; k < words.size(); ++k) {
-        const std::string& w = words[k];
-        if (w == "label" || w == "ignore" || w == "numeric" || w == "categorical") break;
-      }
-      if (k >= words.size()) throw fail();
-      c.name = parts[p].substr(0, parts[p].find(" " + words[k], words[0].size() - 1));
-      const std::string& kind = words[k];
-      if (kind == "label") c.kind = ColumnKind::kLabel;
-      if (kind == "ignore") c.kind = ColumnKind::kIgnore;
-      if (kind == "numeric") {
-        c.kind = ColumnKind::kNumeric;
-        for (size_t i = k + 1; i < words.size(); ++i) {
-          if (words[i] == "integer") c.integer = true;
-          if (words[i] == "log1p") c.transform = NumericTransform::kLog1p;
-        }
-      }
-      if (kind == "categorical") {
-        c.kind = ColumnKind::kCategorical;
-        const std::string ids = k + 1 < words.size() ? words[k + 1] : "";
-        c.ids = ids == "hex" ? IdKind::kHex : ids == "int" ? IdKind::kInt : IdKind::kString;
-        if (k + 3 < words.size() && words[k + 2] == "separator")
-          c.separator = static_cast<char>(std::stoi(words[k + 3]));
-      }
-      s.columns.push_back(c);
-    }
-    if (s.canonical() != canonical) throw fail();
+  const auto fail = [&]() {
+    return Error(where + ": model.json's schema \"" + canonical +
+                 "\" cannot be read back (a column name with \"; \"?)");
+  };
+  std::vector<std::string> parts;
+  for (size_t from = 0;;) {
+    const size_t cut = canonical.find("; ", from);
+    parts.push_back(canonical.substr(from, cut == std::string::npos ? std::string::npos : cut - from));
+    if (cut == std::string::npos) break;
+    from = cut + 2;
   }
+  int delimiter = 0, header = 0;
+  std::string d, h;
+  std::istringstream first(parts[0]);
+  if (!(first >> d >> delimiter >> h >> header) || d != "delimiter" || h != "header") throw fail();
+  s.delimiter = static_cast<char>(delimiter);
+  s.header = header != 0;
+  for (size_t p = 1; p < parts.size(); ++p) {
+    std::vector<std::string> words;
+    std::istringstream in(parts[p]);
+    for (std::string w; in >> w;) words.push_back(w);
+    SchemaColumn c;
+    size_t k = 1;  // the first word of the kind (a name may hold spaces)
+    for (; k < words.size(); ++k) {
+      const std::string& w = words[k];
+      if (w == "label" || w == "ignore" || w == "numeric" || w == "categorical") break;
+    }
+    if (k >= words.size()) throw fail();
+    c.name = parts[p].substr(0, parts[p].find(" " + words[k], words[0].size() - 1));
+    const std::string& kind = words[k];
+    if (kind == "label") c.kind = ColumnKind::kLabel;
+    if (kind == "ignore") c.kind = ColumnKind::kIgnore;
+    if (kind == "numeric") {
+      c.kind = ColumnKind::kNumeric;
+      for (size_t i = k + 1; i < words.size(); ++i) {
+        if (words[i] == "integer") c.integer = true;
+        if (words[i] == "log1p") c.transform = NumericTransform::kLog1p;
+      }
+    }
+    if (kind == "categorical") {
+      c.kind = ColumnKind::kCategorical;
+      const std::string ids = k + 1 < words.size() ? words[k + 1] : "";
+      c.ids = ids == "hex" ? IdKind::kHex : ids == "int" ? IdKind::kInt : IdKind::kString;
+      if (k + 3 < words.size() && words[k + 2] == "separator")
+        c.separator = static_cast<char>(std::stoi(words[k + 3]));
+    }
+    s.columns.push_back(c);
+  }
+  if (s.canonical() != canonical) throw fail();
+  return s;
+}
+
+Json column_json(const SchemaColumn& c) {
+  Json col;
+  col["name"] = c.name;
+  switch (c.kind) {
+    case ColumnKind::kLabel:
+      col["type"] = "label";
+      break;
+    case ColumnKind::kIgnore:
+      col["type"] = "ignore";
+      break;
+    case ColumnKind::kNumeric:
+      col["type"] = "numeric";
+      if (c.integer) col["integer"] = true;
+      col["transform"] = c.transform == NumericTransform::kLog1p ? "log1p" : "none";
+      break;
+    case ColumnKind::kCategorical:
+      col["type"] = "categorical";
+      col["ids"] = c.ids == IdKind::kHex ? "hex" : c.ids == IdKind::kInt ? "int" : "string";
+      if (c.separator != '\0') col["separator"] = std::string(1, c.separator);
+      break;
+  }
+  return col;
+}
+
+// The --schema JSON object (docs/data.md, "Feature schema") of model.json's canonical schema
+// text; the preset criteo's for "" (the Criteo reader's fields, which the preset reads to the same
+// bits).
+Json schema_json(const std::string& canonical, const std::string& where) {
+  const FeatureSchema s = canonical.empty() ? criteo_feature_schema() : schema_of_canonical(canonical, where);
   Json j;
   j["delimiter"] = s.delimiter == ',' ? "comma" : "tab";
   j["header"] = s.header;
   Json columns = Json::array();
-  for (const SchemaColumn& c : s.columns) {
-    Json col;
-    col["name"] = c.name;
-    switch (c.kind) {
-      case ColumnKind::kLabel:
-        col["type"] = "label";
-        break;
-      case ColumnKind::kIgnore:
-        col["type"] = "ignore";
-        break;
-      case ColumnKind::kNumeric:
-        col["type"] = "numeric";
-        if (c.integer) col["integer"] = true;
-        col["transform"] = c.transform == NumericTransform::kLog1p ? "log1p" : "none";
-        break;
-      case ColumnKind::kCategorical:
-        col["type"] = "categorical";
-        col["ids"] = c.ids == IdKind::kHex ? "hex" : c.ids == IdKind::kInt ? "int" : "string";
-        if (c.separator != '\0') col["separator"] = std::string(1, c.separator);
-        break;
-    }
-    columns.push_back(col);
-  }
+  for (const SchemaColumn& c : s.columns) columns.push_back(column_json(c));
   j["columns"] = columns;
   return j;
 }

@@ -96,6 +96,53 @@ std::string kind_of(const std::string& word) {
   return k;
 }
 
+[[noreturn]] void fail_unknown_kind(const std::string& spec, const Token& word) {
+  std::string known = "embedding D (first only)";
+  std::vector<std::string> names = {"embedding", "bottom", "residual", "parallel"};
+  for (const KindRule& r : kinds()) {
+    known += ", " + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") + r.name;
+    names.push_back(r.name);
+  }
+  fail_at_spec(spec, word.position, word.text.size(),
+               "'" + word.text + "' is not a layer" + did_you_mean(word.text, names) + " (" + known +
+                   ", residual(...), parallel(... | ...))");
+}
+
+// key=value (`t`, '=' at eq) of a layer of `rule`'s kind, into layer's options (or its args: momentum).
+void parse_option(const std::string& spec, const Token& t, size_t eq, const KindRule& rule, LayerSpec* layer) {
+  const std::string key = t.text.substr(0, eq);
+  bool known = false;
+  for (const std::string& o : rule.options) known = known || o == key;
+  if (!known) {
+    fail_at_spec(spec, t.position, eq, "'" + key + "' is not an option of " + layer->kind +
+                                           (rule.options.empty() ? " (it takes none)" : ""));
+  }
+  const Token value{t.text.substr(eq + 1), t.position + eq + 1};
+  if (key == "momentum") {  // a fraction, kept as the layer's one number
+    char* end = nullptr;
+    const double momentum = std::strtod(value.text.c_str(), &end);
+    if (value.text.empty() || *end != '\0' || !(momentum >= 0 && momentum <= 1)) {
+      fail_at_spec(spec, value.position, value.text.size(),
+                   "'" + value.text + "' is not a momentum in [0, 1] (PyTorch's default: 0.1)");
+    }
+    if (!layer->args.empty()) fail_at_spec(spec, t.position, t.text.size(), "momentum is given twice");
+    layer->args.push_back(momentum);
+    return;
+  }
+  layer->options.emplace_back(key, integer(spec, value, key == "pad" ? 0 : 1, 4096,
+                                          key == "pad" ? "a padding" : "a stride"));
+}
+
+// A layer of `kind` with its numbers, for an error's "e.g.".
+std::string example_of(const std::string& kind) {
+  return kind == "dense"     ? "dense 10"
+         : kind == "conv"    ? "conv 32 3 pad=1"
+         : kind == "dropout" ? "dropout 0.25"
+         : kind == "dot"     ? "dot 26 16"
+         : kind == "cross"   ? "cross 3"
+                             : kind + " 2";
+}
+
 LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int number) {
   const std::vector<Token> tokens = split_tokens(spec, from, to, '\0');
   LayerSpec layer;
@@ -107,43 +154,13 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   for (const KindRule& r : kinds()) {
     if (layer.kind == r.name) rule = &r;
   }
-  if (rule == nullptr) {
-    std::string known = "embedding D (first only)";
-    std::vector<std::string> names = {"embedding", "bottom", "residual", "parallel"};
-    for (const KindRule& r : kinds()) {
-      known += ", " + std::string(r.name == std::string("softmax") ? "bottom K(...), " : "") + r.name;
-      names.push_back(r.name);
-    }
-    fail_at_spec(spec, tokens[0].position, tokens[0].text.size(),
-                 "'" + tokens[0].text + "' is not a layer" + did_you_mean(tokens[0].text, names) + " (" + known +
-                     ", residual(...), parallel(... | ...))");
-  }
+  if (rule == nullptr) fail_unknown_kind(spec, tokens[0]);
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {
     const Token& t = tokens[i];
     const size_t eq = t.text.find('=');
     if (eq != std::string::npos) {
-      const std::string key = t.text.substr(0, eq);
-      bool known = false;
-      for (const std::string& o : rule->options) known = known || o == key;
-      if (!known) {
-        fail_at_spec(spec, t.position, eq, "'" + key + "' is not an option of " + layer.kind +
-                                          (rule->options.empty() ? " (it takes none)" : ""));
-      }
-      const Token value{t.text.substr(eq + 1), t.position + eq + 1};
-      if (key == "momentum") {  // a fraction, kept as the layer's one number
-        char* end = nullptr;
-        const double momentum = std::strtod(value.text.c_str(), &end);
-        if (value.text.empty() || *end != '\0' || !(momentum >= 0 && momentum <= 1)) {
-          fail_at_spec(spec, value.position, value.text.size(),
-                  "'" + value.text + "' is not a momentum in [0, 1] (PyTorch's default: 0.1)");
-        }
-        if (!layer.args.empty()) fail_at_spec(spec, t.position, t.text.size(), "momentum is given twice");
-        layer.args.push_back(momentum);
-        continue;
-      }
-      layer.options.emplace_back(key, integer(spec, value, key == "pad" ? 0 : 1, 4096,
-                                              key == "pad" ? "a padding" : "a stride"));
+      parse_option(spec, t, eq, *rule, &layer);
       continue;
     }
     if (positional == rule->positional) {
@@ -166,14 +183,7 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   }
   if (positional < rule->positional) {
     fail_at_spec(spec, layer.position, layer.text.size(),
-            layer.kind + " needs " + rule->arg_names[positional] + " (e.g. " +
-                (layer.kind == "dense"     ? "dense 10"
-                 : layer.kind == "conv"    ? "conv 32 3 pad=1"
-                 : layer.kind == "dropout" ? "dropout 0.25"
-                 : layer.kind == "dot"     ? "dot 26 16"
-                 : layer.kind == "cross"   ? "cross 3"
-                                           : layer.kind + " 2") +
-                ")");
+                 layer.kind + " needs " + rule->arg_names[positional] + " (e.g. " + example_of(layer.kind) + ")");
   }
   return layer;
 }
@@ -196,6 +206,32 @@ size_t item_end(const std::string& spec, size_t from, size_t to) {
 }
 
 std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t to, const std::string& block);
+
+// A parallel block's branches between its parentheses [open, close], separated by '|' (no
+// parentheses inside: blocks do not nest), each a layer list; two or more.
+void parse_branches(const std::string& spec, size_t word, size_t open, size_t close, const std::string& name,
+                    const std::string& example, LayerSpec* layer) {
+  for (size_t from = open + 1; from <= close;) {
+    size_t bar = spec.find('|', from);
+    if (bar > close) bar = close;
+    const size_t first = spec.find_first_not_of(" \t", from);
+    const std::string branch = name + "." + std::to_string(layer->layers.size() + 1);
+    if (first >= bar) {
+      fail_at_spec(spec, std::min(from, bar), 1, "branch " + std::to_string(layer->layers.size() + 1) + " of the parallel block of " + name + " has no layers (e.g. " + example + ")");
+    }
+    LayerSpec b;
+    b.kind = "branch";
+    b.position = first;
+    b.text = spec.substr(first, spec.find_last_not_of(" \t", bar - 1) + 1 - first);
+    b.list = spec;
+    b.layers = parse_list(spec, from, bar, branch);
+    layer->layers.push_back(std::move(b));
+    from = bar + 1;
+  }
+  if (layer->layers.size() < 2) {
+    fail_at_spec(spec, word, close + 1 - word, "a parallel block sums two branches or more, separated by '|' (e.g. " + example + ")");
+  }
+}
 
 // "residual(<list>)" or "bottom K(<list>)" (`kind`) from the word [word, word_end) (in any case)
 // to `to`.
@@ -239,27 +275,7 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
   layer.list = spec;
   std::vector<const LayerSpec*> inner;
   if (kind == "parallel") {
-    // Branches separated by '|' (no parentheses inside: blocks do not nest), each a layer list.
-    for (size_t from = open + 1; from <= close;) {
-      size_t bar = spec.find('|', from);
-      if (bar > close) bar = close;
-      const size_t first = spec.find_first_not_of(" \t", from);
-      const std::string branch = name + "." + std::to_string(layer.layers.size() + 1);
-      if (first >= bar) {
-        fail_at_spec(spec, std::min(from, bar), 1, "branch " + std::to_string(layer.layers.size() + 1) + " of the parallel block of " + name + " has no layers (e.g. " + example + ")");
-      }
-      LayerSpec b;
-      b.kind = "branch";
-      b.position = first;
-      b.text = spec.substr(first, spec.find_last_not_of(" \t", bar - 1) + 1 - first);
-      b.list = spec;
-      b.layers = parse_list(spec, from, bar, branch);
-      layer.layers.push_back(std::move(b));
-      from = bar + 1;
-    }
-    if (layer.layers.size() < 2) {
-      fail_at_spec(spec, word, close + 1 - word, "a parallel block sums two branches or more, separated by '|' (e.g. " + example + ")");
-    }
+    parse_branches(spec, word, open, close, name, example, &layer);
     for (const LayerSpec& b : layer.layers) {
       for (const LayerSpec& l : b.layers) inner.push_back(&l);
     }

@@ -1,4 +1,4 @@
-// What worker/layers.cc, layer_spec.cc and layer_blocks.cc share; not for other users (they use
+// What worker/layers.cc, ctr_layers.cc, layer_spec.cc and layer_blocks.cc share; not for other users (they use
 // worker/layers.h).
 #pragma once
 
@@ -20,6 +20,10 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int
 
 // bottom K(<layers>) on a flat input of more than K values.
 std::unique_ptr<Layer> make_bottom(const LayerSpec& spec, const Shape& in, int index, const std::string& name);
+
+// cross N or dot F D (ctr_layers.cc) on input `in`, its output's shape in *out; throws UsageError
+// `where` + what is wrong with `in` for it.
+std::unique_ptr<Layer> make_ctr_layer(const LayerSpec& spec, const Shape& in, const std::string& where, Shape* out);
 
 // parallel(<layers> | <layers> ...): the sum of its branches, each run on the same input.
 std::unique_ptr<Layer> make_parallel(const LayerSpec& spec, const Shape& in, int index, const std::string& name);

@@ -126,28 +126,35 @@ int check_config(const pstrain::JobOptions& o) {
   return 0;
 }
 
+// --print-kernels: what the CPU backend's matrix products run on. Starts nothing.
+int print_kernels() {
+  const pstrain::CpuKernels k = pstrain::cpu_kernels();
+  std::cout << "pstrain-worker: CPU kernels: " << k.text() << (k.generic ? " (generic: below this CPU's AVX2)" : "")
+            << std::endl;
+  return 0;
+}
+
+// --evaluate and --predict: a saved model on the test data, no job. False for a training job.
+bool run_saved_model(const pstrain::JobOptions& o) {
+  if (o.evaluate) {
+    pstrain::evaluate_saved_model(pstrain::evaluate_options(o));
+    return true;
+  }
+  if (o.predict.empty()) return false;
+  pstrain::predict_saved_model(pstrain::predict_options(o));
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   return pstrain::run_main("pstrain-worker", [&]() -> int {
     const auto options = pstrain::parse_job_options(pstrain::Role::kWorker, argc, argv);
     if (options && options->check_config) return check_config(*options);
-    if (options && options->print_kernels) {
-      const pstrain::CpuKernels k = pstrain::cpu_kernels();
-      std::cout << "pstrain-worker: CPU kernels: " << k.text() << (k.generic ? " (generic: below this CPU's AVX2)" : "")
-                << std::endl;
-      return 0;
-    }
+    if (options && options->print_kernels) return print_kernels();
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
-    if (o.evaluate) {
-      pstrain::evaluate_saved_model(pstrain::evaluate_options(o));
-      return 0;
-    }
-    if (!o.predict.empty()) {
-      pstrain::predict_saved_model(pstrain::predict_options(o));
-      return 0;
-    }
+    if (run_saved_model(o)) return 0;
     // Before any work, the chief claims the checkpoint directory (a second job there is refused
     // at once) and checks that --save-params can be written.
     pstrain::DirLock checkpoint_lock;

@@ -345,6 +345,36 @@ std::string given_text(const SavedModelQuery& q) {
   return "--hidden " + widths;
 }
 
+// The model given with the saved one (--model or --hidden), checked against model.json: the same
+// layout and layers, dropout aside.
+std::string given_model(const SavedModelQuery& q, const ModelDescription& saved, const Layout& saved_layout,
+                        const std::string& targets) {
+  const std::string where = q.flag + " " + q.dir, file = q.dir + "/model.json";
+  const std::string given = Network::spec_of(q.model, q.hidden, saved.classes);
+  Layout ours;
+  try {
+    ours = Network(given, saved.input_shape, saved.classes, targets).layout();
+  } catch (const Error& e) {
+    throw UsageError(where + ": " + given_text(q) + " does not fit the saved model's input " +
+                     bracket_shape(saved.input_shape) + " and " + std::to_string(saved.classes) + " classes (" +
+                     file + "): " + e.what());
+  }
+  const std::string difference = layout_difference(saved_layout, ours, file);
+  if (!difference.empty()) throw UsageError(where + ": " + difference + " (" + given_text(q) + ")");
+  const std::vector<std::string> a = comparable_layers(saved.spec), b = comparable_layers(given);
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (a[i] != b[i]) {
+      throw UsageError(where + ": layer " + std::to_string(i) + " is '" + a[i] + "' in " + file + ", but '" + b[i] +
+                       "' in " + given_text(q) + " (dropout layers aside)");
+    }
+  }
+  if (a.size() != b.size()) {
+    throw UsageError(where + ": " + file + " has " + std::to_string(a.size()) + " layers (dropout aside), " +
+                     given_text(q) + " " + std::to_string(b.size()));
+  }
+  return given;
+}
+
 }  // namespace
 
 SavedModel resolve_saved_model(const SavedModelQuery& q) {
@@ -382,31 +412,8 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
   out.embeddings = saved->embeddings;
   const std::string targets = targets_of(saved->loss, file);
   const Layout saved_layout = layout_of(*saved);
-  if (q.model_given) {
-    const std::string given = Network::spec_of(q.model, q.hidden, saved->classes);
-    Layout ours;
-    try {
-      ours = Network(given, saved->input_shape, saved->classes, targets).layout();
-    } catch (const Error& e) {
-      throw UsageError(where + ": " + given_text(q) + " does not fit the saved model's input " +
-                       bracket_shape(saved->input_shape) + " and " + std::to_string(saved->classes) + " classes (" +
-                       file + "): " + e.what());
-    }
-    const std::string difference = layout_difference(saved_layout, ours, file);
-    if (!difference.empty()) throw UsageError(where + ": " + difference + " (" + given_text(q) + ")");
-    const std::vector<std::string> a = comparable_layers(saved->spec), b = comparable_layers(given);
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-      if (a[i] != b[i]) {
-        throw UsageError(where + ": layer " + std::to_string(i) + " is '" + a[i] + "' in " + file + ", but '" + b[i] +
-                         "' in " + given_text(q) + " (dropout layers aside)");
-      }
-    }
-    if (a.size() != b.size()) {
-      throw UsageError(where + ": " + file + " has " + std::to_string(a.size()) + " layers (dropout aside), " +
-                       given_text(q) + " " + std::to_string(b.size()));
-    }
-    out.spec = given;  // the same variables and computation; its dropout rates for fine-tuning
-  }
+  // The given model: the same variables and computation; its dropout rates for fine-tuning.
+  if (q.model_given) out.spec = given_model(q, *saved, saved_layout, targets);
   if (!q.sample_shape.empty() && q.sample_shape != saved->input_shape) {
     // A flat vector of as many values fits a model whose first layer flattens (an MLP saved from
     // images), which the layout then shows; anything else is another input.

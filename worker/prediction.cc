@@ -52,6 +52,16 @@ std::string csv_text(const std::vector<float>& p, size_t records, int classes, c
   return text;
 }
 
+// records x classes values to `output`: CSV (column names `column`<c>) or .npy by its name.
+void write_predictions(const std::string& output, const std::vector<float>& values, size_t records, int classes,
+                       const std::string& column) {
+  if (ends_with(output, ".csv")) {
+    write_file_atomically(output, csv_text(values, records, classes, column));
+  } else {
+    write_npy(output, {records, static_cast<size_t>(classes)}, values.data());
+  }
+}
+
 // A model of float targets (--loss bce | mse | huber): its raw outputs (mse, huber) or their
 // sigmoids (bce), and its figures against the input's targets.
 PredictionSummary predict_targets(LoadedModel& loaded, const PredictOptions& o) {
@@ -79,11 +89,7 @@ PredictionSummary predict_targets(LoadedModel& loaded, const PredictOptions& o) 
       predictions[start * width + i] = loss == Loss::kBce ? stable_sigmoid(outputs[i]) : outputs[i];
     }
   }
-  if (ends_with(o.output, ".csv")) {
-    write_file_atomically(o.output, csv_text(predictions, s.records, s.classes, loss == Loss::kBce ? "p" : "y"));
-  } else {
-    write_npy(o.output, {s.records, width}, predictions.data());
-  }
+  write_predictions(o.output, predictions, s.records, s.classes, loss == Loss::kBce ? "p" : "y");
   TrainSummary figures;
   metrics.fill(&figures);
   std::cout << "predictions: " << s.records << " records x " << s.classes
@@ -134,11 +140,7 @@ PredictionSummary predict_saved_model(const PredictOptions& o) {
       if (ctr != nullptr) labels.push_back(y[r] == (sigmoid ? 1 : s.classes - 1) ? 1 : 0);
     }
   }
-  if (ends_with(o.output, ".csv")) {
-    write_file_atomically(o.output, csv_text(probabilities, s.records, s.classes));
-  } else {
-    write_npy(o.output, {s.records, classes}, probabilities.data());
-  }
+  write_predictions(o.output, probabilities, s.records, s.classes, "p");
   const double n = static_cast<double>(std::max<size_t>(s.records, 1));
   std::string auc_text;  // a CTR model: the AUC of p(click), the last class's probability
   const std::string what = sigmoid ? std::string("1 p(click)") : std::to_string(s.classes) + " classes";

@@ -13,13 +13,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ps/sparse/id_index.h"
 #include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
 #include "shared/checkpoint/table_file.h"
 #include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
+#include "shared/util/id_map.h"
 
 namespace pstrain {
 

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "ps/sparse/embedding_table.h"
-#include "ps/sparse/id_index.h"
 #include "ps/sparse/shard_tables.h"
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/net/transport.h"
 #include "shared/train/optimizer.h"
 #include "shared/util/clock.h"
+#include "shared/util/id_map.h"
 #include "shared/wire/protocol.h"
 #include "shared/wire/sparse_wire.h"
 

@@ -111,6 +111,61 @@ std::string shape_text(const ConvGeometry& g, int outputs, int mb) {
          std::to_string(g.kernel) + " stride " + std::to_string(g.stride) + " pad " + std::to_string(g.pad);
 }
 
+// One block's weight gradient dW (into udw) from its x and dy, through `base`'s scratch where a
+// primitive wants another memory format.
+void weight_gradient(Entry& e, dnnl::stream& s, float* base, const memory& ux, const memory& udy, const memory& udw) {
+  const dnnl::engine engine = ux.get_engine();
+  float* pad = base + e.weights_x.copy_floats + e.weights_dy.copy_floats + e.weights_dw.copy_floats;
+  const memory px = e.weights_x.needed ? memory(e.weights_pd.src_desc(), engine, base) : ux;
+  const memory pdy =
+      e.weights_dy.needed ? memory(e.weights_pd.diff_dst_desc(), engine, base + e.weights_x.copy_floats) : udy;
+  const memory pdw = e.weights_dw.needed ? memory(e.weights_pd.diff_weights_desc(), engine,
+                                                  base + e.weights_x.copy_floats + e.weights_dy.copy_floats)
+                                         : udw;
+  e.weights_x.run(s, ux, px, pad);
+  e.weights_dy.run(s, udy, pdy, pad);
+  e.weights.execute(s, {{DNNL_ARG_SRC, px},
+                        {DNNL_ARG_DIFF_DST, pdy},
+                        {DNNL_ARG_DIFF_WEIGHTS, pdw},
+                        {DNNL_ARG_SCRATCHPAD, memory(e.weights_pd.scratchpad_desc(), engine, pad)}});
+  e.weights_dw.run(s, pdw, udw, pad);
+}
+
+// One block's input gradient dx (into udx) from its dy and the weights in the data primitive's
+// format.
+void data_gradient(Entry& e, dnnl::stream& s, float* base, const memory& udy, const memory& w, const memory& udx) {
+  const dnnl::engine engine = udy.get_engine();
+  float* dpad = base + e.data_dy.copy_floats + e.data_dx.copy_floats;
+  const memory qdy = e.data_dy.needed ? memory(e.data_pd.diff_dst_desc(), engine, base) : udy;
+  const memory qdx =
+      e.data_dx.needed ? memory(e.data_pd.diff_src_desc(), engine, base + e.data_dy.copy_floats) : udx;
+  e.data_dy.run(s, udy, qdy, dpad);
+  e.data.execute(s, {{DNNL_ARG_DIFF_DST, qdy},
+                     {DNNL_ARG_WEIGHTS, w},
+                     {DNNL_ARG_DIFF_SRC, qdx},
+                     {DNNL_ARG_SCRATCHPAD, memory(e.data_pd.scratchpad_desc(), engine, dpad)}});
+  e.data_dx.run(s, qdx, udx, dpad);
+}
+
+// dw = ((dw + g_first) + g_first+1) + ..., each element's terms in block order: a wave's `count`
+// partials of `weights` floats each, `partial` apart; the first replaces dw where `overwrite`.
+void add_partials(ThreadPool& pool, const float* partials, size_t partial, int count, bool overwrite, float* dw,
+                  size_t weights) {
+  pool.run(
+      weights,
+      [&](size_t lo, size_t hi) {
+        for (int j = 0; j < count; ++j) {
+          const float* p = partials + static_cast<size_t>(j) * partial;
+          if (j == 0 && overwrite) {
+            std::copy(p + lo, p + hi, dw + lo);
+          } else {
+            for (size_t i = lo; i < hi; ++i) dw[i] += p[i];
+          }
+        }
+      },
+      size_t{1} << 14);
+}
+
 }  // namespace
 
 struct CpuConv::Impl {
@@ -333,36 +388,8 @@ void CpuConv::backward(const float* x, const float* dy, int batch, const ConvGeo
           const memory ux(e.x, im.engine, const_cast<float*>(x) + first * in),
               udy(e.y, im.engine, const_cast<float*>(dy) + first * out),
               udw(e.w, im.engine, partials + j * partial);
-          float* pad = base + e.weights_x.copy_floats + e.weights_dy.copy_floats + e.weights_dw.copy_floats;
-          const memory px = e.weights_x.needed ? memory(e.weights_pd.src_desc(), im.engine, base) : ux;
-          const memory pdy = e.weights_dy.needed ? memory(e.weights_pd.diff_dst_desc(), im.engine,
-                                                          base + e.weights_x.copy_floats)
-                                                 : udy;
-          const memory pdw = e.weights_dw.needed
-                                 ? memory(e.weights_pd.diff_weights_desc(), im.engine,
-                                          base + e.weights_x.copy_floats + e.weights_dy.copy_floats)
-                                 : udw;
-          e.weights_x.run(s, ux, px, pad);
-          e.weights_dy.run(s, udy, pdy, pad);
-          e.weights.execute(s,
-                            {{DNNL_ARG_SRC, px},
-                             {DNNL_ARG_DIFF_DST, pdy},
-                             {DNNL_ARG_DIFF_WEIGHTS, pdw},
-                             {DNNL_ARG_SCRATCHPAD, memory(e.weights_pd.scratchpad_desc(), im.engine, pad)}});
-          e.weights_dw.run(s, pdw, udw, pad);
-          if (dx == nullptr) continue;
-          const memory udx(e.x, im.engine, dx + first * in);
-          float* dpad = base + e.data_dy.copy_floats + e.data_dx.copy_floats;
-          const memory qdy = e.data_dy.needed ? memory(e.data_pd.diff_dst_desc(), im.engine, base) : udy;
-          const memory qdx = e.data_dx.needed
-                                 ? memory(e.data_pd.diff_src_desc(), im.engine, base + e.data_dy.copy_floats)
-                                 : udx;
-          e.data_dy.run(s, udy, qdy, dpad);
-          e.data.execute(s, {{DNNL_ARG_DIFF_DST, qdy},
-                             {DNNL_ARG_WEIGHTS, data_w[which]},
-                             {DNNL_ARG_DIFF_SRC, qdx},
-                             {DNNL_ARG_SCRATCHPAD, memory(e.data_pd.scratchpad_desc(), im.engine, dpad)}});
-          e.data_dx.run(s, qdx, udx, dpad);
+          weight_gradient(e, s, base, ux, udy, udw);
+          if (dx != nullptr) data_gradient(e, s, base, udy, data_w[which], memory(e.x, im.engine, dx + first * in));
         }
         s.wait();
       } catch (const dnnl::error& err) {
@@ -370,20 +397,7 @@ void CpuConv::backward(const float* x, const float* dy, int batch, const ConvGeo
       }
     });
     if (failed) throw Error("oneDNN convolution backward " + shape_text(g, outputs, batch) + ": " + why);
-    // dw = ((dw + g_first) + g_first+1) + ..., each element's terms in block order.
-    im.pool.run(
-        weights,
-        [&](size_t lo, size_t hi) {
-          for (int j = 0; j < count; ++j) {
-            const float* p = partials + static_cast<size_t>(j) * partial;
-            if (wave_first + j == 0 && !accumulate) {
-              std::copy(p + lo, p + hi, dw + lo);
-            } else {
-              for (size_t i = lo; i < hi; ++i) dw[i] += p[i];
-            }
-          }
-        },
-        size_t{1} << 14);
+    add_partials(im.pool, partials, partial, count, wave_first == 0 && !accumulate, dw, weights);
   }
 }
 

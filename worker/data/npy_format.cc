@@ -205,6 +205,29 @@ const TypeInfo& check_dtype(const std::string& descr, const NpyTypes& accepted, 
   throw refuse("unsupported " + what);
 }
 
+// Sets h->record_items from the shape; the records it describes must fill the file after the
+// header exactly.
+void check_records(NpyHeader* header, const char* type_name, uint64_t file_size, const std::string& name) {
+  NpyHeader& h = *header;
+  const uint64_t items = h.shape.empty() ? 1 : h.shape[0];
+  for (size_t d = 1; d < h.shape.size(); ++d) {
+    if (h.shape[d] != 0 && h.record_items > UINT64_MAX / h.shape[d])
+      throw Error(name + ": shape " + shape_text(h.shape) + " is too large");
+    h.record_items *= h.shape[d];
+  }
+  const uint64_t body = file_size - h.data_offset;
+  const uint64_t record = h.record_items * h.item_bytes;
+  const bool overflow =
+      h.record_items > UINT64_MAX / h.item_bytes || (record != 0 && items > UINT64_MAX / record);
+  if (overflow || items * record != body) {
+    throw Error(name + ": file is " + std::to_string(file_size) + " bytes, but its header describes " +
+                std::to_string(items) + " records of " + std::to_string(record) + " bytes (shape " +
+                shape_text(h.shape) + ", " + type_name + ") after a " + std::to_string(h.data_offset) +
+                "-byte header" +
+                (overflow || items * record > body ? " (truncated?)" : " (extra bytes after the data)"));
+  }
+}
+
 }  // namespace
 
 NpyHeader read_npy_header(const NpyReadAt& read_at, uint64_t file_size, const std::string& name,
@@ -250,23 +273,7 @@ NpyHeader read_npy_header(const NpyReadAt& read_at, uint64_t file_size, const st
   h.type = type.type;
   h.item_bytes = type.bytes;
   h.shape = *dict_values.shape;
-  const uint64_t items = h.shape.empty() ? 1 : h.shape[0];
-  for (size_t d = 1; d < h.shape.size(); ++d) {
-    if (h.shape[d] != 0 && h.record_items > UINT64_MAX / h.shape[d])
-      throw Error(name + ": shape " + shape_text(h.shape) + " is too large");
-    h.record_items *= h.shape[d];
-  }
-  const uint64_t body = file_size - h.data_offset;
-  const uint64_t record = h.record_items * h.item_bytes;
-  const bool overflow =
-      h.record_items > UINT64_MAX / h.item_bytes || (record != 0 && items > UINT64_MAX / record);
-  if (overflow || items * record != body) {
-    throw Error(name + ": file is " + std::to_string(file_size) + " bytes, but its header describes " +
-                std::to_string(items) + " records of " + std::to_string(record) + " bytes (shape " +
-                shape_text(h.shape) + ", " + type.name + ") after a " + std::to_string(h.data_offset) +
-                "-byte header" +
-                (overflow || items * record > body ? " (truncated?)" : " (extra bytes after the data)"));
-  }
+  check_records(&h, type.name, file_size, name);
   return h;
 }
 

@@ -39,6 +39,34 @@ uint64_t schema_string_id(std::string_view value) {
 
 uint64_t schema_int_id(int64_t value) { return mix_id(static_cast<uint64_t>(value)); }
 
+namespace {
+
+// One value's ID in column `col`, or why it has none.
+std::string value_id(const SchemaColumn& col, std::string_view v, uint64_t& id) {
+  switch (col.ids) {
+    case IdKind::kHex:
+      if (!parse_hex_id(v, id)) return " is not 1 to 16 hex digits";
+      break;
+    case IdKind::kString:
+      id = schema_string_id(v);
+      break;
+    case IdKind::kInt: {
+      int64_t i = 0;
+      const std::string problem = parse_int64(v, i);
+      if (!problem.empty()) return problem;
+      id = schema_int_id(i);
+      break;
+    }
+  }
+  if (id == kCriteoMissingId) {
+    return col.ids == IdKind::kHex ? " is the ID reserved for an empty field"
+                                   : " hashes to the ID reserved for an empty field (change the value)";
+  }
+  return "";
+}
+
+}  // namespace
+
 SchemaLineParser::SchemaLineParser(const FeatureSchema& schema, std::string path)
     : schema_(schema), path_(std::move(path)) {}
 
@@ -140,68 +168,52 @@ std::string SchemaLineParser::parse_field(size_t c, std::string_view f, CtrRecor
       if (f != "0" && f != "1") return field_text(c, f) + " is not 0 or 1 (the label: 1 clicked, 0 not)";
       out.label = f[0] - '0';
       return "";
-    case ColumnKind::kNumeric: {
-      float& v = out.dense[dense++];
-      if (f.empty()) {
-        v = 0;
-        return "";
-      }
-      double x = 0;
-      if (col.integer) {
-        int64_t i = 0;
-        const std::string problem = parse_int64(f, i);
-        if (!problem.empty()) return field_text(c, f) + problem;
-        if (col.transform == NumericTransform::kLog1p) {
-          v = criteo_dense_value(i);  // Criteo's, to the bit
-          return "";
-        }
-        x = static_cast<double>(i);
-      } else {
-        const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), x);
-        if (ec == std::errc::result_out_of_range) return field_text(c, f) + " is outside the float range";
-        if (ec != std::errc() || end != f.data() + f.size()) return field_text(c, f) + " is not a number";
-        if (!std::isfinite(x)) return field_text(c, f) + " is not a finite number";
-      }
-      if (col.transform == NumericTransform::kLog1p) x = std::log1p(std::max(x, 0.0));
-      if (std::fabs(x) > std::numeric_limits<float>::max())
-        return field_text(c, f) + " is outside the float range";
-      v = static_cast<float>(x);
-      return "";
-    }
+    case ColumnKind::kNumeric:
+      return parse_numeric(c, f, out.dense[dense++]);
     case ColumnKind::kCategorical:
       break;
   }
-  const size_t k = field++;
+  return parse_categorical(c, f, out, field++);
+}
+
+std::string SchemaLineParser::parse_numeric(size_t c, std::string_view f, float& v) const {
+  const SchemaColumn& col = schema_.columns[c];
+  if (f.empty()) {
+    v = 0;
+    return "";
+  }
+  double x = 0;
+  if (col.integer) {
+    int64_t i = 0;
+    const std::string problem = parse_int64(f, i);
+    if (!problem.empty()) return field_text(c, f) + problem;
+    if (col.transform == NumericTransform::kLog1p) {
+      v = criteo_dense_value(i);  // Criteo's, to the bit
+      return "";
+    }
+    x = static_cast<double>(i);
+  } else {
+    const auto [end, ec] = std::from_chars(f.data(), f.data() + f.size(), x);
+    if (ec == std::errc::result_out_of_range) return field_text(c, f) + " is outside the float range";
+    if (ec != std::errc() || end != f.data() + f.size()) return field_text(c, f) + " is not a number";
+    if (!std::isfinite(x)) return field_text(c, f) + " is not a finite number";
+  }
+  if (col.transform == NumericTransform::kLog1p) x = std::log1p(std::max(x, 0.0));
+  if (std::fabs(x) > std::numeric_limits<float>::max())
+    return field_text(c, f) + " is outside the float range";
+  v = static_cast<float>(x);
+  return "";
+}
+
+std::string SchemaLineParser::parse_categorical(size_t c, std::string_view f, CtrRecord& out, size_t k) const {
+  const SchemaColumn& col = schema_.columns[c];
   out.counts[k] = 1;
   if (f.empty()) {
     out.ids[k] = kCriteoMissingId;
     return "";
   }
-  // One value's ID, or why it has none.
-  const auto id_of = [&](std::string_view v, uint64_t& id) -> std::string {
-    switch (col.ids) {
-      case IdKind::kHex:
-        if (!parse_hex_id(v, id)) return " is not 1 to 16 hex digits";
-        break;
-      case IdKind::kString:
-        id = schema_string_id(v);
-        break;
-      case IdKind::kInt: {
-        int64_t i = 0;
-        const std::string problem = parse_int64(v, i);
-        if (!problem.empty()) return problem;
-        id = schema_int_id(i);
-        break;
-      }
-    }
-    if (id == kCriteoMissingId) {
-      return col.ids == IdKind::kHex ? " is the ID reserved for an empty field"
-                                     : " hashes to the ID reserved for an empty field (change the value)";
-    }
-    return "";
-  };
   if (col.separator == '\0' || f.find(col.separator) == std::string_view::npos) {
-    const std::string problem = id_of(f, out.ids[k]);
+    const std::string problem = value_id(col, f, out.ids[k]);
     return problem.empty() ? "" : field_text(c, f) + problem;
   }
   const size_t ids = static_cast<size_t>(std::count(f.begin(), f.end(), col.separator)) + 1;
@@ -221,7 +233,7 @@ std::string SchemaLineParser::parse_field(size_t c, std::string_view f, CtrRecor
              std::string(1, col.separator) + "')";
     }
     uint64_t id = 0;
-    const std::string problem = id_of(element, id);
+    const std::string problem = value_id(col, element, id);
     if (!problem.empty()) return field_text(c, f) + which + " " + quote_field(element) + problem;
     out.lists.push_back(id);
   }

@@ -45,6 +45,9 @@ class SchemaLineParser final : public CtrLineParser {
   std::string field_text(size_t column, std::string_view value) const;
   std::string parse_field(size_t column, std::string_view value, CtrRecord& out, size_t& dense,
                           size_t& field);
+  std::string parse_numeric(size_t column, std::string_view value, float& v) const;
+  // Categorical field k: its ID (out.ids[k]), or its list's (out.lists, out.counts[k]).
+  std::string parse_categorical(size_t column, std::string_view value, CtrRecord& out, size_t k) const;
 
   const FeatureSchema& schema_;
   std::string path_;

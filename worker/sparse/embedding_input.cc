@@ -6,7 +6,6 @@
 
 #include "shared/train/sparse_ids.h"
 #include "shared/util/error.h"
-#include "shared/util/splitmix.h"
 
 namespace pstrain {
 
@@ -38,62 +37,15 @@ EmbeddingInput::EmbeddingInput(const EmbeddingInputOptions& options) : options_(
   has_rows_.assign(shards, false);
 }
 
-namespace {
-
-size_t power_of_two_at_least(size_t n) {
-  size_t p = 64;
-  while (p < n) p *= 2;
-  return p;
-}
-
-}  // namespace
-
-// The hash table starts each batch at 4 x the last batch's unique keys (at most 2 x this one's
-// occurrences) and doubles at a load of 1/2: a small table for repetitive batches stays in
-// cache. Entries of earlier batches are dead by their stamp, so nothing is cleared (but once in
-// 2^32 batches); the vectors keep their largest size.
-void EmbeddingInput::reset_hash(size_t occurrences) {
-  const size_t capacity =
-      std::min(power_of_two_at_least(4 * slots_.size()), power_of_two_at_least(2 * occurrences));
-  if (capacity > hash_.size()) hash_.resize(capacity, Entry{0, 0, 0, 0});
-  mask_ = capacity - 1;
-  if (++stamp_ == 0) {
-    for (Entry& e : hash_) e.stamp = 0;
-    for (Entry& e : spare_) e.stamp = 0;
-    stamp_ = 1;
-  }
-}
-
-void EmbeddingInput::grow_hash() {
-  const size_t capacity = 2 * (mask_ + 1), mask = capacity - 1;
-  if (capacity > spare_.size()) spare_.resize(capacity);
-  for (size_t i = 0; i < capacity; ++i) spare_[i].stamp = 0;
-  for (size_t i = 0; i <= mask_; ++i) {
-    const Entry& e = hash_[i];
-    if (e.stamp != stamp_) continue;
-    size_t j = splitmix64(e.key ^ (e.table * kGolden)) & mask;
-    while (spare_[j].stamp == stamp_) j = (j + 1) & mask;
-    spare_[j] = e;
-  }
-  hash_.swap(spare_);
-  mask_ = mask;
-}
-
 uint32_t EmbeddingInput::find_or_add(uint64_t key, uint32_t table) {
-  for (size_t i = splitmix64(key ^ (table * kGolden)) & mask_;; i = (i + 1) & mask_) {
-    Entry& e = hash_[i];
-    if (e.stamp != stamp_) {
-      const auto slot = static_cast<uint32_t>(slots_.size());
-      const auto shard = static_cast<uint32_t>(shard_of(key, options_.num_ps));
-      std::vector<uint64_t>& staged = staged_[shard * tables() + table];
-      slots_.push_back(Slot{shard, table, static_cast<uint32_t>(staged.size())});
-      staged.push_back(key);
-      e = Entry{key, table, slot, stamp_};
-      if (2 * slots_.size() > mask_ + 1) grow_hash();
-      return slot;
-    }
-    if (e.key == key && e.table == table) return e.slot;
-  }
+  const auto next = static_cast<uint32_t>(slots_.size());
+  const uint32_t slot = slot_of_key_.find_or_insert(TableId{key, table}, next);
+  if (slot != IdMap<TableId>::kAbsent) return slot;
+  const auto shard = static_cast<uint32_t>(shard_of(key, options_.num_ps));
+  std::vector<uint64_t>& staged = staged_[shard * tables() + table];
+  slots_.push_back(Slot{shard, table, static_cast<uint32_t>(staged.size())});
+  staged.push_back(key);
+  return next;
 }
 
 void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, size_t batch) {
@@ -114,7 +66,9 @@ void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, si
   }
   batch_ = batch;
   lists_ = n != cells;  // every count is >= 1: n == cells when each is 1
-  reset_hash(n);  // sized by the last batch's slots_
+  // The map starts each batch with room for 2 x the last batch's unique keys (at most this one's
+  // occurrences) and grows from there: a small map for repetitive batches stays in cache.
+  slot_of_key_.clear(std::min(2 * slots_.size(), n));
   slots_.clear();
   for (auto& keys : staged_) keys.clear();
   for (auto& list : occurrences_) list.clear();
@@ -139,6 +93,10 @@ void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, si
     }
   }
   if (lists_) first_of_[cells] = static_cast<uint32_t>(i);
+  make_pulls();
+}
+
+void EmbeddingInput::make_pulls() {
   for (size_t s = 0; s < pull_.size(); ++s) {
     std::vector<SparseSection>& sections = pull_[s];
     size_t k = 0;

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/util/id_map.h"
 #include "shared/wire/sparse_wire.h"
 #include "worker/sparse/embedding_setup.h"
 
@@ -86,17 +87,13 @@ class EmbeddingInput {
   struct Slot {  // a unique key: where its row is (while prepare runs, section is the table)
     uint32_t shard, section, position;
   };
-  struct Entry {  // an open-addressing hash table's entry; live when stamp == stamp_
-    uint64_t key;
-    uint32_t table, slot, stamp;
-  };
   uint32_t table_of(size_t field) const {
     return options_.per_field_tables ? static_cast<uint32_t>(field) : 0;
   }
   size_t tables() const { return options_.per_field_tables ? options_.fields : 1; }
-  void reset_hash(size_t occurrences);
-  void grow_hash();
   uint32_t find_or_add(uint64_t key, uint32_t table);
+  // pull_ from the staged keys (a section per table with keys, per shard), the slots' sections.
+  void make_pulls();
   const float* row(uint32_t slot) const;
   // The pooled row of occurrences [begin, end) (one field's IDs) into out.
   void pool(uint32_t begin, uint32_t end, float* out) const;
@@ -117,9 +114,7 @@ class EmbeddingInput {
   std::vector<std::vector<SparseSection>> pull_;    // per shard
   std::vector<std::vector<SparseSection>> rows_;    // per shard, as set_rows took them
   std::vector<bool> has_rows_;
-  std::vector<Entry> hash_, spare_;  // the table is hash_[0, mask_], sized from the last batch
-  size_t mask_ = 0;
-  uint32_t stamp_ = 0;
+  IdMap<TableId> slot_of_key_;  // (key, table) -> its slot, this batch's
 };
 
 }  // namespace pstrain
