@@ -57,11 +57,9 @@ struct TrainOptions {
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
   std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); every
                                 // worker: its own breakdown in DIR/w<i> (worker/own_figures.h); empty: none
-  // --embedding-dim > 0: the data's categorical IDs become rows of the PS's tables (docs/sparse.md)
-  int embedding_dim = 0;
-  bool per_field_tables = false;  // --embedding-tables per-field
-  int num_ps = 1;               // the shards the tables are sharded over
-  // With embedding_dim: the tables as model.json records them (dense and fields: the data's).
+  // The tables (dim > 0, --embedding-dim: the data's categorical IDs become rows of the PS's
+  // tables, sharded over its num_ps shards: docs/sparse.md), as model.json records them (dense
+  // and fields: the data's).
   EmbeddingSetup embeddings;
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
