@@ -34,9 +34,10 @@ EmbeddingRowsInput::EmbeddingRowsInput(const TrainInputOptions& o, const Dataset
       eval_ctr_(input_options(o.tables, data)) {
   const EmbeddingSetup& t = o.tables;
   PSLOG(INFO) << o.tag << "embeddings: " << fields_ << " categorical fields of dim " << t.dim << " in "
-              << (t.per_field_tables ? std::to_string(fields_) + " tables" : std::string("one shared table")) << " on "
-              << t.num_ps << " PS shard(s), " << embedding_pool_name(t.pool) << " pooling of a field's IDs; model input "
-              << dense_ << " dense + " << fields_ << " x " << t.dim << " = " << ctr_.input_dim() << " floats";
+              << (t.per_field_tables ? std::to_string(fields_) + " tables" : std::string("one shared table"))
+              << " on " << t.num_ps << " PS shard(s), " << embedding_pool_name(t.pool)
+              << " pooling of a field's IDs; model input " << dense_ << " dense + " << fields_ << " x "
+              << t.dim << " = " << ctr_.input_dim() << " floats";
 }
 
 void EmbeddingRowsInput::describe(ModelDescription* d) const {
@@ -52,19 +53,21 @@ void EmbeddingRowsInput::check_saved(const EmbeddingSetup& saved, const std::str
   const std::string where = "--init-params " + dir + ": its tables (model.json) ";
   if (saved.dim == 0) throw UsageError(where + "are none: it is not a CTR model");
   if (saved.dim != job.dim) {
-    throw UsageError(where + "have rows of " + std::to_string(saved.dim) + " floats, this job's " + std::to_string(job.dim));
+    throw UsageError(where + "have rows of " + std::to_string(saved.dim) + " floats, this job's " +
+                     std::to_string(job.dim));
   }
   if (saved.per_field_tables != job.per_field_tables) {
     throw UsageError(where + "are " + (saved.per_field_tables ? "per-field" : "shared") + ", this job's " +
                      (job.per_field_tables ? "per-field" : "shared") + " (--embedding-tables)");
   }
   if (!saved.optimizer.empty() && saved.optimizer != job.optimizer) {  // (the PS checks each file's too)
-    throw UsageError(where + "were trained with --embedding-optimizer " + saved.optimizer + ", this job's is " +
-                     job.optimizer + " (the rows' optimizer slots are kept: give the same)");
+    throw UsageError(where + "were trained with --embedding-optimizer " + saved.optimizer +
+                     ", this job's is " + job.optimizer +
+                     " (the rows' optimizer slots are kept: give the same)");
   }
   if (saved.pool != job.pool) {
-    throw UsageError(where + "pool a field's IDs by their " + embedding_pool_name(saved.pool) + ", this job's by their " +
-                     embedding_pool_name(job.pool) + " (--embedding-pool)");
+    throw UsageError(where + "pool a field's IDs by their " + embedding_pool_name(saved.pool) +
+                     ", this job's by their " + embedding_pool_name(job.pool) + " (--embedding-pool)");
   }
   PSLOG(INFO) << o_.tag << "the tables start as " << dir << "/embeddings/'s rows (the PS shards load them)";
 }
@@ -75,7 +78,8 @@ void EmbeddingRowsInput::attach(Backend& backend, const Model&, int micro_batche
   micro_batches_ = micro_batches;
   // A CTR model of one output (--loss bce) is evaluated as CTR models are: loss, accuracy and AUC.
   evaluation.set_ctr_input(&eval_ctr_, backend);
-  const size_t floats = static_cast<size_t>(max_batch) * ctr_.input_dim();  // d loss / d input: the rows' gradients
+  const size_t floats =
+      static_cast<size_t>(max_batch) * ctr_.input_dim();  // d loss / d input: the rows' gradients
   input_grad_ = backend.allocate(floats);
   if (!backend.host_accessible()) host_input_grad_ = backend.allocate_host(floats);
 }

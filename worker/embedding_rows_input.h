@@ -22,7 +22,8 @@ class EmbeddingRowsInput : public TrainInput {
   std::vector<size_t> shape() const override { return {ctr_.input_dim()}; }
   void describe(ModelDescription* d) const override;
   void check_saved(const EmbeddingSetup& saved, const std::string& dir) const override;
-  void attach(Backend& backend, const Model& model, int micro_batches, int max_batch, Evaluation& evaluation) override;
+  void attach(Backend& backend, const Model& model, int micro_batches, int max_batch,
+              Evaluation& evaluation) override;
   void connect(RowSource* rows) override;
 
   void begin_step(uint64_t step, Prefetcher& reader, InputTimes* times) override;
@@ -51,7 +52,7 @@ class EmbeddingRowsInput : public TrainInput {
   // their rows were asked for; and the IDs of a step of several.
   std::vector<Batch> step_batches_, next_batches_;
   IdLists step_ids_;
-  size_t first_ = 0;  // the current micro-batch's first record among the step's
+  size_t first_ = 0;                        // the current micro-batch's first record among the step's
   BufferPtr input_grad_, host_input_grad_;  // d loss / d input (on the backend, and staged)
 };
 

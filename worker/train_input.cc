@@ -15,9 +15,11 @@ namespace {
 // The records' features are the model's input; nothing is pushed for them.
 class PlainInput : public TrainInput {
  public:
-  PlainInput(const TrainInputOptions& o, const Dataset& data) : huber_delta_(o.huber_delta), shape_(data.sample_shape()) {
+  PlainInput(const TrainInputOptions& o, const Dataset& data)
+      : huber_delta_(o.huber_delta), shape_(data.sample_shape()) {
     if (data.id_fields() > 0) {
-      PSLOG(WARN) << o.tag << "the data's " << data.id_fields() << " categorical fields are not used: the model "
+      PSLOG(WARN) << o.tag << "the data's " << data.id_fields()
+                  << " categorical fields are not used: the model "
                   << "sees its " << data.feature_dim() << " numeric features only (--embedding-dim D, or a "
                   << "--model beginning 'embedding D', gives each field a row of a table: docs/sparse.md)";
     }

@@ -62,8 +62,8 @@ class TrainInput {
   // Where backward leaves d loss / d input (null: not wanted).
   virtual float* input_grad() = 0;
   // After the batch's backward (`last`: the step's last micro-batch, `samples` the step's).
-  virtual void after_backward(uint64_t step, const Batch& batch, bool last, uint64_t samples, Prefetcher& reader,
-                              InputTimes* times) = 0;
+  virtual void after_backward(uint64_t step, const Batch& batch, bool last, uint64_t samples,
+                              Prefetcher& reader, InputTimes* times) = 0;
   // Backup workers: the job moved past the steps after this one; what was asked ahead goes unused.
   virtual void skip() = 0;
 };

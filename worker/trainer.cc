@@ -1,17 +1,16 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <iomanip>
 #include <numeric>
-#include <sstream>
 #include <thread>
 
+#include "shared/checkpoint/checkpoint.h"
 #include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "worker/backend.h"
-#include "shared/checkpoint/checkpoint.h"
+#include "worker/batch_fit.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"
 #include "worker/data/dataset.h"
@@ -25,11 +24,11 @@
 #include "worker/metrics_sink.h"
 #include "worker/model.h"
 #include "worker/model_file.h"
-#include "worker/param_files.h"
-#include "worker/progress.h"
 #include "worker/own_figures.h"
-#include "worker/tensorboard.h"
+#include "worker/progress.h"
 #include "worker/replica.h"
+#include "worker/run_model.h"
+#include "worker/tensorboard.h"
 #include "worker/train_input.h"
 
 namespace pstrain {
@@ -39,26 +38,6 @@ constexpr double kMiB = 1048576.0;
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
-
-// A MiB figure as given: 2 decimals, more for a limit below 1 MiB (0.015, not 0.01).
-std::string mib_text(double mib) {
-  std::ostringstream os;
-  os << std::setprecision(mib < 1 ? 3 : 2) << (mib < 1 ? std::defaultfloat : std::fixed) << mib;
-  return os.str();
-}
-
-// What the worker will allocate on its device for batches of up to `rows` samples, computed
-// before allocating anything but the backend's own workspace (already held).
-MemoryPlan plan_memory(const Backend& backend, bool recompute, const Network& net, int rows) {
-  const size_t total = net.layout().total();
-  const size_t input_dim = net.input().size();
-  MemoryPlan plan;
-  plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = net.activation_floats(rows, recompute, backend) * sizeof(float) / kMiB;
-  plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
-  plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
-  return plan;
 }
 
 // One worker's training run: the parts of train(), in the order they happen.
@@ -130,40 +109,6 @@ class Trainer {
                            [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
   }
 
-  // The model: --model / --hidden, or with --init-params DIR and neither given, DIR/model.json's
-  // (a given one must agree with it: worker/model_file.h).
-  ModelDescription describe_model() const {
-    ModelDescription d;
-    d.classes = train_data_->num_classes();
-    d.loss = o_.data.loss;
-    d.huber_delta = o_.huber_delta;
-    d.input_shape = input_shape_;
-    input_->describe(&d);
-    d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
-    d.given_as = "--model";
-    if (o_.model.empty()) {
-      d.given_as = "--hidden ";
-      for (size_t i = 0; i < o_.hidden.size(); ++i) d.given_as += (i ? "," : "") + std::to_string(o_.hidden[i]);
-    }
-    if (!o_.init_params.empty()) {
-      SavedModelQuery q;
-      q.dir = o_.init_params;
-      q.model_given = o_.model_given;
-      q.model = o_.model;
-      q.hidden = o_.hidden;
-      q.sample_shape = d.input_shape;
-      q.classes = d.classes;
-      q.loss = d.loss;
-      const SavedModel saved = resolve_saved_model(q);
-      d.spec = saved.spec;
-      input_->check_saved(saved.embeddings, o_.init_params);
-      if (!o_.model_given) d.given_as = "--init-params " + o_.init_params + " (its model.json)";
-    }
-    d.training.optimizer = o_.checkpoint.job.optimizer.kind;
-    d.training.lr = o_.checkpoint.job.optimizer.lr;
-    return d;
-  }
-
   // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.
   void plan_device() {
     backend_ = make_backend(o_.backend);
@@ -172,40 +117,17 @@ class Trainer {
     for (size_t d : input_shape_) input_floats *= d;
     const int input_dim = static_cast<int>(input_floats);
     const int classes = train_data_->num_classes();
-    model_description_ = describe_model();
+    model_description_ = describe_run_model(o_, classes, input_shape_, *input_);
     const Loss loss = o_.data.loss;
     Network network(model_description_.spec, input_shape_, classes,
                     loss == Loss::kSoftmax ? "" : train_data_->target_source());
-    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
-    if (o_.batch_auto) {
-      double limit = o_.backend.gpu_memory_limit_mib;
-      if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
-      batch_ = choose_batch(share_, kEvalBatch, evaluation_->evaluates(), limit, plan_for);
-      PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
-                  << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
-                  << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
-                  << (evaluation_->evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
-    } else {
-      batch_.micro = std::min(o_.micro_batch, share_);
-      batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
-      batch_.eval_batch = kEvalBatch;
-    }
-    check_batchnorm(network);
-    if (batch_.micro_batches > 1 && !o_.batch_auto) {
-      PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
-                  << batch_.micro << " = " << share_ << " samples a step";
-    }
+    batch_ = fit_batch(batch_request(), *backend_, network);
     sampler_ = std::make_unique<ShardSampler>(train_data_->size(), o_.index, shares_, batch_.micro, o_.seed, o_.shuffle);
     const int max_batch = std::max(batch_.micro, evaluation_->evaluates() ? batch_.eval_batch : 1);
-    const MemoryPlan plan = plan_for(max_batch);
+    const MemoryPlan plan = plan_memory(*backend_, o_.recompute, network, max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
-    const double memory_limit = o_.backend.gpu_memory_limit_mib;
-    if (memory_limit > 0 && !backend_->host_accessible() && plan.total() > memory_limit) {
-      throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
-                  fixed(memory_limit, 2) + " MiB (" + plan.text() +
-                  "); --batch-size auto picks a micro-batch that fits");
-    }
+    check_memory_limit(plan, *backend_, o_.backend.gpu_memory_limit_mib);
     if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
     model_->set_label_smoothing(o_.label_smoothing);
@@ -232,15 +154,7 @@ class Trainer {
     });
     stage_gradient_ = exchange_->stages_gradient();
     input_->connect(exchange_->row_source());
-    model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
-    if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
-      load_params(o_.init_params, model_->layout(), replica_->host_params());
-      load_state(o_.init_params);
-      if (chief_) {
-        PSLOG(INFO) << tag_ << "initial parameters from " << o_.init_params << " ("
-                    << model_->layout().tensors().size() << " variables)";
-      }
-    }
+    init_run_model(o_, *model_, replica_->host_params(), chief_, tag_);
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_.checkpoint, chief_, o_.checkpoint_shards, model_->layout(),
                                                       model_description_, total_steps_, stop_requested_);
     checkpoints_->set_state(model_->network().state_layout(), model_->state());
@@ -254,41 +168,27 @@ class Trainer {
       model_->set_stats_exchange(stats);
     }
     // Every worker: the state (batchnorm's running statistics) is not on the PS shards.
-    if (o_.checkpoint.resume && first_step_ > 0) load_state(checkpoint_version_dir(o_.checkpoint.dir, first_step_));
+    if (o_.checkpoint.resume && first_step_ > 0) {
+      load_model_state(*model_, checkpoint_version_dir(o_.checkpoint.dir, first_step_), chief_, tag_);
+    }
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
   }
 
-  // Global batch-norm statistics need every worker's whole batch of a step in one pass.
-  void check_batchnorm(const Network& network) const {
-    if (!o_.batchnorm_global || network.state_layout().tensors().empty()) return;
-    const std::string layer = batchnorm_text(network);
-    if (batch_.micro_batches > 1) {
-      throw UsageError("--batchnorm-stats global: gradient accumulation (" + std::to_string(batch_.micro_batches) +
-                       " micro-batches a step) would normalise each micro-batch alone in " + layer +
-                       ": drop --accum-steps (or --batch-size auto's split), or give --batchnorm-stats local");
-    }
-    if (o_.evaluation.backup_workers > 0) {
-      throw UsageError("--batchnorm-stats global: " + layer + " combines every worker's statistics each step, "
-                       "which --backup-workers would wait for: give --batchnorm-stats local");
-    }
-  }
-  static std::string batchnorm_text(const Network& network) {
-    for (const auto& l : network.layers()) {
-      if (l->has_state()) return "layer " + std::to_string(l->index() + 1) + " '" + l->text() + "'";
-    }
-    return "";
-  }
-
-  // The model's state from DIR/<name>.npy (--init-params, a checkpoint), where it has any.
-  void load_state(const std::string& dir) {
-    const Layout& layout = model_->network().state_layout();
-    if (layout.tensors().empty()) return;
-    std::vector<float> state(layout.total());
-    load_params(dir, layout, state.data());
-    model_->set_state(state);
-    if (chief_) PSLOG(INFO) << tag_ << "running statistics from " << dir << " (" << layout.tensors().size() << " variables)";
+  BatchFitRequest batch_request() const {
+    BatchFitRequest r;
+    r.share = share_;
+    r.global_batch = global_batch_;
+    r.micro_batch = o_.micro_batch;
+    r.automatic = o_.batch_auto;
+    r.evaluates = evaluation_->evaluates();
+    r.memory_limit_mib = o_.backend.gpu_memory_limit_mib;
+    r.recompute = o_.recompute;
+    r.batchnorm_global = o_.batchnorm_global;
+    r.backup_workers = o_.evaluation.backup_workers;
+    r.tag = tag_;
+    return r;
   }
 
   // --bind-cpu: this thread and the data reader it starts next, now that the threads that stay
@@ -376,17 +276,22 @@ class Trainer {
         done.correct += s.correct;
       }
     }
+    in.pushing += pushing;
+    return end_step(step, t0, in, info);
+  }
+
+  // The step's breakdown, the exchange's end of the step (the next parameters), and its figures.
+  StepMetrics end_step(uint64_t step, Clock::time_point t0, const InputTimes& in, const PushInfo& info) {
     // Without staging the backward pass may still run on the GPU: wait here, so that its time
     // counts as compute and not as the exchange's.
     if (!stage_gradient_) replica_->synchronize();
-    pushing += in.pushing;
     slow_down(Clock::now() - t0 - in.data);
     const auto t2 = Clock::now();
     StepTimes times;
     times.data_us = micros(in.data);
-    times.compute_us = micros(t2 - t0 - in.data) - micros(pushing) - micros(in.rows);
+    times.compute_us = micros(t2 - t0 - in.data) - micros(in.pushing) - micros(in.rows);
     const StepMetrics m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &times);
-    times.push_us += micros(pushing);
+    times.push_us += micros(in.pushing);
     times.pull_us += micros(in.rows);  // the embedding rows: pulled (and waited for) before forward
     replica_->params_to_device();
     previous_ = times;
@@ -424,16 +329,7 @@ class Trainer {
     summary_.samples_per_second = samples / std::max(summary_.seconds, 1e-9);
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
-      save_params(o_.save_params, model_->layout(), replica_->host_params());
-      const Layout& state = model_->network().state_layout();
-      if (!state.tensors().empty()) save_params(o_.save_params, state, model_->state().data());
-      TrainingRecord& t = model_description_.training;
-      t.source = "--save-params";
-      t.steps = summary_.steps;
-      t.evaluated = summary_.test_accuracy > 0 || summary_.test_loss > 0;
-      t.test_loss = summary_.test_loss;
-      t.test_accuracy = summary_.test_accuracy;
-      write_model_json(o_.save_params, model_description_);
+      save_run_model(o_.save_params, *model_, replica_->host_params(), summary_, &model_description_);
     }
     exchange_->done(summary_.stopped);
     PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()

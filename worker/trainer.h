@@ -6,7 +6,9 @@
 // initialises the parameter servers (INIT), prints progress (worker/progress.h), evaluates the
 // test set (shared with the other workers at the epochs' ends where they hold the same
 // parameters: worker/evaluation.h), decides checkpoints (worker/checkpoints.h) and saves the
-// parameters (worker/param_files.h).
+// parameters (worker/run_model.h). Its rooms: the input stage (worker/train_input.h: plain, or
+// embedding rows), the micro-batch and memory plan (worker/batch_fit.h), the run's model
+// (worker/run_model.h: description, first parameters, state, --save-params).
 #pragma once
 
 #include <atomic>
