@@ -134,10 +134,7 @@ TrainOptions train_options(const JobOptions& o) {
   t.batchnorm_global = o.batchnorm_global && (o.mode == Mode::kSync || o.mode == Mode::kAllreduce);
   t.label_smoothing = static_cast<float>(o.label_smoothing);
   t.huber_delta = static_cast<float>(o.huber_delta);
-  t.embedding_dim = o.embedding_dim;
   t.embeddings = embedding_setup(o);
-  t.per_field_tables = t.embeddings.per_field_tables;
-  t.num_ps = o.num_ps;
   t.epochs = o.epochs;
   t.steps = o.steps;
   t.seed = o.seed;

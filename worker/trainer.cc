@@ -1,17 +1,16 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
-#include <iomanip>
 #include <numeric>
-#include <sstream>
 #include <thread>
 
+#include "shared/checkpoint/checkpoint.h"
 #include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
 #include "shared/util/log.h"
 #include "worker/backend.h"
-#include "shared/checkpoint/checkpoint.h"
+#include "worker/batch_fit.h"
 #include "worker/checkpoints.h"
 #include "worker/cpu_binding.h"
 #include "worker/data/dataset.h"
@@ -25,12 +24,12 @@
 #include "worker/metrics_sink.h"
 #include "worker/model.h"
 #include "worker/model_file.h"
-#include "worker/param_files.h"
-#include "worker/progress.h"
 #include "worker/own_figures.h"
-#include "worker/tensorboard.h"
+#include "worker/progress.h"
 #include "worker/replica.h"
-#include "worker/sparse/ctr_input.h"
+#include "worker/run_model.h"
+#include "worker/tensorboard.h"
+#include "worker/train_input.h"
 
 namespace pstrain {
 namespace {
@@ -39,26 +38,6 @@ constexpr double kMiB = 1048576.0;
 
 uint64_t micros(Clock::duration d) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
-
-// A MiB figure as given: 2 decimals, more for a limit below 1 MiB (0.015, not 0.01).
-std::string mib_text(double mib) {
-  std::ostringstream os;
-  os << std::setprecision(mib < 1 ? 3 : 2) << (mib < 1 ? std::defaultfloat : std::fixed) << mib;
-  return os.str();
-}
-
-// What the worker will allocate on its device for batches of up to `rows` samples, computed
-// before allocating anything but the backend's own workspace (already held).
-MemoryPlan plan_memory(const Backend& backend, bool recompute, const Network& net, int rows) {
-  const size_t total = net.layout().total();
-  const size_t input_dim = net.input().size();
-  MemoryPlan plan;
-  plan.params = plan.grads = total * sizeof(float) / kMiB;
-  plan.activations = net.activation_floats(rows, recompute, backend) * sizeof(float) / kMiB;
-  plan.input = backend.host_accessible() ? 0 : static_cast<double>(rows) * input_dim * sizeof(float) / kMiB;
-  plan.workspace = (backend.bytes_allocated() + backend.batch_scratch_bytes(rows)) / kMiB;
-  return plan;
 }
 
 // One worker's training run: the parts of train(), in the order they happen.
@@ -97,45 +76,22 @@ class Trainer {
       own_figures_ =
           std::make_unique<OwnStepFigures>(o_.tensorboard_dir, o_.index, o_.progress.log_every, steps_per_epoch_);
     }
-    input_shape_ = train_data_->sample_shape();
-    const std::string refusal = augment_refusal(o_.augment, input_shape_);
+    const std::string refusal = augment_refusal(o_.augment, train_data_->sample_shape());
     if (!refusal.empty()) throw UsageError(refusal);
     if (o_.augment.any()) PSLOG(INFO) << tag_ << "augmenting training images: " << o_.augment.text();
-    if (o_.embedding_dim > 0) open_tables();
-    if (o_.embedding_dim == 0 && train_data_->id_fields() > 0) {
-      PSLOG(WARN) << tag_ << "the data's " << train_data_->id_fields() << " categorical fields are not used: the model "
-                  << "sees its " << train_data_->feature_dim() << " numeric features only (--embedding-dim D, or a "
-                  << "--model beginning 'embedding D', gives each field a row of a table: docs/sparse.md)";
-    }
+    TrainInputOptions in;
+    in.tables = o_.embeddings;
+    in.total_steps = total_steps_;
+    in.huber_delta = o_.huber_delta;
+    in.tag = tag_;
+    input_ = make_train_input(in, *train_data_);
+    input_shape_ = input_->shape();
     const bool equal = std::all_of(shares_.begin(), shares_.end(), [&](int b) { return b == share_; });
     PSLOG(INFO) << tag_ << "data " << training_data_source(o_.data) << ": " << train_data_->size() << " training records; each global step "
                 << "takes " << global_batch_ << " of them"
                 << (equal ? " (" + std::to_string(o_.num_workers) + " x " + std::to_string(share_) + ")" : "")
                 << ", this worker's " << share_ << " from position " << shard_offset() << "; " << steps_per_epoch_
                 << " steps per epoch";
-  }
-
-  // --embedding-dim: the model's input is each record's dense features and one row per
-  // categorical field, the rows pulled from the PS's tables for each batch (docs/sparse.md).
-  void open_tables() {
-    if (train_data_->id_fields() == 0) {
-      throw UsageError("--embedding-dim: the training data has no categorical fields (Criteo data has 26)");
-    }
-    EmbeddingInputOptions e;
-    e.dense = train_data_->feature_dim();
-    e.fields = train_data_->id_fields();
-    e.dim = static_cast<uint32_t>(o_.embedding_dim);
-    e.per_field_tables = o_.per_field_tables;
-    e.num_ps = o_.num_ps;
-    e.pool = o_.embeddings.pool;
-    ctr_ = std::make_unique<CtrInput>(e);
-    eval_ctr_ = std::make_unique<CtrInput>(e);  // its own: a training request may be outstanding
-    input_shape_ = {ctr_->input_dim()};
-    PSLOG(INFO) << tag_ << "embeddings: " << e.fields << " categorical fields of dim " << e.dim << " in "
-                << (e.per_field_tables ? std::to_string(e.fields) + " tables" : std::string("one shared table"))
-                << " on " << e.num_ps << " PS shard(s), " << embedding_pool_name(e.pool)
-                << " pooling of a field's IDs; model input " << e.dense << " dense + " << e.fields << " x "
-                << e.dim << " = " << ctr_->input_dim() << " floats";
   }
 
   // The chief's metrics sinks; a path that cannot be written fails here, before any step.
@@ -153,68 +109,6 @@ class Trainer {
                            [](uint64_t sum, int b) { return sum + static_cast<uint64_t>(b); });
   }
 
-  // The model: --model / --hidden, or with --init-params DIR and neither given, DIR/model.json's
-  // (a given one must agree with it: worker/model_file.h).
-  ModelDescription describe_model() const {
-    ModelDescription d;
-    d.classes = train_data_->num_classes();
-    d.loss = o_.data.loss;
-    d.huber_delta = o_.huber_delta;
-    d.input_shape = input_shape_;
-    if (ctr_ != nullptr) {
-      d.embeddings = o_.embeddings;
-      d.embeddings.dense = train_data_->feature_dim();
-      d.embeddings.fields = train_data_->id_fields();
-    }
-    d.spec = Network::spec_of(o_.model, o_.hidden, d.classes);
-    d.given_as = "--model";
-    if (o_.model.empty()) {
-      d.given_as = "--hidden ";
-      for (size_t i = 0; i < o_.hidden.size(); ++i) d.given_as += (i ? "," : "") + std::to_string(o_.hidden[i]);
-    }
-    if (!o_.init_params.empty()) {
-      SavedModelQuery q;
-      q.dir = o_.init_params;
-      q.model_given = o_.model_given;
-      q.model = o_.model;
-      q.hidden = o_.hidden;
-      q.sample_shape = d.input_shape;
-      q.classes = d.classes;
-      q.loss = d.loss;
-      const SavedModel saved = resolve_saved_model(q);
-      d.spec = saved.spec;
-      if (ctr_ != nullptr) check_saved_tables(saved.embeddings);
-      if (!o_.model_given) d.given_as = "--init-params " + o_.init_params + " (its model.json)";
-    }
-    d.training.optimizer = o_.checkpoint.job.optimizer.kind;
-    d.training.lr = o_.checkpoint.job.optimizer.lr;
-    return d;
-  }
-
-  // --init-params of a CTR model: the PS shards start its tables from DIR/embeddings/ (docs/sparse.md,
-  // "Fine-tuning"), which must be the tables this job has.
-  void check_saved_tables(const EmbeddingSetup& saved) const {
-    const EmbeddingSetup& job = o_.embeddings;
-    const std::string where = "--init-params " + o_.init_params + ": its tables (model.json) ";
-    if (saved.dim == 0) throw UsageError(where + "are none: it is not a CTR model");
-    if (saved.dim != job.dim) {
-      throw UsageError(where + "have rows of " + std::to_string(saved.dim) + " floats, this job's " + std::to_string(job.dim));
-    }
-    if (saved.per_field_tables != job.per_field_tables) {
-      throw UsageError(where + "are " + (saved.per_field_tables ? "per-field" : "shared") + ", this job's " +
-                       (job.per_field_tables ? "per-field" : "shared") + " (--embedding-tables)");
-    }
-    if (!saved.optimizer.empty() && saved.optimizer != job.optimizer) {  // (the PS checks each file's too)
-      throw UsageError(where + "were trained with --embedding-optimizer " + saved.optimizer + ", this job's is " +
-                       job.optimizer + " (the rows' optimizer slots are kept: give the same)");
-    }
-    if (saved.pool != job.pool) {
-      throw UsageError(where + "pool a field's IDs by their " + embedding_pool_name(saved.pool) + ", this job's by their " +
-                       embedding_pool_name(job.pool) + " (--embedding-pool)");
-    }
-    PSLOG(INFO) << tag_ << "the tables start as " << o_.init_params << "/embeddings/'s rows (the PS shards load them)";
-  }
-
   // The backend, the micro-batch (--batch-size auto: from the memory plan), and the replica.
   void plan_device() {
     backend_ = make_backend(o_.backend);
@@ -223,59 +117,28 @@ class Trainer {
     for (size_t d : input_shape_) input_floats *= d;
     const int input_dim = static_cast<int>(input_floats);
     const int classes = train_data_->num_classes();
-    model_description_ = describe_model();
+    model_description_ = describe_run_model(o_, classes, input_shape_, *input_);
     const Loss loss = o_.data.loss;
     Network network(model_description_.spec, input_shape_, classes,
                     loss == Loss::kSoftmax ? "" : train_data_->target_source());
-    const auto plan_for = [&](int rows) { return plan_memory(*backend_, o_.recompute, network, rows); };
-    if (o_.batch_auto) {
-      double limit = o_.backend.gpu_memory_limit_mib;
-      if (limit == 0 && !backend_->host_accessible()) limit = backend_->free_device_bytes() / kMiB;
-      batch_ = choose_batch(share_, kEvalBatch, evaluation_->evaluates(), limit, plan_for);
-      PSLOG(INFO) << tag_ << "--batch-size auto: micro-batch " << batch_.micro << " x " << batch_.micro_batches
-                  << " = this worker's " << share_ << " samples a step (global batch " << global_batch_ << "), "
-                  << (limit > 0 ? "the largest whose plan fits " + mib_text(limit) + " MiB" : "no memory limit")
-                  << (evaluation_->evaluates() ? "; evaluation in batches of " + std::to_string(batch_.eval_batch) : "");
-    } else {
-      batch_.micro = std::min(o_.micro_batch, share_);
-      batch_.micro_batches = (share_ + batch_.micro - 1) / batch_.micro;
-      batch_.eval_batch = kEvalBatch;
-    }
-    check_batchnorm(network);
-    if (batch_.micro_batches > 1 && !o_.batch_auto) {
-      PSLOG(INFO) << tag_ << "gradient accumulation: " << batch_.micro_batches << " micro-batches of up to "
-                  << batch_.micro << " = " << share_ << " samples a step";
-    }
+    batch_ = fit_batch(batch_request(), *backend_, network);
     sampler_ = std::make_unique<ShardSampler>(train_data_->size(), o_.index, shares_, batch_.micro, o_.seed, o_.shuffle);
     const int max_batch = std::max(batch_.micro, evaluation_->evaluates() ? batch_.eval_batch : 1);
-    const MemoryPlan plan = plan_for(max_batch);
+    const MemoryPlan plan = plan_memory(*backend_, o_.recompute, network, max_batch);
     backend_->reserve_batch(max_batch);  // the plan counted it as workspace
     PSLOG(INFO) << tag_ << "device " << backend_->name() << "; memory plan: " << plan.text();
-    const double memory_limit = o_.backend.gpu_memory_limit_mib;
-    if (memory_limit > 0 && !backend_->host_accessible() && plan.total() > memory_limit) {
-      throw Error("the memory plan of " + fixed(plan.total(), 2) + " MiB exceeds --gpu-memory-limit " +
-                  fixed(memory_limit, 2) + " MiB (" + plan.text() +
-                  "); --batch-size auto picks a micro-batch that fits");
-    }
+    check_memory_limit(plan, *backend_, o_.backend.gpu_memory_limit_mib);
     if (chief_) PSLOG(INFO) << tag_ << "model: " << network.summary() << (o_.recompute ? " (--recompute)" : "");
     model_ = std::make_unique<Model>(std::move(network), max_batch, o_.recompute, *backend_);
     model_->set_label_smoothing(o_.label_smoothing);
     if (loss != Loss::kSoftmax) {  // the targets of each micro-batch go to the backend
       model_->set_loss(loss, o_.huber_delta);
-      // A CTR model of one output (--loss bce) is evaluated as CTR models are: loss, accuracy and AUC.
-      if (ctr_ == nullptr) evaluation_->set_target_loss(loss, o_.huber_delta, *backend_);
       targets_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(classes));
     }
     total_ = model_->layout().total();
     replica_ = std::make_unique<Replica>(*backend_, total_, static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
     evaluation_->set_model(*model_, *replica_, batch_.eval_batch);
-    if (ctr_ != nullptr) {  // d loss / d input, for the rows' gradients
-      evaluation_->set_ctr_input(eval_ctr_.get(), *backend_);
-      input_grad_ = backend_->allocate(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
-      if (!backend_->host_accessible()) {
-        host_input_grad_ = backend_->allocate_host(static_cast<size_t>(max_batch) * static_cast<size_t>(input_dim));
-      }
-    }
+    input_->attach(*backend_, *model_, batch_.micro_batches, max_batch, *evaluation_);
     PSLOG(INFO) << tag_ << "model " << total_ << " parameters; allocated " << fixed(backend_->bytes_allocated() / kMiB, 2)
                 << " MiB on " << backend_->name() << " (plan " << fixed(plan.total(), 2) << " MiB)"
                 << (backend_->host_accessible() ? std::string()
@@ -290,20 +153,8 @@ class Trainer {
       if (prefetch_) prefetch_->wake_reader();
     });
     stage_gradient_ = exchange_->stages_gradient();
-    if (ctr_ != nullptr) {
-      if (exchange_->row_source() == nullptr) throw UsageError("--embedding-dim: embedding tables need the PS");
-      ctr_->set_source(exchange_->row_source());
-      eval_ctr_->set_source(exchange_->row_source());
-    }
-    model_->init(o_.seed, replica_->host_params());  // the same on every worker: it depends on the seed alone
-    if (!o_.init_params.empty()) {  // every worker, so that any of them could initialise the job
-      load_params(o_.init_params, model_->layout(), replica_->host_params());
-      load_state(o_.init_params);
-      if (chief_) {
-        PSLOG(INFO) << tag_ << "initial parameters from " << o_.init_params << " ("
-                    << model_->layout().tensors().size() << " variables)";
-      }
-    }
+    input_->connect(exchange_->row_source());
+    init_run_model(o_, *model_, replica_->host_params(), chief_, tag_);
     checkpoints_ = std::make_unique<ChiefCheckpoints>(o_.checkpoint, chief_, o_.checkpoint_shards, model_->layout(),
                                                       model_description_, total_steps_, stop_requested_);
     checkpoints_->set_state(model_->network().state_layout(), model_->state());
@@ -317,41 +168,27 @@ class Trainer {
       model_->set_stats_exchange(stats);
     }
     // Every worker: the state (batchnorm's running statistics) is not on the PS shards.
-    if (o_.checkpoint.resume && first_step_ > 0) load_state(checkpoint_version_dir(o_.checkpoint.dir, first_step_));
+    if (o_.checkpoint.resume && first_step_ > 0) {
+      load_model_state(*model_, checkpoint_version_dir(o_.checkpoint.dir, first_step_), chief_, tag_);
+    }
     replica_->params_to_device();
     PSLOG(INFO) << tag_ << "training " << total_steps_ << " steps"
                 << (first_step_ > 0 ? " from step " + std::to_string(first_step_) : "");
   }
 
-  // Global batch-norm statistics need every worker's whole batch of a step in one pass.
-  void check_batchnorm(const Network& network) const {
-    if (!o_.batchnorm_global || network.state_layout().tensors().empty()) return;
-    const std::string layer = batchnorm_text(network);
-    if (batch_.micro_batches > 1) {
-      throw UsageError("--batchnorm-stats global: gradient accumulation (" + std::to_string(batch_.micro_batches) +
-                       " micro-batches a step) would normalise each micro-batch alone in " + layer +
-                       ": drop --accum-steps (or --batch-size auto's split), or give --batchnorm-stats local");
-    }
-    if (o_.evaluation.backup_workers > 0) {
-      throw UsageError("--batchnorm-stats global: " + layer + " combines every worker's statistics each step, "
-                       "which --backup-workers would wait for: give --batchnorm-stats local");
-    }
-  }
-  static std::string batchnorm_text(const Network& network) {
-    for (const auto& l : network.layers()) {
-      if (l->has_state()) return "layer " + std::to_string(l->index() + 1) + " '" + l->text() + "'";
-    }
-    return "";
-  }
-
-  // The model's state from DIR/<name>.npy (--init-params, a checkpoint), where it has any.
-  void load_state(const std::string& dir) {
-    const Layout& layout = model_->network().state_layout();
-    if (layout.tensors().empty()) return;
-    std::vector<float> state(layout.total());
-    load_params(dir, layout, state.data());
-    model_->set_state(state);
-    if (chief_) PSLOG(INFO) << tag_ << "running statistics from " << dir << " (" << layout.tensors().size() << " variables)";
+  BatchFitRequest batch_request() const {
+    BatchFitRequest r;
+    r.share = share_;
+    r.global_batch = global_batch_;
+    r.micro_batch = o_.micro_batch;
+    r.automatic = o_.batch_auto;
+    r.evaluates = evaluation_->evaluates();
+    r.memory_limit_mib = o_.backend.gpu_memory_limit_mib;
+    r.recompute = o_.recompute;
+    r.batchnorm_global = o_.batchnorm_global;
+    r.backup_workers = o_.evaluation.backup_workers;
+    r.tag = tag_;
+    return r;
   }
 
   // --bind-cpu: this thread and the data reader it starts next, now that the threads that stay
@@ -387,7 +224,7 @@ class Trainer {
         // Backup workers: the job moved on without this worker's late steps; so does its data,
         // and the rows asked for the step after this one go unused.
         skipped_ += m.next_step - step - 1;
-        if (ctr_ != nullptr && ctr_->requested()) ctr_->discard();
+        input_->skip();
         start_prefetch(m.next_step);
       }
       step = std::max(m.next_step, step + 1);
@@ -399,34 +236,16 @@ class Trainer {
   // backward produces it), and the next parameters received.
   StepMetrics run_step(uint64_t step) {
     const auto t0 = Clock::now();
-    Clock::duration data{}, pushing{}, rows{};
+    InputTimes in;
+    Clock::duration pushing{};
     PushInfo info;
     info.times = previous_;
     info.eval = evaluation_->take_share();
     checkpoints_->plan(step, &info.checkpoint, &info.stop);
     BatchStats done;  // of the micro-batches before the current one
-    if (ctr_ != nullptr) {  // every micro-batch of the step at once: one pull of their rows
-      const auto d0 = Clock::now();
-      if (ctr_->requested()) {
-        std::swap(step_batches_, next_batches_);  // taken, their rows asked for, at the end of the step before
-      } else if (!take_step(&step_batches_)) {
-        throw Error("data ended before step " + std::to_string(step));
-      }
-      data += Clock::now() - d0;
-      const auto r0 = Clock::now();
-      if (!ctr_->requested()) request_rows(step_batches_, step);
-      rows += Clock::now() - r0;
-    }
-    size_t first = 0;  // with ctr_: the micro-batch's first record among the step's
+    input_->begin_step(step, *prefetch_, &in);
     for (int j = 0; j < batch_.micro_batches; ++j) {
-      const auto d0 = Clock::now();
-      // The reader refills the queue when the exchange goes idle (Exchange::set_idle_hook).
-      if (ctr_ != nullptr) {
-        std::swap(batch_data_, step_batches_[static_cast<size_t>(j)]);
-      } else if (!prefetch_->take(batch_data_)) {
-        throw Error("data ended before step " + std::to_string(step));
-      }
-      data += Clock::now() - d0;
+      input_->take(step, j, *prefetch_, &batch_data_, &in);
       PSTRAIN_CHECK(batch_data_.step == step % steps_per_epoch_ && batch_data_.micro == j);
       info.samples += static_cast<uint64_t>(batch_data_.size);
       const bool last = j + 1 == batch_data_.micro_batches;
@@ -440,59 +259,40 @@ class Trainer {
         exchange_->gradient_ready(step, replica_->host_grad(), from, info);
         pushing += Clock::now() - p0;
       };
-      const float* x = nullptr;
-      if (ctr_ != nullptr) {  // the rows of this batch's IDs as they are at version `step`
-        const auto r0 = Clock::now();
-        const size_t n = static_cast<size_t>(batch_data_.size);
-        x = replica_->input(ctr_->input(batch_data_.x.data(), first, n), n * ctr_->input_dim());
-        rows += Clock::now() - r0;
-      } else {
-        x = replica_->input(batch_data_.x.data(), batch_data_.x.size());
-      }
+      const float* x = input_->input(batch_data_, *replica_, &in);
       const Model::Keys keys{o_.seed, step, batch_data_.records.data()};
       BatchStats s;
       if (targets_ != nullptr) {
         backend_->upload(targets_.get(), batch_data_.t.data(), batch_data_.t.size());
         s = model_->train_step_targets(replica_->params(), x, targets_.get(), batch_data_.size, replica_->grad(),
-                                       last ? Model::GradReady(push) : nullptr, j > 0, keys, input_grad_.get());
+                                       last ? Model::GradReady(push) : nullptr, j > 0, keys, input_->input_grad());
       } else {
         s = model_->train_step(replica_->params(), x, batch_data_.y.data(), batch_data_.size, replica_->grad(),
-                               last ? Model::GradReady(push) : nullptr, j > 0, keys, input_grad_.get());
+                               last ? Model::GradReady(push) : nullptr, j > 0, keys, input_->input_grad());
       }
-      if (ctr_ != nullptr) {  // the rows' gradients, after the dense ones (pushed during backward)
-        const auto p0 = Clock::now();
-        const size_t n = static_cast<size_t>(batch_data_.size);
-        const float* dx = input_grad_.get();
-        if (host_input_grad_ != nullptr) {
-          backend_->download(host_input_grad_.get(), dx, n * ctr_->input_dim());
-          dx = host_input_grad_.get();
-        }
-        ctr_->add_gradient(first, n, dx);
-        first += n;
-        if (last) {  // one gradient per unique ID, summed over the step's micro-batches
-          ctr_->push(step, info.samples);
-          // The next step's batches, their rows asked for now (version step + 1): the shards
-          // answer as soon as this step is applied, while this worker waits for its parameters.
-          if (step + 1 < total_steps_ && take_step(&next_batches_)) request_rows(next_batches_, step + 1);
-        }
-        pushing += Clock::now() - p0;
-      }
+      input_->after_backward(step, batch_data_, last, info.samples, *prefetch_, &in);
       if (!last) {
         done.loss_sum += s.loss_sum;
         done.correct += s.correct;
       }
     }
+    in.pushing += pushing;
+    return end_step(step, t0, in, info);
+  }
+
+  // The step's breakdown, the exchange's end of the step (the next parameters), and its figures.
+  StepMetrics end_step(uint64_t step, Clock::time_point t0, const InputTimes& in, const PushInfo& info) {
     // Without staging the backward pass may still run on the GPU: wait here, so that its time
     // counts as compute and not as the exchange's.
     if (!stage_gradient_) replica_->synchronize();
-    slow_down(Clock::now() - t0 - data);
+    slow_down(Clock::now() - t0 - in.data);
     const auto t2 = Clock::now();
     StepTimes times;
-    times.data_us = micros(data);
-    times.compute_us = micros(t2 - t0 - data) - micros(pushing) - micros(rows);
+    times.data_us = micros(in.data);
+    times.compute_us = micros(t2 - t0 - in.data) - micros(in.pushing) - micros(in.rows);
     const StepMetrics m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &times);
-    times.push_us += micros(pushing);
-    times.pull_us += micros(rows);  // the embedding rows: pulled (and waited for) before forward
+    times.push_us += micros(in.pushing);
+    times.pull_us += micros(in.rows);  // the embedding rows: pulled (and waited for) before forward
     replica_->params_to_device();
     previous_ = times;
     progress_->add(m);
@@ -505,33 +305,6 @@ class Trainer {
                   << ": the chief was asked to stop; the final checkpoint is complete";
     }
     return m;
-  }
-
-  // With tables: the micro-batches of one step from the reader. False when the data ended.
-  bool take_step(std::vector<Batch>* batches) {
-    batches->resize(static_cast<size_t>(batch_.micro_batches));
-    for (Batch& b : *batches) {
-      if (!prefetch_->take(b)) return false;
-    }
-    return true;
-  }
-
-  // Asks the shards for the rows of every record of a step's micro-batches, one after the other,
-  // as they are at `version`.
-  void request_rows(const std::vector<Batch>& batches, uint64_t version) {
-    if (batches.size() == 1) {
-      const IdLists& ids = batches[0].ids;
-      return ctr_->request(ids.ids.data(), ids.counts.data(), static_cast<size_t>(batches[0].size), version);
-    }
-    step_ids_.ids.clear();
-    step_ids_.counts.clear();
-    size_t n = 0;
-    for (const Batch& b : batches) {
-      step_ids_.ids.insert(step_ids_.ids.end(), b.ids.ids.begin(), b.ids.ids.end());
-      step_ids_.counts.insert(step_ids_.counts.end(), b.ids.counts.begin(), b.ids.counts.end());
-      n += static_cast<size_t>(b.size);
-    }
-    ctr_->request(step_ids_.ids.data(), step_ids_.counts.data(), n, version);
   }
 
   // --slowdown F: this worker's compute takes F times as long (a debugging aid for stragglers).
@@ -556,16 +329,7 @@ class Trainer {
     summary_.samples_per_second = samples / std::max(summary_.seconds, 1e-9);
     // A stopped job's parameters are not its result: the checkpoint holds them for --resume.
     if (chief_ && !o_.save_params.empty() && !summary_.stopped) {
-      save_params(o_.save_params, model_->layout(), replica_->host_params());
-      const Layout& state = model_->network().state_layout();
-      if (!state.tensors().empty()) save_params(o_.save_params, state, model_->state().data());
-      TrainingRecord& t = model_description_.training;
-      t.source = "--save-params";
-      t.steps = summary_.steps;
-      t.evaluated = summary_.test_accuracy > 0 || summary_.test_loss > 0;
-      t.test_loss = summary_.test_loss;
-      t.test_accuracy = summary_.test_accuracy;
-      write_model_json(o_.save_params, model_description_);
+      save_run_model(o_.save_params, *model_, replica_->host_params(), summary_, &model_description_);
     }
     exchange_->done(summary_.stopped);
     PSLOG(INFO) << tag_ << "done; peak_rss_kib=" << peak_rss_kib() << " " << cpu_usage_text()
@@ -596,13 +360,7 @@ class Trainer {
   size_t total_ = 0;
   std::unique_ptr<Replica> replica_;
   std::vector<size_t> input_shape_;    // the model's input: the data's records, or with embeddings their rows too
-  std::unique_ptr<CtrInput> ctr_;      // --embedding-dim: the rows of each batch's IDs
-  std::unique_ptr<CtrInput> eval_ctr_;  // ... and of the test records'
-  // With ctr_: the step's micro-batches (taken together: one pull of their rows), and the next
-  // step's once their rows were asked for; and the IDs of a step of several.
-  std::vector<Batch> step_batches_, next_batches_;
-  IdLists step_ids_;
-  BufferPtr input_grad_, host_input_grad_;  // with ctr_: d loss / d input (on the backend, and staged)
+  std::unique_ptr<TrainInput> input_;  // plain, or with --embedding-dim the rows of each batch's IDs
   BufferPtr targets_;                  // --loss bce | mse | huber: a micro-batch's float targets on the backend
 
   std::unique_ptr<Exchange> exchange_;

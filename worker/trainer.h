@@ -6,7 +6,9 @@
 // initialises the parameter servers (INIT), prints progress (worker/progress.h), evaluates the
 // test set (shared with the other workers at the epochs' ends where they hold the same
 // parameters: worker/evaluation.h), decides checkpoints (worker/checkpoints.h) and saves the
-// parameters (worker/param_files.h).
+// parameters (worker/run_model.h). Its rooms: the input stage (worker/train_input.h: plain, or
+// embedding rows), the micro-batch and memory plan (worker/batch_fit.h), the run's model
+// (worker/run_model.h: description, first parameters, state, --save-params).
 #pragma once
 
 #include <atomic>
@@ -57,11 +59,9 @@ struct TrainOptions {
   std::string metrics_file;     // chief: the metrics file (worker/metrics_file.h); empty: none
   std::string tensorboard_dir;  // chief: TensorBoard event files go here (worker/tensorboard.h); every
                                 // worker: its own breakdown in DIR/w<i> (worker/own_figures.h); empty: none
-  // --embedding-dim > 0: the data's categorical IDs become rows of the PS's tables (docs/sparse.md)
-  int embedding_dim = 0;
-  bool per_field_tables = false;  // --embedding-tables per-field
-  int num_ps = 1;               // the shards the tables are sharded over
-  // With embedding_dim: the tables as model.json records them (dense and fields: the data's).
+  // The tables (dim > 0, --embedding-dim: the data's categorical IDs become rows of the PS's
+  // tables, sharded over its num_ps shards: docs/sparse.md), as model.json records them (dense
+  // and fields: the data's).
   EmbeddingSetup embeddings;
   DataOptions data;
   // The device; its gpu_memory_limit_mib also bounds the memory plan: a GPU's plan past it is
