@@ -13,10 +13,11 @@ declare -g PSTRAIN_REPO
 PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 # Build and run-time dependencies: libraries, test framework and the default data set; numpy for
-# tools/ctr_score.py and its test.
+# tools/ctr_score.py and the Python package; pybind11 and Python's headers for the package's
+# module (worker/python/, docs/python.md).
 declare -ga PSTRAIN_PACKAGES=(python3 python3-numpy libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-program-options-dev libgtest-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-  dataset-fashion-mnist)
+  dataset-fashion-mnist pybind11-dev python3-dev)
 # Wanted, not needed: matplotlib for the launcher's plots (launch.sh plot). A failed install is a
 # warning, never a failed setup.
 declare -ga PSTRAIN_OPTIONAL_PACKAGES=(python3-matplotlib)

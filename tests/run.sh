@@ -26,22 +26,25 @@ PSTRAIN_PACKAGES+=(openssh-server openssh-client iproute2 procps slurmctld slurm
   openmpi-bin clang libclang-rt-14-dev ccache python3-venv)
 pstrain_setup </dev/null || exit $?
 
-# The tests' Python (tests/python.sh runs the Python tests with it): <repo>/.venv, made from
-# Debian's python3 so that it sees Debian's numpy and matplotlib, with what Debian 12 lacks from
-# PyPI: tensorboard (the real reader of the event files the worker writes) and safetensors. Not
-# torch: PyPI's Linux wheel brings CUDA's libraries (gigabytes); torch_loading skips without it.
-# Where PyPI cannot be reached, a warning: the tests that need these skip, saying so.
+# The tests' Python (tests/python.sh runs the Python tests with it): a venv made from Debian's
+# python3, so that it sees Debian's numpy and matplotlib, with what Debian 12 lacks from PyPI:
+# tensorboard (the real reader of the event files the worker writes), safetensors, and torch (the
+# Python package's PyTorch tests; PyPI's Linux wheel brings CUDA's libraries, some 5 GB). It lives
+# outside the checkout, in PSTRAIN_TEST_VENV (default ~/.cache/pstrain/test-venv), so that a
+# clean clone on a machine that ran the tests before installs nothing. Where PyPI cannot be
+# reached, a warning: the tests that need these packages skip, saying so.
 test_python() {
-  local venv=$repo/.venv python=/usr/bin/python3
+  local venv python=/usr/bin/python3
+  venv=$(bash "$repo/tests/python.sh" --venv)
   [[ -x $python ]] || python=$(command -v python3)
-  if [[ ! -x $venv/bin/python3 ]] && ! "$python" -m venv --system-site-packages "$venv" </dev/null; then
-    echo "tests: warning: cannot make $venv (python3 -m venv): the tensorboard and safetensors checks will skip"
+  if [[ ! -x $venv/bin/python3 ]] && ! { mkdir -p "$(dirname "$venv")" && "$python" -m venv --system-site-packages "$venv" </dev/null; }; then
+    echo "tests: warning: cannot make $venv (python3 -m venv): the tensorboard, safetensors and torch checks will skip"
     return 0
   fi
-  "$venv/bin/python3" -c 'import tensorboard, safetensors' 2>/dev/null && return 0
-  echo "tests: installing tensorboard and safetensors into $venv (PyPI)"
+  "$venv/bin/python3" -c 'import tensorboard, safetensors, torch' 2>/dev/null && return 0
+  echo "tests: installing tensorboard, safetensors and torch into $venv (PyPI; once per machine)"
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check 'tensorboard>=2.14' 'safetensors>=0.4' \
-    </dev/null || echo "tests: warning: pip could not install them: the tensorboard and safetensors checks will skip"
+    'torch>=2.1' </dev/null || echo "tests: warning: pip could not install them: the checks that need them will skip"
 }
 test_python
 main_build=$(pstrain_build_dir)
@@ -88,9 +91,10 @@ stage_asan() {
   # The cluster checks (label cluster: sshd in namespaces, Slurm, Open MPI) test the launcher's
   # starters, which the main stage covers; they run once. Nor the memory label: their assertions
   # are peak memory, which ASan's quarantine inflates (a streamed resume measured 2.06x its tables
-  # under ASan, 1.32x in the Release build).
+  # under ASan, 1.32x in the Release build). Nor the Python package's tests: the sanitizer builds
+  # build no module (an instrumented one needs its runtime preloaded into Python).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$main_build-asan" --output-on-failure -j2 -LE '^(cluster|memory)$' -E '^(Cuda|Nccl)|Nccl' </dev/null
+    ctest --test-dir "$main_build-asan" --output-on-failure -j2 -LE '^(cluster|memory)$' -E '^(Cuda|Nccl|python_)|Nccl' </dev/null
   local status=$?
   print_slowest "$main_build-asan"
   return $status
@@ -106,7 +110,7 @@ stage_tsan() {
   sanitizer_build "$main_build-tsan" thread || return 1
   TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
     ctest --test-dir "$main_build-tsan" --output-on-failure -j2 -L '^threads$' -LE '^memory$' \
-    -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi)|Nccl' </dev/null
+    -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi|python_)|Nccl' </dev/null
   local status=$?
   print_slowest "$main_build-tsan"
   return $status

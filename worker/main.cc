@@ -11,23 +11,17 @@
 #include "shared/config/cluster_env.h"
 #include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
-#include "shared/net/curve.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
-#include "shared/net/fault_endpoint.h"
 #include "shared/util/file_util.h"
 #include "shared/net/shared_memory.h"
-#include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 #include "shared/util/run_main.h"
-#include "worker/collective/shm_allreduce.h"
-#include "worker/collective/ring_wire.h"
 #include "worker/cpu/cpu_gemm.h"
-#include "worker/cuda/nccl_collective.h"
+#include "worker/connections.h"
 #include "worker/evaluation.h"
 #include "worker/layers.h"
 #include "worker/options_from_job.h"
-#include "worker/push_jitter.h"
 #include "worker/trainer.h"
 
 namespace {
@@ -80,32 +74,6 @@ void take_sigterm_as_stop_request() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
 }
 
-// --inject-faults: a worker's rules name the PS protocol's operations and the ring's.
-std::vector<pstrain::FaultRule> worker_fault_rules(const pstrain::JobOptions& o) {
-  return pstrain::parse_fault_rules(o.inject_faults, pstrain::ring_op_names());
-}
-
-// allreduce mode: rendezvous with the other workers through worker 0's coordinator. The ring
-// is the collective itself (--collective ring) or NCCL's bootstrap (--collective nccl).
-std::unique_ptr<pstrain::Collective> join_ring(zmq::context_t& context, const pstrain::JobOptions& o,
-                                               const pstrain::Security& security) {
-  pstrain::RingOptions ring;
-  ring.rank = o.index;
-  ring.world = o.num_workers;
-  ring.coordinator = o.coordinator;
-  ring.bind = o.bind;
-  ring.timeout_s = o.timeout_s;
-  ring.security = security;
-  ring.start_timeout_s = o.start_timeout_s;
-  ring.faults = worker_fault_rules(o);
-  if (!o.port_file.empty()) {
-    ring.on_coordinator_bound = [&o](const std::string& address) {
-      pstrain::write_file_atomically(o.port_file, address + "\n");
-    };
-  }
-  return pstrain::make_ring_collective(context, ring);
-}
-
 pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
   const char* run_dir = std::getenv("PSTRAIN_RUN_DIR");  // set by launch.sh
   return pstrain::DirLock(o.checkpoint_dir, ".pstrain-checkpoint.lock", "--checkpoint-dir",
@@ -117,7 +85,7 @@ pstrain::DirLock claim_checkpoint_dir(const pstrain::JobOptions& o) {
 // file; the layer list and fault rules, parsed later in a start, are parsed here too. Starts nothing.
 int check_config(const pstrain::JobOptions& o) {
   if (!o.model.empty()) pstrain::parse_model(o.model);
-  worker_fault_rules(o);
+  pstrain::worker_fault_rules(o);
   if (o.check_config_json) {
     std::cout << pstrain::job_json(o, pstrain::job_topology(o)) << std::endl;
   } else {
@@ -163,42 +131,9 @@ int main(int argc, char** argv) {
     pstrain::keep_message_memory();
     pstrain::remove_segments_on_termination();
     if (!o.checkpoint_dir.empty() && o.index == 0) take_sigterm_as_stop_request();
-    zmq::context_t context(1);
-    std::vector<std::string> addresses = o.ps_hosts;
-    if (o.mode == pstrain::Mode::kAllreduce) addresses.insert(addresses.end(), {o.coordinator, o.bind + ":0"});
-    const pstrain::Security security = pstrain::resolve_security(pstrain::security_options(o), addresses);
-    const auto zap = pstrain::make_zap_handler(context, security);  // ring links are CURVE servers too
-    std::unique_ptr<pstrain::Endpoint> servers;
-    const auto make_dense_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
-      if (o.mode == pstrain::Mode::kAllreduce && o.collective == pstrain::CollectiveKind::kNccl) {
-        if (!replica.on_device()) {
-          throw pstrain::UsageError("--collective nccl needs a GPU (--device cuda, or auto where one is visible); "
-                                    "on the CPU use --collective ring");
-        }
-        auto nccl = pstrain::make_nccl_collective(join_ring(context, o, security), replica.cuda_device(), o.timeout_s);
-        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(nccl),
-                                                replica);
-      }
-      if (o.mode == pstrain::Mode::kAllreduce) {
-        auto ring = pstrain::make_shared_memory_collective(join_ring(context, o, security), o.timeout_s,
-                                                           o.shared_memory);
-        return pstrain::make_allreduce_exchange(pstrain::exchange_options(o), total, std::move(ring),
-                                                replica);
-      }
-      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
-      if (!o.inject_faults.empty()) servers = pstrain::with_faults(std::move(servers), worker_fault_rules(o));
-      return pstrain::make_ps_exchange(pstrain::exchange_options(o), total, *servers, replica);
-    };
-    // Hybrid mode: the dense parameters all-reduced, the embedding tables on the PS shards.
-    const auto make_exchange = [&](uint64_t total, pstrain::Replica& replica) -> std::unique_ptr<pstrain::Exchange> {
-      auto dense = make_dense_exchange(total, replica);
-      if (!pstrain::job_topology(o).hybrid) return dense;
-      servers = pstrain::make_zmq_client(context, o.ps_hosts, security, o.shared_memory);
-      return pstrain::make_hybrid_exchange(std::move(dense), pstrain::exchange_options(o), total, *servers);
-    };
+    pstrain::WorkerConnections connections(o);
     pstrain::train(pstrain::train_options(o), [&](uint64_t total, pstrain::Replica& replica) {
-      auto exchange = make_exchange(total, replica);
-      return o.push_jitter_ms > 0 ? pstrain::with_push_jitter(std::move(exchange), o.push_jitter_ms) : std::move(exchange);
+      return connections.make_exchange(total, replica);
     }, &g_stop_requested);
     return 0;
   });

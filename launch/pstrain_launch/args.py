@@ -51,6 +51,10 @@ def parser(repo, forwarded_env):
     job.add_argument("--worker-batch", metavar="B0,B1,...", help=(
         "samples per step of each worker, in worker order (one per worker); passed to every process, PS and "
         "workers. Per host: batch= in a hostfile"))
+    job.add_argument("--worker-cmd", metavar="CMD", help=(
+        "run CMD as each worker instead of pstrain-worker, with the same flags after it: a Python script on the "
+        "pstrain package, e.g. --worker-cmd 'python3 train.py' (docs/python.md); the launcher puts "
+        "<build>/python on its PYTHONPATH. Local hosts only"))
     job.add_argument("--config", metavar="FILE", help=(
         "job config, passed to every process as --config FILE (default: configs/fashion_mlp.cfg, the Fashion-MNIST "
         "MLP job; configs/ctr.cfg when the job flags give click-through-rate data: --schema, --data-format criteo "

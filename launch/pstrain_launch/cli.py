@@ -216,6 +216,14 @@ class Settings:
         self.start_timeout = require_int("PSTRAIN_START_TIMEOUT", os.environ.get("PSTRAIN_START_TIMEOUT", "60"), 1)
         self.ps_exit_timeout = require_int("PSTRAIN_PS_EXIT_TIMEOUT", os.environ.get("PSTRAIN_PS_EXIT_TIMEOUT", "30"), 0)
         self.stop_grace = require_int("PSTRAIN_STOP_GRACE", os.environ.get("PSTRAIN_STOP_GRACE", "5"), 0)
+        # --worker-cmd: the workers are that command (a Python script on the package in
+        # <build>/python, docs/python.md), given the binary's flags; the binary still checks them.
+        self.worker_cmd = shlex.split(flags.worker_cmd or "")
+        if flags.worker_cmd is not None and not self.worker_cmd:
+            raise UsageError("--worker-cmd is empty")
+        if self.worker_cmd and self.launcher != "local":
+            raise UsageError(f"--worker-cmd runs workers on this host only, not with --launcher {self.launcher}")
+        self.python_path = os.path.join(build_dir, "python")
         self.run_dir = flags.run_dir or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
             self.procs = placement.place(self.hosts, self.num_ps, self.num_workers, self.base_port,
@@ -422,8 +430,8 @@ class Run:
     def worker_command(self, proc, ps_hosts, coordinator=None):
         s = self.s
         remote = s.launcher != "local"
-        cmd = [s.remote_path(s.worker_bin) if remote else s.worker_bin,
-               "--config", s.remote_path(s.config) if remote else s.config, *s.security_flags]
+        program = s.worker_cmd or [s.remote_path(s.worker_bin) if remote else s.worker_bin]
+        cmd = [*program, "--config", s.remote_path(s.config) if remote else s.config, *s.security_flags]
         if s.mode == "allreduce":
             cmd += ["--num-workers", str(s.num_workers)]
             if s.bind:
@@ -828,7 +836,8 @@ class Run:
         for p, cmd in self.planned_commands(unbound=STAND_IN_PORT):
             kind = "ps" if p.role == "ps" else "chief" if p.index == 0 else "worker"
             if kind not in chosen:
-                cmd = [s.ps_bin if p.role == "ps" else s.worker_bin] + cmd[1:]
+                program = 1 if p.role == "ps" else len(s.worker_cmd or [None])  # --worker-cmd's words
+                cmd = [s.ps_bin if p.role == "ps" else s.worker_bin] + cmd[program:]
                 cmd[cmd.index("--config") + 1] = s.config
                 chosen[kind] = (p, cmd + ["--check-config"])
         return list(chosen.values())
@@ -1029,6 +1038,8 @@ def main(argv):
         print(f"launch: {e} (see launch/launch.sh --help)", file=sys.stderr)
         return EXIT_USAGE
     os.environ["PSTRAIN_RUN_DIR"] = settings.run_dir
+    if settings.worker_cmd:  # the workers import pstrain from the build
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [settings.python_path, os.environ.get("PYTHONPATH")]))
     output = Output(settings.run_dir, progress.shown if settings.progress else None)
     output.say(f"run directory {settings.run_dir}")
     if settings.config_note:

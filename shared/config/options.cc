@@ -337,7 +337,7 @@ void validate(const JobOptions& o, Role role) {
   require(o.embedding_expiry >= 0, "--embedding-expiry must not be negative");
   if (o.embedding_dim > 0) {
     const std::string why = "--embedding-dim: embedding tables ";
-    require(role != Role::kWorker || o.evaluate || !o.predict.empty() || criteo,
+    require(role != Role::kWorker || o.data_elsewhere || o.evaluate || !o.predict.empty() || criteo,
             why + "need categorical fields: Criteo data (--train-data / --test-data FILE.tsv, or --data-format criteo) or "
                   "--schema's categorical columns");
   }

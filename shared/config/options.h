@@ -61,6 +61,8 @@ struct JobOptions {
   int base_port = 29500;        // Slurm/Open MPI: PS s listens on base_port + s, allreduce's rendezvous on base_port
   double start_timeout_s = 0;   // how long peers may take to come up at start; 0 = timeout_s
   ClusterOrigin origin;         // filled by parse_job_options, not a flag
+  bool data_elsewhere = false;  // not a flag: a worker whose model and data are its caller's (the
+                                // Python package): the data flags' checks do not apply
   int64_t max_shard_mib = 0;    // PS: bound on the shard's state (0 = its share of the host)
   int shards_on_host = 0;       // PS: the job's PS shards sharing this host's memory (0 = num_ps)
   bool allow_rejoin = false;    // PS: a worker's HELLO from a new peer replaces it (launch.sh --max-restarts)

@@ -1,0 +1,104 @@
+"""PyTorch models on pstrain's parameter servers (ctest python_torch_worker): the MLP of
+tests/python/torch_worker.py on Fashion-MNIST, its parameters on the PS shards through
+pstrain.torch.DistributedOptimizer, against one plain PyTorch process.
+
+- 3 PyTorch workers x 32 on 2 PS shards, sync, 100 steps: the parameters of one PyTorch process
+  on batches of 96 with torch.optim's SGD, and with its Adam, within 1e-5 of the largest.
+- The same job twice gives the same bits.
+- pstrain.torch.EmbeddingBag (rows on the PS shards) under a DLRM-like model: 3 workers x 32 on
+  2 shards train the dense parameters and the rows of 1 worker x 96 on 1 shard, within 1e-5.
+
+Skipped (exit 77) without torch, numpy or the package.
+"""
+
+import os
+import shutil
+import sys
+import unittest
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"python_torch_worker: skipped: {e.name} is not installed (tests/run.sh installs it into the tests' Python)")
+    sys.exit(77)
+import pyjob
+
+pyjob.skip_without_package("python_torch_worker")
+sys.path.insert(0, pyjob.HERE)
+import torch_worker  # noqa: E402  (the model and the data, shared with the workers)
+
+WORKER = os.path.join(pyjob.HERE, "torch_worker.py")
+CTR_WORKER = os.path.join(pyjob.HERE, "torch_ctr_worker.py")
+STEPS, GLOBAL_BATCH, SEED = 100, 96, 5  # SEED: pyjob.Job's --seed
+OPTIMIZERS = {"sgd": (["--optimizer", "sgd", "--lr", "0.1"], lambda p: torch.optim.SGD(p, lr=0.1)),
+              "adam": (["--optimizer", "adam", "--lr", "0.001"], lambda p: torch.optim.Adam(p, lr=0.001))}
+
+
+def one_process(make_optimizer):
+    """Plain PyTorch: the same model and data, batches of GLOBAL_BATCH, the mean loss."""
+    torch.set_num_threads(1)
+    x, y = torch_worker.fashion(STEPS * GLOBAL_BATCH)
+    net = torch_worker.model(SEED)
+    opt = make_optimizer(net.parameters())
+    for step in range(STEPS):
+        first = step * GLOBAL_BATCH
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(x[first:first + GLOBAL_BATCH]), y[first:first + GLOBAL_BATCH]).backward()
+        opt.step()
+    return torch_worker.flat(net)
+
+
+class TorchWorkerTest(unittest.TestCase):
+    def run_job(self, flags):
+        job = pyjob.Job(WORKER, 2, 3, GLOBAL_BATCH // 3, STEPS, flags)
+        self.addCleanup(shutil.rmtree, job.dir, True)
+        codes = job.run()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
+        return job.params()
+
+    def test_three_pytorch_workers_on_two_shards_equal_one_pytorch_process(self):
+        for name, (flags, make_optimizer) in OPTIMIZERS.items():
+            with self.subTest(optimizer=name):
+                reference = one_process(make_optimizer)
+                pstrain_params = self.run_job(flags)
+                difference = pyjob.relative_difference(reference, pstrain_params)
+                print(f"{name}: 3 PyTorch workers x 32 on 2 PS shards vs one PyTorch process on 96, {STEPS} steps: "
+                      f"relative difference {difference:.3g} ({reference.size} parameters)")
+                self.assertLessEqual(difference, 1e-5)
+                self.assertGreater(pyjob.relative_difference(reference, torch_worker.flat(torch_worker.model(SEED))),
+                                   1e-3)  # it trained
+
+    def test_the_same_job_twice_gives_the_same_bits(self):
+        flags = OPTIMIZERS["adam"][0]
+        first, second = self.run_job(flags), self.run_job(flags)
+        self.assertTrue(np.array_equal(first.view(np.uint32), second.view(np.uint32)))
+
+
+class TorchEmbeddingTest(unittest.TestCase):
+    """pstrain.torch.EmbeddingBag: 26 fields of 8-float rows on the PS shards (Adagrad tables)
+    under a small DLRM-like PyTorch model."""
+
+    def run_job(self, num_ps, num_workers, batch):
+        job = pyjob.Job(CTR_WORKER, num_ps, num_workers, batch, 60,
+                        ["--optimizer", "adam", "--lr", "0.005", "--embedding-dim", "8", "--embedding-optimizer",
+                         "adagrad", "--embedding-lr", "0.05"])
+        self.addCleanup(shutil.rmtree, job.dir, True)
+        codes = job.run()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
+        self.assertIn("1 embedding table(s) of dim 8", job.logs())
+        return np.load(job.out)
+
+    def test_three_workers_on_two_shards_equal_one_worker_on_the_concatenated_batch(self):
+        one, three = self.run_job(1, 1, 96), self.run_job(2, 3, 32)
+        dense = pyjob.relative_difference(one["dense"], three["dense"])
+        rows = pyjob.relative_difference(one["rows"], three["rows"])
+        print(f"EmbeddingBag: 3 PyTorch workers x 32 on 2 shards vs 1 x 96 on 1, 60 steps: dense {dense:.3g}, "
+              f"rows {rows:.3g} ({one['rows'].size} pooled floats of the first 64 records)")
+        self.assertLessEqual(dense, 1e-5)
+        self.assertLessEqual(rows, 1e-5)
+        self.assertGreater(np.abs(one["rows"]).max(), 0)  # the rows trained and were pulled
+
+
+if __name__ == "__main__":
+    unittest.main()
