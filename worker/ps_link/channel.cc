@@ -16,7 +16,8 @@ constexpr double kFirstHelloReportSeconds = 1;  // at start, the first line come
 // await()'s wait: one reply of one kind to one request from each pending shard.
 class PsChannel::Await final : public PsChannel::Wait {
  public:
-  Await(const PsChannel& channel, const std::vector<bool>& pending, uint64_t request_id, Op want, const char* what)
+  Await(const PsChannel& channel, const std::vector<bool>& pending, uint64_t request_id, Op want,
+        const char* what)
       : channel_(channel),
         waiting_(pending),
         left_(std::count(pending.begin(), pending.end(), true)),
@@ -28,13 +29,15 @@ class PsChannel::Await final : public PsChannel::Wait {
         // waits up to --start-timeout and says so after a second.
         hello_(want == Op::kWelcome),
         timeout_s_(hello_ && channel.options_.start_timeout_s > 0 ? channel.options_.start_timeout_s
-                                                                   : channel.options_.timeout_s),
+                                                                  : channel.options_.timeout_s),
         deadline_(deadline_after(timeout_s_)),
         report_(deadline_after(hello_ ? kFirstHelloReportSeconds : kWaitReportSeconds)) {}
 
   bool owns(const Header& h) const override { return h.request_id == request_id_; }
   std::string what() const override { return what_; }
-  void waiting(int shard, const Header& h) override { waits_ += "; ps" + std::to_string(shard) + ": " + h.message; }
+  void waiting(int shard, const Header& h) override {
+    waits_ += "; ps" + std::to_string(shard) + ": " + h.message;
+  }
   void take(Message& msg, const Header& h) override {
     const auto s = static_cast<size_t>(msg.shard);
     if (h.request_id != request_id_ || h.op != want_ || !waiting_[s]) {
@@ -48,10 +51,11 @@ class PsChannel::Await final : public PsChannel::Wait {
   Clock::time_point until() const override { return std::min(deadline_, report_); }
   void expired() override {
     if (Clock::now() >= deadline_) {
-      const char* hint = " (--start-timeout: is every PS running and reachable from this host, and does it "
-                         "use CURVE exactly when this worker does? docs/security.md)";
-      throw Error("timed out after " + seconds_text(timeout_s_) + " waiting for " + what_ + " from" + missing() +
-                  (hello_ ? hint : "") + waits_);
+      const char* hint =
+          " (--start-timeout: is every PS running and reachable from this host, and does it "
+          "use CURVE exactly when this worker does? docs/security.md)";
+      throw Error("timed out after " + seconds_text(timeout_s_) + " waiting for " + what_ + " from" +
+                  missing() + (hello_ ? hint : "") + waits_);
     }
     const int index = channel_.options_.index;
     if (hello_) {
@@ -68,7 +72,8 @@ class PsChannel::Await final : public PsChannel::Wait {
     std::string text;
     for (size_t s = 0; s < waiting_.size(); ++s) {
       if (!waiting_[s]) continue;
-      text += (text.empty() ? " ps" : ", ps") + std::to_string(s) + " at " + channel_.address(static_cast<int>(s));
+      text += (text.empty() ? " ps" : ", ps") + std::to_string(s) + " at " +
+              channel_.address(static_cast<int>(s));
     }
     return text;
   }
@@ -157,8 +162,8 @@ void PsChannel::dispatch(Message& msg, Wait& wait) {
     if (awaiters_[i]->owns(h)) owner = awaiters_[i];
   }
   if (h.op == Op::kError) {
-    throw Error("ps" + std::to_string(msg.shard) + " rejected " + (owner != nullptr ? owner : &wait)->what() + ": " +
-                h.message);
+    throw Error("ps" + std::to_string(msg.shard) + " rejected " + (owner != nullptr ? owner : &wait)->what() +
+                ": " + h.message);
   }
   if (h.op == Op::kWaiting) {  // nobody's: about a request answered since (it crossed the answer)
     if (owner != nullptr) owner->waiting(msg.shard, h);
@@ -184,7 +189,8 @@ uint64_t PsChannel::hello(uint64_t total_steps) {
   chunks_.assign(static_cast<size_t>(shards), 0);
   sent_.assign(static_cast<size_t>(shards), OpCounts{});
   for (int s = 0; s < shards; ++s) send_hello(s, rid, total_steps);
-  const auto replies = await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
+  const auto replies =
+      await(std::vector<bool>(static_cast<size_t>(shards), true), rid, Op::kWelcome, "HELLO");
   uint64_t version = UINT64_MAX, newest = 0;
   for (int s = 0; s < shards; ++s) {
     const Header h = decode(replies[static_cast<size_t>(s)]);
@@ -214,7 +220,8 @@ void PsChannel::send_hello(int s, uint64_t rid, uint64_t total_steps) {
     h.shm = 1;
     h.message = segment.name();
   } else if (!why.empty()) {
-    PSLOG(INFO) << "w" << options_.index << ": no shared memory for ps" << s << " (" << why << "): sockets only";
+    PSLOG(INFO) << "w" << options_.index << ": no shared memory for ps" << s << " (" << why
+                << "): sockets only";
   }
   h.total = total_;
   h.num_workers = static_cast<uint32_t>(options_.num_workers);
@@ -227,7 +234,8 @@ void PsChannel::send_hello(int s, uint64_t rid, uint64_t total_steps) {
 void PsChannel::welcome(int s, const Header& h) {
   const Slice& slice = slices_[static_cast<size_t>(s)];
   if (h.offset != slice.offset || h.length != slice.length) {
-    throw Error("ps" + std::to_string(s) + " holds a different slice than this worker expects "
+    throw Error("ps" + std::to_string(s) +
+                " holds a different slice than this worker expects "
                 "(are --num-ps and the model the same everywhere?)");
   }
   if (h.chunk == 0) throw Error("ps" + std::to_string(s) + " announced chunks of 0 elements");
@@ -238,7 +246,8 @@ void PsChannel::welcome(int s, const Header& h) {
   if (h.shm == 0) segment = SharedMemory();
   if (h.shm == 2) {
     // The shard's values live in its parameter area: mapped read-only, read after each PARAMS.
-    if (h.message.empty()) throw Error("ps" + std::to_string(s) + " offered its parameter area without naming it");
+    if (h.message.empty())
+      throw Error("ps" + std::to_string(s) + " offered its parameter area without naming it");
     std::string why;
     if (!SharedMemory::open(h.message, slice.length * sizeof(float), &areas_[static_cast<size_t>(s)], &why,
                             /*read_only=*/true)) {
@@ -255,7 +264,8 @@ void PsChannel::use_local_channels() {
     local += (local.empty() ? "ps" : " and ps") + std::to_string(s);
     // Its headers too can skip ZeroMQ's I/O threads now that every one of them is small.
     std::string why;
-    if (!endpoint_.use_local_channel(s, &why)) headers += "; ps" + std::to_string(s) + "'s headers through ZeroMQ (" + why + ")";
+    if (!endpoint_.use_local_channel(s, &why))
+      headers += "; ps" + std::to_string(s) + "'s headers through ZeroMQ (" + why + ")";
   }
   if (!local.empty()) {
     PSLOG(INFO) << "w" << options_.index << ": " << local << " on this host: payloads through shared memory"

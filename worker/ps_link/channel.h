@@ -115,7 +115,8 @@ class PsChannel {
   // Receives the one reply `want` to request_id from each shard marked pending, up to --timeout
   // (HELLO: --start-timeout), logging the missing shards every 5 s; replies by shard. Its WAITINGs
   // are named in the timeout's text. `what` names the request in errors and logs.
-  std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want, const char* what);
+  std::vector<Message> await(const std::vector<bool>& pending, uint64_t request_id, Op want,
+                             const char* what);
 
  private:
   class Await;
@@ -137,7 +138,7 @@ class PsChannel {
   // Per shard: its parameter area, when WELCOME shm 2 named one and it could be mapped (read-only).
   std::vector<SharedMemory> areas_;
   std::vector<Clock::time_point> heard_;  // by shard
-  std::vector<OpCounts> sent_;            // by shard: messages sent since HELLO, by operation (DONE says them)
+  std::vector<OpCounts> sent_;  // by shard: messages sent since HELLO, by operation (DONE says them)
   std::vector<Awaiter*> awaiters_;
   uint64_t next_request_ = 1;
 };

@@ -40,7 +40,8 @@ Clock::duration seconds(double s) {
 
 // The step's metrics, which the PARAMS of the first chunk carries.
 StepMetrics metrics_of(const Header& h) {
-  StepMetrics metrics = StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
+  StepMetrics metrics =
+      StepMetrics{h.samples, h.loss_sum, h.correct, h.times, h.slowest, h.slowest_us, false};
   metrics.stale_sum = h.stale_sum;
   metrics.stale_count = h.stale_count;
   metrics.stale_max = h.stale_max;
@@ -71,7 +72,8 @@ class DenseClient::Receive final : public PsChannel::Wait {
 
   bool owns(const Header& h) const override { return h.request_id == c_.pull_request_ && h.op != Op::kNorm; }
   std::string what() const override { return "parameters"; }
-  void waiting(int shard, const Header& h) override {  // the PS is there; its barrier waits for another worker
+  void waiting(int shard,
+               const Header& h) override {  // the PS is there; its barrier waits for another worker
     if (left_ == c_.chunks_.size()) first_ = Clock::now();
     barrier_[static_cast<size_t>(shard)] = h.message;
     if (Clock::now() >= report_) expired();
@@ -134,17 +136,17 @@ void DenseClient::Receive::take(Message& msg, const Header& h) {
   // duplicated message, docs/operations.md "Faults"); the values are those already taken.
   if (h.op == Op::kParams && it != c_.chunks_.end() &&
       (h.request_id < c_.pull_request_ || (h.request_id == c_.pull_request_ && received_[index]))) {
-    PSLOG(WARN) << "w" << o_.index << ": ignored a repeated PARAMS from ps" << msg.shard << " (version " << h.step
-                << ", request " << h.request_id << ")";
+    PSLOG(WARN) << "w" << o_.index << ": ignored a repeated PARAMS from ps" << msg.shard << " (version "
+                << h.step << ", request " << h.request_id << ")";
     return;
   }
   // Sync sends exactly the version asked for; the other modes the newest, which is at least it.
   const bool version_ok = c_.exact_versions_ ? h.step == c_.pull_version_ : h.step >= c_.pull_version_;
   if (h.op != Op::kParams || h.request_id != c_.pull_request_ || !version_ok || it == c_.chunks_.end() ||
       received_[index]) {
-    throw Error("unexpected " + std::string(op_name(h.op)) + " from ps" + std::to_string(msg.shard) + " (version " +
-                std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" + std::to_string(h.length) +
-                ")) while pulling version " + std::to_string(c_.pull_version_));
+    throw Error("unexpected " + std::string(op_name(h.op)) + " from ps" + std::to_string(msg.shard) +
+                " (version " + std::to_string(h.step) + ", slice [" + std::to_string(h.offset) + ", +" +
+                std::to_string(h.length) + ")) while pulling version " + std::to_string(c_.pull_version_));
   }
   const float* values = c_.values_of(msg, h);
   if (params_ + h.offset != values) std::memcpy(params_ + h.offset, values, h.length * sizeof(float));
@@ -172,20 +174,22 @@ void DenseClient::Receive::report_waiting() const {
     if (!pending[i]) continue;
     const std::string name = "ps" + std::to_string(s);
     if (now >= heard(s) + seconds(o_.timeout_s)) {  // nothing from it, not even a WAITING: cut off, or gone
-      throw Error("timed out after " + seconds_text(o_.timeout_s) + " waiting for parameters from " + name + " at " +
-                  c_.channel_.address(s) + ": w" + std::to_string(o_.index) + " cannot reach " + name + " since " +
-                  wall_time_of(heard(s)) + " (nothing from it for " + seconds_text(o_.timeout_s) + ")");
+      throw Error("timed out after " + seconds_text(o_.timeout_s) + " waiting for parameters from " + name +
+                  " at " + c_.channel_.address(s) + ": w" + std::to_string(o_.index) + " cannot reach " +
+                  name + " since " + wall_time_of(heard(s)) + " (nothing from it for " +
+                  seconds_text(o_.timeout_s) + ")");
     }
     shards += " " + name + " at " + c_.channel_.address(s);
     if (!barrier_[i].empty()) waits += "; " + name + " waits for " + barrier_[i];
   }
   if (now >= give_up_) {
     throw Error("gave up after " + seconds_text(kPatienceTimeouts * o_.timeout_s) + " (" +
-                std::to_string(static_cast<int>(kPatienceTimeouts)) + " x --timeout) waiting for parameters of version " +
-                std::to_string(c_.pull_version_) + " from" + shards + waits);
+                std::to_string(static_cast<int>(kPatienceTimeouts)) +
+                " x --timeout) waiting for parameters of version " + std::to_string(c_.pull_version_) +
+                " from" + shards + waits);
   }
-  PSLOG(INFO) << "w" << o_.index << ": waiting for parameters of version " << c_.pull_version_ << " from" << shards
-              << waits;
+  PSLOG(INFO) << "w" << o_.index << ": waiting for parameters of version " << c_.pull_version_ << " from"
+              << shards << waits;
 }
 
 DenseClient::DenseClient(PsChannel& channel, uint64_t version)
@@ -196,7 +200,8 @@ DenseClient::DenseClient(PsChannel& channel, uint64_t version)
     const Slice& slice = channel.slice(s);
     const uint64_t chunk = channel.chunk(s);
     for (uint64_t local = 0; local < slice.length; local += chunk) {
-      chunks_.push_back(ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(chunk, slice.length - local)}});
+      chunks_.push_back(
+          ChunkRef{s, Slice{slice.offset + local, std::min<uint64_t>(chunk, slice.length - local)}});
     }
   }
   versions_.assign(chunks_.size(), version);
@@ -265,12 +270,14 @@ void DenseClient::push_ready(uint64_t step, const float* grad, size_t ready_from
       // The PS has read it before it sends the PARAMS that let this worker compute the next one.
       const uint64_t local = c.range.offset - channel_.slice(c.shard).offset;
       float* area = static_cast<float*>(segment.data()) + local;
-      if (area != grad + c.range.offset) std::memcpy(area, grad + c.range.offset, c.range.length * sizeof(float));
+      if (area != grad + c.range.offset)
+        std::memcpy(area, grad + c.range.offset, c.range.length * sizeof(float));
       h.shm = 1;
       channel_.send(c.shard, h, nullptr);
       continue;
     }
-    Frame payload = Frame::view(grad + c.range.offset, c.range.length * sizeof(float));  // see push_ready's contract
+    Frame payload =
+        Frame::view(grad + c.range.offset, c.range.length * sizeof(float));  // see push_ready's contract
     channel_.send(c.shard, h, &payload);
   }
 }
@@ -294,7 +301,8 @@ void DenseClient::take_norm(const Message& msg, const Header& h) {
   if (h.request_id < pull_request_ || (h.request_id == pull_request_ && !pulling_)) return;
   if (h.request_id != pull_request_ || h.step + 1 != pull_version_ || h.length != kNormWords) {
     throw Error("unexpected NORM from ps" + std::to_string(msg.shard) + " (step " + std::to_string(h.step) +
-                ", request " + std::to_string(h.request_id) + ") while pulling version " + std::to_string(pull_version_));
+                ", request " + std::to_string(h.request_id) + ") while pulling version " +
+                std::to_string(pull_version_));
   }
   if (norm_from_[shard]) return;  // a repeat (a duplicated message): its part is counted already
   norm_sum_.merge(ExactSquares::from_bytes(msg.frames[1].data()));
@@ -319,7 +327,8 @@ const float* DenseClient::values_of(const Message& msg, const Header& h) const {
   const uint64_t local = h.offset - slice.offset;
   const SharedMemory& area = channel_.area(msg.shard);
   if (area.mapped()) return static_cast<const float*>(area.data()) + local;
-  if (segment.mapped()) return static_cast<const float*>(segment.data()) + shm_area_floats(slice.length) + local;
+  if (segment.mapped())
+    return static_cast<const float*>(segment.data()) + shm_area_floats(slice.length) + local;
   return msg.frames[1].data_as<float>();
 }
 

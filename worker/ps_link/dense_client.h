@@ -80,10 +80,10 @@ class DenseClient final : private PsChannel::Awaiter {
   size_t unpushed_ = 0;             // chunks_[0, unpushed_) are not pushed yet this step
   uint64_t pushing_step_ = UINT64_MAX;
   uint64_t pull_request_ = 0, pull_version_ = 0;
-  bool pulling_ = false;            // between request_params and the end of its receive_params
-  std::vector<bool> norm_from_;     // --clip-norm: the shards whose NORM the pending PULL got
-  ExactSquares norm_sum_;           // their parts summed (exactly: in any order)
-  const bool exact_versions_;       // plain sync: PARAMS carry exactly the version pulled
+  bool pulling_ = false;         // between request_params and the end of its receive_params
+  std::vector<bool> norm_from_;  // --clip-norm: the shards whose NORM the pending PULL got
+  ExactSquares norm_sum_;        // their parts summed (exactly: in any order)
+  const bool exact_versions_;    // plain sync: PARAMS carry exactly the version pulled
 };
 
 }  // namespace pstrain

@@ -34,8 +34,9 @@ class RowClient::Receive final : public PsChannel::Wait {
   bool finished() const override { return request().left == 0; }
   Clock::time_point until() const override {
     const auto heard = std::max(start_, request().last_waiting);
-    return std::min(heard + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)),
-                    give_up_);
+    return std::min(
+        heard + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_)),
+        give_up_);
   }
   void expired() override {
     const RowsRequest& r = request();
@@ -63,14 +64,17 @@ RowClient::RowClient(PsChannel& channel) : channel_(channel) { channel_.attach(t
 RowClient::~RowClient() { channel_.detach(this); }
 
 std::vector<RowClient::RowsRequest>::iterator RowClient::find(uint64_t ticket) {
-  return std::find_if(requests_.begin(), requests_.end(), [&](const RowsRequest& q) { return q.ticket == ticket; });
+  return std::find_if(requests_.begin(), requests_.end(),
+                      [&](const RowsRequest& q) { return q.ticket == ticket; });
 }
 
 std::vector<RowClient::RowsRequest>::const_iterator RowClient::find(uint64_t ticket) const {
-  return std::find_if(requests_.begin(), requests_.end(), [&](const RowsRequest& q) { return q.ticket == ticket; });
+  return std::find_if(requests_.begin(), requests_.end(),
+                      [&](const RowsRequest& q) { return q.ticket == ticket; });
 }
 
-uint64_t RowClient::request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) {
+uint64_t RowClient::request_rows(uint64_t version,
+                                 const std::vector<const std::vector<SparseSection>*>& requests) {
   const size_t shards = static_cast<size_t>(channel_.num_shards());
   RowsRequest r;
   r.ticket = channel_.new_request();
@@ -119,7 +123,8 @@ void RowClient::expect_parts(ShardRows& answer, const std::vector<std::string>& 
     std::string error;
     PSTRAIN_CHECK(decode_sparse_body(Op::kSparsePull, bodies[k].data(), bodies[k].size(), &asked, &error));
     answer.asked.emplace_back();
-    for (const SparseSection& section : asked) answer.asked.back().emplace_back(section.table, section.ids.size());
+    for (const SparseSection& section : asked)
+      answer.asked.back().emplace_back(section.table, section.ids.size());
   }
 }
 
@@ -146,8 +151,9 @@ void RowClient::take(Message& msg, const Header& h) {
 
 void RowClient::take_rows_part(RowsRequest& r, size_t s, const Header& h, std::vector<SparseSection> answer) {
   ShardRows& q = r.shards[s];
-  const std::string where = "ps" + std::to_string(s) + " sent SPARSE_ROWS part " + std::to_string(h.part) + " of " +
-                            std::to_string(h.parts) + " to a pull in " + std::to_string(q.parts) + " part(s)";
+  const std::string where = "ps" + std::to_string(s) + " sent SPARSE_ROWS part " + std::to_string(h.part) +
+                            " of " + std::to_string(h.parts) + " to a pull in " + std::to_string(q.parts) +
+                            " part(s)";
   if (std::max<uint64_t>(h.parts, 1) != q.parts || h.part >= q.parts) throw Error(where);
   if (q.got[h.part]) throw Error(where + ": that part came already");
   if (q.parts > 1) {  // a whole answer is checked against the whole pull by its caller
@@ -168,7 +174,8 @@ void RowClient::take_rows_part(RowsRequest& r, size_t s, const Header& h, std::v
   } else {
     for (auto& part : q.answers) {
       std::string error;
-      if (!append_sparse_part(&r.rows[s], std::move(part), &error)) throw Error("ps" + std::to_string(s) + ": " + error);
+      if (!append_sparse_part(&r.rows[s], std::move(part), &error))
+        throw Error("ps" + std::to_string(s) + ": " + error);
     }
   }
   q.answers.clear();
@@ -186,7 +193,8 @@ std::vector<std::vector<SparseSection>> RowClient::receive_rows(uint64_t ticket)
   return rows;
 }
 
-void RowClient::push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) {
+void RowClient::push_rows(uint64_t step, uint64_t samples,
+                          const std::vector<std::vector<SparseSection>>& sections) {
   for (int s = 0; s < channel_.num_shards(); ++s) {
     std::vector<std::string> bodies = encode_sparse_parts(Op::kSparsePush, sections[static_cast<size_t>(s)],
                                                           channel_.chunk(s) * sizeof(float));

@@ -32,7 +32,8 @@ class RowClient final : public RowSource, private PsChannel::Awaiter {
   // before it was applied) and returns at once: a ticket for receive_rows. The answers are taken
   // whenever they arrive, also while receive_params waits (a step's rows may be asked for before
   // the parameters it is computed on). Throws when a request cannot be sent.
-  uint64_t request_rows(uint64_t version, const std::vector<const std::vector<SparseSection>*>& requests) override;
+  uint64_t request_rows(uint64_t version,
+                        const std::vector<const std::vector<SparseSection>*>& requests) override;
   // Waits for the answers to `ticket` (from request_rows, once): shard s's SPARSE_ROWS sections.
   // Throws pstrain::Error when a shard refuses ("ps<s> rejected SPARSE_PULL: ..."), answers what
   // was not asked, or does not answer within --timeout (its WAITING, while its barrier waits,
@@ -41,7 +42,8 @@ class RowClient final : public RowSource, private PsChannel::Awaiter {
   // This worker's summed gradients per ID for `step` over `samples` samples, sections[s] to
   // shard s (SPARSE_PUSH): every shard gets one, empty or not, since a sync step is applied once
   // every worker pushed to it. Returns once sent (no answer comes).
-  void push_rows(uint64_t step, uint64_t samples, const std::vector<std::vector<SparseSection>>& sections) override;
+  void push_rows(uint64_t step, uint64_t samples,
+                 const std::vector<std::vector<SparseSection>>& sections) override;
   // Hybrid mode, the chief: its SPARSE_PUSHes of `step` carry the version to checkpoint (the
   // shards write their tables once they reach it), as its dense PUSHes do in sync.
   void mark_rows(uint64_t step, uint64_t checkpoint) {
