@@ -35,7 +35,8 @@
 #include "shared/net/zmq_transport.h"
 #include "shared/net/zmq_util.h"
 #include "worker/options_from_job.h"
-#include "worker/ps_client.h"
+#include "worker/ps_link/channel.h"
+#include "worker/ps_link/dense_client.h"
 
 namespace pstrain::bench {
 namespace {
@@ -267,8 +268,8 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
       o.index = i;
       zmq::context_t context(1);
       auto endpoint = make_zmq_client(context, hosts, security, o.shared_memory);
-      PsClient client(ps_client_options(o), total, *endpoint);
-      client.hello(static_cast<uint64_t>(rounds + 1));
+      PsChannel channel(ps_client_options(o), total, *endpoint);
+      DenseClient client(channel, channel.hello(static_cast<uint64_t>(rounds + 1)));
       std::vector<float> params(total, 0.5f), grad(total, 1e-3f);
       if (i == 0) client.init(params.data());
       client.pull(0, params.data());
@@ -280,7 +281,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
         client.receive_params(params.data(), nullptr, nullptr);
         if (r > 0) times.push_back(now_seconds() - start);
       }
-      client.done();
+      channel.done();
       results[static_cast<size_t>(i)].write_doubles(times);
     }));
   }

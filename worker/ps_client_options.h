@@ -1,5 +1,5 @@
-// A worker's PS client's options (worker/ps_client.h): what it needs of the job. Filled from the
-// job's flags in main (worker/options_from_job.h).
+// A worker's PS link's options (worker/ps_link/channel.h and its clients): what it needs of the
+// job. Filled from the job's flags in main (worker/options_from_job.h).
 #pragma once
 
 #include <cstdint>

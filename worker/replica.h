@@ -30,7 +30,7 @@ class Replica {
   void place_host_grad(float* at);
   // On the CPU: forward and backward read the parameters at `at` from now on (a same-host PS's
   // parameter area in plain sync), which must hold the current values already. It is mapped
-  // read-only: nothing may write host_params() afterwards but PsClient::receive_params, which
+  // read-only: nothing may write host_params() afterwards but DenseClient::receive_params, which
   // skips a copy onto itself. The caller keeps `at` valid while the replica is used.
   void compute_from(const float* at);
 

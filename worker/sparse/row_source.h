@@ -1,6 +1,6 @@
 // Where a worker's embedding rows come from and its gradients of them go: the PS shards
-// (worker/ps_client.h implements it). A seam, so that the CTR input (worker/sparse/ctr_input.h)
-// does not depend on the client, and tests can stand in for the shards.
+// (worker/ps_link/row_client.h implements it). A seam, so that the CTR input
+// (worker/sparse/ctr_input.h) does not depend on the client, and tests can stand in for the shards.
 #pragma once
 
 #include <cstdint>
