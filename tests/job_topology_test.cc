@@ -59,7 +59,9 @@ TEST(JobTopologyTest, EachModesShardsTablesAndCheckpoints) {
     EXPECT_EQ(t.tables.size(), c.tables) << what;
     // The converters read it: the PS's mode, the tables' shards in a checkpoint.
     EXPECT_EQ(checkpoint_options(o).table_shards, c.table_shards) << what;
-    if (c.has_ps) EXPECT_EQ(server_options(o).mode, c.ps_mode) << what;
+    if (c.has_ps) {
+      EXPECT_EQ(server_options(o).mode, c.ps_mode) << what;
+    }
   }
 }
 
