@@ -68,6 +68,11 @@ int main(int argc, char** argv) {
     }
     pstrain::ParameterServer server(pstrain::server_options(*options), *endpoint);
     server.serve();
+    // The job is over here: every worker said DONE and was answered (serve closed the endpoint,
+    // waiting up to 5 s for the last answers to leave). What is left is teardown, which libzmq can
+    // block forever after a socket monitor (seen once in ~800 PS exits of a CI run: the launcher
+    // stopped the job 30 s later and called it failed): it gets 10 s.
+    pstrain::end_within(10, "ps" + std::to_string(options->index), "ZeroMQ's teardown", 0);
     return 0;
   });
 }
