@@ -223,7 +223,7 @@ std::string usage_error(const std::string& spec, const std::vector<size_t>& shap
 TEST(BatchNormTest, SpecsAndTheirErrors) {
   // Names, state layout and where the variables are (the p of batchnorm's own parameters).
   Network net("conv 2 3, BN, relu, flatten, dense 10, batchnorm momentum=0.01", {1, 8, 8}, 10);
-  EXPECT_EQ(net.layers()[1]->kind(), "batchnorm");
+  EXPECT_EQ(net.layers()[1]->kind(), LayerKind::kBatchNorm);
   std::vector<std::string> names;
   for (const TensorSpec& t : net.state_layout().tensors()) names.push_back(t.name);
   EXPECT_EQ(names, (std::vector<std::string>{"layer1.running_mean", "layer1.running_var", "layer3.running_mean",

@@ -43,15 +43,15 @@ TEST(BottomGrammarTest, ABlockIsOneLayerHoldingItsCountAndList) {
   const std::string spec = "BOTTOM 13 (Dense 8, relu, dropout 0.1,), dot 27 4, dense 1";
   const auto layers = parse_model(spec);
   ASSERT_EQ(layers.size(), 3u);
-  EXPECT_EQ(layers[0].kind, "bottom");
+  EXPECT_EQ(layers[0].kind, LayerKind::kBottom);
   EXPECT_EQ(layers[0].args, (std::vector<double>{13}));
   EXPECT_EQ(layers[0].text, "BOTTOM 13 (Dense 8, relu, dropout 0.1,)");
   EXPECT_EQ(layers[0].position, 0u);
   ASSERT_EQ(layers[0].layers.size(), 3u);  // a trailing comma inside, as outside
-  EXPECT_EQ(layers[0].layers[0].kind, "dense");
+  EXPECT_EQ(layers[0].layers[0].kind, LayerKind::kDense);
   EXPECT_EQ(layers[0].layers[0].position, spec.find("Dense"));
   EXPECT_EQ(layers[0].layers[2].args, (std::vector<double>{0.1}));
-  EXPECT_EQ(layers[1].kind, "dot");
+  EXPECT_EQ(layers[1].kind, LayerKind::kDot);
   EXPECT_EQ(parse_model("bottom 2(relu)")[0].text, "bottom 2(relu)");
 }
 
@@ -135,7 +135,7 @@ constexpr size_t kCols = 5 + 4 * 3;
 TEST(BottomNetworkTest, ShapesVariablesScratchAndSummary) {
   const Network net(kDlrm, {kCols}, 2);
   const Layer& block = *net.layers()[0];
-  EXPECT_EQ(block.kind(), "bottom");
+  EXPECT_EQ(block.kind(), LayerKind::kBottom);
   EXPECT_EQ(block.in().text(), "17");
   EXPECT_EQ(block.out().text(), "15");  // 3 made + 12 passed on
   EXPECT_TRUE(block.has_params());

@@ -39,7 +39,7 @@ bool contains(const std::string& s, const std::string& part) { return s.find(par
 TEST(CrossGrammarTest, TheCountAndEveryError) {
   const auto layers = parse_model("Cross 3, dense 2");
   ASSERT_EQ(layers.size(), 2u);
-  EXPECT_EQ(layers[0].kind, "cross");
+  EXPECT_EQ(layers[0].kind, LayerKind::kCross);
   EXPECT_EQ(layers[0].args, (std::vector<double>{3}));
   EXPECT_TRUE(contains(usage_error("cross, dense 2"), "cross needs the number of cross layers (e.g. cross 3)"))
       << usage_error("cross, dense 2");
@@ -160,10 +160,10 @@ TEST(ParallelGrammarTest, BranchesAndEveryError) {
   const auto layers = parse_model("PARALLEL(dense 2 | dense 4, relu, dropout 0.1, dense 2), relu, dense 2");
   ASSERT_EQ(layers.size(), 3u);
   const LayerSpec& p = layers[0];
-  EXPECT_EQ(p.kind, "parallel");
+  EXPECT_EQ(p.kind, LayerKind::kParallel);
   EXPECT_EQ(p.text, "PARALLEL(dense 2 | dense 4, relu, dropout 0.1, dense 2)");
   ASSERT_EQ(p.layers.size(), 2u);
-  EXPECT_EQ(p.layers[0].kind, "branch");
+  EXPECT_EQ(p.layers[0].kind, LayerKind::kBranch);
   EXPECT_EQ(p.layers[0].text, "dense 2");
   EXPECT_EQ(p.layers[1].text, "dense 4, relu, dropout 0.1, dense 2");
   ASSERT_EQ(p.layers[1].layers.size(), 4u);

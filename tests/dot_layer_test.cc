@@ -193,7 +193,7 @@ TEST(DotLayerTest, ParseAndShapeErrorsNameTheLayer) {
   EXPECT_EQ(usage_error("dot 5 4, dense 2", {20}), "no error");
   EXPECT_EQ(usage_error("flatten, dot 4 4, dense 2", {1, 4, 4}), "no error");
   const Network net("dense 12, DOT 3 4, dense 2", {20}, 2);
-  EXPECT_EQ(net.layers()[1]->kind(), "dot");
+  EXPECT_EQ(net.layers()[1]->kind(), LayerKind::kDot);
   EXPECT_EQ(net.layers()[1]->out().text(), "15");
   EXPECT_FALSE(net.layers()[1]->has_params());
   EXPECT_EQ(net.summary(), "20 -> dense 12 -> 12 -> DOT 3 4 -> 15 -> dense 2 -> 2");

@@ -34,13 +34,13 @@ TEST(LayerListTest, ParsesEveryLayerKindAndItsOptions) {
       " conv 32 3 pad=1 stride=2, relu, maxpool 2, avgpool 3 stride=1, flatten, dense 128, tanh, dropout 0.25, "
       "Dense 10, softmax");
   ASSERT_EQ(layers.size(), 9u);  // the trailing softmax names the loss
-  EXPECT_EQ(layers[0].kind, "conv");
+  EXPECT_EQ(layers[0].kind, LayerKind::kConv);
   EXPECT_EQ(layers[0].args, (std::vector<double>{32, 3}));
   EXPECT_EQ(layers[0].options, (std::vector<std::pair<std::string, int>>{{"pad", 1}, {"stride", 2}}));
   EXPECT_EQ(layers[0].text, "conv 32 3 pad=1 stride=2");
-  EXPECT_EQ(layers[3].kind, "avgpool");
+  EXPECT_EQ(layers[3].kind, LayerKind::kAvgPool);
   EXPECT_EQ(layers[7].args, (std::vector<double>{0.25}));
-  EXPECT_EQ(layers[8].kind, "dense");
+  EXPECT_EQ(layers[8].kind, LayerKind::kDense);
   EXPECT_EQ(mlp_model({256, 128}, 10), "dense 256, relu, dense 128, relu, dense 10");
 }
 
@@ -499,10 +499,10 @@ TEST(ModelGradientTest, RecomputeGivesTheSameParametersWithLessMemory) {
 TEST(ModelGradientTest, ReluBeforeMaxPoolRunsAfterItWithTheSameResult) {
   auto backend = make_cpu_backend(1);
   const Network net("conv 3 3 pad=1, relu, maxpool 2, relu, avgpool 2, flatten, dense 3", {2, 8, 8}, 3);
-  EXPECT_EQ(net.layers()[1]->kind(), "maxpool");
-  EXPECT_EQ(net.layers()[2]->kind(), "relu");
-  EXPECT_EQ(net.layers()[3]->kind(), "relu");
-  EXPECT_EQ(net.layers()[4]->kind(), "avgpool");
+  EXPECT_EQ(net.layers()[1]->kind(), LayerKind::kMaxPool);
+  EXPECT_EQ(net.layers()[2]->kind(), LayerKind::kRelu);
+  EXPECT_EQ(net.layers()[3]->kind(), LayerKind::kRelu);
+  EXPECT_EQ(net.layers()[4]->kind(), LayerKind::kAvgPool);
   const int batch = 5;
   const auto x = random_floats(static_cast<size_t>(batch) * 128, 40);
   const std::vector<int32_t> y = {0, 1, 2, 1, 0};

@@ -49,16 +49,16 @@ std::string pointer(const std::string& spec, size_t position, size_t length) {
 TEST(ResidualGrammarTest, ABlockIsOneLayerHoldingItsList) {
   const auto layers = parse_model("conv 4 3 pad=1, ReSiDuAl (Conv 4 3 pad=1, RELU, dropout 0.1,), relu, dense 10");
   ASSERT_EQ(layers.size(), 4u);
-  EXPECT_EQ(layers[1].kind, "residual");
+  EXPECT_EQ(layers[1].kind, LayerKind::kResidual);
   EXPECT_EQ(layers[1].text, "ReSiDuAl (Conv 4 3 pad=1, RELU, dropout 0.1,)");
   EXPECT_EQ(layers[1].position, 16u);
   ASSERT_EQ(layers[1].layers.size(), 3u);  // a trailing comma inside, as outside
-  EXPECT_EQ(layers[1].layers[0].kind, "conv");
+  EXPECT_EQ(layers[1].layers[0].kind, LayerKind::kConv);
   EXPECT_EQ(layers[1].layers[0].args, (std::vector<double>{4, 3}));
   EXPECT_EQ(layers[1].layers[0].position, 26u);  // in the whole list
-  EXPECT_EQ(layers[1].layers[1].kind, "relu");
+  EXPECT_EQ(layers[1].layers[1].kind, LayerKind::kRelu);
   EXPECT_EQ(layers[1].layers[2].args, (std::vector<double>{0.1}));
-  EXPECT_EQ(layers[2].kind, "relu");
+  EXPECT_EQ(layers[2].kind, LayerKind::kRelu);
 }
 
 TEST(ResidualGrammarTest, ErrorsNameTheBlockAndPointIntoTheSpec) {

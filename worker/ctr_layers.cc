@@ -120,7 +120,7 @@ void require_flat(const Shape& in, const std::string& where) {
 }  // namespace
 
 std::unique_ptr<Layer> make_ctr_layer(const LayerSpec& spec, const Shape& in, const std::string& where, Shape* out) {
-  if (spec.kind == "cross") {
+  if (spec.kind == LayerKind::kCross) {
     require_flat(in, where);
     if (in.size() > 16384) {
       throw UsageError(where + "would hold " + std::to_string(static_cast<int>(spec.args[0])) + " weights of " +

@@ -369,7 +369,7 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int
       (!shape.flat && (shape.c != in.c || shape.h != in.h || shape.w != in.w))) {
     LayerSpec p;
     if (in.flat && shape.flat) {
-      p.kind = "dense";
+      p.kind = LayerKind::kDense;
       p.args = {static_cast<double>(shape.size())};
       p.text = "dense " + std::to_string(shape.size());
     } else if (!in.flat && !shape.flat) {
@@ -382,7 +382,7 @@ std::unique_ptr<Layer> make_residual(const LayerSpec& spec, const Shape& in, int
         fail("no 1x1 convolution with a whole stride maps " + std::to_string(in.h) + "x" + std::to_string(in.w) +
              " to " + std::to_string(shape.h) + "x" + std::to_string(shape.w) + ", so the shortcut has no projection");
       }
-      p.kind = "conv";
+      p.kind = LayerKind::kConv;
       p.args = {static_cast<double>(shape.c), 1};
       p.options = {{"stride", stride}};
       p.text = "conv " + std::to_string(shape.c) + " 1 stride=" + std::to_string(stride);

@@ -56,6 +56,7 @@ constexpr int kMaxWidth = 1 << 24;
 
 struct KindRule {
   const char* name;
+  LayerKind kind;
   int positional;             // numbers after the name
   const char* arg_names[2];   // what they are, for errors
   std::vector<std::string> options;
@@ -63,22 +64,22 @@ struct KindRule {
 
 const std::vector<KindRule>& kinds() {
   static const std::vector<KindRule> rules = {
-      {"dense", 1, {"the number of outputs", nullptr}, {}},
-      {"conv", 2, {"the number of output channels", "the kernel size"}, {"stride", "pad"}},
-      {"maxpool", 1, {"the window size", nullptr}, {"stride"}},
-      {"avgpool", 1, {"the window size", nullptr}, {"stride"}},
-      {"flatten", 0, {nullptr, nullptr}, {}},
-      {"globalavgpool", 0, {nullptr, nullptr}, {}},
-      {"layernorm", 0, {nullptr, nullptr}, {}},
-      {"batchnorm", 0, {nullptr, nullptr}, {"momentum"}},
-      {"relu", 0, {nullptr, nullptr}, {}},
-      {"tanh", 0, {nullptr, nullptr}, {}},
-      {"sigmoid", 0, {nullptr, nullptr}, {}},
-      {"gelu", 0, {nullptr, nullptr}, {}},
-      {"dropout", 1, {"the rate", nullptr}, {}},
-      {"dot", 2, {"the number of fields", "the floats per field"}, {}},
-      {"cross", 1, {"the number of cross layers", nullptr}, {}},
-      {"softmax", 0, {nullptr, nullptr}, {}},
+      {"dense", LayerKind::kDense, 1, {"the number of outputs", nullptr}, {}},
+      {"conv", LayerKind::kConv, 2, {"the number of output channels", "the kernel size"}, {"stride", "pad"}},
+      {"maxpool", LayerKind::kMaxPool, 1, {"the window size", nullptr}, {"stride"}},
+      {"avgpool", LayerKind::kAvgPool, 1, {"the window size", nullptr}, {"stride"}},
+      {"flatten", LayerKind::kFlatten, 0, {nullptr, nullptr}, {}},
+      {"globalavgpool", LayerKind::kGlobalAvgPool, 0, {nullptr, nullptr}, {}},
+      {"layernorm", LayerKind::kLayerNorm, 0, {nullptr, nullptr}, {}},
+      {"batchnorm", LayerKind::kBatchNorm, 0, {nullptr, nullptr}, {"momentum"}},
+      {"relu", LayerKind::kRelu, 0, {nullptr, nullptr}, {}},
+      {"tanh", LayerKind::kTanh, 0, {nullptr, nullptr}, {}},
+      {"sigmoid", LayerKind::kSigmoid, 0, {nullptr, nullptr}, {}},
+      {"gelu", LayerKind::kGelu, 0, {nullptr, nullptr}, {}},
+      {"dropout", LayerKind::kDropout, 1, {"the rate", nullptr}, {}},
+      {"dot", LayerKind::kDot, 2, {"the number of fields", "the floats per field"}, {}},
+      {"cross", LayerKind::kCross, 1, {"the number of cross layers", nullptr}, {}},
+      {"softmax", LayerKind::kSoftmax, 0, {nullptr, nullptr}, {}},
   };
   return rules;
 }
@@ -114,7 +115,7 @@ void parse_option(const std::string& spec, const Token& t, size_t eq, const Kind
   bool known = false;
   for (const std::string& o : rule.options) known = known || o == key;
   if (!known) {
-    fail_at_spec(spec, t.position, eq, "'" + key + "' is not an option of " + layer->kind +
+    fail_at_spec(spec, t.position, eq, "'" + key + "' is not an option of " + rule.name +
                                            (rule.options.empty() ? " (it takes none)" : ""));
   }
   const Token value{t.text.substr(eq + 1), t.position + eq + 1};
@@ -149,12 +150,13 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
   if (tokens.empty()) fail_at_spec(spec, from, 1, "layer " + std::to_string(number) + " is empty");
   layer.position = tokens.front().position;
   layer.text = spec.substr(layer.position, tokens.back().position + tokens.back().text.size() - layer.position);
-  layer.kind = kind_of(tokens[0].text);
+  const std::string word = kind_of(tokens[0].text);
   const KindRule* rule = nullptr;
   for (const KindRule& r : kinds()) {
-    if (layer.kind == r.name) rule = &r;
+    if (word == r.name) rule = &r;
   }
   if (rule == nullptr) fail_unknown_kind(spec, tokens[0]);
+  layer.kind = rule->kind;
   int positional = 0;
   for (size_t i = 1; i < tokens.size(); ++i) {
     const Token& t = tokens[i];
@@ -165,9 +167,9 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
     }
     if (positional == rule->positional) {
       fail_at_spec(spec, t.position, t.text.size(),
-              "'" + t.text + "': " + layer.kind + " takes " + std::to_string(rule->positional) + " number(s)");
+              "'" + t.text + "': " + word + " takes " + std::to_string(rule->positional) + " number(s)");
     }
-    if (layer.kind == "dropout") {
+    if (layer.kind == LayerKind::kDropout) {
       char* end = nullptr;
       const double rate = std::strtod(t.text.c_str(), &end);
       if (*end != '\0' || !(rate >= 0 && rate < 1)) {
@@ -175,15 +177,15 @@ LayerSpec parse_layer(const std::string& spec, size_t from, size_t to, int numbe
       }
       layer.args.push_back(rate);
     } else {
-      const int lo = layer.kind == "dot" && positional == 0 ? 2 : 1;  // pairs need two fields
-      const int hi = layer.kind == "cross" ? 64 : kMaxWidth;
+      const int lo = layer.kind == LayerKind::kDot && positional == 0 ? 2 : 1;  // pairs need two fields
+      const int hi = layer.kind == LayerKind::kCross ? 64 : kMaxWidth;
       layer.args.push_back(integer(spec, t, lo, hi, rule->arg_names[positional]));
     }
     ++positional;
   }
   if (positional < rule->positional) {
     fail_at_spec(spec, layer.position, layer.text.size(),
-                 layer.kind + " needs " + rule->arg_names[positional] + " (e.g. " + example_of(layer.kind) + ")");
+                 word + " needs " + rule->arg_names[positional] + " (e.g. " + example_of(word) + ")");
   }
   return layer;
 }
@@ -220,7 +222,7 @@ void parse_branches(const std::string& spec, size_t word, size_t open, size_t cl
       fail_at_spec(spec, std::min(from, bar), 1, "branch " + std::to_string(layer->layers.size() + 1) + " of the parallel block of " + name + " has no layers (e.g. " + example + ")");
     }
     LayerSpec b;
-    b.kind = "branch";
+    b.kind = LayerKind::kBranch;
     b.position = first;
     b.text = spec.substr(first, spec.find_last_not_of(" \t", bar - 1) + 1 - first);
     b.list = spec;
@@ -269,7 +271,7 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
   if (spec.find_first_not_of(" \t", open + 1) >= close) {
     fail_at_spec(spec, open, close + 1 - open, "the " + kind + " block of " + name + " has no layers");
   }
-  layer.kind = kind;
+  if (!layer_kind_of(kind, &layer.kind)) fail_at_spec(spec, word, length, "'" + kind + "' is not a block");
   layer.position = word;
   layer.text = spec.substr(word, close + 1 - word);
   layer.list = spec;
@@ -284,7 +286,7 @@ LayerSpec parse_block(const std::string& spec, size_t word, size_t word_end, siz
     for (const LayerSpec& l : layer.layers) inner.push_back(&l);
   }
   for (const LayerSpec* l : inner) {
-    if (l->kind == "softmax") {
+    if (l->kind == LayerKind::kSoftmax) {
       fail_at_spec(spec, l->position, l->text.size(), "softmax (the loss) cannot be in a " + kind + " block");
     }
   }
@@ -319,15 +321,39 @@ std::vector<LayerSpec> parse_list(const std::string& spec, size_t from, size_t t
 
 }  // namespace
 
+const char* layer_kind_name(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kResidual: return "residual";
+    case LayerKind::kBottom: return "bottom";
+    case LayerKind::kParallel: return "parallel";
+    case LayerKind::kBranch: return "branch";
+    default: break;
+  }
+  for (const KindRule& r : kinds()) {
+    if (r.kind == kind) return r.name;
+  }
+  return "?";
+}
+
+bool layer_kind_of(const std::string& name, LayerKind* kind) {
+  for (const LayerKind k : {LayerKind::kResidual, LayerKind::kBottom, LayerKind::kParallel, LayerKind::kBranch}) {
+    if (name == layer_kind_name(k)) return (*kind = k, true);
+  }
+  for (const KindRule& r : kinds()) {
+    if (name == r.name) return (*kind = r.kind, true);
+  }
+  return false;
+}
+
 std::vector<LayerSpec> parse_model(const std::string& spec) {
   if (spec.find_first_not_of(" \t,") == std::string::npos) throw UsageError("--model: the layer list is empty");
   std::vector<LayerSpec> layers = parse_list(spec, 0, spec.size(), "");
   for (size_t i = 0; i < layers.size(); ++i) {
-    if (layers[i].kind == "softmax" && i + 1 != layers.size()) {
+    if (layers[i].kind == LayerKind::kSoftmax && i + 1 != layers.size()) {
       fail_at_spec(spec, layers[i].position, layers[i].text.size(), "softmax (the loss) can only be the last layer");
     }
   }
-  if (layers.back().kind == "softmax") layers.pop_back();
+  if (layers.back().kind == LayerKind::kSoftmax) layers.pop_back();
   if (layers.empty()) throw UsageError("--model: no layer before the softmax");
   return layers;
 }

@@ -322,15 +322,16 @@ std::unique_ptr<Layer> make_windowed(const LayerSpec& spec, const Shape& in, con
     throw UsageError(where + "needs an image input (channels x height x width), but gets a flat vector of " +
                      in.text() + " values (a dense or flatten layer, or flat data, comes before it)");
   }
-  const int kernel = static_cast<int>(spec.args[spec.kind == "conv" ? 1 : 0]);
-  const int stride = option(spec, "stride", spec.kind == "conv" ? 1 : kernel);
+  const bool conv = spec.kind == LayerKind::kConv;
+  const int kernel = static_cast<int>(spec.args[conv ? 1 : 0]);
+  const int stride = option(spec, "stride", conv ? 1 : kernel);
   const int pad = option(spec, "pad", 0);
   if (in.h + 2 * pad < kernel || in.w + 2 * pad < kernel) {
     throw UsageError(where + "has a window of " + std::to_string(kernel) + " but its input is only " + in.text() +
                      (pad > 0 ? " (padded by " + std::to_string(pad) + ")" : ""));
   }
   const int oh = (in.h + 2 * pad - kernel) / stride + 1, ow = (in.w + 2 * pad - kernel) / stride + 1;
-  if (spec.kind == "conv") {
+  if (conv) {
     if (pad >= kernel) throw UsageError(where + "has a padding of at least its kernel size");
     const ConvGeometry g{in.c, in.h, in.w, kernel, stride, pad, oh, ow};
     const int outputs = static_cast<int>(spec.args[0]);
@@ -339,7 +340,7 @@ std::unique_ptr<Layer> make_windowed(const LayerSpec& spec, const Shape& in, con
   }
   const PoolGeometry g{in.h, in.w, kernel, stride, oh, ow};
   *out = Shape::image(in.c, oh, ow);
-  return std::make_unique<Pool>(spec.kind == "maxpool" ? PoolKind::kMax : PoolKind::kAverage, g);
+  return std::make_unique<Pool>(spec.kind == LayerKind::kMaxPool ? PoolKind::kMax : PoolKind::kAverage, g);
 }
 
 }  // namespace
@@ -348,44 +349,53 @@ std::string Shape::text() const {
   return flat ? std::to_string(size()) : std::to_string(c) + "x" + std::to_string(h) + "x" + std::to_string(w);
 }
 
+namespace {
+
+// The layer of spec's kind (not a block), its output's shape in *out (in unless it changes).
+std::unique_ptr<Layer> make_plain(const LayerSpec& spec, const Shape& in, const std::string& where, Shape* out) {
+  switch (spec.kind) {
+    case LayerKind::kDense: {
+      const int outputs = static_cast<int>(spec.args[0]);
+      *out = Shape::vector(static_cast<size_t>(outputs));
+      return std::make_unique<Dense>(outputs);
+    }
+    case LayerKind::kConv:
+    case LayerKind::kMaxPool:
+    case LayerKind::kAvgPool: return make_windowed(spec, in, where, out);
+    case LayerKind::kLayerNorm: return std::make_unique<LayerNorm>(1e-5f);  // PyTorch's default eps
+    case LayerKind::kBatchNorm:
+      return std::make_unique<BatchNorm>(spec.args.empty() ? 0.1 : spec.args[0], 1e-5);  // PyTorch's defaults
+    case LayerKind::kGlobalAvgPool:
+      if (in.flat) throw UsageError(where + "needs an image input (channels x height x width), not " + in.text());
+      *out = Shape::vector(static_cast<size_t>(in.c));
+      return std::make_unique<GlobalAvgPool>();
+    case LayerKind::kFlatten: *out = Shape::vector(in.size()); return std::make_unique<Flatten>();
+    case LayerKind::kRelu: return std::make_unique<Act>(Activation::kRelu);
+    case LayerKind::kTanh: return std::make_unique<Act>(Activation::kTanh);
+    case LayerKind::kSigmoid: return std::make_unique<Act>(Activation::kSigmoid);
+    case LayerKind::kGelu: return std::make_unique<Act>(Activation::kGelu);
+    case LayerKind::kDropout: return std::make_unique<Dropout>(static_cast<float>(spec.args[0]));
+    case LayerKind::kCross:
+    case LayerKind::kDot: return make_ctr_layer(spec, in, where, out);
+    default: break;
+  }
+  throw UsageError(where + "is not a layer");
+}
+
+}  // namespace
+
 std::unique_ptr<Layer> make_layer(const LayerSpec& spec, const Shape& in, int index, const std::string& name) {
   const std::string called = name.empty() ? "layer " + std::to_string(index + 1) : name;
   const std::string where = "--model: " + called + " '" + spec.text + "' ";
   std::unique_ptr<Layer> layer;
   Shape out = in;
-  if (spec.kind == "residual" || spec.kind == "bottom" || spec.kind == "parallel") {
-    layer = spec.kind == "residual" ? make_residual(spec, in, index, called)
-            : spec.kind == "bottom" ? make_bottom(spec, in, index, called)
-                                    : make_parallel(spec, in, index, called);
+  if (spec.kind == LayerKind::kResidual || spec.kind == LayerKind::kBottom || spec.kind == LayerKind::kParallel) {
+    layer = spec.kind == LayerKind::kResidual ? make_residual(spec, in, index, called)
+            : spec.kind == LayerKind::kBottom ? make_bottom(spec, in, index, called)
+                                              : make_parallel(spec, in, index, called);
     out = layer->out();
-  } else if (spec.kind == "dense") {
-    const int outputs = static_cast<int>(spec.args[0]);
-    layer = std::make_unique<Dense>(outputs);
-    out = Shape::vector(static_cast<size_t>(outputs));
-  } else if (spec.kind == "conv" || spec.kind == "maxpool" || spec.kind == "avgpool") {
-    layer = make_windowed(spec, in, where, &out);
-  } else if (spec.kind == "layernorm") {
-    layer = std::make_unique<LayerNorm>(1e-5f);  // PyTorch's default eps
-  } else if (spec.kind == "batchnorm") {
-    layer = std::make_unique<BatchNorm>(spec.args.empty() ? 0.1 : spec.args[0], 1e-5);  // PyTorch's defaults
-  } else if (spec.kind == "globalavgpool") {
-    if (in.flat) throw UsageError(where + "needs an image input (channels x height x width), not " + in.text());
-    layer = std::make_unique<GlobalAvgPool>();
-    out = Shape::vector(static_cast<size_t>(in.c));
-  } else if (spec.kind == "flatten") {
-    layer = std::make_unique<Flatten>();
-    out = Shape::vector(in.size());
-  } else if (spec.kind == "relu" || spec.kind == "tanh" || spec.kind == "sigmoid" || spec.kind == "gelu") {
-    layer = std::make_unique<Act>(spec.kind == "relu"      ? Activation::kRelu
-                                  : spec.kind == "tanh"    ? Activation::kTanh
-                                  : spec.kind == "sigmoid" ? Activation::kSigmoid
-                                                           : Activation::kGelu);
-  } else if (spec.kind == "dropout") {
-    layer = std::make_unique<Dropout>(static_cast<float>(spec.args[0]));
-  } else if (spec.kind == "cross" || spec.kind == "dot") {
-    layer = make_ctr_layer(spec, in, where, &out);
   } else {
-    throw UsageError(where + "is not a layer");
+    layer = make_plain(spec, in, where, &out);
   }
   if (out.size() > (size_t{1} << 31) / 4) throw UsageError(where + "gives " + out.text() + " values per sample: too many");
   layer->in_ = in;

@@ -26,9 +26,18 @@ struct Shape {
   static Shape vector(size_t n) { return Shape{static_cast<int>(n), 1, 1, true}; }
 };
 
+// The layers of the --model grammar, and its blocks: residual(...), bottom K(...), parallel(... | ...)
+// and a parallel block's branches. Parsed from their words once (worker/layer_spec.cc).
+enum class LayerKind {
+  kDense, kConv, kMaxPool, kAvgPool, kFlatten, kGlobalAvgPool, kLayerNorm, kBatchNorm, kRelu, kTanh, kSigmoid,
+  kGelu, kDropout, kDot, kCross, kSoftmax, kResidual, kBottom, kParallel, kBranch
+};
+const char* layer_kind_name(LayerKind kind);  // the grammar's word: "dense", "conv", ..., "branch"
+bool layer_kind_of(const std::string& name, LayerKind* kind);  // false for any other word
+
 // A layer as written: "conv 32 3 pad=1" is kind conv, args {32, 3}, options {pad: 1}.
 struct LayerSpec {
-  std::string kind;          // dense conv maxpool avgpool flatten relu tanh dropout dot batchnorm ...
+  LayerKind kind = LayerKind::kDense;
   std::vector<double> args;  // positional numbers (batchnorm: its momentum=, when given)
   std::vector<std::pair<std::string, int>> options;  // key=value
   std::string text;          // as written, trimmed
@@ -73,7 +82,7 @@ class Layer {
   const Shape& in() const { return in_; }
   const Shape& out() const { return out_; }
   const std::string& text() const { return text_; }
-  const std::string& kind() const { return kind_; }  // as in LayerSpec
+  LayerKind kind() const { return kind_; }  // as in LayerSpec
   int index() const { return index_; }
 
   // Variables, appended to the layout as "layer<p>.weight" and "layer<p>.bias" (p counts the
@@ -116,7 +125,8 @@ class Layer {
 
  protected:
   Shape in_, out_;
-  std::string text_, kind_;
+  std::string text_;
+  LayerKind kind_ = LayerKind::kDense;
   int index_ = 0;
   size_t weight_ = 0, bias_ = 0;  // offsets of the variables (has_params)
   size_t state_ = 0;              // offset of the state (has_state)

@@ -53,7 +53,7 @@ Network::Network(const std::string& spec, const std::vector<size_t>& sample_shap
   // gradients agree (a window whose maximum is <= 0 passes none either way), so the parameters are
   // the same, for a quarter of relu's work and memory traffic (a 2x2 pooling).
   for (size_t i = 0; i + 1 < specs.size(); ++i) {
-    if (specs[i].kind == "relu" && specs[i + 1].kind == "maxpool") std::swap(specs[i], specs[i + 1]);
+    if (specs[i].kind == LayerKind::kRelu && specs[i + 1].kind == LayerKind::kMaxPool) std::swap(specs[i], specs[i + 1]);
   }
   Shape shape = input_;
   int p = 0;
@@ -126,9 +126,9 @@ Network::Plan Network::plan(bool recompute) const {
     // Blocks (what --recompute keeps the inputs of): a new one at every dense layer, and after
     // every pooling or flatten layer (the resolution changes), so a block is a stage of
     // convolutions and their activations up to its pooling.
-    const std::string& before = l == 0 ? layer.kind() : layers_[l - 1]->kind();
-    if (l == 0 || layer.kind() == "dense" || before == "maxpool" || before == "avgpool" || before == "flatten" ||
-        before == "globalavgpool") {
+    const LayerKind before = l == 0 ? layer.kind() : layers_[l - 1]->kind();
+    if (l == 0 || layer.kind() == LayerKind::kDense || before == LayerKind::kMaxPool || before == LayerKind::kAvgPool ||
+        before == LayerKind::kFlatten || before == LayerKind::kGlobalAvgPool) {
       ++block;
     }
     p.block_of[l] = block;
@@ -136,7 +136,7 @@ Network::Plan Network::plan(bool recompute) const {
       p.buffer_of[l] = l == 0 ? -1 : p.buffer_of[l - 1];
     } else if (l > 0 && layer.elementwise() &&
                (layers_[l - 1]->output_free_after_forward() ||
-                (layer.kind() == "relu" && layers_[l - 1]->kind() == "maxpool"))) {
+                (layer.kind() == LayerKind::kRelu && layers_[l - 1]->kind() == LayerKind::kMaxPool))) {
       // In place: the layer before needs only its input; or it is a max pooling, whose backward
       // still finds every window's maximum where relu kept it, and where relu zeroed it (a
       // maximum <= 0) relu's backward passes no gradient to find a place for.

@@ -29,7 +29,7 @@ std::string join_shape(const std::vector<size_t>& shape, const char* separator) 
 Json layer_json(const LayerSpec& l) {
   Json j;
   j["text"] = l.text;
-  j["kind"] = l.kind;
+  j["kind"] = layer_kind_name(l.kind);
   Json args = Json::array();
   for (double a : l.args) {
     if (a == std::floor(a) && std::fabs(a) < 1e15) {
@@ -42,7 +42,8 @@ Json layer_json(const LayerSpec& l) {
   Json options = Json::object();
   for (const auto& [key, value] : l.options) options[key] = value;
   j["options"] = options;
-  if (l.kind == "residual" || l.kind == "bottom" || l.kind == "parallel" || l.kind == "branch") {
+  if (l.kind == LayerKind::kResidual || l.kind == LayerKind::kBottom || l.kind == LayerKind::kParallel ||
+      l.kind == LayerKind::kBranch) {
     Json inner = Json::array();
     for (const LayerSpec& i : l.layers) inner.push_back(layer_json(i));
     j["layers"] = inner;
@@ -312,22 +313,22 @@ namespace {
 std::vector<std::string> comparable_layers(const std::vector<LayerSpec>& specs) {
   std::vector<std::string> layers;
   for (const LayerSpec& l : specs) {
-    if (l.kind == "dropout") continue;
-    std::string text = l.kind;
+    if (l.kind == LayerKind::kDropout) continue;
+    std::string text = layer_kind_name(l.kind);
     for (double a : l.args) {
       std::ostringstream number;
       number << a;
       text += " " + number.str();
     }
     for (const auto& [key, value] : l.options) text += " " + key + "=" + std::to_string(value);
-    if (l.kind == "parallel") {  // parallel(a, b | c): each branch's layers
+    if (l.kind == LayerKind::kParallel) {  // parallel(a, b | c): each branch's layers
       for (size_t k = 0; k < l.layers.size(); ++k) {
         const std::vector<std::string> inner = comparable_layers(l.layers[k].layers);
         text += k ? " | " : "(";
         for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "") + inner[i];
       }
       text += ")";
-    } else if (l.kind == "residual" || l.kind == "bottom") {
+    } else if (l.kind == LayerKind::kResidual || l.kind == LayerKind::kBottom) {
       const std::vector<std::string> inner = comparable_layers(l.layers);
       for (size_t i = 0; i < inner.size(); ++i) text += (i ? ", " : "(") + inner[i];
       text += ")";

@@ -41,9 +41,9 @@ void load_params(const std::string& dir, const Layout& layout, float* params) {
 
 int saved_classes(const std::string& model, const std::vector<int>& hidden, const std::string& dir) {
   const std::vector<LayerSpec> layers = parse_model(Network::spec_of(model, hidden, 2));
-  if (!model.empty() && layers.back().kind == "dense") return static_cast<int>(layers.back().args[0]);
+  if (!model.empty() && layers.back().kind == LayerKind::kDense) return static_cast<int>(layers.back().args[0]);
   const long with_params = std::count_if(layers.begin(), layers.end(),
-                                         [](const LayerSpec& l) { return l.kind == "dense" || l.kind == "conv"; });
+                                         [](const LayerSpec& l) { return l.kind == LayerKind::kDense || l.kind == LayerKind::kConv; });
   const std::string path = dir + "/layer" + std::to_string(with_params - 1) + ".bias.npy";
   std::vector<size_t> shape;
   try {
