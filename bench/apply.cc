@@ -46,13 +46,13 @@ int run(size_t mib, int rounds, bool json) {
   };
   row("accumulate", best_seconds(rounds, [&] { add_into(copy.data(), grad.data(), n); }));
   row("finite-check", best_seconds(rounds, [&] { volatile bool ok = all_finite(grad.data(), n); (void)ok; }));
-  for (const char* kind : {"sgd", "momentum", "adam"}) {
+  for (const OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam}) {
     OptimizerOptions o;
     o.kind = kind;
     o.lr = 1e-6;
     auto optimizer = make_optimizer(o, n);
     uint64_t step = 0;
-    row(kind, best_seconds(rounds, [&] { optimizer->apply(0, n, params.data(), grad.data(), 0.5f, o.lr, step++); }));
+    row(optimizer_kind_name(kind), best_seconds(rounds, [&] { optimizer->apply(0, n, params.data(), grad.data(), 0.5f, o.lr, step++); }));
   }
   if (json) std::printf("\n]\n");
   return 0;

@@ -235,7 +235,7 @@ PstrainResult pstrain_round(const std::string& transport, size_t bytes, int num_
   JobOptions base;
   base.num_workers = num_workers;
   base.num_ps = num_ps;
-  base.optimizer.kind = "sgd";
+  base.optimizer.kind = OptimizerKind::kSgd;
   base.optimizer.lr = 1e-6;
   base.timeout_s = 120;
   base.chunk_kib = chunk_kib;

@@ -40,7 +40,7 @@ void ShardCheckpoints::write(const Store& store, const SparseStore* sparse) {
   c.shard = static_cast<uint32_t>(options_.index);
   c.num_shards = static_cast<uint32_t>(options_.num_ps);
   c.version = checkpoint_at_;
-  c.optimizer = options_.optimizer.kind;
+  c.optimizer = optimizer_kind_name(options_.optimizer.kind);
   store.save(&c);
   // The tables go from the arena to the file as it is written: no copy of them is made.
   const std::vector<TableSource> tables =

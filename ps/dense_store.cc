@@ -25,7 +25,7 @@ std::string slice_text(uint64_t offset, uint64_t length) {
 
 bool every_worker_every_step(const ConsistencyPolicy& policy, int num_workers) {
   return policy.quorum() == num_workers &&
-         (policy.mode() == ModeCode::kSync || (policy.mode() == ModeCode::kSsp && policy.window() == 0));
+         (policy.mode() == Mode::kSync || (policy.mode() == Mode::kSsp && policy.window() == 0));
 }
 
 }  // namespace
@@ -42,8 +42,8 @@ DenseStore::DenseStore(const ServerOptions& options, const ConsistencyPolicy& po
       ordered_sums_(every_worker_every_step(policy, options.num_workers)),
       held_steps_(hold_steps),
       held_pushes_(static_cast<size_t>(options.num_workers), 0),
-      shared_area_(ordered_sums_ && policy.mode() == ModeCode::kSync && !options.allow_rejoin),
-      clipping_(options.optimizer.clip_norm > 0 && policy.mode() == ModeCode::kSync) {
+      shared_area_(ordered_sums_ && policy.mode() == Mode::kSync && !options.allow_rejoin),
+      clipping_(options.optimizer.clip_norm > 0 && policy.mode() == Mode::kSync) {
   for (size_t local = 0; local < slice_.length; local += chunk_len_) {
     Chunk c;
     c.local = local;
@@ -83,7 +83,7 @@ std::string DenseStore::shape_text() const {
 uint64_t DenseStore::next_step_of(int worker, bool rejoined) const {
   // async's versions count updates, not steps: each worker runs its own steps from 0, however
   // late it registers (async refuses --resume and --allow-rejoin: a HELLO is a worker's first).
-  if (policy_.mode() == ModeCode::kAsync) return 0;
+  if (policy_.mode() == Mode::kAsync) return 0;
   const uint64_t t = version();
   if (!rejoined || chunks_.empty()) return t;
   for (const Chunk& c : chunks_) {
@@ -191,14 +191,14 @@ void DenseStore::add(Chunk& c, uint64_t slot, const Update& u, const float* grad
   Pending& p = c.pending[slot];
   if (p.pushes == 0) p.waiting_since = Clock::now();
   add_metrics(&p.metrics, h, p.pushes);
-  if (policy_.mode() != ModeCode::kSync) {
+  if (policy_.mode() != Mode::kSync) {
     // The update lands on version + slot; the gradient was computed on based_on.
     const uint64_t stale = ConsistencyPolicy::staleness(c.version + slot, h.based_on);
     p.metrics.stale_sum += stale;
     ++p.metrics.stale_count;
     p.metrics.stale_max = std::max(p.metrics.stale_max, stale);
   }
-  if (policy_.mode() == ModeCode::kSsp && &c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(u.worker, h.step));
+  if (policy_.mode() == Mode::kSsp && &c == &chunks_[0]) p.metrics.lead_max = std::max(p.metrics.lead_max, lead(u.worker, h.step));
   keep(p, u, grad, c.range.length);
   p.pushed[static_cast<size_t>(u.worker)] = true;
 }
@@ -243,13 +243,13 @@ uint64_t DenseStore::lead(int worker, uint64_t step) {
 void DenseStore::apply(Chunk& c, Pending& p, double clip_factor) {
   make_writable(c);
   // async applies N updates where sync applies one: its schedule runs over N times the steps.
-  const uint64_t schedule_steps = policy_.mode() == ModeCode::kAsync
+  const uint64_t schedule_steps = policy_.mode() == Mode::kAsync
                                       ? job_.total_steps * static_cast<uint64_t>(options_.num_workers)
                                       : job_.total_steps;
   // The gradient sums are divided by the samples behind them (a mean gradient), except in async,
   // where each push is one update weighted by its samples: divided by the mean share G / N, so a
   // worker of half the mean share moves the parameters half as far (equal shares: its mean).
-  const float scale = policy_.mode() == ModeCode::kAsync
+  const float scale = policy_.mode() == Mode::kAsync
                           ? static_cast<float>(options_.num_workers) / static_cast<float>(job_.global_batch)
                           : clipped_scale(1.0f / static_cast<float>(p.metrics.samples), clip_factor);
   const double lr = scheduled_lr(options_.optimizer, c.version, schedule_steps);
@@ -309,10 +309,10 @@ void DenseStore::applied(Chunk& c, const Pending& p) {
   c.last = p.metrics;
   c.last.dropped = c.dropped;
   c.dropped = 0;
-  if (policy_.mode() != ModeCode::kSync && &c == &chunks_[0]) {
+  if (policy_.mode() != Mode::kSync && &c == &chunks_[0]) {
     for (Header& u : unreported_) merge_metrics(&u, p.metrics);
   }
-  if (policy_.mode() == ModeCode::kAsync && &c == &chunks_[0]) {
+  if (policy_.mode() == Mode::kAsync && &c == &chunks_[0]) {
     stale_sum_ += p.metrics.stale_sum;
     stale_count_ += p.metrics.stale_count;
     stale_max_ = std::max(stale_max_, p.metrics.stale_max);
@@ -341,7 +341,7 @@ bool DenseStore::previous(const Chunk& c, uint64_t want) const {
 Header DenseStore::params_header(size_t part, uint64_t want, int worker) {
   const Chunk& c = chunks_[part];
   Header h = previous(c, want) ? c.previous_last : c.last;
-  if (policy_.mode() != ModeCode::kSync && part == 0 && worker >= 0) {
+  if (policy_.mode() != Mode::kSync && part == 0 && worker >= 0) {
     // async and ssp: everything applied since this worker's last PARAMS (versions may be skipped).
     Header& u = unreported_[static_cast<size_t>(worker)];
     h = u;
@@ -373,11 +373,11 @@ bool DenseStore::oldest_barrier(Barrier* out) const {
 // the staleness), async's staleness, backup workers' dropped pushes.
 std::string DenseStore::counters_text() const {
   std::ostringstream os;
-  if (policy_.mode() == ModeCode::kSsp) {
+  if (policy_.mode() == Mode::kSsp) {
     os << "; ssp: the largest lead of a worker over the slowest was " << lead_max_ << " step(s) (staleness "
        << options_.staleness << ")";
   }
-  if (policy_.mode() == ModeCode::kAsync && stale_count_ > 0) {
+  if (policy_.mode() == Mode::kAsync && stale_count_ > 0) {
     os << "; async: staleness mean " << static_cast<double>(stale_sum_) / static_cast<double>(stale_count_) << " max "
        << stale_max_ << " over " << stale_count_ << " updates";
   }

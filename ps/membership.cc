@@ -40,9 +40,8 @@ std::string Membership::check_job(const Header& h) const {
     return "job of " + std::to_string(h.step) + " steps does not match the other workers' " +
            std::to_string(job_.total_steps);
   }
-  if (h.mode != static_cast<uint64_t>(policy_.mode())) {
-    const char* names[] = {"sync", "async", "ssp"};
-    return std::string("worker runs --mode ") + names[h.mode] + "; this PS runs --mode " + policy_.name();
+  if (mode_of_code(h.mode) != policy_.mode()) {
+    return std::string("worker runs --mode ") + mode_name(mode_of_code(h.mode)) + "; this PS runs --mode " + policy_.name();
   }
   if (job_.global_batch != 0 && h.samples != job_.global_batch) {
     return "worker's global batch of " + std::to_string(h.samples) + " samples does not match the other workers' " +

@@ -38,7 +38,7 @@ ServerOptions server_options(const JobOptions& o) {
     table.name = names[t];
     table.id = static_cast<uint32_t>(t);
     table.dim = static_cast<size_t>(o.embedding_dim);
-    table.optimizer.kind = table_optimizer_name(topology.choices.embedding_optimizer);
+    table.optimizer.kind = topology.choices.embedding_optimizer;
     table.optimizer.beta1 = o.optimizer.beta1;
     table.optimizer.beta2 = o.optimizer.beta2;
     table.optimizer.epsilon = o.optimizer.epsilon;

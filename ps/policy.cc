@@ -4,45 +4,42 @@
 
 namespace pstrain {
 
-ConsistencyPolicy::ConsistencyPolicy(const ServerOptions& o) : mode_(mode_code(o.mode)) {
+ConsistencyPolicy::ConsistencyPolicy(const ServerOptions& o) : mode_(o.mode) {
+  mode_code(o.mode);  // throws for allreduce, which no PS serves
   switch (mode_) {
-    case ModeCode::kSync:
+    case Mode::kSync:
       quorum_ = o.num_workers - o.backup_workers;
       backup_ = o.backup_workers > 0;
       backups_ = o.backup_workers;
       break;
-    case ModeCode::kSsp:
+    case Mode::kSsp:
       quorum_ = o.num_workers;
       window_ = static_cast<uint64_t>(o.staleness);
       break;
-    case ModeCode::kAsync:
+    case Mode::kAsync:
+    case Mode::kAllreduce:  // refused above
       quorum_ = 1;
       break;
   }
 }
 
 const char* ConsistencyPolicy::name() const {
-  switch (mode_) {
-    case ModeCode::kSync: return "sync";
-    case ModeCode::kAsync: return "async";
-    case ModeCode::kSsp: return "ssp";
-  }
-  return "?";
+  return mode_name(mode_);
 }
 
 std::string ConsistencyPolicy::describe() const {
-  if (mode_ == ModeCode::kSync && backup_) {
+  if (mode_ == Mode::kSync && backup_) {
     return "sync with " + std::to_string(backups_) + " backup worker(s) (a step is applied once " +
            std::to_string(quorum_) + " workers pushed it)";
   }
-  if (mode_ == ModeCode::kSsp) return "ssp (staleness " + std::to_string(window_) + ")";
+  if (mode_ == Mode::kSsp) return "ssp (staleness " + std::to_string(window_) + ")";
   return name();
 }
 
 PushVerdict ConsistencyPolicy::check_push(int worker, uint64_t step, uint64_t based_on, uint64_t version,
                                           bool already) const {
   PushVerdict v;
-  if (mode_ == ModeCode::kAsync) {
+  if (mode_ == Mode::kAsync) {
     // Applied now, onto whatever the chunk holds; it cannot come from a version not served yet.
     if (based_on > version) {
       v.kind = PushVerdict::kReject;
@@ -72,7 +69,7 @@ PushVerdict ConsistencyPolicy::check_push(int worker, uint64_t step, uint64_t ba
 
 PullVerdict ConsistencyPolicy::check_pull(uint64_t want, uint64_t version) const {
   if (want <= version) return PullVerdict::kAnswerNow;
-  if (mode_ != ModeCode::kAsync && want <= version + window_ + 1) return PullVerdict::kPark;
+  if (mode_ != Mode::kAsync && want <= version + window_ + 1) return PullVerdict::kPark;
   return PullVerdict::kReject;
 }
 

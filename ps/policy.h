@@ -31,7 +31,7 @@ class ConsistencyPolicy {
   // Throws pstrain::UsageError for a mode the PS does not serve (allreduce has no PS).
   explicit ConsistencyPolicy(const ServerOptions& options);
 
-  ModeCode mode() const { return mode_; }
+  Mode mode() const { return mode_; }
   const char* name() const;
   // The mode as the shard's first log line says it ("sync with 1 backup worker(s) (...)").
   std::string describe() const;
@@ -48,7 +48,7 @@ class ConsistencyPolicy {
   static uint64_t staleness(uint64_t version, uint64_t based_on) { return version > based_on ? version - based_on : 0; }
 
  private:
-  ModeCode mode_ = ModeCode::kSync;
+  Mode mode_ = Mode::kSync;
   int quorum_ = 1;
   uint64_t window_ = 0;
   bool backup_ = false;

@@ -46,7 +46,7 @@ void ParameterServer::serve() {
   PSLOG(INFO) << "ps" << options_.index << ": serving at " << endpoint_.address()
               << (options_.ipc.empty() ? "" : " and ipc://" + options_.ipc) << ", mode "
               << policy_.describe() << ", " << options_.num_workers << " worker(s), optimizer "
-              << options_.optimizer.kind << " lr " << options_.optimizer.lr;
+              << optimizer_kind_name(options_.optimizer.kind) << " lr " << options_.optimizer.lr;
   reports_.start(Clock::now());
   Message msg;
   while (!members_.all_done()) {
@@ -194,7 +194,7 @@ void ParameterServer::tables_advanced() {
   // Hybrid mode: the tables' file is on disk before any worker has rows of the version.
   checkpoints_.advanced(dense_.store(), sparse_.store());
   sparse_.answer_parked();
-  if (policy_.mode() == ModeCode::kSync) {  // the dense parts held back for the tables' step
+  if (policy_.mode() == Mode::kSync) {  // the dense parts held back for the tables' step
     for (size_t i = 0; i < dense_.store().parts(); ++i) chunk_advanced(i);
   }
 }

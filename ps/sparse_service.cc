@@ -47,7 +47,7 @@ SparseStoreOptions sparse_store_options(const ServerOptions& o, const JobShape& 
   return s;
 }
 
-SparseService::SparseService(const ServerOptions& options, ModeCode mode, Replier& replier)
+SparseService::SparseService(const ServerOptions& options, Mode mode, Replier& replier)
     : options_(options), mode_(mode), replier_(replier) {}
 
 SparseService::~SparseService() = default;
@@ -62,7 +62,7 @@ bool SparseService::start(const JobShape& job, uint64_t version, size_t dense_by
     return false;
   }
   PSLOG(INFO) << "ps" << options_.index << ": " << options_.tables.size() << " embedding table(s) of dim "
-              << options_.tables[0].dim << ", optimizer " << options_.tables[0].optimizer.kind << " lr "
+              << options_.tables[0].dim << ", optimizer " << table_optimizer_name(options_.tables[0].optimizer.kind) << " lr "
               << options_.table_lr;
   if (from_saved) {
     PSLOG(INFO) << "ps" << options_.index << ": tables from " << options_.init_params << "/embeddings"

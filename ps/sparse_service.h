@@ -38,7 +38,7 @@ struct SparsePushOutcome {
 class SparseService {
  public:
   // `options` and `replier` must outlive it.
-  SparseService(const ServerOptions& options, ModeCode mode, Replier& replier);
+  SparseService(const ServerOptions& options, Mode mode, Replier& replier);
   ~SparseService();
 
   // At the job's start (its first HELLO), in a job with tables: the tables at `version` (the dense
@@ -97,7 +97,7 @@ class SparseService {
   void send_rows(const Parked& p);  // a pull that passed SparseStore::check_rows
 
   const ServerOptions& options_;
-  const ModeCode mode_;
+  const Mode mode_;
   Replier& replier_;
   std::unique_ptr<SparseStore> store_;  // made at start(), in a job with tables
   std::vector<Parked> parked_;

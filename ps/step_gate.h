@@ -23,7 +23,7 @@ class StepGate {
   StepGate(const ConsistencyPolicy& policy, int num_workers, bool tables, int backup_workers)
       : num_workers_(num_workers),
         quorum_(policy.quorum()),
-        tables_in_step_(tables && policy.mode() == ModeCode::kSync),
+        tables_in_step_(tables && policy.mode() == Mode::kSync),
         holds_steps_(tables_in_step_ && backup_workers > 0) {}
 
   // Backup workers with tables: the dense store holds each step until the loop names its workers

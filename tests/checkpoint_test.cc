@@ -130,7 +130,7 @@ class ResumeTest : public ::testing::Test {
   void SetUp() override {
     dir_ = make_temp_dir("resume");
     o_.checkpoint_dir = dir_;
-    o_.optimizer.kind = "momentum";
+    o_.optimizer.kind = OptimizerKind::kMomentum;
     o_.num_ps = 2;
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -374,12 +374,12 @@ TEST(JobFingerprintTest, EveryNumberIsRecordedToFullPrecision) {
     const char* key;
     std::function<void(JobOptions*, double)> set;
   };
-  const auto adam = [](JobOptions* o) { o->optimizer.kind = "adam"; };
+  const auto adam = [](JobOptions* o) { o->optimizer.kind = OptimizerKind::kAdam; };
   const std::vector<Field> fields = {
       {"lr", [](JobOptions* o, double v) { o->optimizer.lr = v; }},
       {"momentum",
        [](JobOptions* o, double v) {
-         o->optimizer.kind = "momentum";
+         o->optimizer.kind = OptimizerKind::kMomentum;
          o->optimizer.momentum = v;
        }},
       {"beta1", [&](JobOptions* o, double v) { adam(o); o->optimizer.beta1 = v; }},
@@ -388,12 +388,12 @@ TEST(JobFingerprintTest, EveryNumberIsRecordedToFullPrecision) {
       {"weight-decay", [](JobOptions* o, double v) { o->optimizer.weight_decay = v; }},
       {"lr-decay-rate",
        [](JobOptions* o, double v) {
-         o->optimizer.schedule = "step";
+         o->optimizer.schedule = LrSchedule::kStep;
          o->optimizer.decay_rate = v;
        }},
       {"lr-cycle-mult",
        [](JobOptions* o, double v) {
-         o->optimizer.schedule = "cosine-restarts";
+         o->optimizer.schedule = LrSchedule::kCosineRestarts;
          o->optimizer.cycle_mult = v;
        }},
       {"clip-norm", [](JobOptions* o, double v) { o->optimizer.clip_norm = v; }},

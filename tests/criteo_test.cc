@@ -562,13 +562,13 @@ TEST_F(CriteoData, OtherFormatsHaveNoIds) {
 }
 
 TEST(CriteoFlags, ExtensionsAndDataFormat) {
-  EXPECT_EQ(parse_data_files("d/day_0.tsv", "--train-data").format, "criteo");
-  EXPECT_EQ(parse_data_files("d/Train.TXT.gz", "--train-data").format, "criteo");
+  EXPECT_EQ(parse_data_files("d/day_0.tsv", "--train-data").format, DataKind::kCriteo);
+  EXPECT_EQ(parse_data_files("d/Train.TXT.gz", "--train-data").format, DataKind::kCriteo);
   const DataFiles forced = parse_data_files("d/day_0", "--train-data", "criteo");
-  EXPECT_EQ(forced.format, "criteo");
+  EXPECT_EQ(forced.format, DataKind::kCriteo);
   EXPECT_EQ(forced.features, "d/day_0");
-  EXPECT_EQ(parse_data_files("x.npy,y.npy", "--train-data").format, "npy");  // unchanged
-  EXPECT_EQ(parse_data_files("i.txt,l.txt", "--train-data").format, "idx");  // a pair stays IDX
+  EXPECT_EQ(parse_data_files("x.npy,y.npy", "--train-data").format, DataKind::kNpy);  // unchanged
+  EXPECT_EQ(parse_data_files("i.txt,l.txt", "--train-data").format, DataKind::kIdx);  // a pair stays IDX
   bool usage = false;
   EXPECT_EQ(error_of([&] { parse_data_files("a,b", "--test-data", "criteo"); }, &usage),
             "--test-data 'a,b': --data-format criteo reads one file (file names may not contain commas)");

@@ -559,13 +559,13 @@ TEST_F(CsvData, MalformedFilesAreErrors) {
 
 TEST(DataFlags, Grammar) {
   const DataFiles csv = parse_data_files("d/Train.CSV.gz", "--train-data");
-  EXPECT_EQ(csv.format, "csv");
+  EXPECT_EQ(csv.format, DataKind::kCsv);
   EXPECT_EQ(csv.features, "d/Train.CSV.gz");
   const DataFiles npy = parse_data_files("x.npy,y.npy.gz", "--train-data");
-  EXPECT_EQ(npy.format, "npy");
+  EXPECT_EQ(npy.format, DataKind::kNpy);
   EXPECT_EQ(npy.features, "x.npy");
   EXPECT_EQ(npy.labels, "y.npy.gz");
-  EXPECT_EQ(parse_data_files("images-idx3-ubyte.gz,labels-idx1-ubyte", "--test-data").format, "idx");
+  EXPECT_EQ(parse_data_files("images-idx3-ubyte.gz,labels-idx1-ubyte", "--test-data").format, DataKind::kIdx);
   const auto error = [](const std::string& value) {
     bool usage = false;
     const std::string message = error_of([&] { parse_data_files(value, "--train-data"); }, &usage);

@@ -35,7 +35,7 @@ TEST(OptionsTest, DefaultsAndFlags) {
   EXPECT_EQ(o->ps_hosts[0], "127.0.0.1:5000");
   EXPECT_EQ(o->ps_hosts[1], "ipc://@job-ps1");
   EXPECT_EQ(o->hidden, (std::vector<int>{32, 16, 8}));
-  EXPECT_EQ(o->optimizer.kind, "momentum");
+  EXPECT_EQ(o->optimizer.kind, OptimizerKind::kMomentum);
   EXPECT_FALSE(o->shuffle);
   EXPECT_EQ(o->batch_size, 64);
   EXPECT_EQ(o->bind, "127.0.0.1");
@@ -98,6 +98,7 @@ TEST(OptionsTest, BadInputIsAUsageErrorNamingTheFlag) {
   EXPECT_EQ(message({"--lr-schedule", "step"}), "--lr-schedule step needs --lr-decay-steps (at least 1)");
   EXPECT_EQ(message({"--lr-schedule", "cosine-restarts"}), "--lr-schedule cosine-restarts needs --lr-decay-steps (at least 1)");
   EXPECT_EQ(message({"--lr-schedule", "linear"}), "--lr-schedule: 'linear' is not one of constant, cosine, step, cosine-restarts");
+  EXPECT_EQ(message({"--optimizer", "rmsprop"}), "--optimizer: 'rmsprop' is not one of sgd, momentum, adam, adamw");
   EXPECT_EQ(message({"--lr-decay-rate", "0"}), "--lr-decay-rate must be in (0, 1]");
   EXPECT_EQ(message({"--lr-cycle-mult", "0.5"}), "--lr-cycle-mult must be in [1, 100]");
   EXPECT_EQ(message({"--optimizer", "adamw", "--weight-decay", "0.01", "--warmup-steps", "100"}), "no error");

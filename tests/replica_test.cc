@@ -11,7 +11,7 @@ namespace {
 
 TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
   BackendOptions o;
-  o.device = "cpu";
+  o.device = DeviceKind::kCpu;
   auto backend = make_backend(o);
   EXPECT_TRUE(backend->host_accessible());
   Replica replica(*backend, 10, 4);
@@ -26,7 +26,7 @@ TEST(ReplicaTest, CpuReplicaSharesHostMemory) {
 // parameters stay where they were.
 TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
   BackendOptions o;
-  o.device = "cpu";
+  o.device = DeviceKind::kCpu;
   auto backend = make_backend(o);
   Replica replica(*backend, 10, 4);
   const float* params = replica.params();
@@ -42,7 +42,7 @@ TEST(ReplicaTest, CpuReplicaComputesTheGradientWhereItIsPlaced) {
 // the current values already: forward and backward read them there, the gradient stays.
 TEST(ReplicaTest, CpuReplicaComputesFromTheAreaItIsGiven) {
   BackendOptions o;
-  o.device = "cpu";
+  o.device = DeviceKind::kCpu;
   auto backend = make_backend(o);
   Replica replica(*backend, 10, 4);
   float* grad = replica.grad();
@@ -57,23 +57,27 @@ TEST(ReplicaTest, CpuReplicaComputesFromTheAreaItIsGiven) {
 TEST(ReplicaTest, GpuRequestWithoutGpuIsAClearError) {
   if (cuda_device_count() > 0) GTEST_SKIP() << "a GPU is present";
   BackendOptions o;
-  for (const char* device : {"cuda", "cuda:1"}) {
-    o.device = device;
+  for (const auto& [index, flag] : {std::pair{-1, "--device cuda:"}, std::pair{1, "--device cuda:1:"}}) {
+    o.device = DeviceKind::kCuda;
+    o.device_index = index;
     try {
       make_backend(o);
-      ADD_FAILURE() << device << " did not fail";
+      ADD_FAILURE() << flag << " did not fail";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("no CUDA device is visible"), std::string::npos) << what;
+      EXPECT_EQ(what.rfind(flag, 0), 0u) << what;
     }
   }
-  o.device = "auto";
+  o.device = DeviceKind::kAuto;
   EXPECT_TRUE(make_backend(o)->host_accessible());  // auto falls back to the CPU
 }
 
 TEST(ReplicaTest, GpuReplicaStagesThroughHostBuffers) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   BackendOptions o;
-  o.device = "cuda:0";
+  o.device = DeviceKind::kCuda;
+  o.device_index = 0;
   auto backend = make_backend(o);
   Replica replica(*backend, 1000, 64);
   EXPECT_NE(replica.host_params(), replica.params());

@@ -23,7 +23,7 @@ using sparse_test::Grads;
 
 constexpr size_t kDim = 4;
 
-TableOptions ids_table(const std::string& optimizer, uint32_t min_count) {
+TableOptions ids_table(TableOptimizer optimizer, uint32_t min_count) {
   TableOptions t;
   t.name = "ids";
   t.id = 0;
@@ -42,7 +42,7 @@ EmbeddingSetup setup_of(const TableOptions& t, int num_ps) {
   e.init = row_init_name(t.init.kind);
   e.seed = t.seed;
   e.min_count = t.min_count;
-  e.optimizer = t.optimizer.kind;
+  e.optimizer = table_optimizer_name(t.optimizer.kind);
   e.num_ps = num_ps;
   return e;
 }
@@ -100,8 +100,8 @@ std::string error_of(const std::string& dir, const EmbeddingSetup& e) {
 // bit for bit: the initialiser's rows (uniform for adagrad, zeros for ftrl) or zeros while not
 // admitted.
 TEST(SparseSavedTablesTest, RowsReadAsTheShardsPullReadsThem) {
-  for (const auto& [optimizer, min_count] : std::vector<std::pair<std::string, uint32_t>>{
-           {"adagrad", 1}, {"ftrl", 1}, {"adam", 3}}) {
+  for (const auto& [optimizer, min_count] : std::vector<std::pair<TableOptimizer, uint32_t>>{
+           {TableOptimizer::kAdagrad, 1}, {TableOptimizer::kFtrl, 1}, {TableOptimizer::kAdam, 3}}) {
     const TableOptions t = ids_table(optimizer, min_count);
     const ShardTables s = trained(t);
     TempDir dir("saved-tables");
@@ -110,10 +110,10 @@ TEST(SparseSavedTablesTest, RowsReadAsTheShardsPullReadsThem) {
     const auto source = open_saved_tables(dir.path, setup_of(t, 1));
     std::vector<uint64_t> ids = {45, 3, 17, 41, 40, 1, 44};
     const std::vector<float> got = read_rows(*source, ids), want = pulled(s, ids);
-    EXPECT_TRUE(sparse_test::same_bits(got, want)) << optimizer;
+    EXPECT_TRUE(sparse_test::same_bits(got, want)) << table_optimizer_name(optimizer);
     const std::vector<float> absent = read_rows(*source, {41});
     const bool zeros = std::all_of(absent.begin(), absent.end(), [](float v) { return v == 0.0f; });
-    EXPECT_EQ(zeros, optimizer == "ftrl" || min_count > 1) << optimizer;
+    EXPECT_EQ(zeros, optimizer == TableOptimizer::kFtrl || min_count > 1) << table_optimizer_name(optimizer);
   }
 }
 
@@ -121,7 +121,7 @@ TEST(SparseSavedTablesTest, RowsReadAsTheShardsPullReadsThem) {
 // damaged one (every byte flipped in turn, truncated, extended), another table's or dim are
 // refused naming the file.
 TEST(SparseSavedTablesTest, DamagedOrMismatchedFilesAreRefusedNamingTheFile) {
-  const TableOptions t = ids_table("adagrad", 1);
+  const TableOptions t = ids_table(TableOptimizer::kAdagrad, 1);
   const ShardTables whole = trained(t);
   TempDir dir("saved-tables");
   const std::string at = dir.path + "/embeddings/";
@@ -179,7 +179,7 @@ TEST(SparseSavedTablesTest, DamagedOrMismatchedFilesAreRefusedNamingTheFile) {
 // slots, everything (slots, bookkeeping, sightings) written back to the same bytes, and a file
 // whose checksum holds but whose sizes do not add up.
 TEST(SparseSavedTablesTest, TheFileReaderReadsWhatATableSaved) {
-  const TableOptions t = ids_table("adam", 1);
+  const TableOptions t = ids_table(TableOptimizer::kAdam, 1);
   const ShardTables s = trained(t);
   const std::string bytes = saved_bytes(s, 0);
   SavedTable rows;

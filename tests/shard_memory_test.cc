@@ -32,12 +32,12 @@ TEST(ShardMemoryTest, TheDefaultSharesTheHostAmongItsShardsLessASavesHeadroom) {
   // index) need 16 more each to be saved: 10752 x 568 / 584.
   TableOptions t;
   t.dim = 64;
-  t.optimizer.kind = "adagrad";
+  t.optimizer.kind = TableOptimizer::kAdagrad;
   EXPECT_EQ(least_row_bytes({t}), 568u);
   EXPECT_EQ(default_max_shard_mib(24576, 2, 568), 10457u);
   TableOptions small = t;
   small.dim = 1;
-  small.optimizer.kind = "sgd";
+  small.optimizer.kind = TableOptimizer::kSgd;
   EXPECT_EQ(least_row_bytes({t, small}), 60u);  // the smallest rows bound the save's share
   EXPECT_EQ(default_max_shard_mib(24576, 2, 60), 10752u * 60 / 76);
   EXPECT_EQ(least_row_bytes({}), 0u);

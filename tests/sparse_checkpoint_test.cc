@@ -102,7 +102,7 @@ TEST(SparseCheckpointTest, DamagedOrMismatchedFilesAreRefusedAndChangeNothing) {
   EXPECT_FALSE(other.load(kTable, bytes, &error));
   EXPECT_NE(error.find("dim 4, this job's is 8"), std::string::npos) << error;
   TableOptions ftrl = admitting_table();
-  ftrl.optimizer.kind = "ftrl";
+  ftrl.optimizer.kind = TableOptimizer::kFtrl;
   ShardTables ftrl_shard = shard(ftrl);
   EXPECT_FALSE(ftrl_shard.load(kTable, bytes, &error));
   EXPECT_NE(error.find("optimizer adam, this job's is ftrl"), std::string::npos) << error;

@@ -35,7 +35,7 @@ ServerOptions store_options(int backup_workers) {
 struct Shard {
   explicit Shard(int backup_workers = 0)
       : options(store_options(backup_workers)),
-        store(sparse_store_options(options, test::small_job_shape()), ModeCode::kSync, 0, 0) {}
+        store(sparse_store_options(options, test::small_job_shape()), Mode::kSync, 0, 0) {}
   const ServerOptions options;
   SparseStore store;
 };

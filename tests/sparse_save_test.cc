@@ -104,7 +104,7 @@ double share_of(long extra_kib, size_t bytes, const char* what) {
 TEST(SparseSaveTest, SavingTheTablesTakesFarLessMemoryThanASecondCopy) {
   TempDir dir("sparse-save");
   const ServerOptions o = options(dir.path);
-  SparseStore store(sparse_store_options(o, test::small_job_shape()), ModeCode::kSync, 0, 0);
+  SparseStore store(sparse_store_options(o, test::small_job_shape()), Mode::kSync, 0, 0);
   fill(store);
   const std::string want = table_bytes(store);
   ASSERT_GT(want.size(), size_t{25} << 20);
@@ -139,7 +139,7 @@ TEST(SparseSaveTest, ACheckpointOfTheTablesTakesFarLessMemoryThanASecondCopy) {
   ServerOptions o = options("");
   o.checkpoint.dir = dir.path;
   o.checkpoint.table_shards = 1;  // hybrid: the file holds the tables alone
-  SparseStore store(sparse_store_options(o, test::small_job_shape()), ModeCode::kSync, 0, 0);
+  SparseStore store(sparse_store_options(o, test::small_job_shape()), Mode::kSync, 0, 0);
   fill(store);
   const std::string want = table_bytes(store);
   ShardCheckpoints checkpoints(o);
@@ -182,7 +182,7 @@ TEST(SparseSaveTest, ResumingTheTablesTakesTheirMemoryNotASecondCopy) {
   const pid_t writer = fork();
   ASSERT_GE(writer, 0);
   if (writer == 0) {
-    SparseStore store(sparse_store_options(o, test::small_job_shape()), ModeCode::kSync, 0, 0);
+    SparseStore store(sparse_store_options(o, test::small_job_shape()), Mode::kSync, 0, 0);
     fill(store);
     ShardCheckpoints checkpoints(o);
     Header push;
@@ -230,7 +230,7 @@ TEST(SparseSaveTest, ResumingTheTablesTakesTheirMemoryNotASecondCopy) {
     ASSERT_EQ(c.table_files.size(), 1u);
     ByteReader in(c.table_files[0].path, c.table_files[0].offset, c.table_files[0].bytes);
     ASSERT_TRUE(read_saved_table(in, SavedTableVisitor{}, &error)) << error;
-    SparseStore store(sparse_store_options(o, test::small_job_shape()), ModeCode::kSync, 4, 0);
+    SparseStore store(sparse_store_options(o, test::small_job_shape()), Mode::kSync, 4, 0);
     ASSERT_TRUE(store.resume(c.table_files, &error)) << error;
     if (keep) resumed = table_bytes(store);
   };

@@ -162,7 +162,7 @@ TEST(EmbeddingTableTest, LazyAdamLeavesUntouchedRowsUnchanged) {
   apply_ok(s, 3, {again});
   // Row 2's second update: t = 2 in its bias corrections, not the step's 4.
   OptimizerOptions dense;
-  dense.kind = "adam";
+  dense.kind = OptimizerKind::kAdam;
   dense.weight_decay = 0;
   auto ref = make_optimizer(dense, 2);
   std::vector<float> w = b0;

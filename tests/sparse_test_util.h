@@ -21,7 +21,7 @@ inline TableOptions table(const std::string& kind, size_t dim = 4) {
   t.id = kTable;
   t.dim = dim;
   t.seed = 42;
-  t.optimizer.kind = kind;
+  if (!table_optimizer_of(kind, &t.optimizer.kind)) ADD_FAILURE() << "no table optimizer " << kind;
   t.optimizer.l1 = 0.001;
   return t;
 }

@@ -63,13 +63,15 @@ void Backend::conv_backward(const float* x, const float* dy, int batch, const Co
 }
 
 std::unique_ptr<Backend> make_backend(const BackendOptions& o) {
-  if (o.device == "cpu") return make_cpu_backend(o.threads);  // without asking CUDA anything
+  if (o.device == DeviceKind::kCpu) return make_cpu_backend(o.threads);  // without asking CUDA anything
   const int gpus = cuda_device_count();
-  if (o.device == "auto" && gpus == 0) return make_cpu_backend(o.threads);
-  if (gpus == 0) throw Error("--device " + o.device + ": no CUDA device is visible to this worker");
-  const int device = o.device.rfind("cuda:", 0) == 0 ? std::stoi(o.device.substr(5)) : std::max(o.local_rank, 0) % gpus;
+  if (o.device == DeviceKind::kAuto && gpus == 0) return make_cpu_backend(o.threads);
+  const std::string flag = std::string("--device ") + device_kind_name(o.device) +
+                           (o.device_index >= 0 ? ":" + std::to_string(o.device_index) : "");
+  if (gpus == 0) throw Error(flag + ": no CUDA device is visible to this worker");
+  const int device = o.device_index >= 0 ? o.device_index : std::max(o.local_rank, 0) % gpus;
   if (device >= gpus) {
-    throw Error("--device " + o.device + ": only " + std::to_string(gpus) + " CUDA device(s) are visible");
+    throw Error(flag + ": only " + std::to_string(gpus) + " CUDA device(s) are visible");
   }
   const auto limit = static_cast<size_t>(o.gpu_memory_limit_mib * 1048576.0);
   return make_cuda_backend(device, limit);

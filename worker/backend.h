@@ -233,7 +233,8 @@ class Backend {
 
 // The device a worker computes on (filled from the job's flags in main: worker/options_from_job.h).
 struct BackendOptions {
-  std::string device = "auto";      // --device: auto | cpu | cuda | cuda:K (auto: a GPU where one is visible)
+  DeviceKind device = DeviceKind::kAuto;  // --device (auto: a GPU where one is visible)
+  int device_index = -1;                  // cuda:K's K; -1: none given (local_rank's GPU)
   int threads = 1;                  // --threads: BLAS threads of the CPU backend
   int local_rank = -1;              // --device auto and cuda: GPU local_rank mod visible GPUs (-1: GPU 0)
   double gpu_memory_limit_mib = 0;  // --gpu-memory-limit: a GPU backend allocates no more (0 = no limit)

@@ -212,7 +212,7 @@ class AllreduceExchange final : public Exchange {
     c.version = version;
     c.total = total_;
     c.total_steps = total_steps_;
-    c.optimizer = o_.optimizer.kind;
+    c.optimizer = optimizer_kind_name(o_.optimizer.kind);
     c.values.assign(host_params, host_params + total_);
     for (const std::vector<float>* slot : optimizer_->state()) c.slots.push_back(*slot);
     store_.write(c);

@@ -13,7 +13,9 @@ namespace pstrain {
 
 BackendOptions backend_options(const JobOptions& o) {
   BackendOptions b;
-  b.device = o.device;
+  const JobChoices c = parse_job_choices(o);
+  b.device = c.device;
+  b.device_index = c.device_index;
   b.threads = o.threads;
   b.local_rank = o.local_rank;
   b.gpu_memory_limit_mib = o.gpu_memory_limit_mib;

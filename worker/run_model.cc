@@ -33,7 +33,7 @@ ModelDescription describe_run_model(const TrainOptions& o, int classes,
     input.check_saved(saved.embeddings, o.init_params);
     if (!o.model_given) d.given_as = "--init-params " + o.init_params + " (its model.json)";
   }
-  d.training.optimizer = o.checkpoint.job.optimizer.kind;
+  d.training.optimizer = optimizer_kind_name(o.checkpoint.job.optimizer.kind);
   d.training.lr = o.checkpoint.job.optimizer.lr;
   return d;
 }

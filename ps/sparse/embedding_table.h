@@ -52,7 +52,7 @@ class EmbeddingTable {
   size_t dim() const { return options_.dim; }
   size_t slots() const { return optimizer_->slots(); }
   size_t row_floats() const { return dim() * (1 + slots()); }
-  const std::string& optimizer_kind() const { return optimizer_->kind(); }
+  TableOptimizer optimizer_kind() const { return optimizer_->kind(); }
 
   // A pull: the rows of `n` IDs into out (n * dim floats). An ID without a row reads as the row
   // it would be created with when min_count <= 1, else as zeros (not admitted yet).

@@ -123,7 +123,7 @@ bool ShardTables::check_step(const SparseStep& s, std::string* error) const {
     *error = "sparse step " + std::to_string(s.step) + ": a learning rate or gradient scale out of range";
   } else {
     for (const auto& [id, t] : tables_) {
-      if (t->optimizer_kind() != "ftrl" || s.lr > 0) continue;
+      if (t->optimizer_kind() != TableOptimizer::kFtrl || s.lr > 0) continue;
       *error = "embedding table '" + t->options().name + "': ftrl needs a positive learning rate";
       break;
     }

@@ -10,7 +10,7 @@ namespace {
 class Base : public SparseOptimizer {
  public:
   Base(const SparseOptimizerOptions& o, size_t slots) : o_(o), slots_(slots) {}
-  const std::string& kind() const override { return o_.kind; }
+  TableOptimizer kind() const override { return o_.kind; }
   size_t slots() const override { return slots_; }
 
  protected:
@@ -106,11 +106,11 @@ class SparseFtrl final : public Base {
 
 void check_options(const SparseOptimizerOptions& o) {
   const auto bad = [&](const std::string& what) {
-    throw Error("sparse optimizer '" + o.kind + "': " + what);
+    throw Error(std::string("sparse optimizer '") + table_optimizer_name(o.kind) + "': " + what);
   };
   if (!(o.beta1 >= 0 && o.beta1 < 1) || !(o.beta2 >= 0 && o.beta2 < 1)) bad("beta1 and beta2 must be in [0, 1)");
   if (!(o.epsilon >= 0) || !(o.initial_accumulator >= 0)) bad("epsilon and the initial accumulator must be >= 0");
-  if (o.kind == "adagrad" && !(o.epsilon > 0 || o.initial_accumulator > 0)) {
+  if (o.kind == TableOptimizer::kAdagrad && !(o.epsilon > 0 || o.initial_accumulator > 0)) {
     bad("epsilon or the initial accumulator must be > 0 (else 0 / 0 for a zero gradient)");
   }
   if (!(o.ftrl_beta >= 0) || !(o.l1 >= 0) || !(o.l2 >= 0)) bad("ftrl's beta, l1 and l2 must be >= 0");
@@ -121,11 +121,13 @@ void check_options(const SparseOptimizerOptions& o) {
 
 std::unique_ptr<SparseOptimizer> make_sparse_optimizer(const SparseOptimizerOptions& options) {
   check_options(options);
-  if (options.kind == "sgd") return std::make_unique<SparseSgd>(options);
-  if (options.kind == "adagrad") return std::make_unique<SparseAdagrad>(options);
-  if (options.kind == "adam") return std::make_unique<SparseAdam>(options);
-  if (options.kind == "ftrl") return std::make_unique<SparseFtrl>(options);
-  throw Error("unknown sparse optimizer '" + options.kind + "' (expected sgd, adagrad, adam or ftrl)");
+  switch (options.kind) {
+    case TableOptimizer::kSgd: return std::make_unique<SparseSgd>(options);
+    case TableOptimizer::kAdagrad: return std::make_unique<SparseAdagrad>(options);
+    case TableOptimizer::kAdam: return std::make_unique<SparseAdam>(options);
+    case TableOptimizer::kFtrl: return std::make_unique<SparseFtrl>(options);
+  }
+  throw Error("unknown sparse optimizer " + std::to_string(static_cast<int>(options.kind)));
 }
 
 }  // namespace pstrain

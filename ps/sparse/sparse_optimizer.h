@@ -8,10 +8,12 @@
 #include <memory>
 #include <string>
 
+#include "shared/util/modes.h"
+
 namespace pstrain {
 
 struct SparseOptimizerOptions {
-  std::string kind = "adagrad";      // sgd | adagrad | adam (lazy) | ftrl
+  TableOptimizer kind = TableOptimizer::kAdagrad;  // adam: lazy
   double beta1 = 0.9;                // adam: first-moment decay
   double beta2 = 0.999;              // adam: second-moment decay
   double epsilon = 1e-8;             // adam and adagrad: added to the denominator
@@ -24,7 +26,7 @@ struct SparseOptimizerOptions {
 class SparseOptimizer {
  public:
   virtual ~SparseOptimizer() = default;
-  virtual const std::string& kind() const = 0;
+  virtual TableOptimizer kind() const = 0;
   virtual size_t slots() const = 0;  // slot vectors of dim floats beside each row
   // A new row's slots (slots() * dim floats).
   virtual void init_slots(size_t dim, float* slots) const = 0;

@@ -55,7 +55,7 @@ std::string part_text(const Header& h) {
 
 }  // namespace
 
-SparseStore::SparseStore(SparseStoreOptions options, ModeCode mode, uint64_t start, size_t dense_bytes)
+SparseStore::SparseStore(SparseStoreOptions options, Mode mode, uint64_t start, size_t dense_bytes)
     : options_(std::move(options)),
       mode_(mode),
       tables_(shard_options(options_, dense_bytes), options_.tables),
@@ -64,7 +64,7 @@ SparseStore::SparseStore(SparseStoreOptions options, ModeCode mode, uint64_t sta
       pushed_(static_cast<size_t>(options_.num_workers), false),
       partial_(static_cast<size_t>(options_.num_workers)),
       samples_(static_cast<size_t>(options_.num_workers), 0),
-      backup_(mode == ModeCode::kSync && options_.backup_workers > 0) {}
+      backup_(mode == Mode::kSync && options_.backup_workers > 0) {}
 
 bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<SparseSection> sections,
                        bool* applied, std::string* error) {
@@ -85,7 +85,7 @@ bool SparseStore::push(int worker, bool rejoined, const Header& h, std::vector<S
     return false;
   }
   std::vector<SparseSection> whole;
-  if (mode_ != ModeCode::kSync) {  // applied at once, as one update weighted by its samples
+  if (mode_ != Mode::kSync) {  // applied at once, as one update weighted by its samples
     if (!take_part(worker, false, h, std::move(sections), &whole, error)) return false;
     if (partial_[static_cast<size_t>(worker)].open) return true;
     *applied = apply(version_, {whole}, 0, error);
@@ -220,7 +220,7 @@ void SparseStore::clear_step() {
 bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSection>>& by_worker, double samples,
                         std::string* error) {
   const uint64_t n = static_cast<uint64_t>(options_.num_workers);
-  const bool async = mode_ != ModeCode::kSync;
+  const bool async = mode_ != Mode::kSync;
   SparseStep s;
   s.step = step;
   s.grad_scale = async ? static_cast<float>(n) / static_cast<float>(options_.global_batch)
@@ -251,14 +251,14 @@ bool SparseStore::apply(uint64_t step, const std::vector<std::vector<SparseSecti
 }
 
 std::string SparseStore::check_pull(uint64_t want) const {
-  if (mode_ == ModeCode::kSync && want > version_ + 1) {
+  if (mode_ == Mode::kSync && want > version_ + 1) {
     return "SPARSE_PULL of version " + std::to_string(want) + ", but the tables are at " + std::to_string(version_);
   }
   return "";
 }
 
 uint64_t SparseStore::next_step_of(int worker, bool rejoined) const {
-  if (mode_ != ModeCode::kSync || !rejoined) return version_;
+  if (mode_ != Mode::kSync || !rejoined) return version_;
   return pushed_[static_cast<size_t>(worker)] ? version_ + 1 : version_;
 }
 
@@ -307,7 +307,7 @@ bool SparseStore::check_rows(const std::vector<SparseSection>& request, std::str
 
 void SparseStore::checked_rows(const std::vector<SparseSection>& request, uint64_t want,
                                std::vector<SparseSection>* out) const {
-  const bool before = options_.allow_rejoin && mode_ == ModeCode::kSync && want + 1 == version_;
+  const bool before = options_.allow_rejoin && mode_ == Mode::kSync && want + 1 == version_;
   out->clear();
   out->reserve(request.size());
   for (const SparseSection& r : request) {
@@ -325,7 +325,7 @@ void SparseStore::checked_rows(const std::vector<SparseSection>& request, uint64
 }
 
 bool SparseStore::barrier(uint64_t* step, Clock::time_point* since, std::vector<bool>* pushed) const {
-  if (mode_ != ModeCode::kSync || pushes_ == 0) return false;
+  if (mode_ != Mode::kSync || pushes_ == 0) return false;
   *step = version_;
   *since = since_;
   *pushed = pushed_;

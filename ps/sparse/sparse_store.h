@@ -48,7 +48,7 @@ class SparseStore {
   // The tables of options.tables on shard options.index, at version `start` (the dense store's:
   // a new job's 0); with --max-shard-mib they may take what `dense_bytes` (the dense slice's
   // state) leaves of it. Throws pstrain::Error for bad table options.
-  SparseStore(SparseStoreOptions options, ModeCode mode, uint64_t start, size_t dense_bytes);
+  SparseStore(SparseStoreOptions options, Mode mode, uint64_t start, size_t dense_bytes);
 
   uint64_t version() const { return version_; }
   // A SPARSE_PUSH of `worker` (sections decoded), or a part of one (`h.part` of `h.parts`): a
@@ -145,7 +145,7 @@ class SparseStore {
                  std::vector<SparseSection>* whole, std::string* error);
 
   const SparseStoreOptions options_;
-  const ModeCode mode_;
+  const Mode mode_;
   ShardTables tables_;
   uint64_t version_;
   // sync: the step being collected, each worker's sections (or none yet) and samples.

@@ -24,7 +24,7 @@ SavedTableHeader EmbeddingTable::saved_header() const {
   h.dim = dim();
   h.slots = static_cast<uint32_t>(slots());
   h.name = options_.name;
-  h.optimizer = optimizer_kind();
+  h.optimizer = table_optimizer_name(optimizer_kind());
   h.rows = index_.size();
   h.sightings = sightings_.size();
   return h;
@@ -95,7 +95,7 @@ bool EmbeddingTable::load(ByteReader& in, int shard, int num_ps, size_t max_byte
   };
   std::string why;
   ByteReader first(in, start);
-  if (read_saved_table(first, count, &why)) why = header_mismatch(header, options_, slots(), optimizer_kind());
+  if (read_saved_table(first, count, &why)) why = header_mismatch(header, options_, slots(), table_optimizer_name(optimizer_kind()));
   if (!why.empty()) return *error = "saved embedding table '" + options_.name + "': " + why, false;
   if (!twice.empty()) return *error = twice, false;
   if (bytes_with(rows, seen) > max_bytes) {

@@ -132,8 +132,9 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
     if (!read_shard_checkpoint_file(dir + "/" + f.name, bytes, crc, &c, &error)) return f.name + ": " + error;
     if (crc != f.crc) return f.name + ": not the file the manifest records (checksum differs)";
     if (c.version != v || c.total != total || c.offset != next) return f.name + ": does not belong to this checkpoint";
-    if (c.optimizer != o_.job.optimizer.kind || c.slots.size() != num_slots) {
-      return f.name + ": optimizer " + c.optimizer + ", this job uses " + o_.job.optimizer.kind;
+    const std::string optimizer = optimizer_kind_name(o_.job.optimizer.kind);
+    if (c.optimizer != optimizer || c.slots.size() != num_slots) {
+      return f.name + ": optimizer " + c.optimizer + ", this job uses " + optimizer;
     }
     // Each table's own checks (its CRC-32C, sorted IDs, finite values) too, here and not first
     // when the PS loads it: a damaged table passes this checkpoint over on every process alike,
@@ -163,7 +164,7 @@ std::string CheckpointStore::try_version(uint64_t v, uint64_t total, uint64_t to
   result.total = total;
   result.total_steps = total_steps;
   result.offset = slice.offset;
-  result.optimizer = o_.job.optimizer.kind;
+  result.optimizer = optimizer_kind_name(o_.job.optimizer.kind);
   *out = std::move(result);
   if (!accepted.empty()) PSLOG(WARN) << who_ << ": --resume: accepted (--resume-allow): " << accepted;
   if (m.total_steps != total_steps) {

@@ -72,24 +72,24 @@ Fingerprint job_fingerprint(const JobIdentity& o) {
   Fingerprint f = {
       {"mode", mode},
       {"model", o.model.empty() ? "mlp hidden " + joined(o.hidden) : o.model},
-      {"optimizer", opt.kind},
+      {"optimizer", optimizer_kind_name(opt.kind)},
       {"lr", number(opt.lr)},
-      {"lr-schedule", opt.schedule},
+      {"lr-schedule", lr_schedule_name(opt.schedule)},
   };
   // Written only where they matter, so that checkpoints of earlier versions (without them) match.
   if (opt.warmup_steps > 0) f.emplace_back("warmup-steps", std::to_string(opt.warmup_steps));
-  if (opt.schedule == "step" || opt.schedule == "cosine-restarts") {
+  if (opt.schedule == LrSchedule::kStep || opt.schedule == LrSchedule::kCosineRestarts) {
     f.emplace_back("lr-decay-steps", std::to_string(opt.decay_steps));
   }
-  if (opt.schedule == "step") f.emplace_back("lr-decay-rate", number(opt.decay_rate));
-  if (opt.schedule == "cosine-restarts") f.emplace_back("lr-cycle-mult", number(opt.cycle_mult));
+  if (opt.schedule == LrSchedule::kStep) f.emplace_back("lr-decay-rate", number(opt.decay_rate));
+  if (opt.schedule == LrSchedule::kCosineRestarts) f.emplace_back("lr-cycle-mult", number(opt.cycle_mult));
   if (o.label_smoothing > 0) f.emplace_back("label-smoothing", number(o.label_smoothing));
   if (opt.clip_norm > 0) f.emplace_back("clip-norm", number(opt.clip_norm));
   if (!o.loss.empty()) f.emplace_back("loss", o.loss);
   if (!o.embeddings.empty()) f.emplace_back("embeddings", o.embeddings);
   if (!o.augment.empty()) f.emplace_back("augment", o.augment);
-  if (opt.kind == "momentum") f.emplace_back("momentum", number(opt.momentum));
-  if (opt.kind == "adam" || opt.kind == "adamw") {
+  if (opt.kind == OptimizerKind::kMomentum) f.emplace_back("momentum", number(opt.momentum));
+  if (opt.kind == OptimizerKind::kAdam || opt.kind == OptimizerKind::kAdamW) {
     f.emplace_back("beta1", number(opt.beta1));
     f.emplace_back("beta2", number(opt.beta2));
     f.emplace_back("epsilon", number(opt.epsilon));

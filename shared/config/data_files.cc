@@ -19,6 +19,17 @@ bool has_extension(const std::string& name, const std::string& ext) {
 
 }  // namespace
 
+const char* data_kind_name(DataKind kind) {
+  switch (kind) {
+    case DataKind::kIdx: return "idx";
+    case DataKind::kNpy: return "npy";
+    case DataKind::kCsv: return "csv";
+    case DataKind::kCriteo: return "criteo";
+    case DataKind::kSchema: return "schema";
+  }
+  return "?";
+}
+
 bool is_data_format(const std::string& data_format) {
   return data_format == "auto" || data_format == "criteo";
 }
@@ -33,19 +44,19 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag, co
   }
   const std::string quoted = "'" + value + "'";
   if (data_format == "schema") {  // --schema: one CTR text file read by it, whatever its name
-    if (parts.size() == 1 && !value.empty()) return {"schema", value, ""};
+    if (parts.size() == 1 && !value.empty()) return {DataKind::kSchema, value, ""};
     throw UsageError(flag + " " + quoted + ": --schema reads one file (file names may not contain commas)");
   }
   if (data_format == "criteo") {
-    if (parts.size() == 1 && !value.empty()) return {"criteo", value, ""};
+    if (parts.size() == 1 && !value.empty()) return {DataKind::kCriteo, value, ""};
     throw UsageError(flag + " " + quoted + ": --data-format criteo reads one file (file names may not contain commas)");
   }
   if (!data_format.empty() && data_format != "auto") {
     throw UsageError("--data-format: '" + data_format + "' is not one of auto, criteo");
   }
   if (parts.size() == 1) {
-    if (has_extension(value, ".csv")) return {"csv", value, ""};
-    if (has_extension(value, ".tsv") || has_extension(value, ".txt")) return {"criteo", value, ""};
+    if (has_extension(value, ".csv")) return {DataKind::kCsv, value, ""};
+    if (has_extension(value, ".tsv") || has_extension(value, ".txt")) return {DataKind::kCriteo, value, ""};
     throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns) or Criteo "
                      "data (.tsv or .txt, or any name with --data-format criteo); give .npy or IDX data as "
                      "FEATURES,LABELS");
@@ -60,7 +71,7 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag, co
   }
   const int npy = has_extension(parts[0], ".npy") + has_extension(parts[1], ".npy");
   if (npy == 1) throw UsageError(flag + " " + quoted + ": FEATURES and LABELS must both be .npy files, or both IDX files");
-  return {npy == 2 ? "npy" : "idx", parts[0], parts[1]};
+  return {npy == 2 ? DataKind::kNpy : DataKind::kIdx, parts[0], parts[1]};
 }
 
 }  // namespace pstrain

@@ -9,8 +9,12 @@
 
 namespace pstrain {
 
+// What a worker reads: IDX, .npy, CSV, Criteo TSV, or CTR text read by --schema.
+enum class DataKind { kIdx, kNpy, kCsv, kCriteo, kSchema };
+const char* data_kind_name(DataKind kind);  // "idx" | "npy" | "csv" | "criteo" | "schema"
+
 struct DataFiles {
-  std::string format;    // "csv" | "criteo" | "schema" | "npy" | "idx"
+  DataKind format = DataKind::kIdx;
   std::string features;  // csv, criteo: the one file
   std::string labels;    // empty for csv and criteo
 };

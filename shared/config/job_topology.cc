@@ -22,10 +22,7 @@ DataKind data_kind(const JobOptions& o) {
   for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"},
                                     std::pair{o.predict, "--predict"}}) {
     if (value.empty()) continue;
-    return pick<DataKind>(parse_data_files(value, flag, format).format,
-                          {{"idx", DataKind::kIdx}, {"npy", DataKind::kNpy}, {"csv", DataKind::kCsv},
-                           {"criteo", DataKind::kCriteo}, {"schema", DataKind::kSchema}},
-                          std::string(flag) + ": unknown data format");
+    return parse_data_files(value, flag, format).format;
   }
   return DataKind::kIdx;  // --data-dir's IDX files
 }
@@ -75,26 +72,6 @@ JobTopology job_topology(const JobOptions& o) {
   return t;
 }
 
-const char* data_kind_name(DataKind kind) {
-  switch (kind) {
-    case DataKind::kIdx: return "idx";
-    case DataKind::kNpy: return "npy";
-    case DataKind::kCsv: return "csv";
-    case DataKind::kCriteo: return "criteo";
-    case DataKind::kSchema: return "schema";
-  }
-  return "?";
-}
-
-const char* device_kind_name(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kAuto: return "auto";
-    case DeviceKind::kCpu: return "cpu";
-    case DeviceKind::kCuda: return "cuda";
-  }
-  return "?";
-}
-
 std::string job_json(const JobOptions& o, const JobTopology& t) {
   const JobChoices& c = t.choices;
   nlohmann::ordered_json j;
@@ -116,7 +93,7 @@ std::string job_json(const JobOptions& o, const JobTopology& t) {
   j["model"] = o.model;
   j["hidden"] = o.hidden;
   j["loss"] = loss_name(o.loss);
-  j["optimizer"] = o.optimizer.kind;
+  j["optimizer"] = optimizer_kind_name(o.optimizer.kind);
   j["device"] = device_kind_name(c.device);
   j["device_index"] = c.device_index;
   // What launch.sh plans with besides the shape: the batches, the checkpoints, the addresses.

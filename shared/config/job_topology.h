@@ -8,13 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "shared/config/data_files.h"  // DataKind: --data-format / --schema / the files' names, resolved
 #include "shared/config/options.h"
 
 namespace pstrain {
 
-// --data-format / --schema / the data files' names, resolved: what the worker reads.
-enum class DataKind { kIdx, kNpy, kCsv, kCriteo, kSchema };
-enum class DeviceKind { kAuto, kCpu, kCuda };
 
 struct JobChoices {  // the flags' words as enums (parse_job_choices)
   EmbeddingTables embedding_tables = EmbeddingTables::kShared;
@@ -50,8 +48,6 @@ struct JobTopology {
 JobChoices parse_job_choices(const JobOptions& o);
 JobTopology job_topology(const JobOptions& o);
 
-const char* data_kind_name(DataKind kind);      // "idx" | "npy" | "csv" | "criteo" | "schema"
-const char* device_kind_name(DeviceKind kind);  // "auto" | "cpu" | "cuda"
 
 // --check-config --json: one JSON object of the resolved job (keys in docs/config.md), no newline.
 std::string job_json(const JobOptions& o, const JobTopology& t);

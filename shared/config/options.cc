@@ -45,7 +45,7 @@ int parse_int(const std::string& text, const std::string& what) {
 struct TextOptions {  // flags parsed from text after Boost.Program_options has stored them
   std::string hidden, ps_hosts, shuffle, batch_size, worker_batch, resume_allow, resume = "off";
   std::string mode = "sync", collective = "ring", shared_memory = "auto", checkpoint_errors = "stop";
-  std::string loss = "softmax";
+  std::string loss = "softmax", optimizer = "adam", lr_schedule = "constant";
   std::string batchnorm_stats = "global";
   std::string augment_flip = "false";
 };
@@ -123,13 +123,13 @@ po::options_description describe(JobOptions& o, TextOptions& t) {
       ("shuffle", po::value(&t.shuffle)->default_value("true"), "reshuffle the training set every epoch: true|false")
       ("augment-flip", po::value(&t.augment_flip)->default_value("false")->implicit_value("true"), "image data: mirror each training image left-right with probability 1/2, drawn per (--seed, epoch, record), so N workers still equal one process (docs/models.md, \"Augmentation\"); test data are never augmented. Written --augment-flip alone; --augment-flip=false (with the =) turns off a config file's")
       ("augment-shift", po::value(&o.augment_shift)->default_value(o.augment_shift), "image data: move each training image by a random (dx, dy) in [-K, K]^2 pixels, 0 filling what moves in, drawn per (--seed, epoch, record); 0: none")
-      ("optimizer", po::value(&o.optimizer.kind)->default_value(o.optimizer.kind), "sgd | momentum | adam | adamw (applied on the PS; adamw is Adam, whose --weight-decay is decoupled as AdamW's: give it, e.g. 0.01, PyTorch's AdamW default)")
+      ("optimizer", po::value(&t.optimizer)->default_value(t.optimizer), "sgd | momentum | adam | adamw (applied on the PS; adamw is Adam, whose --weight-decay is decoupled as AdamW's: give it, e.g. 0.01, PyTorch's AdamW default)")
       ("lr", po::value(&o.optimizer.lr)->default_value(o.optimizer.lr), "learning rate")
       ("momentum", po::value(&o.optimizer.momentum)->default_value(o.optimizer.momentum), "momentum coefficient (--optimizer momentum)")
       ("beta1", po::value(&o.optimizer.beta1)->default_value(o.optimizer.beta1), "Adam first-moment decay")
       ("beta2", po::value(&o.optimizer.beta2)->default_value(o.optimizer.beta2), "Adam second-moment decay")
       ("epsilon", po::value(&o.optimizer.epsilon)->default_value(o.optimizer.epsilon), "Adam epsilon")
-      ("lr-schedule", po::value(&o.optimizer.schedule)->default_value(o.optimizer.schedule), "constant | cosine | step | cosine-restarts, after --warmup-steps: cosine decays the learning rate to 0 over the job's steps; step multiplies it by --lr-decay-rate every --lr-decay-steps steps; cosine-restarts decays it to 0 over a cycle of --lr-decay-steps steps, then starts again, each cycle --lr-cycle-mult times as long as the one before (SGDR)")
+      ("lr-schedule", po::value(&t.lr_schedule)->default_value(t.lr_schedule), "constant | cosine | step | cosine-restarts, after --warmup-steps: cosine decays the learning rate to 0 over the job's steps; step multiplies it by --lr-decay-rate every --lr-decay-steps steps; cosine-restarts decays it to 0 over a cycle of --lr-decay-steps steps, then starts again, each cycle --lr-cycle-mult times as long as the one before (SGDR)")
       ("warmup-steps", po::value(&o.optimizer.warmup_steps)->default_value(o.optimizer.warmup_steps), "raise the learning rate linearly from lr/W to lr over the first W steps, then follow --lr-schedule over the rest")
       ("lr-decay-steps", po::value(&o.optimizer.decay_steps)->default_value(o.optimizer.decay_steps), "--lr-schedule step: steps between decays; cosine-restarts: the first cycle's length (both need it)")
       ("lr-decay-rate", po::value(&o.optimizer.decay_rate)->default_value(o.optimizer.decay_rate), "--lr-schedule step: the factor applied at each decay, in (0, 1]")
@@ -274,9 +274,9 @@ void validate(const JobOptions& o, Role role) {
   bool csv = false, criteo = false;
   for (const auto& [value, flag] : {std::pair{o.train_data, "--train-data"}, std::pair{o.test_data, "--test-data"}}) {
     if (value.empty()) continue;
-    const std::string format = parse_data_files(value, flag, data_format).format;
-    csv = csv || format == "csv";
-    criteo = criteo || format == "criteo" || format == "schema";
+    const DataKind format = parse_data_files(value, flag, data_format).format;
+    csv = csv || format == DataKind::kCsv;
+    criteo = criteo || format == DataKind::kCriteo || format == DataKind::kSchema;
   }
   // The schema is read before any data: a bad one is a usage error of every process at start (a
   // PS's tables and the job's fingerprint depend on it too).
@@ -293,14 +293,9 @@ void validate(const JobOptions& o, Role role) {
   require(o.label_column.empty() || csv, "--label-column applies to CSV data (--train-data / --test-data FILE.csv)");
   require(o.log_every >= 1, "--log-every must be at least 1");
   const auto& opt = o.optimizer;
-  require(opt.kind == "sgd" || opt.kind == "momentum" || opt.kind == "adam" || opt.kind == "adamw",
-          "--optimizer: '" + opt.kind + "' is not one of sgd, momentum, adam, adamw");
   require(std::isfinite(opt.lr) && opt.lr > 0, "--lr must be a positive number");
-  require(opt.schedule == "constant" || opt.schedule == "cosine" || opt.schedule == "step" ||
-              opt.schedule == "cosine-restarts",
-          "--lr-schedule: '" + opt.schedule + "' is not one of constant, cosine, step, cosine-restarts");
-  require(opt.decay_steps >= 1 || (opt.schedule != "step" && opt.schedule != "cosine-restarts"),
-          "--lr-schedule " + opt.schedule + " needs --lr-decay-steps (at least 1)");
+  require(opt.decay_steps >= 1 || (opt.schedule != LrSchedule::kStep && opt.schedule != LrSchedule::kCosineRestarts),
+          std::string("--lr-schedule ") + lr_schedule_name(opt.schedule) + " needs --lr-decay-steps (at least 1)");
   require(opt.decay_rate > 0 && opt.decay_rate <= 1, "--lr-decay-rate must be in (0, 1]");
   require(opt.cycle_mult >= 1 && opt.cycle_mult <= 100, "--lr-cycle-mult must be in [1, 100]");
   require(opt.momentum >= 0 && opt.momentum < 1, "--momentum must be in [0, 1)");
@@ -450,6 +445,12 @@ std::optional<JobOptions> parse_flags(Role role, int argc, const char* const* ar
                                               {"allreduce", Mode::kAllreduce}});
   o.loss = choose<Loss>("--loss", text.loss, {{"softmax", Loss::kSoftmax}, {"bce", Loss::kBce}, {"mse", Loss::kMse},
                                               {"huber", Loss::kHuber}});
+  o.optimizer.kind = choose<OptimizerKind>("--optimizer", text.optimizer,
+                                           {{"sgd", OptimizerKind::kSgd}, {"momentum", OptimizerKind::kMomentum},
+                                            {"adam", OptimizerKind::kAdam}, {"adamw", OptimizerKind::kAdamW}});
+  o.optimizer.schedule = choose<LrSchedule>("--lr-schedule", text.lr_schedule,
+                                            {{"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine},
+                                             {"step", LrSchedule::kStep}, {"cosine-restarts", LrSchedule::kCosineRestarts}});
   o.collective = choose<CollectiveKind>("--collective", text.collective,
                                         {{"ring", CollectiveKind::kRing}, {"nccl", CollectiveKind::kNccl}});
   o.shared_memory = choose<bool>("--shared-memory", text.shared_memory, {{"auto", true}, {"off", false}});

@@ -102,14 +102,14 @@ double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t tot
   const auto cosine = [&](double done, double length) {
     return options.lr * 0.5 * (1.0 + std::cos(M_PI * std::min(1.0, done / length)));
   };
-  if (options.schedule == "cosine") {
+  if (options.schedule == LrSchedule::kCosine) {
     return total_steps > warmup ? cosine(static_cast<double>(s), static_cast<double>(total_steps - warmup))
                                 : options.lr;
   }
-  if (options.schedule == "step" && options.decay_steps > 0) {
+  if (options.schedule == LrSchedule::kStep && options.decay_steps > 0) {
     return options.lr * std::pow(options.decay_rate, static_cast<double>(s / options.decay_steps));
   }
-  if (options.schedule == "cosine-restarts" && options.decay_steps > 0) {
+  if (options.schedule == LrSchedule::kCosineRestarts && options.decay_steps > 0) {
     if (options.cycle_mult <= 1.0) {
       return cosine(static_cast<double>(s % options.decay_steps), static_cast<double>(options.decay_steps));
     }
@@ -124,10 +124,13 @@ double scheduled_lr(const OptimizerOptions& options, uint64_t step, uint64_t tot
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerOptions& options, size_t n) {
-  if (options.kind == "sgd") return std::make_unique<Sgd>(options, n);
-  if (options.kind == "momentum") return std::make_unique<Momentum>(options, n);
-  if (options.kind == "adam" || options.kind == "adamw") return std::make_unique<Adam>(options, n);
-  throw Error("unknown optimizer '" + options.kind + "' (expected sgd, momentum, adam or adamw)");
+  switch (options.kind) {
+    case OptimizerKind::kSgd: return std::make_unique<Sgd>(options, n);
+    case OptimizerKind::kMomentum: return std::make_unique<Momentum>(options, n);
+    case OptimizerKind::kAdam:
+    case OptimizerKind::kAdamW: return std::make_unique<Adam>(options, n);
+  }
+  throw Error("unknown optimizer kind " + std::to_string(static_cast<int>(options.kind)));
 }
 
 }  // namespace pstrain

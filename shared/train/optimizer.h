@@ -9,18 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "shared/util/modes.h"
+
 namespace pstrain {
 
 // --optimizer and its hyper-parameters (filled from the job's flags in main).
 struct OptimizerOptions {
-  std::string kind = "adam";    // sgd | momentum | adam | adamw (Adam: its weight decay is decoupled)
+  OptimizerKind kind = OptimizerKind::kAdam;  // adamw: Adam whose weight decay is decoupled
   double lr = 1e-3;             // learning rate
   double momentum = 0.9;        // momentum coefficient (momentum)
   double beta1 = 0.9;           // Adam first-moment decay
   double beta2 = 0.999;         // Adam second-moment decay
   double epsilon = 1e-8;        // Adam denominator epsilon
   double weight_decay = 0.0;    // decoupled weight decay (all optimizers)
-  std::string schedule = "constant";  // constant | cosine | step | cosine-restarts (scheduled_lr)
+  LrSchedule schedule = LrSchedule::kConstant;  // scheduled_lr
   uint64_t warmup_steps = 0;  // lr rises linearly over the first this many steps, then the schedule
   uint64_t decay_steps = 0;   // step: decay every this many steps; cosine-restarts: the first cycle
   double decay_rate = 0.1;    // step: the factor of each decay

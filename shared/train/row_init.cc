@@ -20,10 +20,6 @@ RowInitKind row_init_for(TableOptimizer optimizer) {
   return optimizer == TableOptimizer::kFtrl ? RowInitKind::kZeros : RowInitKind::kUniform;
 }
 
-RowInitKind row_init_for(const std::string& optimizer) {
-  return optimizer == "ftrl" ? RowInitKind::kZeros : RowInitKind::kUniform;
-}
-
 void init_row(const RowInit& init, uint64_t seed, uint32_t table, uint64_t id, size_t dim, float* out) {
   if (init.kind == RowInitKind::kZeros) {
     for (size_t j = 0; j < dim; ++j) out[j] = 0.0f;

@@ -25,7 +25,6 @@ const char* row_init_name(RowInitKind kind);
 // A table's initialiser under its optimizer (--embedding-optimizer): zeros for ftrl (its usual
 // start), uniform for the others.
 RowInitKind row_init_for(TableOptimizer optimizer);
-RowInitKind row_init_for(const std::string& optimizer);  // the same by name (a table's saved "optimizer")
 
 // Writes row `id` of table `table` (dim floats) to out. Element j of a uniform row is
 // (2 * (u + 0.5) / 2^24 - 1) * scale, u the top 24 bits of mix_id(key + j * kGolden),

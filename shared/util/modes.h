@@ -6,6 +6,8 @@
 // shared/ includes it).
 #pragma once
 
+#include <string>
+
 namespace pstrain {
 
 enum class Mode { kSync, kAsync, kSsp, kAllreduce };
@@ -20,11 +22,24 @@ enum class EmbeddingTables { kShared, kPerField };
 // (docs/sparse.md, "Pooling"): their sum or their mean. A field of one ID is its row under either.
 enum class EmbeddingPool { kSum, kMean };
 enum class TableOptimizer { kSgd, kAdagrad, kAdam, kFtrl };
+// --device: a GPU where one is visible (auto), the CPU, or CUDA (its index beside it, as cuda:K).
+enum class DeviceKind { kAuto, kCpu, kCuda };
+// --optimizer (the dense parameters'; adamw: Adam with decoupled weight decay) and --lr-schedule
+// (shared/train/optimizer.h).
+enum class OptimizerKind { kSgd, kMomentum, kAdam, kAdamW };
+enum class LrSchedule { kConstant, kCosine, kStep, kCosineRestarts };
 
 const char* mode_name(Mode mode);  // "sync" | "async" | "ssp" | "allreduce"
 const char* loss_name(Loss loss);  // "softmax" | "bce" | "mse" | "huber"
 const char* embedding_tables_name(EmbeddingTables tables);  // "shared" | "per-field"
 const char* embedding_pool_name(EmbeddingPool pool);         // "sum" | "mean" (also model.json's "pool")
 const char* table_optimizer_name(TableOptimizer optimizer);  // "sgd" | "adagrad" | "adam" | "ftrl"
+const char* device_kind_name(DeviceKind kind);              // "auto" | "cpu" | "cuda"
+const char* optimizer_kind_name(OptimizerKind kind);         // "sgd" | "momentum" | "adam" | "adamw"
+const char* lr_schedule_name(LrSchedule schedule);           // "constant" | "cosine" | "step" | "cosine-restarts"
+// The enum of a name above, for words read back from files (a checkpoint's or table's saved
+// optimizer): false for any other word.
+bool table_optimizer_of(const std::string& name, TableOptimizer* optimizer);
+bool optimizer_kind_of(const std::string& name, OptimizerKind* kind);
 
 }  // namespace pstrain

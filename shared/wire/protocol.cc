@@ -242,6 +242,15 @@ ModeCode mode_code(Mode mode) {
   throw UsageError(std::string("mode '") + mode_name(mode) + "' is not served by a parameter server (sync, async, ssp)");
 }
 
+Mode mode_of_code(uint64_t code) {
+  switch (static_cast<ModeCode>(code)) {
+    case ModeCode::kSync: return Mode::kSync;
+    case ModeCode::kAsync: return Mode::kAsync;
+    case ModeCode::kSsp: return Mode::kSsp;
+  }
+  throw Error("unknown mode code " + std::to_string(code));
+}
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::kHello: return "HELLO";

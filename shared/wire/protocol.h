@@ -137,10 +137,13 @@ struct Header {
 
 enum class Mode;  // --mode (shared/util/modes.h)
 
-// HELLO's `mode` field.
+// HELLO's `mode` field: the wire's code of a Mode that a PS serves. Only the wire uses it; the
+// PS and the worker speak of Mode (shared/util/modes.h).
 enum class ModeCode : uint64_t { kSync = 0, kAsync = 1, kSsp = 2 };
 // The code of --mode sync, async or ssp; throws pstrain::UsageError for allreduce (it has no PS).
 ModeCode mode_code(Mode mode);
+// The Mode of a HELLO's code (decode_header has checked it is one).
+Mode mode_of_code(uint64_t code);
 
 // A same-host worker's shared-memory segment for one shard whose slice holds `slice_length`
 // floats: the worker's gradient of the slice from float 0, the PS's parameters of it from float

@@ -91,7 +91,7 @@ std::map<std::string, std::unique_ptr<EmbeddingTable>> load_tables(const std::st
     o.name = names[t];
     o.id = static_cast<uint32_t>(t);
     o.dim = dim;
-    o.optimizer.kind = optimizer;
+    EXPECT_TRUE(table_optimizer_of(optimizer, &o.optimizer.kind)) << "no table optimizer " << optimizer;
     auto table = std::make_unique<EmbeddingTable>(o);
     for (const auto& entry : std::filesystem::directory_iterator(dir + "/embeddings")) {
       const std::string file = entry.path().filename().string();

@@ -37,28 +37,30 @@ std::unique_ptr<Dataset> with_labels(std::unique_ptr<Dataset> data, const DataOp
 }
 
 std::unique_ptr<Dataset> open_target_files(const DataFiles& f, const DataOptions& o, const std::string& flag) {
-  if (f.format == "npy") return open_npy_target_dataset(f.features, f.labels, cache_dir(o), o.scale, target_rule(o));
-  if (f.format == "csv") return open_csv_target_dataset(f.features, o.label_column, cache_dir(o), target_rule(o));
-  if (f.format == "criteo" && o.loss == Loss::kBce) {  // a CTR model of one output, p(click)
+  if (f.format == DataKind::kNpy) return open_npy_target_dataset(f.features, f.labels, cache_dir(o), o.scale, target_rule(o));
+  if (f.format == DataKind::kCsv) return open_csv_target_dataset(f.features, o.label_column, cache_dir(o), target_rule(o));
+  if (f.format == DataKind::kCriteo && o.loss == Loss::kBce) {  // a CTR model of one output, p(click)
     return click_targets(open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, LabelRange{}), f.features);
   }
-  if (f.format == "schema" && o.loss == Loss::kBce) {
+  if (f.format == DataKind::kSchema && o.loss == Loss::kBce) {
     return click_targets(
         open_schema_dataset(f.features, load_feature_schema(o.schema), cache_dir(o), o.skip_bad_lines, LabelRange{}),
         f.features);
   }
   throw UsageError(std::string("--loss ") + loss_name(o.loss) + " needs float targets: " + flag + " " +
-                   f.features + " is " + (f.format == "criteo" ? "Criteo" : f.format == "schema" ? "--schema's CTR" : "IDX") +
+                   f.features + " is " + (f.format == DataKind::kCriteo ? "Criteo" : f.format == DataKind::kSchema ? "--schema's CTR" : "IDX") +
                    " data, which has class labels only; give FEATURES.npy,TARGETS.npy or a .csv file (docs/data.md, "
-                   "\"Targets\")" + (f.format == "criteo" ? "; a CTR model trains with --loss bce (one output) or softmax" : ""));
+                   "\"Targets\")" + (f.format == DataKind::kCriteo ? "; a CTR model trains with --loss bce (one output) or softmax" : ""));
 }
 
 std::unique_ptr<Dataset> open_files(const DataFiles& f, const DataOptions& o, const LabelRange& range) {
-  if (f.format == "npy") return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
-  if (f.format == "csv") return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
-  if (f.format == "criteo") return open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, range);
-  if (f.format == "schema") {
-    return open_schema_dataset(f.features, load_feature_schema(o.schema), cache_dir(o), o.skip_bad_lines, range);
+  switch (f.format) {
+    case DataKind::kNpy: return open_npy_dataset(f.features, f.labels, cache_dir(o), o.scale, range);
+    case DataKind::kCsv: return open_csv_dataset(f.features, o.label_column, cache_dir(o), range);
+    case DataKind::kCriteo: return open_criteo_dataset(f.features, cache_dir(o), o.skip_bad_lines, range);
+    case DataKind::kSchema:
+      return open_schema_dataset(f.features, load_feature_schema(o.schema), cache_dir(o), o.skip_bad_lines, range);
+    case DataKind::kIdx: break;
   }
   return Dataset::open_idx(f.features, f.labels, cache_dir(o),
                            range.classes > 0 ? range.classes : kIdxClasses, o.scale);
@@ -73,10 +75,10 @@ std::vector<size_t> training_sample_shape(const DataOptions& o) {
         ->sample_shape();
   }
   const DataFiles f = parse_data_files(o.train_data, "--train-data", o.data_format);
-  if (f.format == "criteo") return {kCriteoDense};
-  if (f.format == "schema") return {load_feature_schema(o.schema).dense()};
-  if (f.format == "npy") return npy_sample_shape(f.features, cache_dir(o));
-  if (f.format == "csv") {
+  if (f.format == DataKind::kCriteo) return {kCriteoDense};
+  if (f.format == DataKind::kSchema) return {load_feature_schema(o.schema).dense()};
+  if (f.format == DataKind::kNpy) return npy_sample_shape(f.features, cache_dir(o));
+  if (f.format == DataKind::kCsv) {
     const size_t targets = o.loss == Loss::kSoftmax ? 1 : csv_target_count(o.label_column);
     return {CsvTable(f.features, cache_dir(o)).columns() - targets};
   }
