@@ -225,6 +225,7 @@ class Rows {
   }
 
   size_t width() const { return input_->input_dim(); }  // floats per record: fields x dim
+  uint64_t prefetched() const { return prefetched_; }     // pulls whose rows a prefetch asked for
 
   // The pooled rows of n records (ids: n x fields IDs, or with counts (n x fields, each >= 1) the
   // IDs of each field in turn) at the worker's current step, into out (n x width floats).
@@ -242,6 +243,7 @@ class Rows {
     py::gil_scoped_release unlocked;
     if (input_->requested() && !reuse) input_->discard();  // prefetched IDs that were not the batch's
     if (!reuse) input_->request(batch.ids.data(), batch.count_data(), n, version);
+    if (reuse) ++prefetched_;
     input_->input(nullptr, 0, n, x);
     n_ = n;
   }
@@ -276,6 +278,7 @@ class Rows {
   std::unique_ptr<BatchIds> next_;  // prefetch()'s IDs, until the next push()
   BatchIds asked_{};                // the IDs of the request in flight, at asked_version_
   uint64_t asked_version_ = 0;
+  uint64_t prefetched_ = 0;
 };
 
 }  // namespace
@@ -311,6 +314,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<Worker&, size_t, bool, const std::string&>(), py::arg("worker"), py::arg("fields"),
            py::arg("per_field_tables") = false, py::arg("pool") = "sum", py::keep_alive<1, 2>())
       .def_property_readonly("width", &pstrain::Rows::width)
+      .def_property_readonly("prefetched", &pstrain::Rows::prefetched)
       .def("pull", &pstrain::Rows::pull, py::arg("ids"), py::arg("n"), py::arg("counts"), py::arg("out"))
       .def("push", &pstrain::Rows::push, py::arg("dx"), py::arg("samples"))
       .def("prefetch", &pstrain::Rows::prefetch, py::arg("ids"), py::arg("n"), py::arg("counts"));
