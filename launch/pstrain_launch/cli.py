@@ -122,10 +122,16 @@ def click_data(extra):
     return ""
 
 
-def default_config(extra):
-    """(config, note): the job's config when --config is not given: configs/ctr.cfg for
-    click-through-rate data (the Fashion-MNIST MLP's defaults reach chance level on it), else
-    configs/fashion_mlp.cfg; the note says which was chosen and why, or is ""."""
+def default_config(extra, worker_cmd=False):
+    """(config, note): the job's config when --config is not given: for a --worker-cmd job
+    configs/worker_cmd.cfg (the cluster's counts only: a script's model must not get the
+    Fashion-MNIST MLP's optimizer and schedule unasked); configs/ctr.cfg for click-through-rate
+    data (the Fashion-MNIST MLP's defaults reach chance level on it), else configs/fashion_mlp.cfg;
+    the note says which was chosen and why, or is ""."""
+    if worker_cmd:
+        return (os.path.join(REPO, "configs", "worker_cmd.cfg"),
+                "--worker-cmd without --config: configs/worker_cmd.cfg (1 PS, 2 workers; the optimizer, learning "
+                "rate and schedule are the binaries' defaults unless the job flags give them)")
     why = click_data(extra)
     if why:
         return (os.path.join(REPO, "configs", "ctr.cfg"),
@@ -140,7 +146,8 @@ class Settings:
     def __init__(self, flags, extra):
         self.extra = extra
         self.dry_run = flags.dry_run
-        config, self.config_note = (flags.config, "") if flags.config else default_config(extra)
+        config, self.config_note = (flags.config, "") if flags.config else default_config(
+            extra, flags.worker_cmd is not None)
         if not os.path.isfile(config) and not os.path.isabs(config) and os.path.isfile(os.path.join(REPO, config)):
             config = os.path.join(REPO, config)
         if not os.path.isfile(config):
