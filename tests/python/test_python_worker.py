@@ -16,8 +16,10 @@ Needs the package (<build>/python, built where pybind11-dev is installed) and nu
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 try:
@@ -72,6 +74,44 @@ class PythonWorkerTest(unittest.TestCase):
         self.assertIn("worker 1 registered again", job.logs())
         self.assertTrue(np.array_equal(reference.view(np.uint32), job.params().view(np.uint32)),
                         f"replaced run differs by {pyjob.relative_difference(reference, job.params()):.3g}")
+
+    def test_a_job_stopped_by_sigterm_and_resumed_equals_the_uninterrupted_one(self):
+        # The chief takes SIGTERM as pstrain-worker's does: a final checkpoint through the PS
+        # shards (its manifest and the job's fingerprint written by the C++ chief's code), the
+        # job stops, and --resume carries on to the uninterrupted run's bits.
+        reference = self.run_job(2, 2, 48).params()
+        job = self.job(2, 2, 48)
+        checkpoints = os.path.join(job.dir, "checkpoints")
+        job.flags += ["--checkpoint-dir", checkpoints, "--checkpoint-every", "10"]
+        job.start_servers()
+        chief = job.start_worker(0, env={"NUMPY_WORKER_PAUSE_AT": "25"})
+        job.start_worker(1)
+        job.wait_for_file(job.out + ".pause", chief)
+        chief.send_signal(signal.SIGTERM)
+        while "SIGTERM: a final checkpoint at the next step" not in pyjob.read(os.path.join(job.dir, "w0.log")):
+            self.assertIsNone(chief.poll(), job.logs())
+            time.sleep(0.01)  # polling the chief's log: the handler has run
+        open(job.out + ".go", "w").close()
+        codes = job.finish()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
+        self.assertFalse(os.path.exists(job.out), "a stopped job wrote its parameters as a result")
+        self.assertEqual(sorted(n for n in os.listdir(checkpoints) if n.startswith("v")),
+                         ["v0000000010", "v0000000020", "v0000000026"], job.logs())
+        self.assertTrue(os.path.exists(os.path.join(checkpoints, "v0000000026", "MANIFEST")))
+        self.assertIn("checkpoint of step 26 complete", job.logs())
+        resumed = self.job(2, 2, 48)
+        resumed.dir, resumed.out = job.dir, job.out
+        resumed.flags = job.flags + ["--resume"]
+        for s in range(2):  # the stopped job's addresses
+            os.remove(os.path.join(job.dir, f"ps{s}.addr"))
+        resumed.start_servers()
+        for i in range(2):
+            resumed.start_worker(i, name=f"resumed-w{i}")
+        codes = resumed.finish()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{resumed.logs()}")
+        self.assertIn("w0: resumed from checkpoint", pyjob.read(os.path.join(job.dir, "resumed-w0.log")))
+        self.assertTrue(np.array_equal(reference.view(np.uint32), resumed.params().view(np.uint32)),
+                        f"resumed run differs by {pyjob.relative_difference(reference, resumed.params()):.3g}")
 
     def test_the_launcher_runs_python_workers_in_ps_and_allreduce_modes(self):
         direct = self.run_job(2, 3, 32).params()

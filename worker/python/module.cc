@@ -22,6 +22,7 @@
 #include "worker/backend.h"
 #include "worker/connections.h"
 #include "worker/exchange.h"
+#include "worker/python/script_steps.h"
 #include "worker/replica.h"
 #include "worker/sparse/ctr_input.h"
 #include "worker/sparse/embedding_setup.h"
@@ -68,6 +69,7 @@ class Worker {
     o_ = *parsed;
     keep_message_memory();
     remove_segments_on_termination();
+    steps_ = std::make_unique<ScriptSteps>(o_);  // the chief: the checkpoint directory's lock, SIGTERM, metrics
     backend_ = make_cpu_backend(1);  // holds the replica's host buffers only: the model is the caller's
   }
 
@@ -92,7 +94,7 @@ class Worker {
 
   // Joins the job with `params` (every worker the same values: the chief's start the job) and
   // leaves in it the parameters of the returned step, the first this worker runs.
-  uint64_t start(const py::buffer& params, uint64_t total_steps) {
+  uint64_t start(const py::buffer& params, uint64_t total_steps, uint64_t steps_per_epoch) {
     if (exchange_) throw UsageError("start() was called already");
     const py::buffer_info shape = params.request();
     total_ = static_cast<uint64_t>(shape.size);
@@ -110,6 +112,7 @@ class Worker {
     }
     std::memcpy(values, replica_->host_params(), total_ * sizeof(float));
     step_ = first;
+    steps_->started(total_, total_steps, steps_per_epoch, first);
     return first;
   }
 
@@ -126,27 +129,34 @@ class Worker {
     info.loss_sum = loss_sum;
     info.correct = correct;
     info.times = previous_;
+    steps_->plan(step, &info);
     StepMetrics m;
     {
       py::gil_scoped_release unlocked;
       exchange_->gradient_ready(step, replica_->host_grad(), 0, info);  // all of it is final
       m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &previous_);
+      steps_->finished(step, info, m, &previous_);
     }
     std::memcpy(values, replica_->host_params(), total_ * sizeof(float));
     step_ = m.next_step;
+    stopped_ = stopped_ || m.stop;
     py::dict out;
     out["next_step"] = m.next_step;
     out["version"] = m.version;
     out["samples"] = m.samples;
     out["loss"] = m.samples > 0 ? m.loss_sum / static_cast<double>(m.samples) : 0.0;
     out["accuracy"] = m.samples > 0 ? static_cast<double>(m.correct) / static_cast<double>(m.samples) : 0.0;
+    out["stop"] = m.stop;
     return out;
   }
+
+  // The job stopped after a final checkpoint (the chief was asked to stop): resume it with --resume.
+  bool stopped() const { return stopped_; }
 
   void done(bool stopped) {
     if (!exchange_) return;
     py::gil_scoped_release unlocked;
-    exchange_->done(stopped);
+    exchange_->done(stopped || stopped_);
   }
 
  private:
@@ -155,6 +165,8 @@ class Worker {
   std::unique_ptr<Replica> replica_;
   std::unique_ptr<WorkerConnections> connections_;
   std::unique_ptr<Exchange> exchange_;
+  std::unique_ptr<ScriptSteps> steps_;
+  bool stopped_ = false;
   uint64_t total_ = 0;
   uint64_t step_ = 0;
   uint64_t total_steps_ = 0;
@@ -304,10 +316,11 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("seed", [](const Worker& w) { return w.options().seed; })
       .def_property_readonly("mode", [](const Worker& w) { return std::string(pstrain::mode_name(w.options().mode)); })
       .def_property_readonly("size", &Worker::size)
-      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"))
+      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"), py::arg("steps_per_epoch") = 0)
       .def("step", &Worker::step, py::arg("step"), py::arg("grad"), py::arg("params"), py::arg("samples"),
            py::arg("loss_sum") = 0.0, py::arg("correct") = 0)
       .def("done", &Worker::done, py::arg("stopped") = false)
+      .def_property_readonly("stopped", &Worker::stopped)
       .def_property_readonly("step_index", &Worker::current_step)
       .def_property_readonly("embedding_dim", [](const Worker& w) { return w.options().embedding_dim; });
   py::class_<pstrain::Rows>(m, "Rows")

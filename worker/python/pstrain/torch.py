@@ -32,7 +32,7 @@ __all__ = ["DistributedOptimizer", "EmbeddingBag"]
 class DistributedOptimizer:
     """Keeps `params` on the job's PS shards (or all-reduces them: --mode allreduce)."""
 
-    def __init__(self, params, worker, total_steps):
+    def __init__(self, params, worker, total_steps, steps_per_epoch=0):
         self.params = [p for p in params]
         if not self.params:
             raise ValueError("DistributedOptimizer: no parameters")
@@ -44,14 +44,15 @@ class DistributedOptimizer:
         self.total_steps = int(total_steps)
         self.values = np.concatenate([p.detach().reshape(-1).numpy() for p in self.params]).astype(np.float32)
         self.grad = np.zeros_like(self.values)
-        self.step_index = worker.start(self.values, self.total_steps)
+        self.step_index = worker.start(self.values, self.total_steps, int(steps_per_epoch))
         self.metrics = {}
         self._load()
 
     @property
     def finished(self):
-        """The job's last step is done."""
-        return self.step_index >= self.total_steps
+        """The job's last step is done, or the job stopped after a final checkpoint (SIGTERM to
+        the chief: launch.sh stop, Ctrl-C; resume it with --resume)."""
+        return self.step_index >= self.total_steps or self.worker.stopped
 
     def zero_grad(self):
         for p in self.params:
