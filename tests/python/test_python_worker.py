@@ -14,6 +14,7 @@ Needs the package (<build>/python, built where pybind11-dev is installed) and nu
 (exit 77) without them.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -128,6 +129,37 @@ class PythonWorkerTest(unittest.TestCase):
             self.assertIn("training completed", out.stdout)
             self.assertTrue(np.array_equal(direct.view(np.uint32), job.params().view(np.uint32)),
                             f"{mode}: launched run differs by {pyjob.relative_difference(direct, job.params()):.3g}")
+
+    def test_the_launched_jobs_metrics_file_and_tensorboard_hold_the_scripts_losses(self):
+        # The chief's progress records (launch.sh's RUNDIR/metrics.jsonl and RUNDIR/tensorboard by
+        # default) are pstrain-worker's, made from the loss sums the scripts push with each step.
+        job = self.job(2, 3, 32)
+        run_dir = os.path.join(job.dir, "run")
+        out = subprocess.run(
+            [LAUNCH, "--no-setup", "--progress", "lines", "--run-dir", run_dir, "--num-ps", "2", "--num-workers", "3",
+             "--worker-cmd", f"{sys.executable} {WORKER} {job.out} --", "--", "--log-every", "10", "--epochs", "1",
+             *job.flags[4:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, env=job.env)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        losses = np.load(job.out + ".losses.npy")
+        self.assertEqual(len(losses), STEPS)
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+        progress = [r for r in records if r["kind"] == "progress"]
+        self.assertEqual([r["step"] for r in progress], [10, 20, 30, 40], records)
+        for r in progress:  # the interval's mean: every step has the same samples
+            self.assertAlmostEqual(r["loss"], float(np.mean(losses[r["step"] - 10:r["step"]])), delta=1e-9)
+            self.assertIn("accuracy", r)
+        self.assertLess(progress[-1]["loss"], progress[0]["loss"])  # it trained
+        try:
+            from tensorboard.backend.event_processing import event_accumulator
+        except ImportError:
+            print("tensorboard cannot be imported: its reader is not run (tests/python.sh's venv has it)")
+            return
+        accumulator = event_accumulator.EventAccumulator(os.path.join(run_dir, "tensorboard"),
+                                                         size_guidance={event_accumulator.SCALARS: 0})
+        accumulator.Reload()
+        read = {e.step: e.value for e in accumulator.Scalars("train/loss")}
+        self.assertEqual(read, {r["step"]: float(np.float32(r["loss"])) for r in progress})
 
     def test_bad_use_is_a_clear_error(self):
         sys.path.insert(0, pyjob.PACKAGE)
