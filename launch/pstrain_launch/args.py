@@ -54,7 +54,9 @@ def parser(repo, forwarded_env):
     job.add_argument("--worker-cmd", metavar="CMD", help=(
         "run CMD as each worker instead of pstrain-worker, with the same flags after it: a Python script on the "
         "pstrain package, e.g. --worker-cmd 'python3 train.py' (docs/python.md); the launcher puts "
-        "<build>/python on its PYTHONPATH. Local hosts only"))
+        "<build>/python on its PYTHONPATH (on other hosts: env PYTHONPATH=<build>/python there, paths in this "
+        "checkout as --remote-dir maps them). With every starter: local, ssh, slurm, mpirun. Give the script "
+        "by a path that exists on every host"))
     job.add_argument("--config", metavar="FILE", help=(
         "job config, passed to every process as --config FILE (default: configs/fashion_mlp.cfg, the Fashion-MNIST "
         "MLP job; configs/ctr.cfg when the job flags give click-through-rate data: --schema, --data-format criteo "
