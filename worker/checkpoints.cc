@@ -74,9 +74,11 @@ double ChiefCheckpoints::completed(uint64_t version) {
         write_file_durably(dir + "/" + t.name + ".npy", npy_bytes(t.shape, state_->data() + t.offset));
       }
     }
-    model_.training.steps = version;
-    model_.training.source = "checkpoint " + dir;
-    write_file_durably(dir + "/model.json", model_json_text(model_));  // before the manifest completes it
+    if (!model_.spec.empty()) {  // none for a script's model (a Python worker's): no layer list to record
+      model_.training.steps = version;
+      model_.training.source = "checkpoint " + dir;
+      write_file_durably(dir + "/model.json", model_json_text(model_));  // before the manifest completes it
+    }
     write_file_durably(dir + "/MANIFEST", encode_manifest(m));
   } catch (const Error& e) {
     const std::string why = "w0: checkpoint of step " + std::to_string(version) + " is incomplete: " + e.what();

@@ -21,7 +21,8 @@ class ChiefCheckpoints {
  public:
   // Enabled on the chief when options.dir is set; a checkpoint is complete with `shards` shard
   // files (the PS shards', or in allreduce the chief's one). `model` (whose layout is `layout`)
-  // goes into every checkpoint as model.json, for pstrain-export. `stop_requested` (may be null)
+  // goes into every checkpoint as model.json, for pstrain-export (not one without a layer list:
+  // a script's model, worker/python/). `stop_requested` (may be null)
   // is set by the worker's SIGTERM handler.
   ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards, const Layout& layout,
                    ModelDescription model, uint64_t total_steps, const std::atomic<bool>* stop_requested);

@@ -54,11 +54,14 @@ def parser(repo, forwarded_env):
     job.add_argument("--worker-cmd", metavar="CMD", help=(
         "run CMD as each worker instead of pstrain-worker, with the same flags after it: a Python script on the "
         "pstrain package, e.g. --worker-cmd 'python3 train.py' (docs/python.md); the launcher puts "
-        "<build>/python on its PYTHONPATH. Local hosts only"))
+        "<build>/python on its PYTHONPATH (on other hosts: env PYTHONPATH=<build>/python there, paths in this "
+        "checkout as --remote-dir maps them). With every starter: local, ssh, slurm, mpirun. Give the script "
+        "by a path that exists on every host"))
     job.add_argument("--config", metavar="FILE", help=(
         "job config, passed to every process as --config FILE (default: configs/fashion_mlp.cfg, the Fashion-MNIST "
         "MLP job; configs/ctr.cfg when the job flags give click-through-rate data: --schema, --data-format criteo "
-        "or a --train-data .tsv/.txt file)"))
+        "or a --train-data .tsv/.txt file; with --worker-cmd configs/worker_cmd.cfg, the cluster's counts only: "
+        "the optimizer and schedule are the binaries' defaults unless the job flags give them)"))
     job.add_argument("--cpu-bind", metavar="MODE", default="auto", help=(
         "auto (default) | none. auto: when the job runs on this host alone with 2 or more workers and each can "
         "have a CPU of its own (of those this launcher may use), worker i's training thread and data reader run on "

@@ -122,10 +122,16 @@ def click_data(extra):
     return ""
 
 
-def default_config(extra):
-    """(config, note): the job's config when --config is not given: configs/ctr.cfg for
-    click-through-rate data (the Fashion-MNIST MLP's defaults reach chance level on it), else
-    configs/fashion_mlp.cfg; the note says which was chosen and why, or is ""."""
+def default_config(extra, worker_cmd=False):
+    """(config, note): the job's config when --config is not given: for a --worker-cmd job
+    configs/worker_cmd.cfg (the cluster's counts only: a script's model must not get the
+    Fashion-MNIST MLP's optimizer and schedule unasked); configs/ctr.cfg for click-through-rate
+    data (the Fashion-MNIST MLP's defaults reach chance level on it), else configs/fashion_mlp.cfg;
+    the note says which was chosen and why, or is ""."""
+    if worker_cmd:
+        return (os.path.join(REPO, "configs", "worker_cmd.cfg"),
+                "--worker-cmd without --config: configs/worker_cmd.cfg (1 PS, 2 workers; the optimizer, learning "
+                "rate and schedule are the binaries' defaults unless the job flags give them)")
     why = click_data(extra)
     if why:
         return (os.path.join(REPO, "configs", "ctr.cfg"),
@@ -140,7 +146,8 @@ class Settings:
     def __init__(self, flags, extra):
         self.extra = extra
         self.dry_run = flags.dry_run
-        config, self.config_note = (flags.config, "") if flags.config else default_config(extra)
+        config, self.config_note = (flags.config, "") if flags.config else default_config(
+            extra, flags.worker_cmd is not None)
         if not os.path.isfile(config) and not os.path.isabs(config) and os.path.isfile(os.path.join(REPO, config)):
             config = os.path.join(REPO, config)
         if not os.path.isfile(config):
@@ -221,8 +228,6 @@ class Settings:
         self.worker_cmd = shlex.split(flags.worker_cmd or "")
         if flags.worker_cmd is not None and not self.worker_cmd:
             raise UsageError("--worker-cmd is empty")
-        if self.worker_cmd and self.launcher != "local":
-            raise UsageError(f"--worker-cmd runs workers on this host only, not with --launcher {self.launcher}")
         self.python_path = os.path.join(build_dir, "python")
         self.run_dir = flags.run_dir or os.path.join(REPO, "runs", time.strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}")
         try:
@@ -427,11 +432,21 @@ class Run:
             cmd += ["--shards-on-host", str(sum(1 for p in s.procs if p.role == "ps" and p.host == proc.host))]
         return cmd + s.extra
 
+    def worker_program(self):
+        """The words that start a worker: the binary, or --worker-cmd's. On other hosts (ssh, srun,
+        mpirun: none passes our PYTHONPATH) they start with env PYTHONPATH=<build>/python as
+        there, and paths in this checkout are --remote-dir's."""
+        s = self.s
+        if s.launcher == "local":
+            return s.worker_cmd or [s.worker_bin]
+        if not s.worker_cmd:
+            return [s.remote_path(s.worker_bin)]
+        return ["env", f"PYTHONPATH={s.remote_path(s.python_path)}", *(s.remote_path(w) for w in s.worker_cmd)]
+
     def worker_command(self, proc, ps_hosts, coordinator=None):
         s = self.s
         remote = s.launcher != "local"
-        program = s.worker_cmd or [s.remote_path(s.worker_bin) if remote else s.worker_bin]
-        cmd = [*program, "--config", s.remote_path(s.config) if remote else s.config, *s.security_flags]
+        cmd = [*self.worker_program(), "--config", s.remote_path(s.config) if remote else s.config, *s.security_flags]
         if s.mode == "allreduce":
             cmd += ["--num-workers", str(s.num_workers)]
             if s.bind:
@@ -679,6 +694,10 @@ class Run:
         need = [s.remote_path(s.ps_bin)] if s.num_ps else []
         need.append(s.remote_path(s.worker_bin))
         test = " && ".join(f"test -x {shlex.quote(b)}" for b in need)
+        if s.worker_cmd:  # the package the workers import
+            package = s.remote_path(os.path.join(s.python_path, "pstrain"))
+            need.append(package)
+            test += f" && test -d {shlex.quote(package)}"
 
         def probe(host):
             argv = s.ssh + ["-o", f"ConnectTimeout={s.start_timeout}", host, test]
@@ -836,7 +855,7 @@ class Run:
         for p, cmd in self.planned_commands(unbound=STAND_IN_PORT):
             kind = "ps" if p.role == "ps" else "chief" if p.index == 0 else "worker"
             if kind not in chosen:
-                program = 1 if p.role == "ps" else len(s.worker_cmd or [None])  # --worker-cmd's words
+                program = 1 if p.role == "ps" else len(self.worker_program())  # --worker-cmd's words
                 cmd = [s.ps_bin if p.role == "ps" else s.worker_bin] + cmd[program:]
                 cmd[cmd.index("--config") + 1] = s.config
                 chosen[kind] = (p, cmd + ["--check-config"])

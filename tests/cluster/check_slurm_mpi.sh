@@ -2,7 +2,8 @@
 # launch/launch.sh under a real single-node Slurm (tests/cluster/slurm_node.sh: munged,
 # slurmctld, slurmd from Debian) and under Debian's Open MPI: sbatch launch/pstrain.sbatch and
 # launch.sh inside salloc both train and report test_accuracy; launch.sh --launcher mpirun trains
-# to the parameters of the same job run locally; a failing worker is named under both.
+# to the parameters of the same job run locally; a failing worker is named under both; Python
+# workers (--worker-cmd) under salloc and mpirun equal the local run.
 #
 #   tests/cluster/check_slurm_mpi.sh      one line per check; exit 1 if any failed,
 #                                         77 (skipped, with the reason) where impossible
@@ -120,6 +121,34 @@ case_roles_from_environment() {
     python3 "$here/compare_params.py" "$work/srun-roles-params" "$work/mpirun-roles-params"
 }
 
+# Python workers (launch.sh --worker-cmd, tests/python/numpy_worker.py) under salloc (one srun
+# step) and under mpirun: each the bits of the same job run locally.
+case_python_workers() {
+  case=python_workers
+  local python
+  python=$(python_with_package) || { echo "skip  $case: $python"; return; }
+  local py=("$python" "$repo/tests/python/numpy_worker.py")
+  local pyjob=(--optimizer adam --lr 0.01 --batch-size 16 --seed 5 --timeout 30 --steps 20 --cache-dir "$marker")
+  start py_local "$launch" --no-setup --run-dir "$work/py-local-run" --num-ps 2 --num-workers 2 \
+    --worker-cmd "${py[*]} $work/py-local.npy --" -- "${pyjob[@]}"
+  finish 120
+  check "python: local reference job exits 0 (got $rc)" test "$rc" -eq 0
+  start py_salloc salloc --ntasks=4 "$launch" --no-setup --run-dir "$work/py-salloc-run" --base-port "$(free_port)" \
+    --num-ps 2 --num-workers 2 --worker-cmd "${py[*]} $work/py-salloc.npy --" -- "${pyjob[@]}"
+  finish 120
+  expect_exit 0 120
+  check "python: one srun step" out_has '^launch: placement \(1 host\(s\), one srun step\):$'
+  check "python: srun ran the workers' command with the package" \
+    file_has "$work/py-salloc-run/slurm.multiprog" "^3 env PYTHONPATH=$build/python $python "
+  check "python: srun's parameters equal the local run's, bit for bit" cmp -s "$work/py-local.npy" "$work/py-salloc.npy"
+  start py_mpirun "$launch" --no-setup --launcher mpirun --run-dir "$work/py-mpirun-run" --base-port "$(free_port)" \
+    --num-ps 2 --num-workers 2 --worker-cmd "${py[*]} $work/py-mpirun.npy --" -- "${pyjob[@]}"
+  finish 120
+  expect_exit 0 120
+  check "python: ranks' output mapped to names" out_has '^\[w1\] .*w1: registered with 2 PS shard'
+  check "python: mpirun's parameters equal the local run's, bit for bit" cmp -s "$work/py-local.npy" "$work/py-mpirun.npy"
+}
+
 main() {
   case_roles_from_environment
   case_sbatch
@@ -127,6 +156,7 @@ main() {
   case_salloc_worker_fails
   case_mpirun_matches_local
   case_mpirun_worker_fails
+  case_python_workers
   report_and_exit check_slurm_mpi
 }
 

@@ -7,7 +7,8 @@
 # allreduce job across hosts equals the local one; a 2 s network partition between a worker's
 # host and the PS's host is ridden out, bit-identical, with the time it cost printed (a line
 # "partition: ..."); 32 workers and 4 PS shards on 4 hosts complete; --bind 0.0.0.0 gives every
-# process CURVE and equals the local run.
+# process CURVE and equals the local run; Python workers (--worker-cmd) across hosts equal the
+# local run, and launch.sh status, stop and --resume work on them.
 #
 #   tests/cluster/check_ssh_cluster.sh     one line per check; exit 1 if any failed,
 #                                          77 (skipped, with the reason) without root/netns
@@ -343,6 +344,54 @@ partition_figures() {
     }' "$1" "$2"
 }
 
+# Python workers (launch.sh --worker-cmd, tests/python/numpy_worker.py on the package in
+# <build>/python) across hosts: the same bits as the job run locally; launch.sh status and stop
+# on such a job: the Python chief on host A writes the final checkpoint through the PS shards,
+# and --resume to a few steps further ends with the bits of a local run that long.
+case_python_workers() {
+  case=python_workers
+  local python
+  python=$(python_with_package) || { echo "skip  $case: $python"; return; }
+  local py=("$python" "$repo/tests/python/numpy_worker.py")
+  local pyjob=(--optimizer adam --lr 0.01 --batch-size 16 --seed 5 --timeout 30 --log-every 50 --cache-dir "$marker")
+  printf '%s\n%s\n' "$A" "$B" >"$work/hosts_py"
+  start py_local -- --num-ps 2 --num-workers 2 --worker-cmd "${py[*]} $work/py-local.npy --" -- "${pyjob[@]}" --steps 30
+  finish 120
+  check "python: local reference job exits 0 (got $rc)" test "$rc" -eq 0
+  start py_hosts -- --hostfile "$work/hosts_py" --base-port "$base_port" --num-ps 2 --num-workers 2 \
+    --worker-cmd "${py[*]} $work/py-hosts.npy --" -- "${pyjob[@]}" --steps 30
+  finish 120
+  expect_exit 0 120
+  check "python: w1 ran on host B" out_has "^launch: w1@$B exited 0\$"
+  check "python: the workers' command over ssh names the package" \
+    file_has "$run/cmd.txt" "env PYTHONPATH=$build/python $python $repo/tests/python/numpy_worker.py"
+  check "python: parameters equal the local run's, bit for bit" cmp -s "$work/py-local.npy" "$work/py-hosts.npy"
+  local ckpt=$work/py-ckpt shown
+  start py_stop -- --hostfile "$work/hosts_py" --base-port "$base_port" --num-ps 2 --num-workers 2 \
+    --worker-cmd "${py[*]} $work/py-stopped.npy --" -- "${pyjob[@]}" --steps 1000000 --checkpoint-dir "$ckpt"
+  wait_for "^\[w0@$A\] .*\(global 50\) loss" 60 || flunk "python: the chief never reported step 50"
+  shown=$(bash "$launch" status "$run")
+  check "python: status shows w1 alive on host B" eval 'grep -Eq "^  w1@$B +on $B  pid [0-9]+ \(its ssh pid\)  alive\$" <<<"$shown"'
+  bash "$launch" stop "$run" >"$work/py_stop.stop" 2>&1
+  finish 60
+  check "python: stopped after the chief's final checkpoint" \
+    out_has '^launch: stopped after the final checkpoint \(SIGTERM\)'
+  check "python: no process of the job left on any host within 30 s" no_survivors 30
+  local v
+  v=$(sed -nE "s/^\[w0@$A\] .*checkpoint of step ([0-9]+) complete.*/\1/p" "$out" | tail -n 1)
+  check "python: the final checkpoint's manifest (step ${v:-none})" test -n "$v" -a -f "$ckpt/v$(printf %010d "${v:-0}")/MANIFEST"
+  start py_resume -- --hostfile "$work/hosts_py" --base-port "$base_port" --num-ps 2 --num-workers 2 --resume \
+    --worker-cmd "${py[*]} $work/py-resumed.npy --" -- "${pyjob[@]}" --steps $((v + 10)) --checkpoint-dir "$ckpt"
+  finish 120
+  expect_exit 0 120
+  check "python: the chief resumed from the checkpoint" out_has "^\[w0@$A\] .*w0: resumed from checkpoint"
+  start py_local_long -- --num-ps 2 --num-workers 2 --worker-cmd "${py[*]} $work/py-long.npy --" \
+    -- "${pyjob[@]}" --steps $((v + 10))
+  finish 120
+  check "python: stopped and resumed equals the uninterrupted run, bit for bit" \
+    cmp -s "$work/py-long.npy" "$work/py-resumed.npy"
+}
+
 case_scale() {
   printf '%s slots=8\n%s slots=8\n%s slots=8\n%s slots=8\n' "$A" "$B" "$C" "$D" >"$work/hosts4"
   start scale -- --hostfile "$work/hosts4" --base-port "$base_port" --num-ps 4 --num-workers 32 \
@@ -367,6 +416,7 @@ main() {
   case_partition
   case_long_partition
   case_scale
+  case_python_workers
   report_and_exit check_ssh_cluster
 }
 

@@ -70,3 +70,17 @@ report_and_exit() {
   echo "$1: all checks passed"
   exit 0
 }
+
+# A python3 (the tests' venv's, tests/python.sh, or one on PATH) that imports numpy and the
+# package in $build/python, the Python the package was built for; else why not, and status 1.
+python_with_package() {
+  local p
+  for p in "$(bash "$repo/tests/python.sh" --venv)/bin/python3" $(type -ap python3); do
+    if [[ -x $p ]] && PYTHONPATH=$build/python "$p" -c 'import numpy, pstrain._core' 2>/dev/null; then
+      printf '%s\n' "$p"
+      return 0
+    fi
+  done
+  echo "no python3 imports numpy and the Python package in $build/python (pybind11-dev, python3-dev, python3-numpy)"
+  return 1
+}

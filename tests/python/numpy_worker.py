@@ -1,8 +1,10 @@
 """A pstrain worker in Python whose model is numpy's: a softmax classifier with one hidden layer
 (tanh) on synthetic data, each step's global batch split among the workers by index. The chief
-(worker 0) writes the final parameters to OUT (.npy). With NUMPY_WORKER_HANG_AT=K the worker
+(worker 0) writes the final parameters to OUT (.npy), and each step's loss over every worker's
+samples (what Worker.step returns) to OUT.losses.npy. With NUMPY_WORKER_HANG_AT=K the worker
 stops before computing step K, writes OUT.hang and waits to be killed (a test's kill -9 at a
-known step).
+known step); with NUMPY_WORKER_PAUSE_AT=K it writes OUT.pause before step K and waits for OUT.go.
+A job stopped after a final checkpoint (SIGTERM to the chief) writes no OUT.
 
     python3 numpy_worker.py OUT -- <pstrain-worker flags>
 """
@@ -71,19 +73,29 @@ def main():
     batch = worker.batch_size
     global_batch = batch * worker.num_workers
     hang_at = int(os.environ.get("NUMPY_WORKER_HANG_AT", "-1"))
+    pause_at = int(os.environ.get("NUMPY_WORKER_PAUSE_AT", "-1"))
     step = worker.start(params, steps)
-    while step < steps:
+    losses = []  # the job's loss of each step, over all workers' samples
+    while step < steps and not worker.stopped:
         if step == hang_at:
             with open(out + ".hang", "w") as f:
                 f.write(f"{step}\n")
             while True:
                 time.sleep(1)  # until killed
+        if step == pause_at:  # until the test says go (a signal to take at a known step)
+            with open(out + ".pause", "w") as f:
+                f.write(f"{step}\n")
+            while not os.path.exists(out + ".go"):
+                time.sleep(0.01)  # polling the test's file
         first = (step * global_batch) % (RECORDS - global_batch) + worker.index * batch
         grad, loss_sum, correct = gradient_sums(params, x[first:first + batch], y[first:first + batch])
-        step = worker.step(step, grad, params, batch, loss_sum, correct)["next_step"]
+        figures = worker.step(step, grad, params, batch, loss_sum, correct)
+        losses.append(figures["loss"])
+        step = figures["next_step"]
     worker.done()
-    if worker.index == 0:
+    if worker.index == 0 and not worker.stopped:  # a stopped job's parameters are its checkpoint's
         np.save(out, params)
+        np.save(out + ".losses.npy", np.array(losses))
 
 
 if __name__ == "__main__":

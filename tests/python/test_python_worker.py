@@ -14,10 +14,13 @@ Needs the package (<build>/python, built where pybind11-dev is installed) and nu
 (exit 77) without them.
 """
 
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import unittest
 
 try:
@@ -73,6 +76,44 @@ class PythonWorkerTest(unittest.TestCase):
         self.assertTrue(np.array_equal(reference.view(np.uint32), job.params().view(np.uint32)),
                         f"replaced run differs by {pyjob.relative_difference(reference, job.params()):.3g}")
 
+    def test_a_job_stopped_by_sigterm_and_resumed_equals_the_uninterrupted_one(self):
+        # The chief takes SIGTERM as pstrain-worker's does: a final checkpoint through the PS
+        # shards (its manifest and the job's fingerprint written by the C++ chief's code), the
+        # job stops, and --resume carries on to the uninterrupted run's bits.
+        reference = self.run_job(2, 2, 48).params()
+        job = self.job(2, 2, 48)
+        checkpoints = os.path.join(job.dir, "checkpoints")
+        job.flags += ["--checkpoint-dir", checkpoints, "--checkpoint-every", "10"]
+        job.start_servers()
+        chief = job.start_worker(0, env={"NUMPY_WORKER_PAUSE_AT": "25"})
+        job.start_worker(1)
+        job.wait_for_file(job.out + ".pause", chief)
+        chief.send_signal(signal.SIGTERM)
+        while "SIGTERM: a final checkpoint at the next step" not in pyjob.read(os.path.join(job.dir, "w0.log")):
+            self.assertIsNone(chief.poll(), job.logs())
+            time.sleep(0.01)  # polling the chief's log: the handler has run
+        open(job.out + ".go", "w").close()
+        codes = job.finish()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
+        self.assertFalse(os.path.exists(job.out), "a stopped job wrote its parameters as a result")
+        self.assertEqual(sorted(n for n in os.listdir(checkpoints) if n.startswith("v")),
+                         ["v0000000010", "v0000000020", "v0000000026"], job.logs())
+        self.assertTrue(os.path.exists(os.path.join(checkpoints, "v0000000026", "MANIFEST")))
+        self.assertIn("checkpoint of step 26 complete", job.logs())
+        resumed = self.job(2, 2, 48)
+        resumed.dir, resumed.out = job.dir, job.out
+        resumed.flags = job.flags + ["--resume"]
+        for s in range(2):  # the stopped job's addresses
+            os.remove(os.path.join(job.dir, f"ps{s}.addr"))
+        resumed.start_servers()
+        for i in range(2):
+            resumed.start_worker(i, name=f"resumed-w{i}")
+        codes = resumed.finish()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{resumed.logs()}")
+        self.assertIn("w0: resumed from checkpoint", pyjob.read(os.path.join(job.dir, "resumed-w0.log")))
+        self.assertTrue(np.array_equal(reference.view(np.uint32), resumed.params().view(np.uint32)),
+                        f"resumed run differs by {pyjob.relative_difference(reference, resumed.params()):.3g}")
+
     def test_the_launcher_runs_python_workers_in_ps_and_allreduce_modes(self):
         direct = self.run_job(2, 3, 32).params()
         for mode, counts in (("sync", ["--num-ps", "2"]), ("allreduce", [])):
@@ -88,6 +129,37 @@ class PythonWorkerTest(unittest.TestCase):
             self.assertIn("training completed", out.stdout)
             self.assertTrue(np.array_equal(direct.view(np.uint32), job.params().view(np.uint32)),
                             f"{mode}: launched run differs by {pyjob.relative_difference(direct, job.params()):.3g}")
+
+    def test_the_launched_jobs_metrics_file_and_tensorboard_hold_the_scripts_losses(self):
+        # The chief's progress records (launch.sh's RUNDIR/metrics.jsonl and RUNDIR/tensorboard by
+        # default) are pstrain-worker's, made from the loss sums the scripts push with each step.
+        job = self.job(2, 3, 32)
+        run_dir = os.path.join(job.dir, "run")
+        out = subprocess.run(
+            [LAUNCH, "--no-setup", "--progress", "lines", "--run-dir", run_dir, "--num-ps", "2", "--num-workers", "3",
+             "--worker-cmd", f"{sys.executable} {WORKER} {job.out} --", "--", "--log-every", "10", "--epochs", "1",
+             *job.flags[4:]], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300, env=job.env)
+        self.assertEqual(out.returncode, 0, out.stdout)
+        losses = np.load(job.out + ".losses.npy")
+        self.assertEqual(len(losses), STEPS)
+        with open(os.path.join(run_dir, "metrics.jsonl"), encoding="utf-8") as f:
+            records = [json.loads(line) for line in f]
+        progress = [r for r in records if r["kind"] == "progress"]
+        self.assertEqual([r["step"] for r in progress], [10, 20, 30, 40], records)
+        for r in progress:  # the interval's mean: every step has the same samples
+            self.assertAlmostEqual(r["loss"], float(np.mean(losses[r["step"] - 10:r["step"]])), delta=1e-9)
+            self.assertIn("accuracy", r)
+        self.assertLess(progress[-1]["loss"], progress[0]["loss"])  # it trained
+        try:
+            from tensorboard.backend.event_processing import event_accumulator
+        except ImportError:
+            print("tensorboard cannot be imported: its reader is not run (tests/python.sh's venv has it)")
+            return
+        accumulator = event_accumulator.EventAccumulator(os.path.join(run_dir, "tensorboard"),
+                                                         size_guidance={event_accumulator.SCALARS: 0})
+        accumulator.Reload()
+        read = {e.step: e.value for e in accumulator.Scalars("train/loss")}
+        self.assertEqual(read, {r["step"]: float(np.float32(r["loss"])) for r in progress})
 
     def test_bad_use_is_a_clear_error(self):
         sys.path.insert(0, pyjob.PACKAGE)

@@ -6,7 +6,9 @@ pstrain.torch.DistributedOptimizer, against one plain PyTorch process.
   on batches of 96 with torch.optim's SGD, and with its Adam, within 1e-5 of the largest.
 - The same job twice gives the same bits.
 - pstrain.torch.EmbeddingBag (rows on the PS shards) under a DLRM-like model: 3 workers x 32 on
-  2 shards train the dense parameters and the rows of 1 worker x 96 on 1 shard, within 1e-5.
+  2 shards train the dense parameters and the rows of 1 worker x 96 on 1 shard, within 1e-5;
+  with EmbeddingBag.prefetch (the next step's rows asked for after this step's push) the same job
+  gives the same bits.
 
 Skipped (exit 77) without torch, numpy or the package.
 """
@@ -79,12 +81,15 @@ class TorchEmbeddingTest(unittest.TestCase):
     """pstrain.torch.EmbeddingBag: 26 fields of 8-float rows on the PS shards (Adagrad tables)
     under a small DLRM-like PyTorch model."""
 
-    def run_job(self, num_ps, num_workers, batch):
+    def run_job(self, num_ps, num_workers, batch, prefetch=False):
         job = pyjob.Job(CTR_WORKER, num_ps, num_workers, batch, 60,
                         ["--optimizer", "adam", "--lr", "0.005", "--embedding-dim", "8", "--embedding-optimizer",
                          "adagrad", "--embedding-lr", "0.05"])
         self.addCleanup(shutil.rmtree, job.dir, True)
-        codes = job.run()
+        job.start_servers()
+        for i in range(num_workers):
+            job.start_worker(i, env={"PSTRAIN_TEST_PREFETCH": "1" if prefetch else "0"})
+        codes = job.finish()
         self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
         self.assertIn("1 embedding table(s) of dim 8", job.logs())
         return np.load(job.out)
@@ -98,6 +103,13 @@ class TorchEmbeddingTest(unittest.TestCase):
         self.assertLessEqual(dense, 1e-5)
         self.assertLessEqual(rows, 1e-5)
         self.assertGreater(np.abs(one["rows"]).max(), 0)  # the rows trained and were pulled
+
+    def test_prefetching_the_next_steps_rows_gives_the_same_bits(self):
+        plain, prefetched = self.run_job(2, 3, 32), self.run_job(2, 3, 32, prefetch=True)
+        self.assertEqual(int(plain["prefetched"]), 0)
+        self.assertEqual(int(prefetched["prefetched"]), 59)  # every step's pull but the first
+        for name in ("dense", "rows"):
+            self.assertTrue(np.array_equal(plain[name].view(np.uint32), prefetched[name].view(np.uint32)), name)
 
 
 if __name__ == "__main__":

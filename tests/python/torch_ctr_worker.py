@@ -2,11 +2,14 @@
 fields whose rows live in the PS shards' tables (pstrain.torch.EmbeddingBag), a small DLRM-like
 MLP over them, synthetic records from the seed, each step's global batch split among the workers
 by index. The chief (worker 0) writes OUT (.npz): the dense parameters, and the rows of the first
-PROBE records' IDs pulled after the last step.
+PROBE records' IDs pulled after the last step. With PSTRAIN_TEST_PREFETCH=1 each step's forward
+prefetches the next step's IDs (EmbeddingBag.prefetch), and the chief writes how many pulls a
+prefetch served.
 
     python3 torch_ctr_worker.py OUT -- <pstrain-worker flags, --embedding-dim D among them>
 """
 
+import os
 import sys
 
 import numpy as np
@@ -52,9 +55,16 @@ def main():
     opt = pstrain.torch.DistributedOptimizer(dense_params, worker, worker.steps)
     batch = worker.batch_size
     global_batch = batch * worker.num_workers
+    prefetch = os.environ.get("PSTRAIN_TEST_PREFETCH") == "1"
+
+    def rows_of(step):
+        first = (step * global_batch) % (RECORDS - global_batch) + worker.index * batch
+        return slice(first, first + batch)
+
     while not opt.finished:
-        first = (opt.step_index * global_batch) % (RECORDS - global_batch) + worker.index * batch
-        rows = slice(first, first + batch)
+        rows = rows_of(opt.step_index)
+        if prefetch and opt.step_index + 1 < worker.steps:
+            model.embedding.prefetch(ids[rows_of(opt.step_index + 1)])
         opt.zero_grad()
         loss = nn.functional.binary_cross_entropy_with_logits(model(dense[rows], ids[rows]), click[rows],
                                                               reduction="sum")
@@ -64,7 +74,8 @@ def main():
         with torch.no_grad():
             probe = model.embedding(ids[:PROBE]).numpy()
         with open(out, "wb") as f:  # its name as given (np.savez would add .npz)
-            np.savez(f, dense=np.concatenate([p.detach().reshape(-1).numpy() for p in dense_params]), rows=probe)
+            np.savez(f, dense=np.concatenate([p.detach().reshape(-1).numpy() for p in dense_params]), rows=probe,
+                     prefetched=model.embedding.rows.prefetched)
     worker.done()
 
 

@@ -22,6 +22,7 @@
 #include "worker/backend.h"
 #include "worker/connections.h"
 #include "worker/exchange.h"
+#include "worker/python/script_steps.h"
 #include "worker/replica.h"
 #include "worker/sparse/ctr_input.h"
 #include "worker/sparse/embedding_setup.h"
@@ -68,6 +69,7 @@ class Worker {
     o_ = *parsed;
     keep_message_memory();
     remove_segments_on_termination();
+    steps_ = std::make_unique<ScriptSteps>(o_);  // the chief: the checkpoint directory's lock, SIGTERM, metrics
     backend_ = make_cpu_backend(1);  // holds the replica's host buffers only: the model is the caller's
   }
 
@@ -79,6 +81,7 @@ class Worker {
   const JobOptions& options() const { return o_; }
   uint64_t size() const { return total_; }
   uint64_t current_step() const { return step_; }  // the step this worker computes now
+  uint64_t total_steps() const { return total_steps_; }
   // The PS shards' embedding tables (the job's --embedding-dim), once started.
   RowSource& rows() {
     if (!exchange_) throw UsageError("embedding rows before start()");
@@ -91,7 +94,7 @@ class Worker {
 
   // Joins the job with `params` (every worker the same values: the chief's start the job) and
   // leaves in it the parameters of the returned step, the first this worker runs.
-  uint64_t start(const py::buffer& params, uint64_t total_steps) {
+  uint64_t start(const py::buffer& params, uint64_t total_steps, uint64_t steps_per_epoch) {
     if (exchange_) throw UsageError("start() was called already");
     const py::buffer_info shape = params.request();
     total_ = static_cast<uint64_t>(shape.size);
@@ -99,6 +102,7 @@ class Worker {
     float* values = floats_of(params, total_, "params");
     replica_ = std::make_unique<Replica>(*backend_, total_, 1);
     std::memcpy(replica_->host_params(), values, total_ * sizeof(float));
+    total_steps_ = total_steps;
     uint64_t first = 0;
     {
       py::gil_scoped_release unlocked;
@@ -108,6 +112,7 @@ class Worker {
     }
     std::memcpy(values, replica_->host_params(), total_ * sizeof(float));
     step_ = first;
+    steps_->started(total_, total_steps, steps_per_epoch, first);
     return first;
   }
 
@@ -124,27 +129,34 @@ class Worker {
     info.loss_sum = loss_sum;
     info.correct = correct;
     info.times = previous_;
+    steps_->plan(step, &info);
     StepMetrics m;
     {
       py::gil_scoped_release unlocked;
       exchange_->gradient_ready(step, replica_->host_grad(), 0, info);  // all of it is final
       m = exchange_->finish_step(step, replica_->host_params(), replica_->host_grad(), info, &previous_);
+      steps_->finished(step, info, m, &previous_);
     }
     std::memcpy(values, replica_->host_params(), total_ * sizeof(float));
     step_ = m.next_step;
+    stopped_ = stopped_ || m.stop;
     py::dict out;
     out["next_step"] = m.next_step;
     out["version"] = m.version;
     out["samples"] = m.samples;
     out["loss"] = m.samples > 0 ? m.loss_sum / static_cast<double>(m.samples) : 0.0;
     out["accuracy"] = m.samples > 0 ? static_cast<double>(m.correct) / static_cast<double>(m.samples) : 0.0;
+    out["stop"] = m.stop;
     return out;
   }
+
+  // The job stopped after a final checkpoint (the chief was asked to stop): resume it with --resume.
+  bool stopped() const { return stopped_; }
 
   void done(bool stopped) {
     if (!exchange_) return;
     py::gil_scoped_release unlocked;
-    exchange_->done(stopped);
+    exchange_->done(stopped || stopped_);
   }
 
  private:
@@ -153,15 +165,61 @@ class Worker {
   std::unique_ptr<Replica> replica_;
   std::unique_ptr<WorkerConnections> connections_;
   std::unique_ptr<Exchange> exchange_;
+  std::unique_ptr<ScriptSteps> steps_;
+  bool stopped_ = false;
   uint64_t total_ = 0;
   uint64_t step_ = 0;
+  uint64_t total_steps_ = 0;
   StepTimes previous_{};
+};
+
+// A batch's IDs as pull() takes them: ids (64-bit), and counts (n x fields, each >= 1) or none
+// (one ID per field). Copied: a prefetch keeps them past the call.
+struct BatchIds {
+  std::vector<uint64_t> ids;
+  std::vector<uint32_t> counts;
+  size_t n = 0;
+
+  BatchIds() = default;
+  BatchIds(const py::buffer& id_buffer, size_t records, const py::object& count_buffer, size_t fields) : n(records) {
+    const py::buffer_info id_info = id_buffer.request();
+    if (id_info.itemsize != 8 || (id_info.format != "Q" && id_info.format != "q" && id_info.format != "l" &&
+                                  id_info.format != "L")) {
+      throw UsageError("ids must be a contiguous array of 64-bit integers (got format '" + id_info.format + "')");
+    }
+    size_t want = n * fields;
+    if (!count_buffer.is_none()) {
+      const py::buffer_info c = py::buffer(count_buffer).request();
+      if (c.itemsize != 4 || c.size != static_cast<py::ssize_t>(n * fields)) {
+        throw UsageError("counts must hold n x fields uint32 values");
+      }
+      const auto* p = static_cast<const uint32_t*>(c.ptr);
+      counts.assign(p, p + n * fields);
+      want = 0;
+      for (uint32_t k : counts) {
+        if (k == 0) throw UsageError("a field of 0 IDs (counts must be >= 1)");
+        want += k;
+      }
+    }
+    if (static_cast<size_t>(id_info.size) != want) {
+      throw UsageError("ids hold " + std::to_string(id_info.size) + " IDs, the batch " + std::to_string(want));
+    }
+    const auto* raw = static_cast<const uint64_t*>(id_info.ptr);
+    ids.assign(raw, raw + want);
+  }
+
+  const uint32_t* count_data() const { return counts.empty() ? nullptr : counts.data(); }
+  bool operator==(const BatchIds& o) const { return n == o.n && ids == o.ids && counts == o.counts; }
 };
 
 // Embedding rows for a Python model: per batch, the rows of its records' IDs pulled from the PS
 // shards (pooled per field: the sum, or the mean, of a field's IDs), and after backward the
 // gradient of the pooled rows pushed back, one summed row per unique ID (worker/sparse/ctr_input.h,
-// the C++ workers' CTR input without dense features).
+// the C++ workers' CTR input without dense features). With prefetch(), the next step's rows are
+// asked for right after this step's push, at the next step's version, as the C++ trainer does
+// (worker/embedding_rows_input.cc): the shards answer once this step is applied (sync), so the
+// rows are those a pull at the next step would get, and they travel while the caller's dense
+// step completes.
 class Rows {
  public:
   Rows(Worker& worker, size_t fields, bool per_field_tables, const std::string& pool) : worker_(worker) {
@@ -179,60 +237,60 @@ class Rows {
   }
 
   size_t width() const { return input_->input_dim(); }  // floats per record: fields x dim
+  uint64_t prefetched() const { return prefetched_; }     // pulls whose rows a prefetch asked for
 
   // The pooled rows of n records (ids: n x fields IDs, or with counts (n x fields, each >= 1) the
   // IDs of each field in turn) at the worker's current step, into out (n x width floats).
   void pull(const py::buffer& ids, size_t n, const py::object& counts, const py::buffer& out) {
-    const py::buffer_info id_info = ids.request();
-    if (id_info.itemsize != 8 || (id_info.format != "Q" && id_info.format != "q" && id_info.format != "l" &&
-                                  id_info.format != "L")) {
-      throw UsageError("ids must be a contiguous array of 64-bit integers (got format '" + id_info.format + "')");
-    }
-    std::vector<uint32_t> count_values;
-    size_t want = n * fields_;
-    if (!counts.is_none()) {
-      const py::buffer_info c = py::buffer(counts).request();
-      if (c.itemsize != 4 || c.size != static_cast<py::ssize_t>(n * fields_)) {
-        throw UsageError("counts must hold n x fields uint32 values");
-      }
-      const auto* p = static_cast<const uint32_t*>(c.ptr);
-      count_values.assign(p, p + n * fields_);
-      want = 0;
-      for (uint32_t k : count_values) {
-        if (k == 0) throw UsageError("a field of 0 IDs (counts must be >= 1)");
-        want += k;
-      }
-    }
-    if (static_cast<size_t>(id_info.size) != want) {
-      throw UsageError("ids hold " + std::to_string(id_info.size) + " IDs, the batch " + std::to_string(want));
-    }
+    BatchIds batch(ids, n, counts, fields_);
     float* x = floats_of(out, n * width(), "out");
-    const auto* raw = static_cast<const uint64_t*>(id_info.ptr);
     RowSource& source = worker_.rows();
     input_->set_source(&source);
     const uint64_t version = worker_.current_step();
-    {
-      py::gil_scoped_release unlocked;
-      const float* rows = input_->input(nullptr, raw, count_values.empty() ? nullptr : count_values.data(), n, version);
-      std::memcpy(x, rows, n * width() * sizeof(float));
+    const bool reuse = input_->requested() && asked_version_ == version && asked_ == batch;
+    if (input_->requested() && asked_version_ > version) {  // its answer waits for this step's end
+      throw UsageError("pull() at step " + std::to_string(version) + " after this step's push: the rows of step " +
+                       std::to_string(asked_version_) + " are prefetched (pull after the optimizer's step)");
     }
+    py::gil_scoped_release unlocked;
+    if (input_->requested() && !reuse) input_->discard();  // prefetched IDs that were not the batch's
+    if (!reuse) input_->request(batch.ids.data(), batch.count_data(), n, version);
+    if (reuse) ++prefetched_;
+    input_->input(nullptr, 0, n, x);
     n_ = n;
   }
 
+  // The IDs the next step's pull will take (as pull's): asked for by the next push().
+  void prefetch(const py::buffer& ids, size_t n, const py::object& counts) {
+    next_ = std::make_unique<BatchIds>(ids, n, counts, fields_);
+  }
+
   // The gradient of the summed loss with respect to the last pull's rows (n x width floats),
-  // pushed to the shards for the current step over `samples` samples.
+  // pushed to the shards for the current step over `samples` samples; then the prefetched IDs'
+  // rows asked for at the next step.
   void push(const py::buffer& dx, uint64_t samples) {
     if (n_ == 0) throw UsageError("push() without a pull()");
     const float* g = floats_of(dx, n_ * width(), "dx", false);
     input_->add_gradient(0, n_, g);
+    const uint64_t step = worker_.current_step();
+    std::unique_ptr<BatchIds> next = std::move(next_);
     py::gil_scoped_release unlocked;
-    input_->push(worker_.current_step(), samples);
+    input_->push(step, samples);
+    if (next && step + 1 < worker_.total_steps()) {
+      input_->request(next->ids.data(), next->count_data(), next->n, step + 1);
+      asked_version_ = step + 1;
+      asked_ = std::move(*next);
+    }
   }
 
  private:
   Worker& worker_;
   std::unique_ptr<CtrInput> input_;
   size_t fields_ = 0, n_ = 0;
+  std::unique_ptr<BatchIds> next_;  // prefetch()'s IDs, until the next push()
+  BatchIds asked_{};                // the IDs of the request in flight, at asked_version_
+  uint64_t asked_version_ = 0;
+  uint64_t prefetched_ = 0;
 };
 
 }  // namespace
@@ -258,16 +316,19 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("seed", [](const Worker& w) { return w.options().seed; })
       .def_property_readonly("mode", [](const Worker& w) { return std::string(pstrain::mode_name(w.options().mode)); })
       .def_property_readonly("size", &Worker::size)
-      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"))
+      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"), py::arg("steps_per_epoch") = 0)
       .def("step", &Worker::step, py::arg("step"), py::arg("grad"), py::arg("params"), py::arg("samples"),
            py::arg("loss_sum") = 0.0, py::arg("correct") = 0)
       .def("done", &Worker::done, py::arg("stopped") = false)
+      .def_property_readonly("stopped", &Worker::stopped)
       .def_property_readonly("step_index", &Worker::current_step)
       .def_property_readonly("embedding_dim", [](const Worker& w) { return w.options().embedding_dim; });
   py::class_<pstrain::Rows>(m, "Rows")
       .def(py::init<Worker&, size_t, bool, const std::string&>(), py::arg("worker"), py::arg("fields"),
            py::arg("per_field_tables") = false, py::arg("pool") = "sum", py::keep_alive<1, 2>())
       .def_property_readonly("width", &pstrain::Rows::width)
+      .def_property_readonly("prefetched", &pstrain::Rows::prefetched)
       .def("pull", &pstrain::Rows::pull, py::arg("ids"), py::arg("n"), py::arg("counts"), py::arg("out"))
-      .def("push", &pstrain::Rows::push, py::arg("dx"), py::arg("samples"));
+      .def("push", &pstrain::Rows::push, py::arg("dx"), py::arg("samples"))
+      .def("prefetch", &pstrain::Rows::prefetch, py::arg("ids"), py::arg("n"), py::arg("counts"));
 }

@@ -19,6 +19,12 @@ void CtrInput::request(const uint64_t* ids, const uint32_t* counts, size_t n, ui
 }
 
 const float* CtrInput::input(const float* dense, size_t first, size_t n) {
+  x_.resize(n * input_dim());
+  input(dense, first, n, x_.data());
+  return x_.data();
+}
+
+void CtrInput::input(const float* dense, size_t first, size_t n, float* out) {
   if (!received_) {
     PSTRAIN_CHECK(requested_);
     requested_ = false;
@@ -32,9 +38,7 @@ const float* CtrInput::input(const float* dense, size_t first, size_t n) {
     }
     received_ = true;
   }
-  x_.resize(n * input_dim());
-  embedding_.gather(dense, first, n, x_.data());
-  return x_.data();
+  embedding_.gather(dense, first, n, out);
 }
 
 const float* CtrInput::input(const float* dense, size_t n) {

@@ -35,6 +35,8 @@ class CtrInput {
   // rows. The first call after request() waits for the rows. Throws pstrain::Error when a shard's
   // answer does not match what was asked.
   const float* input(const float* dense, size_t first, size_t n);
+  // The same into the caller's memory (n * input_dim() floats): no copy of the batch's input.
+  void input(const float* dense, size_t first, size_t n, float* out);
   // All the records of the last request().
   const float* input(const float* dense, size_t n);
   // request() and input() in one.

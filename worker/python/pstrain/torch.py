@@ -17,7 +17,8 @@ on the concatenated batch. The parameters are float32 on the CPU.
 
 EmbeddingBag's rows live in the PS shards' embedding tables (the job's --embedding-dim,
 --embedding-optimizer, admission and expiry, docs/sparse.md): forward pulls the batch's rows,
-backward pushes their gradients.
+backward pushes their gradients; EmbeddingBag.prefetch asks for the next step's rows as soon as
+this step's are pushed.
 """
 
 import numpy as np
@@ -31,7 +32,7 @@ __all__ = ["DistributedOptimizer", "EmbeddingBag"]
 class DistributedOptimizer:
     """Keeps `params` on the job's PS shards (or all-reduces them: --mode allreduce)."""
 
-    def __init__(self, params, worker, total_steps):
+    def __init__(self, params, worker, total_steps, steps_per_epoch=0):
         self.params = [p for p in params]
         if not self.params:
             raise ValueError("DistributedOptimizer: no parameters")
@@ -43,14 +44,15 @@ class DistributedOptimizer:
         self.total_steps = int(total_steps)
         self.values = np.concatenate([p.detach().reshape(-1).numpy() for p in self.params]).astype(np.float32)
         self.grad = np.zeros_like(self.values)
-        self.step_index = worker.start(self.values, self.total_steps)
+        self.step_index = worker.start(self.values, self.total_steps, int(steps_per_epoch))
         self.metrics = {}
         self._load()
 
     @property
     def finished(self):
-        """The job's last step is done."""
-        return self.step_index >= self.total_steps
+        """The job's last step is done, or the job stopped after a final checkpoint (SIGTERM to
+        the chief: launch.sh stop, Ctrl-C; resume it with --resume)."""
+        return self.step_index >= self.total_steps or self.worker.stopped
 
     def zero_grad(self):
         for p in self.params:
@@ -116,11 +118,27 @@ class EmbeddingBag(torch.nn.Module):
         self._anchor = torch.zeros((), requires_grad=True)
 
     def forward(self, ids, counts=None):
-        ids = ids.detach().cpu().numpy() if torch.is_tensor(ids) else np.asarray(ids)
-        n = len(ids) if counts is None else len(counts)
-        flat = np.ascontiguousarray(ids.reshape(-1)).view(np.uint64) if ids.dtype.itemsize == 8 else \
-            np.ascontiguousarray(ids.reshape(-1), dtype=np.uint64)
-        if counts is not None:
-            counts = counts.detach().cpu().numpy() if torch.is_tensor(counts) else np.asarray(counts)
-            counts = np.ascontiguousarray(counts.reshape(-1), dtype=np.uint32)
+        flat, counts, n = _batch(ids, counts)
         return _PulledRows.apply(self._anchor, self.rows, flat, counts, n)
+
+    def prefetch(self, ids, counts=None):
+        """The IDs (as forward's) the next step's forward will take. Their rows are asked for
+        right after this step's backward pushes its rows, at the next step's version: they travel
+        while DistributedOptimizer.step completes, and are the rows a pull at the next step would
+        get (sync: the shards answer once this step is applied), so the results do not change.
+        Call it before this step's backward; a forward of other IDs drops them."""
+        flat, counts, n = _batch(ids, counts)
+        self.rows.prefetch(flat, n, counts)
+
+
+def _batch(ids, counts):
+    """(flat uint64 IDs, flat uint32 counts or None, records) of forward's arguments, without a
+    copy where they already are contiguous 64-bit and 32-bit integers."""
+    ids = ids.detach().cpu().numpy() if torch.is_tensor(ids) else np.asarray(ids)
+    n = len(ids) if counts is None else len(counts)
+    flat = np.ascontiguousarray(ids.reshape(-1)).view(np.uint64) if ids.dtype.itemsize == 8 else \
+        np.ascontiguousarray(ids.reshape(-1), dtype=np.uint64)
+    if counts is not None:
+        counts = counts.detach().cpu().numpy() if torch.is_tensor(counts) else np.asarray(counts)
+        counts = np.ascontiguousarray(counts.reshape(-1), dtype=np.uint32)
+    return flat, counts, n
