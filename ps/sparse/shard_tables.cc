@@ -80,15 +80,28 @@ bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t
     }
     return true;
   }
-  IdIndex seen;  // this message's own: sized by it, gone with it (no memory held between messages)
-  seen.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
+  IdIndex& seen = scratch(n);
+  size_t i = 0;
+  for (; i < n; ++i) {
     if (i + kSlotAhead < n) seen.prefetch(ids[i + kSlotAhead]);
-    if (seen.find_or_insert(ids[i], 0) == IdIndex::kAbsent) continue;
-    *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
-    return false;
+    if (seen.find_or_insert(ids[i], 0) != IdIndex::kAbsent) break;
   }
-  return true;
+  trim_scratch();
+  if (i == n) return true;
+  *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
+  return false;
+}
+
+// One map for the checks and the merge, its slots kept from message to message (a fresh map's
+// allocation and zeroing per message was a sixth of their time, bench/ctr.py) but at most
+// kScratchKeepBytes of them: the slots a message of many IDs needed are freed after it.
+IdIndex& ShardTables::scratch(size_t n) const {
+  scratch_.clear(n);
+  return scratch_;
+}
+
+void ShardTables::trim_scratch() const {
+  if (scratch_.bytes() > kScratchKeepBytes) scratch_ = IdIndex();
 }
 
 bool ShardTables::pull(uint32_t table, const uint64_t* ids, size_t n, float* out, std::string* error) const {
@@ -179,8 +192,7 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     if (pushed == 0) continue;
     m.ids.reserve(pushed);
     m.sums.reserve(pushed * d);
-    IdIndex at;  // ID -> its place in m.ids (the step's own, gone with it)
-    at.reserve(pushed);
+    IdIndex& at = scratch(pushed);  // ID -> its place in m.ids
     for (const auto& pushes : by_worker) {
       for (const TablePush& p : pushes) {
         if (p.table != id) continue;
@@ -199,6 +211,7 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     }
     merged.push_back(std::move(m));
   }
+  trim_scratch();
   return merged;
 }
 
