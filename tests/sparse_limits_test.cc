@@ -89,7 +89,7 @@ TEST(SparseStoreTest, HostilePullsAreRefused) {
   EXPECT_EQ(s.table(kTable)->stats().rows, 0u);
 }
 
-// Messages of more than 16 IDs go through a map of their own: a duplicate is found wherever it
+// Messages of more than 16 IDs go through a map: a duplicate is found wherever it
 // is (here last, or a repeat of the first), every push and pull after a step's apply is checked
 // afresh (nothing of the step's sums or an earlier message is taken for a duplicate).
 TEST(SparseStoreTest, DuplicatesInLongMessagesAreFoundAndNothingElseIs) {
@@ -109,6 +109,16 @@ TEST(SparseStoreTest, DuplicatesInLongMessagesAreFoundAndNothingElseIs) {
     EXPECT_FALSE(apply(s, 1, {Grads{kTable, twice, std::vector<float>(2 * twice.size(), 1.0f)}}, &error));
     EXPECT_NE(error.find("appears twice"), std::string::npos) << error;
   }
+  // The checks share one map, kept from message to message unless a message needed more than
+  // its kept slots (4 MiB: these 140000 IDs); after either, a message is checked afresh.
+  const std::vector<uint64_t> many = ids_of(0, 2, 140000);
+  std::vector<float> rows(2 * many.size());
+  EXPECT_TRUE(s.pull(kTable, many.data(), many.size(), rows.data(), &error)) << error;
+  EXPECT_TRUE(s.pull(kTable, mine.data(), mine.size(), out.data(), &error)) << error;
+  std::vector<uint64_t> twice(first);
+  twice.push_back(twice[7]);
+  EXPECT_FALSE(s.pull(kTable, twice.data(), twice.size(), out.data(), &error));
+  EXPECT_NE(error.find("ID " + std::to_string(twice[7]) + " appears twice"), std::string::npos) << error;
   apply_ok(s, 1, {Grads{kTable, second, std::vector<float>(60, 1.0f)}, Grads{kTable, first, std::vector<float>(60, 1.0f)}});
   EXPECT_EQ(s.table(kTable)->stats().rows, 40u);
 }

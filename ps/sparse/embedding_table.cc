@@ -80,10 +80,11 @@ void EmbeddingTable::lookup(const uint64_t* ids, size_t n, float* out) const {
   }
 }
 
-void EmbeddingTable::count_new(const uint64_t* ids, size_t n, size_t* rows, size_t* sightings) const {
+void EmbeddingTable::count_new(const uint64_t* ids, const uint32_t* found, size_t n, size_t* rows,
+                               size_t* sightings) const {
   *rows = *sightings = 0;
   for (size_t i = 0; i < n; ++i) {
-    if (index_.contains(ids[i])) continue;
+    if (found[i] != IdIndex::kAbsent) continue;
     if (options_.min_count <= 1) {
       ++*rows;
       continue;
@@ -99,11 +100,9 @@ size_t EmbeddingTable::bytes_with(size_t rows, size_t sightings) const {
   return arena_.bytes() + arena_.bytes_to_add(rows) + index_.bytes_with(rows) + map_bytes(sightings_, sightings);
 }
 
-void EmbeddingTable::apply(uint64_t step, const uint64_t* ids, size_t n, const float* grad_sums, float grad_scale,
-                           double lr) {
+void EmbeddingTable::apply(uint64_t step, const uint64_t* ids, const uint32_t* rows, size_t n, const float* grad_sums,
+                           float grad_scale, double lr) {
   const size_t d = dim();
-  std::vector<uint32_t>& rows = found_;
-  find_rows(ids, n, &rows);
   for (size_t i = 0; i < n; ++i) {
     if (i + kRowAhead < n) prefetch_row(rows[i + kRowAhead]);
     const float* g = grad_sums + i * d;

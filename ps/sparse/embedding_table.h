@@ -58,8 +58,12 @@ class EmbeddingTable {
   // it would be created with when min_count <= 1, else as zeros (not admitted yet).
   void lookup(const uint64_t* ids, size_t n, float* out) const;
 
-  // The rows and sightings applying these unique IDs would add (for the memory bound).
-  void count_new(const uint64_t* ids, size_t n, size_t* rows, size_t* sightings) const;
+  // rows[i]: the row of ids[i], or IdIndex::kAbsent. A step's are found once, for count_new and
+  // apply (each a pass over an index larger than the cache: bench/ctr.py).
+  void find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const;
+  // The rows and sightings applying these unique IDs would add (for the memory bound); found:
+  // find_rows' answer for them.
+  void count_new(const uint64_t* ids, const uint32_t* found, size_t n, size_t* rows, size_t* sightings) const;
   // The bytes the table would hold after adding that many rows and sightings (an estimate for
   // the maps: docs/sparse.md, "Memory").
   size_t bytes_with(size_t rows, size_t sightings) const;
@@ -69,7 +73,9 @@ class EmbeddingTable {
   // an ID without one is sighted, and admitted (its row created from the initialiser) at its
   // min_count-th sighting: with min_count <= 1 the gradient is then applied to the new row,
   // else it is dropped (it was computed while the ID read as zeros).
-  void apply(uint64_t step, const uint64_t* ids, size_t n, const float* grad_sums, float grad_scale, double lr);
+  // rows: find_rows' answer for ids, with nothing applied to the table since.
+  void apply(uint64_t step, const uint64_t* ids, const uint32_t* rows, size_t n, const float* grad_sums,
+             float grad_scale, double lr);
   // The end of step `step`: every ceil(expiry_steps / 4) steps, rows and sightings unused for
   // expiry_steps steps or more are dropped.
   void expire(uint64_t step);
@@ -100,8 +106,6 @@ class EmbeddingTable {
     uint32_t count = 0;
     uint64_t last_seen = 0;
   };
-  // rows[i]: the row of ids[i], or IdIndex::kAbsent.
-  void find_rows(const uint64_t* ids, size_t n, std::vector<uint32_t>* rows) const;
   void prefetch_row(uint32_t row) const;
   uint32_t create_row(uint64_t id, uint64_t step);
   void update_row(uint32_t row, uint64_t step, const float* grad_sum, float grad_scale, double lr);
@@ -114,7 +118,7 @@ class EmbeddingTable {
   IdIndex index_;                                      // ID -> row of arena_
   std::unordered_map<uint64_t, Sighting> sightings_;   // IDs not admitted yet (min_count > 1)
   uint64_t admissions_ = 0, evictions_ = 0;
-  mutable std::vector<uint32_t> found_;  // find_rows' result for lookup and apply, reused
+  mutable std::vector<uint32_t> found_;  // find_rows' result for lookup, reused
 };
 
 }  // namespace pstrain

@@ -17,9 +17,14 @@ struct ShardTables::Merged {
   EmbeddingTable* table = nullptr;
   std::vector<uint64_t> ids;
   std::vector<float> sums;  // ids.size() * dim
+  std::vector<uint32_t> rows;  // the table's row of each ID before the step (find_rows)
 };
 
 namespace {
+
+// Loops over a message's IDs fetch the map slot of the ID kSlotAhead on, so that the cache misses
+// of a map larger than the cache overlap (as EmbeddingTable's loops do).
+constexpr size_t kSlotAhead = 16;
 
 std::string mib(size_t bytes) {
   std::ostringstream os;
@@ -75,14 +80,28 @@ bool ShardTables::check_ids(const EmbeddingTable& t, const uint64_t* ids, size_t
     }
     return true;
   }
-  IdIndex seen;  // this message's own: sized by it, gone with it (no memory held between messages)
-  seen.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (seen.find_or_insert(ids[i], 0) == IdIndex::kAbsent) continue;
-    *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
-    return false;
+  IdIndex& seen = scratch(n);
+  size_t i = 0;
+  for (; i < n; ++i) {
+    if (i + kSlotAhead < n) seen.prefetch(ids[i + kSlotAhead]);
+    if (seen.find_or_insert(ids[i], 0) != IdIndex::kAbsent) break;
   }
-  return true;
+  trim_scratch();
+  if (i == n) return true;
+  *error = where + "ID " + std::to_string(ids[i]) + " appears twice (IDs must be unique)";
+  return false;
+}
+
+// One map for the checks and the merge, its slots kept from message to message (a fresh map's
+// allocation and zeroing per message was a sixth of their time, bench/ctr.py) but at most
+// kScratchKeepBytes of them: the slots a message of many IDs needed are freed after it.
+IdIndex& ShardTables::scratch(size_t n) const {
+  scratch_.clear(n);
+  return scratch_;
+}
+
+void ShardTables::trim_scratch() const {
+  if (scratch_.bytes() > kScratchKeepBytes) scratch_ = IdIndex();
 }
 
 bool ShardTables::pull(uint32_t table, const uint64_t* ids, size_t n, float* out, std::string* error) const {
@@ -173,12 +192,12 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     if (pushed == 0) continue;
     m.ids.reserve(pushed);
     m.sums.reserve(pushed * d);
-    IdIndex at;  // ID -> its place in m.ids (the step's own, gone with it)
-    at.reserve(pushed);
+    IdIndex& at = scratch(pushed);  // ID -> its place in m.ids
     for (const auto& pushes : by_worker) {
       for (const TablePush& p : pushes) {
         if (p.table != id) continue;
         for (size_t i = 0; i < p.count; ++i) {
+          if (i + kSlotAhead < p.count) at.prefetch(p.ids[i + kSlotAhead]);
           const float* g = p.grads + i * d;
           const uint32_t place = at.find_or_insert(p.ids[i], static_cast<uint32_t>(m.ids.size()));
           if (place == IdIndex::kAbsent) {
@@ -192,6 +211,7 @@ std::vector<ShardTables::Merged> ShardTables::merge(const std::vector<std::vecto
     }
     merged.push_back(std::move(m));
   }
+  trim_scratch();
   return merged;
 }
 
@@ -202,7 +222,7 @@ bool ShardTables::check_memory(const std::vector<Merged>& merged, uint64_t step,
     // Without a bound, the new rows need counting only near the row numbers' end.
     if (options_.max_bytes == 0 && held + m.ids.size() < size_t{UINT32_MAX}) continue;
     size_t rows = 0, sightings = 0;
-    m.table->count_new(m.ids.data(), m.ids.size(), &rows, &sightings);
+    m.table->count_new(m.ids.data(), m.rows.data(), m.ids.size(), &rows, &sightings);
     if (held + rows >= size_t{UINT32_MAX}) {
       *error = "embedding table '" + m.table->options().name + "': more than 2^32 - 1 rows on one shard";
       return false;
@@ -227,10 +247,11 @@ bool ShardTables::apply_checked_step(const SparseStep& step, const std::vector<s
                                      std::string* error) {
   error->clear();
   if (!check_step(step, error)) return false;
-  const std::vector<Merged> merged = merge(by_worker);
+  std::vector<Merged> merged = merge(by_worker);
+  for (Merged& m : merged) m.table->find_rows(m.ids.data(), m.ids.size(), &m.rows);
   if (!check_memory(merged, step.step, error)) return false;
   for (const Merged& m : merged) {
-    m.table->apply(step.step, m.ids.data(), m.ids.size(), m.sums.data(), step.grad_scale, step.lr);
+    m.table->apply(step.step, m.ids.data(), m.rows.data(), m.ids.size(), m.sums.data(), step.grad_scale, step.lr);
   }
   for (auto& [id, t] : tables_) t->expire(step.step);
   applied_ = true;

@@ -82,7 +82,13 @@ class ShardTables {
   std::vector<Merged> merge(const std::vector<std::vector<TablePush>>& by_worker) const;
   bool check_memory(const std::vector<Merged>& merged, uint64_t step, std::string* error) const;
 
+  // An empty map with room for n IDs: the checks' and the merge's (a message's or a step's own).
+  IdIndex& scratch(size_t n) const;
+  void trim_scratch() const;  // frees the scratch map's slots when over kScratchKeepBytes
+  static constexpr size_t kScratchKeepBytes = size_t{4} << 20;
+
   const SparseShardOptions options_;
+  mutable IdIndex scratch_;
   std::map<uint32_t, std::unique_ptr<EmbeddingTable>> tables_;  // by id: a fixed order
   bool applied_ = false;
   uint64_t last_step_ = 0;

@@ -33,6 +33,10 @@ class ClickTargets final : public Dataset {
   void read_ids(const size_t* records, size_t count, IdLists* out) const override {
     data_->read_ids(records, count, out);
   }
+  void read_with_ids(const size_t* records, size_t count, float* features, int32_t* labels,
+                     IdLists* out) const override {
+    data_->read_with_ids(records, count, features, labels, out);
+  }
 
  private:
   std::unique_ptr<Dataset> data_;

@@ -121,7 +121,11 @@ class Prefetcher::Impl {
     batch.x.resize(size * data_.feature_dim());
     batch.y.resize(size);
     sampler_.micro_records(epoch, step, micro, records_.data());
-    data_.read(records_.data(), size, batch.x.data(), batch.y.data());
+    if (data_.id_fields() > 0) {
+      data_.read_with_ids(records_.data(), size, batch.x.data(), batch.y.data(), &batch.ids);
+    } else {
+      data_.read(records_.data(), size, batch.x.data(), batch.y.data());
+    }
     batch.records.assign(records_.begin(), records_.begin() + size);
     augment_batch(augment_, shape_, epoch, batch.records.data(), size, batch.x.data(), &augment_scratch_);
     if (data_.target_width() > 0) {
@@ -132,7 +136,6 @@ class Prefetcher::Impl {
         data_.read_targets(records_.data(), size, batch.t.data());
       }
     }
-    if (data_.id_fields() > 0) data_.read_ids(records_.data(), size, &batch.ids);
   }
 
   void publish(Batch&& batch) {

@@ -37,9 +37,11 @@ EmbeddingInput::EmbeddingInput(const EmbeddingInputOptions& options) : options_(
   has_rows_.assign(shards, false);
 }
 
-uint32_t EmbeddingInput::find_or_add(uint64_t key, uint32_t table) {
+uint32_t EmbeddingInput::find_or_add(const TableId& key_in_table) {
+  const uint64_t key = key_in_table.id;
+  const uint32_t table = key_in_table.table;
   const auto next = static_cast<uint32_t>(slots_.size());
-  const uint32_t slot = slot_of_key_.find_or_insert(TableId{key, table}, next);
+  const uint32_t slot = slot_of_key_.find_or_insert(key_in_table, next);
   if (slot != IdMap<TableId>::kAbsent) return slot;
   const auto shard = static_cast<uint32_t>(shard_of(key, options_.num_ps));
   std::vector<uint64_t>& staged = staged_[shard * tables() + table];
@@ -77,20 +79,27 @@ void EmbeddingInput::prepare(const uint64_t* raw_ids, const uint32_t* counts, si
     first_of_.resize(cells + 1);
     cell_of_.resize(n);
   }
-  // One loop (one call of find_or_add, which the compiler then inlines) for both kinds of batch;
-  // with one ID per field occurrence i is cell i.
+  // First every occurrence's key (a sequential pass), then the lookups, each fetching the map's
+  // slot of the key kSlotAhead occurrences on: a batch's map outgrows the L2 cache, and the
+  // lookups' misses overlap instead of each stalling (bench/ctr.py: about half of prepare()'s
+  // time). The order of the lookups, hence of the slots, is the same.
+  keys_.resize(n);
   size_t i = 0;
   for (size_t c = 0, f = 0; c < cells; ++c, f = f + 1 == fields ? 0 : f + 1) {  // f = c % fields
     const size_t end = i + (lists_ ? counts[c] : 1);
     if (lists_) first_of_[c] = static_cast<uint32_t>(i);
     for (; i < end; ++i) {
       const uint64_t raw = raw_ids[i];
-      const uint64_t key = options_.per_field_tables ? raw : mix_id(raw ^ field_salt_[f]);
-      const uint32_t slot = find_or_add(key, table_of(f));
-      slot_of_[i] = slot;
+      keys_[i] = TableId{options_.per_field_tables ? raw : mix_id(raw ^ field_salt_[f]), table_of(f)};
       if (lists_) cell_of_[i] = static_cast<uint32_t>(c);
-      occurrences_[slots_[slot].shard].push_back(static_cast<uint32_t>(i));
     }
+  }
+  constexpr size_t kSlotAhead = 16;
+  for (size_t k = 0; k < n; ++k) {
+    if (k + kSlotAhead < n) slot_of_key_.prefetch(keys_[k + kSlotAhead]);
+    const uint32_t slot = find_or_add(keys_[k]);
+    slot_of_[k] = slot;
+    occurrences_[slots_[slot].shard].push_back(static_cast<uint32_t>(k));
   }
   if (lists_) first_of_[cells] = static_cast<uint32_t>(i);
   make_pulls();

@@ -91,7 +91,7 @@ class EmbeddingInput {
     return options_.per_field_tables ? static_cast<uint32_t>(field) : 0;
   }
   size_t tables() const { return options_.per_field_tables ? options_.fields : 1; }
-  uint32_t find_or_add(uint64_t key, uint32_t table);
+  uint32_t find_or_add(const TableId& key);
   // pull_ from the staged keys (a section per table with keys, per shard), the slots' sections.
   void make_pulls();
   const float* row(uint32_t slot) const;
@@ -101,6 +101,7 @@ class EmbeddingInput {
   EmbeddingInputOptions options_;
   size_t batch_ = 0;
   std::vector<uint32_t> slot_of_;  // per occurrence (record, field, ID): its key's slot
+  std::vector<TableId> keys_;      // per occurrence: its key (prepare()'s scratch)
   // With a field of several IDs in the batch (lists_): per (record, field) its first occurrence
   // (batch x fields + 1 entries), and per occurrence its (record, field). Without, occurrence i
   // is (record, field) i.
