@@ -1,4 +1,4 @@
-// A PS shard's part of checkpoints (docs/checkpoints.md; the chief's is worker/checkpoints.h):
+// A PS shard's part of checkpoints (docs/checkpoints.md; the chief's is worker/train/checkpoints.h):
 // the chief marks in its pushes the version to checkpoint and the version the job stops after;
 // the shard writes its store's part once the store is at the marked version, and marks that
 // version's PARAMS with the write's time and the stop. With --resume the store starts from the

@@ -1,4 +1,4 @@
-#include "worker/auc.h"
+#include "worker/report/auc.h"
 
 #include <gtest/gtest.h>
 

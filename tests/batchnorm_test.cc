@@ -1,4 +1,4 @@
-// The batchnorm layer (worker/layers.cc) on the CPU backend: training's forward and backward
+// The batchnorm layer (worker/model/layers.cc) on the CPU backend: training's forward and backward
 // against the plain definition after a conv (per channel over N x H x W) and after a dense layer
 // (per feature over N), PyTorch's running statistics, evaluation with them, the same bits for any
 // --threads and with --recompute, and the parser's errors. Finite differences of a whole model:
@@ -13,9 +13,9 @@
 #include "shared/util/error.h"
 #include "test_util/network.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
-#include "worker/layers.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/model/layers.h"
+#include "worker/model/model.h"
 
 namespace pstrain {
 namespace {

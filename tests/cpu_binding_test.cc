@@ -1,7 +1,7 @@
-// worker/cpu_binding.h: --bind-cpu puts the calling thread, and the threads it starts afterwards,
+// worker/backend/cpu_binding.h: --bind-cpu puts the calling thread, and the threads it starts afterwards,
 // on one CPU; a CPU the process may not use is refused with the ones it may. And through a
 // worker: such a --bind-cpu is a usage error before the worker does anything else.
-#include "worker/cpu_binding.h"
+#include "worker/backend/cpu_binding.h"
 
 #include <gtest/gtest.h>
 #include <pthread.h>

@@ -13,7 +13,7 @@
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/cpu/cpu_gemm.h"
 
 namespace pstrain {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "test_util/random.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace pstrain {
 namespace {

@@ -17,9 +17,9 @@
 #include "test_util/ctr_data.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
-#include "worker/auc.h"
 #include "worker/data/npy_format.h"
-#include "worker/progress.h"
+#include "worker/report/auc.h"
+#include "worker/report/progress.h"
 
 namespace pstrain::test {
 namespace {

@@ -20,8 +20,8 @@
 
 #include "shared/util/error.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/model/model.h"
 #ifdef PSTRAIN_HAVE_CUDA
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/pinned.h"
@@ -446,7 +446,7 @@ TEST_F(CudaMlpTest, GradientsMatchTheCpuMlp) {
   }
 }
 
-// --- The layer operations of convolutional models (worker/layers.h) ------------------------
+// --- The layer operations of convolutional models (worker/model/layers.h) ------------------------
 
 // Copies and comparisons: bit-identical; sums in the CPU's order, FMA contraction apart.
 TEST_F(CudaBackendTest, ConvolutionAndPoolingOpsMatchCpu) {
@@ -616,7 +616,7 @@ TEST_F(CudaBackendTest, DotInteractionMatchesCpu) {
 }
 
 // The losses of float targets (--loss bce | mse | huber): the same element formulas
-// (worker/loss_math.h) on both, per-row losses in double summed in row order, so the sums agree to
+// (worker/backend/loss_math.h) on both, per-row losses in double summed in row order, so the sums agree to
 // exp/log1p's last bits; gradients within an ulp or two (expf). Rows past a block, K = 1 and K =
 // 7, logits large enough that bce's exp would overflow unshifted, Huber errors on both sides of
 // delta.

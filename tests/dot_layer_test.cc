@@ -13,9 +13,9 @@
 #include "shared/util/error.h"
 #include "test_util/network.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
-#include "worker/layers.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/model/layers.h"
+#include "worker/model/model.h"
 
 namespace pstrain {
 namespace {

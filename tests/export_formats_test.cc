@@ -1,7 +1,7 @@
-// pstrain-export's standard formats (worker/export_formats.h): the safetensors file and the .npz
+// pstrain-export's standard formats (worker/export/export_formats.h): the safetensors file and the .npz
 // of arrays read back byte for byte by readers written here from the formats' documents, the
 // tables' arrays merged from every shard's file, and the feature transform in model.json.
-#include "worker/export_formats.h"
+#include "worker/export/export_formats.h"
 
 #include <gtest/gtest.h>
 #include <zlib.h>

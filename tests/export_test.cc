@@ -12,11 +12,11 @@
 
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
-#include "worker/data/npy_format.h"
-#include "worker/model_file.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
+#include "worker/data/npy_format.h"
+#include "worker/model/model_file.h"
 
 namespace pstrain::test {
 namespace {

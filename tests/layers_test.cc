@@ -1,4 +1,4 @@
-// The layer list (worker/layers.h, worker/model.h) on the CPU backend: the parser's errors, each
+// The layer list (worker/model/layers.h, worker/model/model.h) on the CPU backend: the parser's errors, each
 // layer operation against a plain reference implementation, a model of every layer kind against
 // central finite differences, and --recompute (same parameters, less memory). The CUDA backend is
 // checked against these CPU operations in cuda_backend_test.cc.
@@ -14,9 +14,9 @@
 #include "shared/util/error.h"
 #include "test_util/network.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
-#include "worker/layers.h"
-#include "worker/model.h"
+#include "worker/backend/backend.h"
+#include "worker/model/layers.h"
+#include "worker/model/model.h"
 
 namespace pstrain {
 namespace {

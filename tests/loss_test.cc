@@ -1,4 +1,4 @@
-// The losses of float targets (--loss bce | mse | huber: worker/loss_math.h, Backend::target_loss)
+// The losses of float targets (--loss bce | mse | huber: worker/backend/loss_math.h, Backend::target_loss)
 // on the CPU backend: each against its plain definition (value and gradient), PyTorch's reduction
 // ('mean' over the K outputs of a sample, summed over the batch), Huber on both sides of delta,
 // bce finite for large |logits|, and a small model's backward pass against finite differences.
@@ -13,18 +13,18 @@
 #include <vector>
 
 #include "shared/checkpoint/job_fingerprint.h"
-#include "worker/data/records.h"
 #include "shared/config/options.h"
 #include "shared/config/part_options.h"
 #include "shared/util/error.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/data/npy_dataset.h"
 #include "worker/data/npy_format.h"
-#include "worker/model.h"
-#include "worker/target_metrics.h"
+#include "worker/data/records.h"
+#include "worker/model/model.h"
+#include "worker/report/target_metrics.h"
 
 namespace pstrain {
 namespace {

@@ -1,4 +1,4 @@
-// --batch-size auto's arithmetic (worker/memory_plan.h): the micro-batch it picks is the largest
+// --batch-size auto's arithmetic (worker/model/memory_plan.h): the micro-batch it picks is the largest
 // whose plan fits the limit, and its micro-batches add up to the worker's share of the global
 // batch. (The whole-job check, on the CPU, is MirroredBatchTest.AutoBatchKeepsTheGlobalBatch.)
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <string>
 
 #include "shared/util/error.h"
-#include "worker/memory_plan.h"
+#include "worker/model/memory_plan.h"
 
 namespace pstrain {
 namespace {

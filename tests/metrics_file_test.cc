@@ -1,4 +1,4 @@
-// The chief's metrics file (worker/metrics_file.h, docs/operations.md "Metrics file"): a real
+// The chief's metrics file (worker/report/metrics_file.h, docs/operations.md "Metrics file"): a real
 // 3-worker job writes one JSON object per progress line, per epoch's evaluation and for the
 // summary, whose figures are the ones those log lines print (here rounded as they are); a
 // 2-shard job's records hold each shard's apply time and socket bytes, near what its slice

@@ -15,7 +15,7 @@
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/cuda/nccl_collective.h"
 
 namespace pstrain::test {

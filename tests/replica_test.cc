@@ -1,4 +1,4 @@
-#include "worker/replica.h"
+#include "worker/backend/replica.h"
 
 #include <gtest/gtest.h>
 

@@ -16,15 +16,15 @@
 
 #include "shared/util/error.h"
 #include "test_util/idx_writer.h"
+#include "test_util/network.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
-#include "test_util/network.h"
 #include "test_util/random.h"
-#include "worker/backend.h"
-#include "worker/layers.h"
-#include "worker/model.h"
-#include "worker/model_file.h"
-#include "worker/param_files.h"
+#include "worker/backend/backend.h"
+#include "worker/model/layers.h"
+#include "worker/model/model.h"
+#include "worker/model/model_file.h"
+#include "worker/model/param_files.h"
 
 namespace pstrain {
 namespace {

@@ -22,16 +22,16 @@
 #include "shared/config/feature_schema.h"
 #include "shared/train/sparse_ids.h"
 #include "shared/util/error.h"
-#include "test_util/files.h"
 #include "test_util/errors.h"
+#include "test_util/files.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
-#include "worker/auc.h"
 #include "worker/data/criteo.h"
 #include "worker/data/criteo_dataset.h"
 #include "worker/data/ctr_cache.h"
 #include "worker/data/open.h"
 #include "worker/data/schema_dataset.h"
+#include "worker/report/auc.h"
 
 namespace pstrain {
 namespace {

@@ -1,10 +1,10 @@
-// StepStats' straggler rule (worker/progress.h): one worker the slowest in most steps, by a share
+// StepStats' straggler rule (worker/report/progress.h): one worker the slowest in most steps, by a share
 // of the mean and by an absolute gap.
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "worker/progress.h"
+#include "worker/report/progress.h"
 
 namespace pstrain {
 namespace {

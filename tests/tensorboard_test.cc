@@ -1,9 +1,9 @@
-// TensorBoard event files (worker/tensorboard.h, docs/operations.md "TensorBoard"), read back by
+// TensorBoard event files (worker/report/tensorboard.h, docs/operations.md "TensorBoard"), read back by
 // a reader written here from the formats' specifications (TFRecord framing with both masked
 // CRC-32Cs checked; protobuf Event, Summary and Value decoded field by field): the encoding's
 // exact bytes, each metrics record's scalars, a file a corrupted or cut byte makes unreadable;
 // and a real 2-shard job whose every scalar is the figure of its metrics.jsonl, at the same step.
-#include "worker/tensorboard.h"
+#include "worker/report/tensorboard.h"
 
 #include <gtest/gtest.h>
 
@@ -352,7 +352,7 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
 }
 
 // The tag docs/operations.md gives a metrics record's figure (written here apart from
-// worker/tensorboard.cc, so that the test checks the documented names); `shard`: of the record's
+// worker/report/tensorboard.cc, so that the test checks the documented names); `shard`: of the record's
 // "ps" object, "ps0".
 std::string documented_tag(const std::string& kind, const std::string& key, bool in_breakdown,
                            const std::string& shard = "") {

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "test_util/random.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/cpu/thread_pool.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace pstrain {
 namespace {

@@ -10,8 +10,9 @@
 #include "worker/collective/ring_wire.h"
 #include "worker/collective/shm_allreduce.h"
 #include "worker/cuda/nccl_collective.h"
+#include "worker/exchange/push_jitter.h"
 #include "worker/options_from_job.h"
-#include "worker/push_jitter.h"
+#include "worker/ps_link/ps_exchange.h"
 
 namespace pstrain {
 namespace {

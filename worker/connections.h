@@ -1,6 +1,6 @@
 // What a worker process connects to, made from the job's flags: ZeroMQ's context, CURVE (the
 // job's key and the ZAP handler that checks peers), the PS shards' endpoint and the ring's
-// rendezvous; and the exchange (worker/exchange.h) of the job's mode over them: the PS (sync,
+// rendezvous; and the exchange (worker/exchange/exchange.h) of the job's mode over them: the PS (sync,
 // async, ssp), the all-reduce (ring, shared memory or NCCL), or hybrid, with --inject-faults and
 // --push-jitter-ms. One place for it, used by pstrain-worker (worker/main.cc) and the Python
 // package (worker/python/), so that a Python worker joins a job exactly as the binary does.
@@ -16,8 +16,8 @@
 #include "shared/net/curve.h"
 #include "shared/net/fault_endpoint.h"
 #include "shared/net/transport.h"
-#include "worker/exchange.h"
-#include "worker/replica.h"
+#include "worker/backend/replica.h"
+#include "worker/exchange/exchange.h"
 
 namespace pstrain {
 

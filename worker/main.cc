@@ -7,19 +7,19 @@
 #include "shared/config/cluster_env.h"
 #include "shared/config/job_topology.h"
 #include "shared/config/part_options.h"
+#include "shared/net/shared_memory.h"
+#include "shared/net/zmq_util.h"
 #include "shared/util/dir_lock.h"
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
-#include "shared/net/shared_memory.h"
-#include "shared/net/zmq_util.h"
 #include "shared/util/run_main.h"
-#include "worker/cpu/cpu_gemm.h"
 #include "worker/connections.h"
-#include "worker/evaluation.h"
-#include "worker/layers.h"
+#include "worker/cpu/cpu_gemm.h"
+#include "worker/model/layers.h"
 #include "worker/options_from_job.h"
-#include "worker/stop_request.h"
-#include "worker/trainer.h"
+#include "worker/train/evaluation.h"
+#include "worker/train/stop_request.h"
+#include "worker/train/trainer.h"
 
 namespace {
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
     pstrain::keep_message_memory();
     // Every worker removes the names of its shared-memory segments before SIGTERM, SIGINT or
     // SIGHUP ends it (a worker stopped before its PS mapped them leaves nothing in /dev/shm); the
-    // chief of a checkpointing job takes SIGTERM as a stop request (worker/stop_request.h).
+    // chief of a checkpointing job takes SIGTERM as a stop request (worker/train/stop_request.h).
     pstrain::remove_segments_on_termination();
     const std::atomic<bool>* stop_requested = nullptr;
     if (!o.checkpoint_dir.empty() && o.index == 0) stop_requested = pstrain::take_sigterm_as_stop_request();

@@ -3,14 +3,14 @@
 #pragma once
 
 #include "shared/config/options.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 #include "worker/data/open.h"
-#include "worker/evaluation.h"
-#include "worker/exchange.h"
-#include "worker/prediction.h"
-#include "worker/progress.h"
-#include "worker/ps_client_options.h"
-#include "worker/trainer.h"
+#include "worker/exchange/exchange.h"
+#include "worker/exchange/ps_client_options.h"
+#include "worker/report/progress.h"
+#include "worker/train/evaluation.h"
+#include "worker/train/prediction.h"
+#include "worker/train/trainer.h"
 
 namespace pstrain {
 

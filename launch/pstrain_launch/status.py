@@ -151,7 +151,7 @@ def epoch_text(record):
     return f"epoch {record.get('epoch')}{' (partial)' if record.get('partial') else ''}: {figures}"
 
 
-# The chief's line giving the job's length (worker/trainer.cc).
+# The chief's line giving the job's length (worker/train/trainer.cc).
 TOTAL_STEPS = re.compile(r"\btraining ([0-9]+) steps")
 
 

@@ -2,7 +2,7 @@
 // side speaks, whether the job is hybrid, where its tables and checkpoints live, and every choice
 // of the flags as an enum. The converters (ps/options_from_job.h, worker/options_from_job.h,
 // shared/config/part_options.h) read it instead of deriving these again, and the binaries print
-// it (--check-config --json) for launch.sh, which needs the same answers (docs/config.md).
+// it (--check-config --json) for launch.sh, which needs the same answers (docs/operations.md, "The resolved job").
 #pragma once
 
 #include <string>
@@ -49,7 +49,7 @@ JobChoices parse_job_choices(const JobOptions& o);
 JobTopology job_topology(const JobOptions& o);
 
 
-// --check-config --json: one JSON object of the resolved job (keys in docs/config.md), no newline.
+// --check-config --json: one JSON object of the resolved job (keys in docs/operations.md, "The resolved job"), no newline.
 std::string job_json(const JobOptions& o, const JobTopology& t);
 
 }  // namespace pstrain

@@ -1,7 +1,7 @@
 #include "test_util/network.h"
 
 #include "shared/util/error.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 namespace pstrain::test {
 

@@ -6,12 +6,12 @@
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/loss_math.h"
 #include "worker/cpu/cpu_conv.h"
 #include "worker/cpu/cpu_gemm.h"
 #include "worker/cpu/cpu_pool.h"
 #include "worker/cpu/thread_pool.h"
-#include "worker/loss_math.h"
 
 namespace pstrain {
 namespace {

@@ -30,7 +30,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace pstrain {
 

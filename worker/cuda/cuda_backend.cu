@@ -17,13 +17,13 @@
 
 #include "shared/util/error.h"
 #include "shared/util/log.h"
-#include "worker/backend.h"
-#include "worker/cuda/pinned.h"
+#include "worker/backend/backend.h"
 #include "worker/cuda/cuda_check.h"
 #include "worker/cuda/cuda_info.h"
 #include "worker/cuda/kernels.cuh"
 #include "worker/cuda/layer_kernels.cuh"
 #include "worker/cuda/loss_kernels.cuh"
+#include "worker/cuda/pinned.h"
 
 namespace pstrain {
 namespace {

@@ -1,5 +1,5 @@
 // What the trainer reports about a GPU. Plain C++ (no CUDA headers), so any translation unit can
-// include it; in a build without CUDA worker/cuda_stub.cc returns zeros and "".
+// include it; in a build without CUDA worker/cuda/stubs/cuda_stub.cc returns zeros and "".
 #pragma once
 
 #include <cstddef>

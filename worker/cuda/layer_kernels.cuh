@@ -1,4 +1,4 @@
-// Launchers of the CUDA kernels of the layer operations (worker/backend.h; the kernels are
+// Launchers of the CUDA kernels of the layer operations (worker/backend/backend.h; the kernels are
 // file-local in layer_kernels.cu). Each computes what the CPU backend's op of the same name
 // computes (worker/cpu/cpu_backend.cc), in the same order where sums are involved, enqueues on
 // `stream`, checks the launch and returns without synchronising. Pointers are device memory
@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
 
 namespace pstrain {
 namespace kernels {

@@ -1,7 +1,7 @@
 #include "worker/cuda/loss_kernels.cuh"
 
+#include "worker/backend/loss_math.h"
 #include "worker/cuda/cuda_check.h"
-#include "worker/loss_math.h"
 
 namespace pstrain {
 namespace kernels {

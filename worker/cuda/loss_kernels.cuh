@@ -1,6 +1,6 @@
 // Launchers of the CUDA backend's kernels for the losses of float targets (--loss bce | mse |
 // huber; the kernels are file-local in loss_kernels.cu). Each computes what the CPU backend's
-// target_loss computes, from worker/loss_math.h's definitions, enqueues on `stream`, checks the
+// target_loss computes, from worker/backend/loss_math.h's definitions, enqueues on `stream`, checks the
 // launch and returns without synchronising. All pointers are device memory.
 #pragma once
 

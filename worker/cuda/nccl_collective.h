@@ -6,7 +6,7 @@
 // the others fail with an Error naming the timeout instead of hanging inside NCCL.
 //
 // Plain C++ header: the implementation is in nccl_collective.cc (NCCL builds) or in
-// worker/nccl_stub.cc (builds without CUDA or NCCL, where it throws).
+// worker/cuda/stubs/nccl_stub.cc (builds without CUDA or NCCL, where it throws).
 #pragma once
 
 #include <memory>
@@ -24,7 +24,7 @@ namespace pstrain {
 std::unique_ptr<Collective> make_nccl_collective(std::unique_ptr<Collective> bootstrap, int device,
                                                  double timeout_s);
 
-// Whether this build has NCCL (false in worker/nccl_stub.cc, whose make_nccl_collective throws).
+// Whether this build has NCCL (false in worker/cuda/stubs/nccl_stub.cc, whose make_nccl_collective throws).
 bool nccl_available();
 
 }  // namespace pstrain

@@ -23,7 +23,7 @@
 #include "shared/train/layout.h"
 #include "shared/util/clock.h"
 #include "shared/wire/protocol.h"
-#include "worker/ps_client_options.h"
+#include "worker/exchange/ps_client_options.h"
 
 namespace pstrain {
 

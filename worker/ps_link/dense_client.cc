@@ -6,6 +6,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "shared/util/clock.h"
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 
@@ -30,9 +31,6 @@ std::string wall_time_of(Clock::time_point then) {
   return text;
 }
 
-uint64_t micros(Clock::duration d) {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
-}
 
 Clock::duration seconds(double s) {
   return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));

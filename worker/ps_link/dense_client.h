@@ -13,8 +13,8 @@
 
 #include "shared/train/clip_norm.h"
 #include "shared/train/layout.h"
+#include "worker/exchange/step_metrics.h"
 #include "worker/ps_link/channel.h"
-#include "worker/step_metrics.h"
 
 namespace pstrain {
 

@@ -19,11 +19,11 @@
 #include "shared/net/zmq_util.h"
 #include "shared/util/error.h"
 #include "shared/util/modes.h"
-#include "worker/backend.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/replica.h"
 #include "worker/connections.h"
-#include "worker/exchange.h"
+#include "worker/exchange/exchange.h"
 #include "worker/python/script_steps.h"
-#include "worker/replica.h"
 #include "worker/sparse/ctr_input.h"
 #include "worker/sparse/embedding_setup.h"
 
@@ -217,7 +217,7 @@ struct BatchIds {
 // gradient of the pooled rows pushed back, one summed row per unique ID (worker/sparse/ctr_input.h,
 // the C++ workers' CTR input without dense features). With prefetch(), the next step's rows are
 // asked for right after this step's push, at the next step's version, as the C++ trainer does
-// (worker/embedding_rows_input.cc): the shards answer once this step is applied (sync), so the
+// (worker/train/embedding_rows_input.cc): the shards answer once this step is applied (sync), so the
 // rows are those a pull at the next step would get, and they travel while the caller's dense
 // step completes.
 class Rows {

@@ -3,10 +3,10 @@
 #include <algorithm>
 
 #include "shared/util/log.h"
-#include "worker/metrics_file.h"
 #include "worker/options_from_job.h"
-#include "worker/stop_request.h"
-#include "worker/tensorboard.h"
+#include "worker/report/metrics_file.h"
+#include "worker/report/tensorboard.h"
+#include "worker/train/stop_request.h"
 
 namespace pstrain {
 

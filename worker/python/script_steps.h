@@ -1,10 +1,10 @@
 // What pstrain-worker's trainer does around each step that a worker whose model is a script's
 // (the Python package's, docs/python.md) needs too, through the same classes, so that a Python
 // job's checkpoints and metrics are the binary's:
-// * the chief's checkpoints through the PS shards (worker/checkpoints.h: which versions, the
+// * the chief's checkpoints through the PS shards (worker/train/checkpoints.h: which versions, the
 //   manifest with the job's fingerprint, pruning, --resume's check), the checkpoint directory's
-//   lock and SIGTERM as the request for a final checkpoint (worker/stop_request.h);
-// * the chief's progress lines, metrics file and TensorBoard records (worker/progress.h) from the
+//   lock and SIGTERM as the request for a final checkpoint (worker/train/stop_request.h);
+// * the chief's progress lines, metrics file and TensorBoard records (worker/report/progress.h) from the
 //   steps' figures: the loss and right answers each worker's script gives with its push.
 #pragma once
 
@@ -15,11 +15,11 @@
 #include "shared/config/options.h"
 #include "shared/train/layout.h"
 #include "shared/util/dir_lock.h"
-#include "worker/checkpoints.h"
-#include "worker/exchange.h"
-#include "worker/metrics_sink.h"
-#include "worker/progress.h"
-#include "worker/trainer.h"
+#include "worker/exchange/exchange.h"
+#include "worker/report/metrics_sink.h"
+#include "worker/report/progress.h"
+#include "worker/train/checkpoints.h"
+#include "worker/train/trainer.h"
 
 namespace pstrain {
 
