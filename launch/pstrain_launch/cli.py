@@ -164,9 +164,9 @@ class Settings:
                   if value is not None for a in (flag, str(value))]
         self.job = check.resolved_job(self.ps_bin, self.config, extra + counts, check.environment(self.launcher))
         self.mode = self.job_value("mode", "mode") or "sync"
-        self.num_ps = require_int("--num-ps", flags.num_ps or config_value("num-ps", self.config) or 1, 1)
+        self.num_ps = require_int("--num-ps", flags.num_ps or self.job_value("num_ps", "num-ps") or 1, 1)
         self.num_workers = require_int("--num-workers",
-                                       flags.num_workers or config_value("num-workers", self.config) or 1, 1)
+                                       flags.num_workers or self.job_value("num_workers", "num-workers") or 1, 1)
         if self.job is not None:
             self.hybrid = self.job["hybrid"]  # also where the tables come from --model "embedding D, ..."
         else:  # the binaries' rule (shared/config/job_topology.cc), on the flag and config key alone
@@ -192,8 +192,9 @@ class Settings:
         # unless the job says --insecure. Each binary's own default looks at its own addresses
         # only: a PS bound to 0.0.0.0 turns CURVE on, while the workers reaching it on this host
         # over ipc:// or 127.0.0.1 would not, and none could register. So every process gets --curve.
-        self.insecure = "--insecure" in extra or config_switch("insecure", self.config)
-        binds = job_flag(extra, "bind") or self.bind or config_value("bind", self.config) or ""
+        self.insecure = "--insecure" in extra or (self.job["insecure"] if self.job is not None
+                                                   else config_switch("insecure", self.config))
+        binds = job_flag(extra, "bind") or self.bind or self.job_value("bind", "bind") or ""
         self.curve = not self.insecure and not is_loopback(binds)
         self.security_flags = ["--curve"] if self.curve and "--curve" not in extra else []
         self.oversubscribe = flags.oversubscribe
@@ -237,10 +238,11 @@ class Settings:
         except placement.PlacementError as e:
             raise UsageError(str(e)) from e
         self.worker_batch = self._worker_batch(flags)
-        self.metrics_flag = job_flag(self.extra, "metrics-file") or config_value("metrics-file", self.config)
+        self.metrics_flag = self.job_value("metrics_file", "metrics-file")
         self.progress = self._progress(flags.progress)
         try:
-            own = job_flag(self.extra, "bind-cpu") is not None or config_value("bind-cpu", self.config) is not None
+            own = (self.job["bind_cpu"] >= 0 if self.job is not None
+                   else job_flag(self.extra, "bind-cpu") is not None or config_value("bind-cpu", self.config) is not None)
             self.worker_cpus = [] if own else placement.worker_cpus(
                 flags.cpu_bind, self.launcher == "local", self.num_workers, os.sched_getaffinity(0))
         except placement.PlacementError as e:
@@ -309,8 +311,8 @@ class Settings:
             raise UsageError("--worker-batch and batch= in the hostfile both set the workers' batches; give one")
         if text is None and not in_hostfile:
             return None
-        global_batch = job_flag(self.extra, "global-batch") or config_value("global-batch", self.config)
-        if global_batch not in (None, "0"):
+        global_batch = self.job_value("global_batch", "global-batch")
+        if global_batch not in (None, "0", 0):
             raise UsageError(f"{'--worker-batch' if text is not None else 'batch= in the hostfile'} and "
                              "--global-batch both set the batch; give one")
         try:
@@ -334,6 +336,8 @@ class Settings:
     def _default_share(self):
         """Samples per step of a worker on a host without batch=: batch-size x accum-steps (None:
         --batch-size auto)."""
+        if self.job is not None and "batch_size" in self.job:
+            return None if self.job["batch_auto"] else self.job["batch_size"] * self.job["accum_steps"]
         batch = job_flag(self.extra, "batch-size") or config_value("batch-size", self.config) or "64"
         if batch == "auto":
             return None
@@ -633,7 +637,7 @@ class Run:
         if "--start-timeout" in command or any(a.startswith("--start-timeout=") for a in command) or \
                 config_value("start-timeout", self.s.config) is not None:
             return command
-        timeout = float(job_flag(self.s.extra, "timeout") or config_value("timeout", self.s.config) or 60)
+        timeout = float(self.s.job_value("timeout_s", "timeout") or 60)
         return command + ["--start-timeout", f"{3 * timeout:g}"]
 
     def last_error(self, child):

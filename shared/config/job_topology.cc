@@ -98,6 +98,7 @@ std::string job_json(const JobOptions& o, const JobTopology& t) {
   j["device_index"] = c.device_index;
   // What launch.sh plans with besides the shape: the batches, the checkpoints, the addresses.
   j["worker_batches"] = worker_shares(o);
+  j["batch_size"] = o.batch_size;
   j["batch_auto"] = o.batch_auto;
   j["global_batch"] = o.global_batch;
   j["accum_steps"] = o.accum_steps;

@@ -3,11 +3,13 @@ check.resolved_job), not with its own reading of the config file: needs the buil
 (PSTRAIN_BUILD_DIR, else REPO/build); skipped without them."""
 
 import os
+import sys
 import tempfile
 import unittest
 from unittest import mock
 
-from pstrain_launch import check, cli
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
+from pstrain_launch import check, cli  # noqa: E402 (after the path to launch/)
 
 BUILD = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(cli.REPO, "build")
 PS_BIN = os.path.join(BUILD, "pstrain-ps")
@@ -55,6 +57,23 @@ class ResolvedJobTest(unittest.TestCase):
         self.assertEqual(s.mode, "sync")
         self.assertTrue(s.checkpointing)
         self.assertEqual(s.job["checkpoint_dir"], "/nonexistent/ck")
+
+    def test_counts_batches_and_addresses_come_from_the_binaries_answer(self):
+        # The binaries' answer is what the launcher plans with: a job whose resolved counts, batch,
+        # metrics file, bind address and CPU binding differ from the config file's words (as a
+        # binary's rules would make them) is planned by the answer, not by a reading of the keys.
+        cfg = self.config("num-workers = 3\nnum-ps = 1\nbatch-size = 8\nmetrics-file = from_config.jsonl\n")
+        real = check.resolved_job(PS_BIN, cfg, [], dict(os.environ))
+        answer = {**real, "num_workers": 2, "num_ps": 2, "batch_size": 16, "accum_steps": 2,
+                  "metrics_file": "answer.jsonl", "bind_cpu": 0, "insecure": True, "bind": "0.0.0.0"}
+        with mock.patch.object(check, "resolved_job", return_value=answer):
+            s = self.settings("--config", cfg, "--dry-run")
+        self.assertEqual((s.num_workers, s.num_ps), (2, 2))
+        self.assertEqual([p.name for p in s.procs], ["ps0", "ps1", "w0", "w1"])
+        self.assertEqual(s._default_share(), 32)
+        self.assertEqual(s.metrics_flag, "answer.jsonl")
+        self.assertEqual(s.worker_cpus, [])  # the job binds its own CPU: the launcher binds none
+        self.assertFalse(s.curve)  # --insecure in the answer
 
 
 if __name__ == "__main__":
