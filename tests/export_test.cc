@@ -14,6 +14,7 @@
 #include "shared/util/file_util.h"
 #include "worker/data/npy_format.h"
 #include "worker/model_file.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
