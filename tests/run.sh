@@ -69,13 +69,14 @@ sanitizer_build() {
   cmake --build "$dir" -j"$jobs" </dev/null >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log"; return 1; }
 }
 
-# The ten slowest tests of a stage's last run (ctest's own record of each test's time), so the
-# suite's time can be seen where it goes.
+# The ten slowest tests of a stage's last run (ctest's own record of each test's time: name, runs,
+# seconds), so the suite's time can be seen where it goes. A test with no run yet (skipped, or
+# not in this stage) shows its COST there, not a time: left out.
 print_slowest() {
   local costs=$1/Testing/Temporary/CTestCostData.txt
   [[ -f $costs ]] || return 0
   echo "tests: the slowest tests of $1:"
-  awk '/^---/ {exit} NF >= 3 {print $NF, $1}' "$costs" | sort -rn | head -n 10 |
+  awk '/^---/ {exit} NF >= 3 && $(NF - 1) > 0 {print $NF, $1}' "$costs" | sort -rn | head -n 10 |
     awk '{printf "tests:   %7.1f s  %s\n", $1, $2}'
 }
 
