@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "test_util/build_paths.h"
+
 namespace {
 
 std::string run(const std::string& command) {

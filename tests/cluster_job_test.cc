@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"
@@ -157,7 +158,7 @@ TEST_F(ClusterJobTest, MalformedTfConfigIsAUsageError) {
       {R"({"cluster": {"worker": ["127.0.0.1:1"]}, "task": {"type": "worker"}, "task": {}})",
        "TF_CONFIG: the key \"task\" appears twice in one object"}};
   int n = 0;
-  for (const char* binary : {PSTRAIN_WORKER_BIN, PSTRAIN_PS_BIN}) {
+  for (const std::string& binary : {PSTRAIN_WORKER_BIN, PSTRAIN_PS_BIN}) {
     for (const auto& [doc, message] : cases) {
       const std::string name = "bad" + std::to_string(n++);
       const ExitStatus status = wait_for(start(name, binary, {{"TF_CONFIG", doc}}), 30);
@@ -221,7 +222,7 @@ TEST_P(RankEnvJobTest, OneCommandForEveryRankMatchesFlags) {
   EXPECT_NE(w2.find("w2: role worker (" + source + "), index 2 of 3 (" + source + "), host "), std::string::npos) << w2;
   EXPECT_NE(w2.find("local rank 4 (" + source + ")"), std::string::npos) << w2;
   const std::string switched = GetParam() == "slurm" ? ps1 : w2;
-  EXPECT_NE(switched.find(GetParam() == "slurm" ? "running " PSTRAIN_PS_BIN : "running " PSTRAIN_WORKER_BIN),
+  EXPECT_NE(switched.find(GetParam() == "slurm" ? "running " + PSTRAIN_PS_BIN : "running " + PSTRAIN_WORKER_BIN),
             std::string::npos)
       << switched;
   EXPECT_LE(relative_difference(reference, load_saved_params(dir_ + "/params")), kTolerance);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 

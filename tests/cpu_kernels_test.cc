@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 #include "test_util/random.h"

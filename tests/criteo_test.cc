@@ -20,6 +20,7 @@
 #include "shared/config/data_files.h"
 #include "shared/config/options.h"
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/files.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "shared/util/file_util.h"
+#include "test_util/build_paths.h"
 #include "test_util/ctr_data.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"

@@ -21,6 +21,7 @@
 
 #include "ps/sparse/embedding_table.h"
 #include "shared/checkpoint/checkpoint.h"
+#include "test_util/build_paths.h"
 #include "test_util/ctr_data.h"
 #include "test_util/idx_writer.h"
 #include "test_util/launched.h"

@@ -10,6 +10,7 @@
 #include "shared/net/curve.h"
 #include "shared/util/error.h"
 #include "shared/wire/protocol.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

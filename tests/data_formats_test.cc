@@ -24,6 +24,7 @@
 #include "shared/util/error.h"
 #include "shared/config/options.h"
 #include "shared/util/splitmix.h"
+#include "test_util/build_paths.h"
 #include "test_util/files.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"

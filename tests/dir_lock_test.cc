@@ -16,6 +16,7 @@
 #include <string>
 
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "worker/data/npy_format.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

@@ -12,6 +12,7 @@
 
 #include "shared/util/error.h"
 #include "shared/util/file_util.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

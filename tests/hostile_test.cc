@@ -26,6 +26,7 @@
 #include "worker/data/npy_format.h"
 #include "shared/wire/protocol.h"
 #include "shared/net/shared_memory.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/process.h"

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/process.h"
 

@@ -13,6 +13,7 @@
 #include "ps/options_from_job.h"
 #include "shared/config/part_options.h"
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"  // TempDir
 #include "test_util/process.h"
 #include "worker/options_from_job.h"

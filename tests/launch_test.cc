@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"
 #include "test_util/launched.h"
@@ -665,7 +666,7 @@ TEST_F(LaunchTest, DryRunRefusesWhatTheBinariesRefuse) {
   auto [good, good_out] = dry_run("good", {"--num-workers", "2", "--transport", "tcp"}, {"--lr", "0.1"});
   EXPECT_TRUE(good.ok()) << good_out;
   EXPECT_NE(good_out.find("launch:   w1   on localhost"), std::string::npos) << good_out;
-  EXPECT_NE(good_out.find("\nw1: " PSTRAIN_WORKER_BIN " --config "), std::string::npos) << good_out;
+  EXPECT_NE(good_out.find("\nw1: " + PSTRAIN_WORKER_BIN + " --config "), std::string::npos) << good_out;
   EXPECT_NE(good_out.find("launch: checked ps0, w0, w1 with --check-config: pstrain-ps: configuration OK; "
                           "pstrain-worker: configuration OK"),
             std::string::npos)
@@ -678,7 +679,7 @@ TEST_F(LaunchTest, DryRunRefusesWhatTheBinariesRefuse) {
   EXPECT_NE(lr_out.find("\nw1: "), std::string::npos) << "the plan is printed too:\n" << lr_out;
   auto [unknown, unknown_out] = dry_run("unknown", {"--num-workers", "1"}, {"--frobnicate"});
   EXPECT_EQ(unknown.code, 2) << unknown_out;
-  EXPECT_NE(unknown_out.find(PSTRAIN_PS_BIN " refuses the command of ps0"), std::string::npos) << unknown_out;
+  EXPECT_NE(unknown_out.find(PSTRAIN_PS_BIN + " refuses the command of ps0"), std::string::npos) << unknown_out;
   EXPECT_NE(unknown_out.find("unrecognised option '--frobnicate'"), std::string::npos) << unknown_out;
   auto [config, config_out] = dry_run("config", {"--config", dir_ + "/bad.cfg", "--num-workers", "1"}, {});
   EXPECT_EQ(config.code, 2) << config_out;

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "test_util/build_paths.h"
 #include "test_util/errors.h"
 #include "test_util/idx_writer.h"
 #include "test_util/params.h"

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/idx_writer.h"
 #include "test_util/network.h"
 #include "test_util/params.h"

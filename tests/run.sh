@@ -6,6 +6,7 @@
 #             UndefinedBehaviorSanitizer
 #   tsan      the tests labelled threads (threads, processes, sockets), built with ThreadSanitizer
 #   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 30; ps_fuzz twice that)
+# The sanitizer builds run beside the main stage's tests (prebuild_sanitizers).
 #
 #   tests/run.sh                    all four stages (what CI runs)
 #   tests/run.sh -R Mirrored -V     arguments: only the main build's ctest, with them
@@ -69,17 +70,64 @@ sanitizer_build() {
   cmake --build "$dir" -j"$jobs" </dev/null >"$dir/build.log" 2>&1 || { tail -n 40 "$dir/build.log"; return 1; }
 }
 
-# The ten slowest tests of a stage's last run (ctest's own record of each test's time), so the
-# suite's time can be seen where it goes.
+# The ten slowest tests of a stage's last run (ctest's own record of each test's time: name, runs,
+# seconds), so the suite's time can be seen where it goes. A test with no run yet (skipped, or
+# not in this stage) shows its COST there, not a time: left out.
 print_slowest() {
   local costs=$1/Testing/Temporary/CTestCostData.txt
   [[ -f $costs ]] || return 0
   echo "tests: the slowest tests of $1:"
-  awk '/^---/ {exit} NF >= 3 {print $NF, $1}' "$costs" | sort -rn | head -n 10 |
+  awk '/^---/ {exit} NF >= 3 && $(NF - 1) > 0 {print $NF, $1}' "$costs" | sort -rn | head -n 10 |
     awk '{printf "tests:   %7.1f s  %s\n", $1, $2}'
 }
 
+# The sanitizer builds can run beside the main stage's tests, which spend much of their time
+# waiting on deadlines and child processes: started before it (when a sanitizer stage follows),
+# niced so the tests keep the CPU when they want it, one build after the other. Their output goes
+# to DIR.prebuild.log, shown when a stage needs the build; each one's status to DIR.prebuild.status.
+prebuild_pid=
+prebuild_sanitizers() {
+  local -a dirs=()
+  [[ " $stages " == *" asan "* || " $stages " == *" fuzz "* ]] && dirs+=(asan)
+  [[ " $stages " == *" tsan "* ]] && dirs+=(tsan)
+  ((${#dirs[@]})) || return 0
+  rm -f "$main_build"-{asan,tsan}.prebuild.status
+  (
+    renice -n 10 "$BASHPID" >/dev/null 2>&1
+    for which in "${dirs[@]}"; do
+      case $which in
+        asan) sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON ;;
+        tsan) sanitizer_build "$main_build-tsan" thread ;;
+      esac >"$main_build-$which.prebuild.log" 2>&1
+      echo $? >"$main_build-$which.prebuild.status"
+    done
+  ) </dev/null &
+  prebuild_pid=$!
+  echo "tests: building ${dirs[*]} beside the main stage (niced)"
+}
+
+# sanitizer_ready WHICH DIR SANITIZERS [cmake args]: the build prebuild_sanitizers made (waited
+# for, its output shown), or, without one, sanitizer_build now.
+sanitizer_ready() {
+  local which=$1
+  shift
+  if [[ -n $prebuild_pid ]]; then
+    wait "$prebuild_pid"
+    prebuild_pid=
+  fi
+  local status_file=$main_build-$which.prebuild.status
+  if [[ -f $status_file ]]; then
+    cat "$main_build-$which.prebuild.log"
+    local status
+    status=$(<"$status_file")
+    rm -f "$status_file"
+    return "$status"
+  fi
+  sanitizer_build "$@"
+}
+
 stage_main() {
+  prebuild_sanitizers
   ctest --test-dir "$main_build" --output-on-failure -j2 </dev/null
   local status=$?
   print_slowest "$main_build"
@@ -87,7 +135,7 @@ stage_main() {
 }
 
 stage_asan() {
-  sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
+  sanitizer_ready asan "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
   # The cluster checks (label cluster: sshd in namespaces, Slurm, Open MPI) test the launcher's
   # starters, which the main stage covers; they run once. Nor the memory label: their assertions
   # are peak memory, which ASan's quarantine inflates (a streamed resume measured 2.06x its tables
@@ -107,7 +155,7 @@ stage_asan() {
 # Not the memory label (SparseSaveTest): peak memory, which TSan's shadow pages inflate (0.34 of
 # the tables where the Release build measures 0.05).
 stage_tsan() {
-  sanitizer_build "$main_build-tsan" thread || return 1
+  sanitizer_ready tsan "$main_build-tsan" thread || return 1
   TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
     ctest --test-dir "$main_build-tsan" --output-on-failure -j2 -L '^threads$' -LE '^memory$' \
     -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi|python_)|Nccl' </dev/null
@@ -117,12 +165,14 @@ stage_tsan() {
 }
 
 stage_fuzz() {
-  [[ -x $main_build-asan/tests/fuzz/ps_fuzz ]] || sanitizer_build "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
+  [[ -x $main_build-asan/tests/fuzz/ps_fuzz && ! -f $main_build-asan.prebuild.status ]] ||
+    sanitizer_ready asan "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
   bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-30}"
 }
 
 failed=()
-for stage in ${PSTRAIN_TEST_STAGES:-main asan tsan fuzz}; do
+stages=${PSTRAIN_TEST_STAGES:-main asan tsan fuzz}
+for stage in $stages; do
   echo "tests: ===== stage $stage ====="
   start=$SECONDS
   if ! "stage_$stage"; then

@@ -22,6 +22,7 @@
 #include "shared/config/feature_schema.h"
 #include "shared/train/sparse_ids.h"
 #include "shared/util/error.h"
+#include "test_util/build_paths.h"
 #include "test_util/errors.h"
 #include "test_util/files.h"
 #include "test_util/idx_writer.h"

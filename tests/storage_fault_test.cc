@@ -99,18 +99,19 @@ TEST(ManifestFaultTest, AManifestThatCannotBeWrittenLeavesItsCheckpointIncomplet
     job.dir = dir.path + "/" + tag;
     std::filesystem::create_directories(job.dir);
     job.args = {"--data-dir", dir.path, "--cache-dir", dir.path, "--hidden", "16,8", "--steps", "60",
-                "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--timeout", "5",
-                "--checkpoint-dir", ckpt, "--save-params", job.dir + "/params"};
+                "--batch-size", "8", "--optimizer", "adam", "--lr", "0.01", "--checkpoint-dir", ckpt,
+                "--save-params", job.dir + "/params"};
     job.args.insert(job.args.end(), more.begin(), more.end());
     return run_job_stopping_servers(job);
   };
-  const JobResult stopped = train("stopped", {"--checkpoint-every", "10"});
+  // w1 waits for w0's push of step 20 until it gives up, after 4 x --timeout: 8 s.
+  const JobResult stopped = train("stopped", {"--checkpoint-every", "10", "--timeout", "2"});
   EXPECT_FALSE(stopped.ok()) << stopped.logs;
   EXPECT_NE(stopped.logs.find("E pstrain-worker: w0: checkpoint of step 20 is incomplete: "), std::string::npos)
       << stopped.logs;
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/v0000000010/MANIFEST"));
   std::filesystem::remove_all(ckpt + "/v0000000020");
-  const JobResult resumed = train("resumed", {"--checkpoint-every", "1000", "--resume"});
+  const JobResult resumed = train("resumed", {"--checkpoint-every", "1000", "--resume", "--timeout", "5"});
   ASSERT_TRUE(resumed.ok()) << resumed.logs;
   EXPECT_NE(resumed.logs.find("--resume: from checkpoint " + ckpt + "/v0000000010"), std::string::npos) << resumed.logs;
 }

@@ -22,6 +22,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "test_util/build_paths.h"
+
 extern char** environ;
 
 namespace pstrain::test {
