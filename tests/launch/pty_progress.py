@@ -24,7 +24,10 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 BUILD = os.environ.get("PSTRAIN_BUILD_DIR") or os.path.join(REPO, "build")
-COLUMNS = 132
+# Wide enough that the bar keeps its full 30 columns with every figure the line can carry (a
+# loaded machine adds the straggler's "slowest w0 (100% of steps)", which on 132 columns
+# squeezed the bar to 12).
+COLUMNS = 200
 FRAME = re.compile(r"\r\x1b\[K(\[[#-]+\] +([0-9.]+)%  step ([0-9]+)/([0-9]+)[^\r\n]*)")
 ETA = re.compile(r"ETA (?:([0-9]+) min )?([0-9]+) s$")
 
