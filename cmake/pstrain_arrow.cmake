@@ -8,7 +8,7 @@ set_property(CACHE PSTRAIN_PARQUET PROPERTY STRINGS AUTO ON OFF)
 set(PSTRAIN_ARROW_PYTHON "" CACHE FILEPATH "A Python interpreter with pyarrow >= 24 (its Arrow C++ headers and libraries)")
 
 set(PSTRAIN_HAVE_PARQUET OFF)
-set(_pstrain_arrow_why "")
+set(_pstrain_arrow_why "not asked for")
 if(NOT PSTRAIN_PARQUET STREQUAL "OFF")
   set(_py "${PSTRAIN_ARROW_PYTHON}")
   if(NOT _py)

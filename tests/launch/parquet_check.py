@@ -87,7 +87,9 @@ class ParquetTest(unittest.TestCase):
     def test_without_arrow_a_parquet_file_is_a_usage_error_naming_how_to_build_it(self):
         with open(self.path("t.parquet"), "wb") as f:
             f.write(b"PAR1" + bytes(32) + b"PAR1")
-        out = run([WORKER, "--init-params", self.path("none"), "--schema", SCHEMA, "--cache-dir", self.work,
+        write_csv(self.path("train.csv"), make_rows(100, 3), True)
+        self.train("m", self.path("train.csv"), self.path("train.csv"), self.work, self.path("m"))
+        out = run([WORKER, "--init-params", self.path("m"), "--schema", SCHEMA, "--cache-dir", self.work,
                    "--predict", self.path("t.parquet"), "--predictions", self.path("p.csv")], expect=2)
         self.assertIn("t.parquet is a Parquet file, but this pstrain was built without Parquet", out)
         self.assertIn("-DPSTRAIN_PARQUET=ON", out)
