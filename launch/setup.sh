@@ -6,7 +6,10 @@
 #
 # Environment:
 #   PSTRAIN_BUILD_DIR=DIR   build directory (default: <repo>/build)
-#   PSTRAIN_NO_INSTALL=1    skip the package step (not Debian, or packages managed elsewhere)
+#   PSTRAIN_NO_INSTALL=1    skip the package step (not Debian, or packages managed elsewhere), and
+#                           pyarrow's install (a venv that has it is still used)
+#   PSTRAIN_PARQUET=auto|on|off   Parquet (pstrain_parquet_args below); default auto
+#   PSTRAIN_ARROW_VENV=DIR  the venv holding pyarrow (default ~/.cache/pstrain/arrow-venv)
 # Never reads standard input. Functions return non-zero (never exit) after printing why.
 
 declare -g PSTRAIN_REPO
@@ -17,7 +20,7 @@ PSTRAIN_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # module (worker/python/, docs/python.md).
 declare -ga PSTRAIN_PACKAGES=(python3 python3-numpy libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
   libboost-program-options-dev libgtest-dev libdnnl-dev zlib1g-dev nlohmann-json3-dev
-  dataset-fashion-mnist pybind11-dev python3-dev)
+  dataset-fashion-mnist pybind11-dev python3-dev python3-venv)
 # Wanted, not needed: matplotlib for the launcher's plots (launch.sh plot). A failed install is a
 # warning, never a failed setup.
 declare -ga PSTRAIN_OPTIONAL_PACKAGES=(python3-matplotlib)
@@ -126,7 +129,48 @@ pstrain_compiler_launcher() {
     -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache
 }
 
-# Configures the build directory once (Release), then builds incrementally.
+# Parquet (docs/data.md, "Parquet"): Apache Arrow's C++ library, which Debian 12 does not package,
+# from pyarrow's wheel on PyPI (it ships the library and its headers), in a venv outside the
+# checkout, PSTRAIN_ARROW_VENV, made once per machine; the binaries find the library there by
+# RPATH, so the venv must stay. Prints the CMake arguments, one a line (cmake/pstrain_arrow.cmake);
+# says on standard error what it installs. PSTRAIN_PARQUET=on: no pyarrow fails the setup (CI:
+# tests/run.sh); auto: a warning, and a build without Parquet; off: none.
+declare -g PSTRAIN_PYARROW_SPEC='pyarrow>=24'
+pstrain_parquet_args() {
+  local mode=${PSTRAIN_PARQUET:-auto} venv python
+  mode=${mode,,}
+  case $mode in
+    off) printf '%s\n' -DPSTRAIN_PARQUET=OFF; return 0 ;;
+    on | auto) ;;
+    *) echo "setup: error: PSTRAIN_PARQUET=$mode: give on, off or auto" >&2; return 1 ;;
+  esac
+  venv=${PSTRAIN_ARROW_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/pstrain/arrow-venv}
+  python=$venv/bin/python3
+  if ! "$python" -c 'import pyarrow' 2>/dev/null </dev/null && [[ ${PSTRAIN_NO_INSTALL:-0} != 1 ]]; then
+    echo "setup: installing $PSTRAIN_PYARROW_SPEC (Arrow's C++ library, for Parquet) into $venv (PyPI; once per machine)" >&2
+    { mkdir -p "$(dirname "$venv")" && { [[ -x $python ]] || python3 -m venv "$venv"; } &&
+      "$python" -m pip install --quiet --disable-pip-version-check "$PSTRAIN_PYARROW_SPEC"; } </dev/null >&2
+  fi
+  if "$python" -c 'import pyarrow' 2>/dev/null </dev/null; then
+    printf '%s\n' "-DPSTRAIN_PARQUET=${mode^^}" "-DPSTRAIN_ARROW_PYTHON=$python"
+  elif [[ $mode == on ]]; then
+    echo "setup: error: PSTRAIN_PARQUET=on, but $venv has no pyarrow (see the messages above)" >&2
+    return 1
+  else
+    echo "setup: warning: no pyarrow in $venv: building without Parquet (PSTRAIN_PARQUET=off: not tried)" >&2
+    printf '%s\n' -DPSTRAIN_PARQUET=AUTO
+  fi
+}
+
+# True when the CMake cache file $1 holds NAME=VALUE ($2) as it is.
+pstrain_cache_has() {
+  local name=${2%%=*} value=${2#*=}
+  awk -v n="$name:" -v v="$value" 'index($0, n) == 1 && substr($0, index($0, "=") + 1) == v {found = 1}
+    END {exit !found}' "$1"
+}
+
+# Configures the build directory once (Release), then builds incrementally; again when the
+# Parquet arguments changed (pyarrow installed since).
 pstrain_build() {
   local build_dir jobs
   build_dir=$(pstrain_build_dir)
@@ -137,11 +181,21 @@ pstrain_build() {
   fi
   # Also after a configure that failed half way (a cache but no build system), e.g. before a
   # missing package was installed.
+  local parquet_text arg configure=0
+  parquet_text=$(pstrain_parquet_args) || return 1
+  local -a parquet launcher
+  mapfile -t parquet <<<"$parquet_text"
   if [[ ! -f $build_dir/CMakeCache.txt || (! -f $build_dir/Makefile && ! -f $build_dir/build.ninja) ]]; then
+    configure=1
+  else
+    for arg in "${parquet[@]}"; do
+      pstrain_cache_has "$build_dir/CMakeCache.txt" "${arg#-D}" || configure=1
+    done
+  fi
+  if ((configure)); then
     echo "setup: configuring $build_dir (cmake, Release)"
-    local launcher
     mapfile -t launcher < <(pstrain_compiler_launcher)
-    cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" </dev/null ||
+    cmake -S "$PSTRAIN_REPO" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${parquet[@]}" </dev/null ||
       { echo "setup: error: cmake configure failed" >&2; return 1; }
   fi
   pstrain_compiler_launcher >/dev/null  # the environment ccache reads, for a directory configured before

@@ -576,6 +576,10 @@ TEST(DataFlags, Grammar) {
   EXPECT_EQ(error("x.npy"),
             "--train-data 'x.npy': one file must be a .csv (features and label columns) or Criteo data "
             "(.tsv or .txt, or any name with --data-format criteo); give .npy or IDX data as FEATURES,LABELS");
+  // Parquet is read only by a schema (before data_files.cc said so, the message offered .csv or Criteo).
+  EXPECT_EQ(error("d/clicks.Parquet"),
+            "--train-data 'd/clicks.Parquet': a Parquet file is read by a feature schema: give --schema FILE.json "
+            "naming its columns (docs/data.md, \"Parquet\")");
   EXPECT_EQ(error("x.npy,y"),
             "--train-data 'x.npy,y': FEATURES and LABELS must both be .npy files, or both IDX files");
   EXPECT_EQ(error("a,b,c"),

@@ -57,6 +57,10 @@ DataFiles parse_data_files(const std::string& value, const std::string& flag, co
   if (parts.size() == 1) {
     if (has_extension(value, ".csv")) return {DataKind::kCsv, value, ""};
     if (has_extension(value, ".tsv") || has_extension(value, ".txt")) return {DataKind::kCriteo, value, ""};
+    if (has_extension(value, ".parquet")) {
+      throw UsageError(flag + " " + quoted + ": a Parquet file is read by a feature schema: give --schema FILE.json "
+                       "naming its columns (docs/data.md, \"Parquet\")");
+    }
     throw UsageError(flag + " " + quoted + ": one file must be a .csv (features and label columns) or Criteo "
                      "data (.tsv or .txt, or any name with --data-format criteo); give .npy or IDX data as "
                      "FEATURES,LABELS");

@@ -12,7 +12,6 @@
 #include "shared/util/error.h"
 #include "shared/util/log.h"
 #include "worker/data/file_io.h"
-#include "worker/data/line_reader.h"
 
 namespace pstrain {
 namespace {
@@ -79,15 +78,8 @@ void encode(const RecordShape& s, const CtrRecord& r, uint64_t& list_at, std::ve
 class Converter {
  public:
   Converter(const std::string& path, bool skip, int fd, const std::string& tmp, const CtrCacheLayout& layout,
-            CtrLineParser& parser)
-      : path_(path),
-        skip_(skip),
-        fd_(fd),
-        tmp_(tmp),
-        layout_(layout),
-        shape_(layout),
-        parser_(parser),
-        in_(path, layout.max_line, true) {}
+            CtrRows& rows)
+      : path_(path), skip_(skip), fd_(fd), tmp_(tmp), layout_(layout), shape_(layout), in_(rows) {}
   ~Converter() {
     if (lists_fd_ >= 0) ::close(lists_fd_);
   }
@@ -97,25 +89,24 @@ class Converter {
   void run() {
     std::string placeholder(kFixedBytes, '\0');
     write_all(fd_, placeholder.data(), placeholder.size(), tmp_);
-    std::string line;
     CtrRecord record;
     std::vector<uint64_t> slots;
     std::vector<uint32_t> mask;
-    while (in_.next(line)) {
+    for (;;) {
       record.dense.assign(shape_.dense, 0.0f);
       record.ids.assign(shape_.fields, 0);
       record.counts.assign(shape_.fields, 1);
       record.lists.clear();
       bool skip = false;
-      std::string problem = in_.too_long() ? "line longer than " + std::to_string(layout_.max_line) + " bytes"
-                                           : parser_.parse(line, in_.number(), record, &skip);
+      std::string problem;
+      if (!in_.next(record, problem, &skip)) break;
       if (problem.empty() && skip) {
         ++skipped_;
         continue;
       }
       if (problem.empty()) problem = label_consistency(record.label != kNoLabel);
       if (!problem.empty()) {
-        bad(path_ + ":" + std::to_string(in_.number()) + ": " + problem);
+        bad(in_.where(in_.number()) + ": " + problem);
         continue;
       }
       if (!record.lists.empty()) add_lists(record.lists);
@@ -125,12 +116,12 @@ class Converter {
       ++records_;
     }
     if (in_.number() == skipped_) {
-      throw Error(path_ + ":" + std::to_string(in_.number() + 1) + ": no records (the file is empty" +
+      throw Error(in_.where(in_.number() + 1) + ": no records (the file is empty" +
                   (skipped_ > 0 ? " but for its header)" : ")"));
     }
     if (records_ == 0) {
-      throw Error(path_ + ": no records: all " + std::to_string(in_.number() - skipped_) +
-                  " lines are bad (skipped by --skip-bad-lines; the first: " + first_bad_ + ")");
+      throw Error(path_ + ": no records: all " + std::to_string(in_.number() - skipped_) + " " + in_.unit() +
+                  "s are bad (skipped by --skip-bad-lines; the first: " + first_bad_ + ")");
     }
     flush();
     copy_lists();
@@ -147,8 +138,8 @@ class Converter {
       return "";
     }
     if (labelled == labelled_) return "";
-    return std::string(labelled ? "has" : "lacks") + " the label column, but line " +
-           std::to_string(first_line_) + " (the first record) " + (labelled_ ? "has" : "lacks") +
+    return std::string(labelled ? "has" : "lacks") + " the label column, but " + std::string(in_.unit()) +
+           " " + std::to_string(first_line_) + " (the first record) " + (labelled_ ? "has" : "lacks") +
            " it (a file has labels on every line or on none)";
   }
 
@@ -214,8 +205,7 @@ class Converter {
   std::string tmp_;
   const CtrCacheLayout& layout_;
   RecordShape shape_;
-  CtrLineParser& parser_;
-  LineReader in_;
+  CtrRows& in_;
   uint64_t records_ = 0, bad_lines_ = 0, list_ids_ = 0, skipped_ = 0, first_line_ = 0;
   bool first_seen_ = false, labelled_ = true;
   std::string first_bad_;
@@ -228,7 +218,7 @@ class CtrCacheDataset final : public Dataset {
  public:
   CtrCacheDataset(const std::string& path, const std::string& cache_dir, bool skip_bad_lines,
                   const LabelRange& range, const CtrCacheLayout& layout,
-                  const std::function<std::unique_ptr<CtrLineParser>()>& make_parser)
+                  const std::function<std::unique_ptr<CtrRows>()>& make_rows)
       : path_(path), layout_(layout), shape_(layout) {
     PSTRAIN_CHECK(layout.fields <= 4096 && layout.max_ids < (1u << kCountBits));
     if (range.classes == 1)
@@ -238,8 +228,8 @@ class CtrCacheDataset final : public Dataset {
     if (::access(cache.c_str(), R_OK) != 0 || !load(cache)) {
       PSLOG(INFO) << "parsing " << path << " (" << layout.format << ") into " << cache;
       create_file_atomically(cache, [&](int fd, const std::string& tmp) {
-        const std::unique_ptr<CtrLineParser> parser = make_parser();
-        Converter(path, skip_bad_lines, fd, tmp, layout_, *parser).run();
+        const std::unique_ptr<CtrRows> rows = make_rows();
+        Converter(path, skip_bad_lines, fd, tmp, layout_, *rows).run();
       });
       if (!load(cache)) throw Error(cache + ": the cache file just written is not valid");
     }
@@ -419,8 +409,15 @@ std::unique_ptr<Dataset> open_ctr_cache(const std::string& path, const std::stri
                                         bool skip_bad_lines, const LabelRange& labels_range,
                                         const CtrCacheLayout& layout,
                                         const std::function<std::unique_ptr<CtrLineParser>()>& make_parser) {
-  return std::make_unique<CtrCacheDataset>(path, cache_dir, skip_bad_lines, labels_range, layout,
-                                           make_parser);
+  return open_ctr_cache_rows(path, cache_dir, skip_bad_lines, labels_range, layout,
+                             [&] { return text_rows(path, layout, make_parser()); });
+}
+
+std::unique_ptr<Dataset> open_ctr_cache_rows(const std::string& path, const std::string& cache_dir,
+                                             bool skip_bad_lines, const LabelRange& labels_range,
+                                             const CtrCacheLayout& layout,
+                                             const std::function<std::unique_ptr<CtrRows>()>& make_rows) {
+  return std::make_unique<CtrCacheDataset>(path, cache_dir, skip_bad_lines, labels_range, layout, make_rows);
 }
 
 }  // namespace pstrain

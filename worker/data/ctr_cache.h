@@ -39,6 +39,20 @@ class CtrLineParser {
   virtual std::string parse(std::string_view line, uint64_t number, CtrRecord& out, bool* skip) = 0;
 };
 
+// A file's rows, one at a time, for the cache: a text file's lines through a CtrLineParser
+// (text_rows), or a Parquet file's rows (worker/data/parquet_rows.h).
+class CtrRows {
+ public:
+  virtual ~CtrRows() = default;
+  // The next row into `out` (its vectors sized to the layout), false at the end. `problem`: ""
+  // or what is wrong with the row (without file or row); *skip for a row that is no record.
+  virtual bool next(CtrRecord& out, std::string& problem, bool* skip) = 0;
+  virtual uint64_t number() const = 0;  // 1-based number of the row last returned
+  // Where row `number` is, for messages: "f.csv:7" (a line), "f.parquet: row 7".
+  virtual std::string where(uint64_t number) const = 0;
+  virtual const char* unit() const = 0;  // "line" or "row"
+};
+
 struct CtrCacheLayout {
   std::string format;     // "Criteo TSV", for the log line
   const char* magic;      // 8 bytes: the cache format, its version
@@ -62,6 +76,17 @@ std::unique_ptr<Dataset> open_ctr_cache(const std::string& path, const std::stri
                                         bool skip_bad_lines, const LabelRange& labels_range,
                                         const CtrCacheLayout& layout,
                                         const std::function<std::unique_ptr<CtrLineParser>()>& make_parser);
+
+// The same, for a file read by `make_rows` (its rows, as above).
+std::unique_ptr<Dataset> open_ctr_cache_rows(const std::string& path, const std::string& cache_dir,
+                                             bool skip_bad_lines, const LabelRange& labels_range,
+                                             const CtrCacheLayout& layout,
+                                             const std::function<std::unique_ptr<CtrRows>()>& make_rows);
+
+// The lines of the text file at `path` (plain or gzip) through `parser`: a line longer than
+// layout.max_line is a bad line.
+std::unique_ptr<CtrRows> text_rows(const std::string& path, const CtrCacheLayout& layout,
+                                   std::unique_ptr<CtrLineParser> parser);
 
 // The hint a bad line's message ends with.
 std::string skip_bad_lines_hint();

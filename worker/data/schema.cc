@@ -39,10 +39,7 @@ uint64_t schema_string_id(std::string_view value) {
 
 uint64_t schema_int_id(int64_t value) { return mix_id(static_cast<uint64_t>(value)); }
 
-namespace {
-
-// One value's ID in column `col`, or why it has none.
-std::string value_id(const SchemaColumn& col, std::string_view v, uint64_t& id) {
+std::string schema_value_id(const SchemaColumn& col, std::string_view v, uint64_t& id) {
   switch (col.ids) {
     case IdKind::kHex:
       if (!parse_hex_id(v, id)) return " is not 1 to 16 hex digits";
@@ -65,7 +62,37 @@ std::string value_id(const SchemaColumn& col, std::string_view v, uint64_t& id) 
   return "";
 }
 
-}  // namespace
+std::string schema_categorical(const SchemaColumn& col, std::string_view f, CtrRecord& out, size_t k) {
+  out.counts[k] = 1;
+  if (f.empty()) {
+    out.ids[k] = kCriteoMissingId;
+    return "";
+  }
+  if (col.separator == '\0' || f.find(col.separator) == std::string_view::npos)
+    return schema_value_id(col, f, out.ids[k]);
+  const size_t ids = static_cast<size_t>(std::count(f.begin(), f.end(), col.separator)) + 1;
+  if (ids > kSchemaMaxIds) {
+    return " lists " + std::to_string(ids) + " values, more than " + std::to_string(kSchemaMaxIds) +
+           " (the most one field may hold)";
+  }
+  const size_t first = out.lists.size();
+  std::string_view rest = f;
+  for (size_t e = 1; e <= ids; ++e) {
+    const size_t cut = rest.find(col.separator);
+    const std::string_view element = rest.substr(0, cut);
+    rest.remove_prefix(cut == std::string_view::npos ? rest.size() : cut + 1);
+    const std::string which = ": value " + std::to_string(e) + " of " + std::to_string(ids);
+    if (element.empty())
+      return which + " is empty (values are separated by one '" + std::string(1, col.separator) + "')";
+    uint64_t id = 0;
+    const std::string problem = schema_value_id(col, element, id);
+    if (!problem.empty()) return which + " " + quote_field(element) + problem;
+    out.lists.push_back(id);
+  }
+  out.ids[k] = out.lists[first];
+  out.counts[k] = static_cast<uint32_t>(ids);
+  return "";
+}
 
 SchemaLineParser::SchemaLineParser(const FeatureSchema& schema, std::string path)
     : schema_(schema), path_(std::move(path)) {}
@@ -205,41 +232,10 @@ std::string SchemaLineParser::parse_numeric(size_t c, std::string_view f, float&
   return "";
 }
 
-std::string SchemaLineParser::parse_categorical(size_t c, std::string_view f, CtrRecord& out, size_t k) const {
-  const SchemaColumn& col = schema_.columns[c];
-  out.counts[k] = 1;
-  if (f.empty()) {
-    out.ids[k] = kCriteoMissingId;
-    return "";
-  }
-  if (col.separator == '\0' || f.find(col.separator) == std::string_view::npos) {
-    const std::string problem = value_id(col, f, out.ids[k]);
-    return problem.empty() ? "" : field_text(c, f) + problem;
-  }
-  const size_t ids = static_cast<size_t>(std::count(f.begin(), f.end(), col.separator)) + 1;
-  if (ids > kSchemaMaxIds) {
-    return field_text(c, f) + " lists " + std::to_string(ids) + " values, more than " +
-           std::to_string(kSchemaMaxIds) + " (the most one field may hold)";
-  }
-  const size_t first = out.lists.size();
-  std::string_view rest = f;
-  for (size_t e = 1; e <= ids; ++e) {
-    const size_t cut = rest.find(col.separator);
-    const std::string_view element = rest.substr(0, cut);
-    rest.remove_prefix(cut == std::string_view::npos ? rest.size() : cut + 1);
-    const std::string which = ": value " + std::to_string(e) + " of " + std::to_string(ids);
-    if (element.empty()) {
-      return field_text(c, f) + which + " is empty (values are separated by one '" +
-             std::string(1, col.separator) + "')";
-    }
-    uint64_t id = 0;
-    const std::string problem = value_id(col, element, id);
-    if (!problem.empty()) return field_text(c, f) + which + " " + quote_field(element) + problem;
-    out.lists.push_back(id);
-  }
-  out.ids[k] = out.lists[first];
-  out.counts[k] = static_cast<uint32_t>(ids);
-  return "";
+std::string SchemaLineParser::parse_categorical(size_t c, std::string_view f, CtrRecord& out,
+                                                size_t k) const {
+  const std::string problem = schema_categorical(schema_.columns[c], f, out, k);
+  return problem.empty() ? "" : field_text(c, f) + problem;
 }
 
 }  // namespace pstrain

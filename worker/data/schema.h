@@ -20,6 +20,12 @@ uint64_t schema_string_id(std::string_view value);
 // its two's complement). Part of the format.
 uint64_t schema_int_id(int64_t value);
 
+// One categorical value's ID in column `col` (hex, string or int, as below): "" or why it has none.
+std::string schema_value_id(const SchemaColumn& col, std::string_view value, uint64_t& id);
+// Field k of `out` from one categorical value, as a line's field (below): "" or what is wrong,
+// to follow the column's name and the value in a message.
+std::string schema_categorical(const SchemaColumn& col, std::string_view value, CtrRecord& out, size_t k);
+
 // Parses the lines of one file (`path`, for the header's errors). Without a header, a line holds
 // every column of the schema in order, or every one but the label (input to --predict). With
 // one, the first line names the columns: each of the schema's must be there but the label
