@@ -31,6 +31,7 @@ default): --epochs passes.
 import argparse
 import json
 import os
+import resource
 import sys
 import time
 
@@ -201,7 +202,8 @@ def report(args, steps, global_batch, seconds, model, tx, t_ids, ty, probe):
           f"samples_per_s={samples_per_s:.0f}", flush=True)
     if args.result:
         with open(args.result, "w") as f:
-            json.dump({"steps": steps, "samples_per_s": samples_per_s, "test_auc": auc, "test_logloss": logloss}, f)
+            json.dump({"steps": steps, "samples_per_s": samples_per_s, "test_auc": auc, "test_logloss": logloss,
+                       "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}, f)
     if args.save:
         dense = [p for name, p in model.named_parameters() if not name.startswith("embedding.")]
         with torch.no_grad(), open(args.save, "wb") as f:  # its name as given (np.savez would add .npz)
