@@ -238,9 +238,10 @@ def train_pstrain(args, job_flags):
         if not args.no_prefetch and opt.step_index + 1 < steps:
             model.embedding.prefetch(ids[schedule(opt.step_index + 1)])  # travels while opt.step waits
         opt.zero_grad()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(x[rows], ids[rows]), y[rows], reduction="sum")
+        logits = model(x[rows], ids[rows])
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, y[rows], reduction="sum")
         loss.backward()  # sums, not means: the PS divides by the step's samples over all workers
-        opt.step(samples=len(rows), loss_sum=loss.item())
+        opt.step(samples=len(rows), loss_sum=loss.item(), correct=int(((logits > 0) == (y[rows] > 0.5)).sum()))
     seconds = time.perf_counter() - start
     if worker.index == 0 and not worker.stopped:
         report(args, steps, global_batch, seconds, model, torch.from_numpy(tx), tids.view(np.int64), ty,
