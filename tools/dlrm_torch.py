@@ -51,12 +51,20 @@ def read_tsv(path):
     features (float32, log1p(max(x, 0)), 0 when empty: as pstrain reads them) and the raw IDs
     (uint64 [n, 26], an empty field 2^64 - 1)."""
     labels, dense, ids = [], [], []
-    with open(path) as f:
-        for line in f:
-            parts = line.rstrip("\n").split("\t")
-            labels.append(parts[0])
-            dense.append([v or "0" for v in parts[1:1 + DENSE]])
-            ids.append([int(v, 16) if v else MASK64 for v in parts[1 + DENSE:1 + DENSE + FIELDS]])
+    try:
+        with open(path) as f:
+            for number, line in enumerate(f, 1):
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) != 1 + DENSE + FIELDS or parts[0] not in ("0", "1"):
+                    raise ValueError(f"line {number}: not a Criteo record (a 0/1 label, {DENSE} integers, "
+                                     f"{FIELDS} hex IDs, tab-separated)")
+                labels.append(parts[0])
+                dense.append([float(v) if v else 0.0 for v in parts[1:1 + DENSE]])
+                ids.append([int(v, 16) if v else MASK64 for v in parts[1 + DENSE:]])
+    except (OSError, ValueError) as e:
+        sys.exit(f"dlrm_torch: {path}: {e}")
+    if not labels:
+        sys.exit(f"dlrm_torch: {path}: no records")
     dense = np.log1p(np.maximum(np.array(dense, np.float64), 0)).astype(np.float32)
     return np.array(labels, np.float32), dense, np.array(ids, np.uint64).reshape(-1, FIELDS)
 
