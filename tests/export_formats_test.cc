@@ -193,7 +193,7 @@ TEST(ExportFormatsTest, ModelJsonHoldsTheSchemaAsASchemaFileAndTheArraysNames) {
   const FeatureSchema s = parse_feature_schema(text, "s.json");
   EmbeddingSetup e = ctr_model(s.canonical()).embeddings;
   const Json j =
-      Json::parse(export_model_json(ctr_model(s.canonical()), "safetensors", table_arrays(e, {}, "here")));
+      Json::parse(export_model_json(ctr_model(s.canonical()), ExportFormat::kSafetensors, table_arrays(e, {}, "here")));
   const Json& x = j.at("export");
   EXPECT_EQ(x["format"], "safetensors");
   EXPECT_EQ(x["reader"], "schema");
@@ -204,7 +204,7 @@ TEST(ExportFormatsTest, ModelJsonHoldsTheSchemaAsASchemaFileAndTheArraysNames) {
   EXPECT_EQ(x["tables"][2]["rows"], 0);
   EXPECT_EQ(j.at("embeddings").at("dim"), 2) << "model.json's own fields stay";
 
-  const Json criteo = Json::parse(export_model_json(ctr_model(""), "npz-arrays", {}));
+  const Json criteo = Json::parse(export_model_json(ctr_model(""), ExportFormat::kNpzArrays, {}));
   EXPECT_EQ(criteo["export"]["reader"], "criteo");
   EXPECT_EQ(parse_feature_schema(criteo["export"]["features"].dump(), "back").canonical(),
             criteo_feature_schema().canonical());

@@ -283,7 +283,7 @@ std::vector<std::pair<std::string, const TableInFile*>> table_files(const Checkp
 std::string export_checkpoint(const ExportOptions& o) {
   if (is_saved_params_dir(o.checkpoint)) {  // the arrays of a --save-params directory (export_formats.h)
     if (!is_array_format(o.format)) {
-      throw UsageError("'" + o.checkpoint + "' is a --save-params directory, already in --format " + o.format +
+      throw UsageError("'" + o.checkpoint + "' is a --save-params directory, already in --format " + export_format_name(o.format) +
                        "'s files: --format npz-arrays or safetensors export it as arrays");
     }
     export_saved_params(o.checkpoint, o.out, o.format);
@@ -302,7 +302,7 @@ std::string export_checkpoint(const ExportOptions& o) {
   const Layout state_layout = state_layout_of(model);
   std::vector<float> state(state_layout.total());
   if (!state_layout.tensors().empty()) load_params(c.dir, state_layout, state.data());
-  if (o.format == "npz") {
+  if (o.format == ExportFormat::kNpz) {
     std::vector<NpzMember> members;
     for (const TensorSpec& t : c.layout.tensors()) members.push_back({t.name + ".npy", npy_bytes(t.shape, c.values.data() + t.offset)});
     for (const TensorSpec& t : state_layout.tensors()) members.push_back({t.name + ".npy", npy_bytes(t.shape, state.data() + t.offset)});

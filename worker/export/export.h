@@ -10,13 +10,14 @@
 
 #include "shared/checkpoint/checkpoint.h"
 #include "shared/train/layout.h"
+#include "worker/export/export_formats.h"
 
 namespace pstrain {
 
 struct ExportOptions {
   std::string checkpoint;        // a --checkpoint-dir (its newest complete checkpoint) or one v<step> directory
   std::string out;               // npy: a directory; npz: a file
-  std::string format = "npy";    // npy | npz | npz-arrays | safetensors (export_formats.h)
+  ExportFormat format = ExportFormat::kNpy;  // export_formats.h
   // For checkpoints written before pstrain recorded the model (no model.json in them): the
   // model (--model, or --hidden when hidden_given) and one sample's shape.
   std::string model;

@@ -212,7 +212,26 @@ std::string rows_name(const std::string& table) { return "embedding." + table + 
 
 }  // namespace
 
-bool is_array_format(const std::string& format) { return format == "npz-arrays" || format == "safetensors"; }
+const char* export_format_name(ExportFormat format) {
+  switch (format) {
+    case ExportFormat::kNpy: return "npy";
+    case ExportFormat::kNpz: return "npz";
+    case ExportFormat::kNpzArrays: return "npz-arrays";
+    case ExportFormat::kSafetensors: return "safetensors";
+  }
+  return "?";
+}
+
+bool export_format_of(const std::string& name, ExportFormat* format) {
+  for (const ExportFormat f : {ExportFormat::kNpy, ExportFormat::kNpz, ExportFormat::kNpzArrays, ExportFormat::kSafetensors}) {
+    if (name == export_format_name(f)) return (*format = f, true);
+  }
+  return false;
+}
+
+bool is_array_format(ExportFormat format) {
+  return format == ExportFormat::kNpzArrays || format == ExportFormat::kSafetensors;
+}
 
 void write_npz_arrays(const std::string& path, const std::vector<ExportArray>& arrays,
                       const std::vector<std::pair<std::string, std::string>>& files) {
@@ -293,11 +312,11 @@ std::vector<TableArrays> table_arrays(const EmbeddingSetup& e,
   return tables;
 }
 
-std::string export_model_json(const ModelDescription& d, const std::string& format,
+std::string export_model_json(const ModelDescription& d, ExportFormat format,
                               const std::vector<TableArrays>& tables) {
   Json j = Json::parse(model_json_text(d));
   Json x;
-  x["format"] = format;
+  x["format"] = export_format_name(format);
   x["variables"] =
       "each variable under its name (model.json's \"variables\"; a dense weight is [inputs, outputs]: y = x "
       "W + b)";
@@ -332,7 +351,7 @@ std::string export_model_json(const ModelDescription& d, const std::string& form
   return j.dump(2) + "\n";
 }
 
-void write_array_export(const std::string& out, const std::string& format, const ModelDescription& model,
+void write_array_export(const std::string& out, ExportFormat format, const ModelDescription& model,
                         const Layout& layout, const float* values, const Layout& state_layout,
                         const float* state,
                         const std::vector<std::pair<std::string, std::string>>& table_files,
@@ -360,7 +379,7 @@ void write_array_export(const std::string& out, const std::string& format, const
     add(ids_name(t.name), ExportArray::Type::kInt64, {t.ids.size()}, t.ids.data());
     add(rows_name(t.name), ExportArray::Type::kFloat32, {t.ids.size(), t.dim}, t.rows.data());
   }
-  if (format == "safetensors") {
+  if (format == ExportFormat::kSafetensors) {
     write_safetensors(out, arrays, {{"format", "pt"}, {"pstrain_model", json}});
   } else {
     write_npz_arrays(out, arrays, {{"model.json", json}});
@@ -374,7 +393,7 @@ bool is_saved_params_dir(const std::string& dir) {
   return checkpoint_versions(dir).empty();
 }
 
-void export_saved_params(const std::string& dir, const std::string& out, const std::string& format) {
+void export_saved_params(const std::string& dir, const std::string& out, ExportFormat format) {
   const std::optional<ModelDescription> model = read_model_json(dir);
   if (!model) throw Error(dir + ": no model.json");
   const Layout layout = layout_of(*model), state_layout = state_layout_of(*model);

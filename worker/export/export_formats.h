@@ -18,8 +18,12 @@
 
 namespace pstrain {
 
-// The --format values written here.
-bool is_array_format(const std::string& format);  // npz-arrays | safetensors
+// pstrain-export's --format: --save-params' files (npy), them in one .npz (npz), or the standard
+// array exports written here (npz-arrays, safetensors).
+enum class ExportFormat { kNpy, kNpz, kNpzArrays, kSafetensors };
+const char* export_format_name(ExportFormat format);             // "npy" | "npz" | "npz-arrays" | "safetensors"
+bool export_format_of(const std::string& name, ExportFormat* format);  // false for any other word
+bool is_array_format(ExportFormat format);                        // npz-arrays | safetensors
 
 // One array of an export: its bytes are borrowed (little-endian, C order).
 struct ExportArray {
@@ -63,12 +67,12 @@ std::vector<TableArrays> table_arrays(const EmbeddingSetup& e,
 // The model.json of an array export: model_json_text(d) with an "export" object (the arrays'
 // names, the tables' sizes, the feature transform as a --schema JSON object, the ID keying and
 // what an ID without a row reads as).
-std::string export_model_json(const ModelDescription& d, const std::string& format,
+std::string export_model_json(const ModelDescription& d, ExportFormat format,
                               const std::vector<TableArrays>& tables);
 
 // Writes the export of `format` (is_array_format) to the file `out`: the variables (layout,
 // values), the state (batchnorm's running statistics), the tables and model.json.
-void write_array_export(const std::string& out, const std::string& format, const ModelDescription& model,
+void write_array_export(const std::string& out, ExportFormat format, const ModelDescription& model,
                         const Layout& layout, const float* values, const Layout& state_layout,
                         const float* state,
                         const std::vector<std::pair<std::string, std::string>>& table_files,
@@ -79,6 +83,6 @@ bool is_saved_params_dir(const std::string& dir);
 // Exports a --save-params directory (its variables, state, model.json and embeddings/) in
 // `format` (is_array_format) to `out`. Throws pstrain::Error naming the file that is missing or
 // damaged.
-void export_saved_params(const std::string& dir, const std::string& out, const std::string& format);
+void export_saved_params(const std::string& dir, const std::string& out, ExportFormat format);
 
 }  // namespace pstrain

@@ -47,10 +47,10 @@ std::vector<size_t> parse_shape(const std::string& text) {
 int main(int argc, char** argv) {
   return pstrain::run_main("pstrain-export", [&]() -> int {
     pstrain::ExportOptions o;
-    std::string hidden, input_shape;
+    std::string hidden, input_shape, format = "npy";
     po::options_description visible("Options");
     visible.add_options()("help,h", "print this help and exit")(
-        "format", po::value(&o.format)->default_value(o.format),
+        "format", po::value(&format)->default_value(format),
         "npy: OUT is a directory of <variable>.npy files and model.json, as --save-params writes them; npz: OUT is "
         "one .npz archive of the same files (numpy.load reads it); npz-arrays: OUT is one .npz of plain arrays, every "
         "variable, each embedding table as embedding.<table>.ids (int64) and embedding.<table>.rows (float32, rows x "
@@ -84,8 +84,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (o.checkpoint.empty() || o.out.empty()) throw pstrain::UsageError("needs CHECKPOINT_DIR and OUT");
-    if (o.format != "npy" && o.format != "npz" && !pstrain::is_array_format(o.format)) {
-      throw pstrain::UsageError("--format: '" + o.format + "' is not npy, npz, npz-arrays or safetensors");
+    if (!pstrain::export_format_of(format, &o.format)) {
+      throw pstrain::UsageError("--format: '" + format + "' is not npy, npz, npz-arrays or safetensors");
     }
     o.hidden_given = vm.count("hidden") > 0;
     if (o.hidden_given) o.hidden = parse_widths(hidden);
