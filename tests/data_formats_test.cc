@@ -935,5 +935,18 @@ TEST(DataFormatsBadInput, WorkerExitsOneWithTheMessageAndNoCrashTrace) {
   EXPECT_CONTAINS(usage.log, "--train-data needs --test-data too");
 }
 
+// A --model typo is a usage error before any data is read: here the training file's own error
+// (line 3's 'oops', reported after its parse) would otherwise come first.
+TEST(DataFormatsBadInput, AModelTypoIsAUsageErrorBeforeTheDataIsRead) {
+  TempDir dir("formats-model-typo");
+  const std::string d = dir.path;
+  write_text(d + "/bad.csv", "a,b,label\n1,2,0\n3,oops,1\n");
+  const WorkerRun run =
+      run_lone_worker(d, {"--train-data", d + "/bad.csv", "--test-data", d + "/bad.csv", "--model", "dense 10, rleu"});
+  EXPECT_EQ(run.status.code, 2) << run.log;
+  EXPECT_CONTAINS(run.log, "'rleu' is not a layer (did you mean 'relu'?)");
+  EXPECT_EQ(run.log.find("oops"), std::string::npos) << run.log;
+}
+
 }  // namespace
 }  // namespace pstrain

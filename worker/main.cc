@@ -64,6 +64,9 @@ int main(int argc, char** argv) {
     if (options && options->print_kernels) return print_kernels();
     if (!options || !pstrain::dispatch_role(pstrain::Role::kWorker, *options, argv)) return 0;
     const pstrain::JobOptions& o = *options;
+    // The --model grammar before any data is read: a typo is a usage error at once, not after
+    // the training set's parse.
+    if (!o.model.empty()) pstrain::parse_model(o.model);
     if (run_saved_model(o)) return 0;
     // Before any work, the chief claims the checkpoint directory (a second job there is refused
     // at once) and checks that --save-params can be written.

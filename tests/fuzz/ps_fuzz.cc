@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.num_ps = 2;
   o.index = 1;
   o.chunk_kib = 1;  // 256 floats a chunk: several chunks in a small model
-  o.optimizer.kind = OptimizerKind::kAdam;
+  o.optimizer.kind = pstrain::OptimizerKind::kAdam;
   o.stall_report_s = 1e9;
   o.max_shard_mib = 64;
   o.allow_rejoin = size % 2 == 1;  // both ways of handling a second HELLO for a worker
