@@ -323,16 +323,13 @@ class ParquetRows final : public CtrRows {
     }
     const size_t first = out.lists.size();
     for (int64_t e = 0; e < n; ++e) {
-      const std::string which = column(c) + ": value " + std::to_string(e + 1) + " of " + std::to_string(n);
-      if (values->IsNull(begin + e)) return which + " is null";
+      if (values->IsNull(begin + e))
+        return column(c) + ": value " + std::to_string(e + 1) + " of " + std::to_string(n) + " is null";
       int64_t at = begin + e;
       const arrow::Array& v = resolve(*values, at);
-      const std::string_view text = value_text(v, at, scratch_);
-      if (text.empty()) return which + " is empty";
-      uint64_t id = 0;
-      const std::string problem = schema_value_id(col, text, id);
-      if (!problem.empty()) return which + " " + quote_field(text) + problem;
-      out.lists.push_back(id);
+      const std::string problem = append_list_id(col, value_text(v, at, scratch_), static_cast<size_t>(e + 1),
+                                                 static_cast<size_t>(n), "", out);
+      if (!problem.empty()) return column(c) + problem;
     }
     out.ids[k] = out.lists[first];
     out.counts[k] = static_cast<uint32_t>(n);

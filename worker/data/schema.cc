@@ -62,6 +62,17 @@ std::string schema_value_id(const SchemaColumn& col, std::string_view v, uint64_
   return "";
 }
 
+std::string append_list_id(const SchemaColumn& col, std::string_view element, size_t e, size_t n,
+                           std::string_view empty_hint, CtrRecord& out) {
+  const std::string which = ": value " + std::to_string(e) + " of " + std::to_string(n);
+  if (element.empty()) return which + " is empty" + std::string(empty_hint);
+  uint64_t id = 0;
+  const std::string problem = schema_value_id(col, element, id);
+  if (!problem.empty()) return which + " " + quote_field(element) + problem;
+  out.lists.push_back(id);
+  return "";
+}
+
 std::string schema_categorical(const SchemaColumn& col, std::string_view f, CtrRecord& out, size_t k) {
   out.counts[k] = 1;
   if (f.empty()) {
@@ -81,13 +92,9 @@ std::string schema_categorical(const SchemaColumn& col, std::string_view f, CtrR
     const size_t cut = rest.find(col.separator);
     const std::string_view element = rest.substr(0, cut);
     rest.remove_prefix(cut == std::string_view::npos ? rest.size() : cut + 1);
-    const std::string which = ": value " + std::to_string(e) + " of " + std::to_string(ids);
-    if (element.empty())
-      return which + " is empty (values are separated by one '" + std::string(1, col.separator) + "')";
-    uint64_t id = 0;
-    const std::string problem = schema_value_id(col, element, id);
-    if (!problem.empty()) return which + " " + quote_field(element) + problem;
-    out.lists.push_back(id);
+    const std::string problem = append_list_id(
+        col, element, e, ids, " (values are separated by one '" + std::string(1, col.separator) + "')", out);
+    if (!problem.empty()) return problem;
   }
   out.ids[k] = out.lists[first];
   out.counts[k] = static_cast<uint32_t>(ids);

@@ -22,6 +22,11 @@ uint64_t schema_int_id(int64_t value);
 
 // One categorical value's ID in column `col` (hex, string or int, as below): "" or why it has none.
 std::string schema_value_id(const SchemaColumn& col, std::string_view value, uint64_t& id);
+// Element e (1-based) of the n values of a list: its ID appended to out.lists. "" or what is
+// wrong, to follow the column's name: ": value e of n is empty" + `empty_hint`, or the element and
+// its ID's problem. The text and Parquet readers' one way from a list element to an ID.
+std::string append_list_id(const SchemaColumn& col, std::string_view element, size_t e, size_t n,
+                           std::string_view empty_hint, CtrRecord& out);
 // Field k of `out` from one categorical value, as a line's field (below): "" or what is wrong,
 // to follow the column's name and the value in a message.
 std::string schema_categorical(const SchemaColumn& col, std::string_view value, CtrRecord& out, size_t k);
