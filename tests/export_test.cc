@@ -39,15 +39,15 @@ class ExportTest : public ::testing::Test {
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
-  // A job of 2 workers and 2 PS shards, 40 steps, checkpointing every 20 into NAME-ckpt and
+  // A job of 2 workers and 2 PS shards, `steps` steps, checkpointing every 20 into NAME-ckpt and
   // saving NAME-params; returns the chief's log.
-  std::string train(const std::string& name, const std::vector<std::string>& model) {
+  std::string train(const std::string& name, const std::vector<std::string>& model, const std::string& steps = "40") {
     Job job;
     job.num_ps = 2;
     job.num_workers = 2;
     job.dir = dir_ + "/" + name;
     std::filesystem::create_directories(job.dir);
-    job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--batch-size", "8", "--steps", "40", "--optimizer", "sgd",
+    job.args = {"--data-dir", dir_, "--cache-dir", dir_, "--batch-size", "8", "--steps", steps, "--optimizer", "sgd",
                 "--lr", "0.2", "--save-params", dir_ + "/" + name + "-params", "--checkpoint-dir",
                 dir_ + "/" + name + "-ckpt", "--checkpoint-every", "20"};
     job.args.insert(job.args.end(), model.begin(), model.end());
@@ -132,6 +132,18 @@ class ExportTest : public ::testing::Test {
 
   std::string dir_;
 };
+
+// A job that completes checkpoints its last version, though --checkpoint-every does not divide it:
+// the export of the newest checkpoint is the job's result (issue 47; before, step 20's).
+TEST_F(ExportTest, ACompletedJobCheckpointsItsLastStep) {
+  train("last", {"--hidden", "16"}, "30");
+  std::string log;
+  ASSERT_TRUE(export_checkpoint({dir_ + "/last-ckpt", dir_ + "/last-exported"}, &log).ok()) << log;
+  EXPECT_NE(log.find("pstrain-export: step 30 ("), std::string::npos) << log;
+  EXPECT_EQ(relative_difference(load_saved_params(dir_ + "/last-params"), load_saved_params(dir_ + "/last-exported")),
+            0.0);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/last-ckpt/v0000000020/MANIFEST"));
+}
 
 TEST_F(ExportTest, MlpRoundTripWithoutModelFlags) { round_trip("mlp", {"--hidden", "16"}); }
 

@@ -33,7 +33,8 @@ void ChiefCheckpoints::plan(uint64_t step, uint64_t* checkpoint, bool* stop) {
   const bool by_time = o_.secs > 0 &&
                        std::chrono::steady_clock::now() - last_ >= std::chrono::duration<double>(o_.secs);
   const bool asked = stop_requested_ != nullptr && stop_requested_->load() && v < total_steps_;
-  if (!by_steps && !by_time && !asked) return;
+  const bool last = v == total_steps_;  // a job that completes leaves its final state (issue 47)
+  if (!by_steps && !by_time && !asked && !last) return;
   *checkpoint = v;
   *stop = asked;
   stopping_ = asked;

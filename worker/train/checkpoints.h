@@ -1,6 +1,6 @@
 // The chief's part of checkpoints (docs/checkpoints.md): it decides which versions the PS
-// shards checkpoint (every --checkpoint-every steps, after --checkpoint-secs, and a final one
-// when it is asked to stop), marks them in its pushes, and once it has received a marked version
+// shards checkpoint (every --checkpoint-every steps, after --checkpoint-secs, the job's last
+// version, and a final one when it is asked to stop), marks them in its pushes, and once it has received a marked version
 // from every shard (so every shard file is on disk) writes the manifest that makes the
 // checkpoint complete, then removes the oldest beyond --keep-checkpoints.
 #pragma once
