@@ -29,9 +29,11 @@ finish() {
   elapsed=$((SECONDS - start))
 }
 
-# wait_for REGEX [SECONDS]: waits until launch.sh's output matches (extended regex).
+# wait_for REGEX [SECONDS]: waits until launch.sh's output matches (extended regex). The default
+# deadline is generous: a launch that starts Python, asks the binaries for the plan and spawns the
+# job took over 10 s on CI's 2 cores with three other tests running (only a failure waits it out).
 wait_for() {
-  local deadline=$((SECONDS + ${2:-10}))
+  local deadline=$((SECONDS + ${2:-30}))
   until grep -Eq -- "$1" "$out"; do
     ((SECONDS < deadline)) || return 1
     sleep 0.1
