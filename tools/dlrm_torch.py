@@ -236,7 +236,7 @@ def train_pstrain(args, job_flags):
     steps = worker.steps or worker.epochs * per_epoch
     torch.manual_seed(worker.seed)
     model = DLRM(pstrain.torch.EmbeddingBag(worker, FIELDS), worker.embedding_dim)
-    opt = pstrain.torch.DistributedOptimizer(model.parameters(), worker, total_steps=steps,
+    opt = pstrain.torch.DistributedOptimizer(model, worker, total_steps=steps,  # named: checkpoints export by name
                                              steps_per_epoch=per_epoch)
     x, y, ids = torch.from_numpy(x), torch.from_numpy(y), ids.view(np.int64)  # any 64-bit IDs
     schedule = Schedule(len(y), global_batch, worker.seed, worker.index, worker.batch_size)
