@@ -154,29 +154,6 @@ def build_mlp(nn, spec, inputs):
     return nn.Sequential(*layers)
 
 
-class SparseFtrl:
-    """FTRL-Proximal on the rows a step touched, as pstrain's `ftrl` table (docs/sparse.md):
-    alpha = lr, beta 1, l1 = l2 = 0, n starting at 0.1, weights from zero."""
-
-    def __init__(self, torch, weight, lr, beta=1.0, initial=0.1):
-        self.torch, self.weight, self.lr, self.beta = torch, weight, lr, beta
-        self.z = torch.zeros_like(weight.data)
-        self.n = torch.full_like(weight.data, initial)
-
-    def zero_grad(self, set_to_none=True):
-        self.weight.grad = None
-
-    def step(self):
-        grad = self.weight.grad.coalesce()
-        rows, g = grad.indices()[0], grad.values()
-        w, z, n = self.weight.data[rows], self.z[rows], self.n[rows]
-        sigma = (self.torch.sqrt(n + g * g) - self.torch.sqrt(n)) / self.lr
-        z = z + g - sigma * w
-        n = n + g * g
-        self.z[rows], self.n[rows] = z, n
-        self.weight.data[rows] = -z / ((self.beta + self.torch.sqrt(n)) / self.lr)
-
-
 def torch_child(args):
     """In the torch Python: one rank of the job; each rank prints a JSON line."""
     import numpy as np
@@ -232,7 +209,9 @@ def torch_child(args):
     elif kind == "sgd":
         table_opt = torch.optim.SGD([table.weight], lr=table_lr)
     else:
-        table_opt = SparseFtrl(torch, table.weight, table_lr)
+        sys.path.insert(0, os.path.join(REPO, "tools"))
+        from dlrm_torch import SparseFtrl  # the PS's ftrl formula, in the torch Python
+        table_opt = SparseFtrl(table.weight, table_lr)
     loss_fn = nn.CrossEntropyLoss()
     batch = int(cfg.get("batch-size", 64)) * int(cfg.get("num-workers", 1))  # the global batch
     per_rank = batch // world

@@ -41,7 +41,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -103,24 +102,13 @@ def torch_child(args):
     rows_total, (x_ids, t_ids) = dlrm.TorchTable.indices(d["ids"], d["tids"])
     x, t, y = torch.from_numpy(d["x"]), torch.from_numpy(d["tx"]), torch.from_numpy(d["y"])
     model = dlrm.DLRM(dlrm.TorchTable(rows_total, DIM), DIM)
-    dense_opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("embedding.")], lr=LR)
-    table_opt = dlrm.SparseFtrl(model.embedding.table.weight, TABLE_LR)
     net = model
     if world > 1:  # the DLRM's buffers (the pairs' indices) are constants: not broadcast every step
         net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
     per_rank = GLOBAL_BATCH // world
     schedule = dlrm.Schedule(records, GLOBAL_BATCH, SEED, rank, per_rank)
     steps = args.epochs * (records // GLOBAL_BATCH)
-    start = time.perf_counter()
-    for step in range(steps):
-        rows = torch.from_numpy(schedule(step))
-        dense_opt.zero_grad(set_to_none=True)
-        table_opt.zero_grad()
-        # the mean loss; DDP averages over ranks: the mean over the global batch either way
-        nn.functional.binary_cross_entropy_with_logits(net(x[rows], x_ids[rows]), y[rows]).backward()
-        dense_opt.step()
-        table_opt.step()
-    seconds = time.perf_counter() - start
+    seconds = dlrm.train_torch_steps(net, model, x, x_ids, y, schedule, steps, LR, TABLE_LR)  # the tool's loop
     auc, logloss = dlrm.auc_logloss(dlrm.predict(model, t, t_ids), d["ty"].astype(np.float64)) if rank == 0 \
         else (None, None)
     print(result(rank, steps * GLOBAL_BATCH, seconds, auc, logloss), flush=True)

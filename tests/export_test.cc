@@ -347,8 +347,10 @@ TEST(ModelFileTest, ReadsWhatItWritesAndRefusesWhatIsNotOne) {
   };
   EXPECT_EQ(error_for("[1, 2").rfind(path + ": not valid JSON: ", 0), 0u);  // then nlohmann's own words
   EXPECT_EQ(error_for("{}"), path + ": not a pstrain model file (no \"format\": \"pstrain-model\")");
+  EXPECT_EQ(error_for(replaced("\"version\": 1", "\"version\": 4")),
+            path + ": version 4 is not supported (this pstrain reads versions 1 to 3)");
   EXPECT_EQ(error_for(replaced("\"version\": 1", "\"version\": 3")),
-            path + ": version 3 is not supported (this pstrain reads versions 1 to 2)");
+            path + ": version 3 is a script's model's, but there is no \"kind\": \"script\"");
   EXPECT_EQ(error_for(replaced("\"model\": \"conv 4", "\"model\": \"conv 5")),
             path + ": its variables are not its layer list's: layer0.weight has shape [4, 1, 3, 3] in " + path +
                 "'s variables, but the model needs [5, 1, 3, 3]");

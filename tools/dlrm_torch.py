@@ -180,6 +180,35 @@ class SparseFtrl:
         self.weight.data[rows] = -z / ((self.beta + torch.sqrt(n)) / self.lr)
 
 
+class PsAdam:
+    """Adam in the PS's float32 operation order (shared/train/optimizer.cc, adam_kernel):
+    torch.optim.Adam's formula (bias-corrected, eps outside the root) rounded as the PS rounds it,
+    for --ps-adam: the same arithmetic as the pstrain job, so that what is left between the two is
+    the order of the gradient sums, not Adam's rounding, which grows over the steps (docs/python.md)."""
+
+    def __init__(self, params, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+        self.params, self.lr, self.beta1, self.beta2, self.t = list(params), lr, beta1, beta2, 0
+        f32 = lambda v: torch.tensor(v, dtype=torch.float32)  # noqa: E731
+        self.b1, self.b2, self.eps, self.one = f32(beta1), f32(beta2), f32(eps), f32(1.0)
+        self.m = [torch.zeros_like(p) for p in self.params]
+        self.v = [torch.zeros_like(p) for p in self.params]
+
+    def zero_grad(self, set_to_none=True):
+        for p in self.params:
+            p.grad = None
+
+    def step(self):
+        self.t += 1
+        step_size = torch.tensor(self.lr / (1.0 - self.beta1 ** self.t), dtype=torch.float32)  # in double, as the PS
+        inv_sqrt_c2 = torch.tensor(1.0 / (1.0 - self.beta2 ** self.t) ** 0.5, dtype=torch.float32)
+        with torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v):
+                g = p.grad
+                m.copy_(self.b1 * m + (self.one - self.b1) * g)
+                v.copy_(self.b2 * v + (self.one - self.b2) * g * g)
+                p.copy_(p - step_size * m / (torch.sqrt(v) * inv_sqrt_c2 + self.eps))
+
+
 def auc_logloss(p, labels):
     """ROC AUC (ties share their rank) and log loss of click probabilities p."""
     order = np.argsort(p, kind="mergesort")
@@ -236,7 +265,7 @@ def train_pstrain(args, job_flags):
     steps = worker.steps or worker.epochs * per_epoch
     torch.manual_seed(worker.seed)
     model = DLRM(pstrain.torch.EmbeddingBag(worker, FIELDS), worker.embedding_dim)
-    opt = pstrain.torch.DistributedOptimizer(model.parameters(), worker, total_steps=steps,
+    opt = pstrain.torch.DistributedOptimizer(model, worker, total_steps=steps,  # named: checkpoints export by name
                                              steps_per_epoch=per_epoch)
     x, y, ids = torch.from_numpy(x), torch.from_numpy(y), ids.view(np.int64)  # any 64-bit IDs
     schedule = Schedule(len(y), global_batch, worker.seed, worker.index, worker.batch_size)
@@ -255,6 +284,26 @@ def train_pstrain(args, job_flags):
         report(args, steps, global_batch, seconds, model, torch.from_numpy(tx), tids.view(np.int64), ty,
                lambda: model.embedding(ids[:args.probe]).numpy())
     worker.done()
+
+
+def train_torch_steps(net, model, x, index, y, schedule, steps, lr, table_lr, ps_adam=False):
+    """Plain PyTorch's training loop (the baseline's; bench/torch_dlrm.py's DDP ranks too, whose
+    `net` is `model` under DistributedDataParallel and whose schedule is their share): the mean
+    loss, torch.optim.Adam (PsAdam with `ps_adam`) on the MLPs, SparseFtrl on the TorchTable's
+    rows. Returns the seconds."""
+    dense = [p for name, p in model.named_parameters() if not name.startswith("embedding.")]
+    dense_opt = PsAdam(dense, lr) if ps_adam else torch.optim.Adam(dense, lr=lr)
+    table_opt = SparseFtrl(model.embedding.table.weight, table_lr)
+    start = time.perf_counter()
+    for step in range(steps):
+        rows = torch.from_numpy(schedule(step))
+        dense_opt.zero_grad(set_to_none=True)
+        table_opt.zero_grad()
+        # the mean loss; DDP averages over ranks: the mean over the global batch either way
+        nn.functional.binary_cross_entropy_with_logits(net(x[rows], index[rows]), y[rows]).backward()
+        dense_opt.step()
+        table_opt.step()
+    return time.perf_counter() - start
 
 
 def train_torch(args, job_flags):
@@ -280,20 +329,9 @@ def train_torch(args, job_flags):
     steps = job.steps or job.epochs * per_epoch
     torch.manual_seed(job.seed)
     model = DLRM(TorchTable(rows_total, job.embedding_dim), job.embedding_dim)
-    dense_opt = torch.optim.Adam([p for name, p in model.named_parameters() if not name.startswith("embedding.")],
-                                 lr=job.lr)
-    table_opt = SparseFtrl(model.embedding.table.weight, job.lr if job.embedding_lr is None else job.embedding_lr)
-    x, y = torch.from_numpy(x), torch.from_numpy(y)
-    schedule = Schedule(len(y), job.batch_size, job.seed)
-    start = time.perf_counter()
-    for step in range(steps):
-        rows = torch.from_numpy(schedule(step))
-        dense_opt.zero_grad(set_to_none=True)
-        table_opt.zero_grad()
-        nn.functional.binary_cross_entropy_with_logits(model(x[rows], index[rows]), y[rows]).backward()
-        dense_opt.step()
-        table_opt.step()
-    seconds = time.perf_counter() - start
+    seconds = train_torch_steps(model, model, torch.from_numpy(x), index, torch.from_numpy(y),
+                                Schedule(len(y), job.batch_size, job.seed), steps, job.lr,
+                                job.lr if job.embedding_lr is None else job.embedding_lr, args.ps_adam)
     report(args, steps, job.batch_size, seconds, model, torch.from_numpy(tx), t_index, ty,
            lambda: model.embedding(index[:args.probe]).numpy())
 
@@ -305,6 +343,9 @@ def main(argv):
     p.add_argument("--test-tsv", required=True, help="test records for the chief's AUC at the end")
     p.add_argument("--torch", action="store_true",
                    help="one plain PyTorch process instead of a pstrain worker (the baseline; FTRL tables, Adam)")
+    p.add_argument("--ps-adam", action="store_true",
+                   help="with --torch: Adam rounded as the PS rounds it (PsAdam), not torch.optim.Adam: the "
+                        "pstrain job's arithmetic, to tell its rounding from a difference")
     p.add_argument("--no-prefetch", action="store_true", help="do not ask for the next step's rows early")
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: the cores over the workers)")
     p.add_argument("--result", help="the chief writes its figures here (JSON)")

@@ -97,6 +97,53 @@ class Job:
         return np.load(self.out)
 
 
+LAUNCH = os.path.join(HERE, "..", "..", "launch", "launch.sh")
+
+
+def launch(job, run_dir, counts, mode_flags, extra=(), env=None):
+    """launch.sh running `job`'s script as 2 workers with `counts` (launch.sh's --num-ps, ...) and
+    the job's flags (but its counts) after `mode_flags`; a Popen whose stdout is a pipe."""
+    return subprocess.Popen(
+        [LAUNCH, "--no-setup", "--progress", "lines", "--run-dir", run_dir, "--num-workers", "2", *counts,
+         "--worker-cmd", f"{sys.executable} {job.script} {job.out} --", "--", *mode_flags, *job.flags[4:], *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(job.env, **(env or {})))
+
+
+def stop_and_resume(test, make_job, counts, mode_flags, pause_variable):
+    """Through launch.sh: the job uninterrupted; the job with checkpoints every 10 steps whose
+    workers pause before step 25 (`pause_variable`=25: the script writes OUT.pause and waits for
+    OUT.go), stopped by `launch.sh stop` (SIGTERM to the chief: a final checkpoint of step 26);
+    then that job with --resume. Returns (the uninterrupted job, the resumed one): their OUT."""
+    reference = make_job()
+    out = launch(reference, os.path.join(reference.dir, "run"), counts, mode_flags)
+    test.assertEqual(out.wait(timeout=300), 0, out.communicate()[0])
+    job = make_job()
+    checkpoints = os.path.join(job.dir, "checkpoints")
+    flags = ["--checkpoint-dir", checkpoints, "--checkpoint-every", "10"]
+    run_dir = os.path.join(job.dir, "run")
+    launcher = launch(job, run_dir, counts, mode_flags, flags, env={pause_variable: "25"})
+    try:
+        job.wait_for_file(job.out + ".pause", launcher)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{launcher.communicate()[0] if launcher.poll() is not None else ''}") from None
+    stop = subprocess.Popen([LAUNCH, "stop", run_dir], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    chief_log = os.path.join(run_dir, "w0.log")
+    while "SIGTERM: a final checkpoint at the next step" not in read(chief_log):
+        test.assertIsNone(launcher.poll(), launcher.communicate()[0] if launcher.poll() is not None else "")
+        time.sleep(0.01)  # polling the chief's log: the handler has run
+    open(job.out + ".go", "w").close()
+    test.assertEqual(stop.wait(timeout=300), 0, stop.communicate()[0])
+    launched = launcher.communicate(timeout=60)[0]
+    test.assertFalse(os.path.exists(job.out), "a stopped job wrote its parameters as a result")
+    test.assertEqual(sorted(n for n in os.listdir(checkpoints) if n.startswith("v")),
+                     ["v0000000010", "v0000000020", "v0000000026"], launched)
+    test.assertIn("checkpoint of step 26 complete", read(chief_log))
+    resumed = launch(job, os.path.join(job.dir, "resumed"), counts, mode_flags, [*flags, "--resume"])
+    test.assertEqual(resumed.wait(timeout=300), 0, resumed.communicate()[0])
+    test.assertIn("w0: resumed from checkpoint", read(os.path.join(job.dir, "resumed", "w0.log")))
+    return reference.out, job.out
+
+
 def read(path):
     with open(path) as f:
         return f.read()

@@ -6,6 +6,8 @@ Python worker processes (tests/python/numpy_worker.py, a numpy model) on loopbac
   same bits.
 - A Python worker killed (-9) mid-run is replaced by a new one, and the job ends with the bits of
   the uninterrupted run.
+- A job in --mode allreduce stopped by launch.sh stop (a final checkpoint) and resumed with
+  --resume ends with the uninterrupted run's bits.
 - launch.sh --worker-cmd runs Python workers, on 2 PS shards and in --mode allreduce (the ring):
   the same bits as the job started by hand.
 - Bad use of the API is a clear error.
@@ -113,6 +115,16 @@ class PythonWorkerTest(unittest.TestCase):
         self.assertIn("w0: resumed from checkpoint", pyjob.read(os.path.join(job.dir, "resumed-w0.log")))
         self.assertTrue(np.array_equal(reference.view(np.uint32), resumed.params().view(np.uint32)),
                         f"resumed run differs by {pyjob.relative_difference(reference, resumed.params()):.3g}")
+
+    def test_an_allreduce_job_stopped_and_resumed_equals_the_uninterrupted_one(self):
+        # As the PS job above, in --mode allreduce (the chief writes the whole vector), through
+        # launch.sh: `launch.sh stop` writes a final checkpoint, --resume gives the same bits.
+        # (Hybrid mode, whose tables advance with the rows the workers push: test_torch_worker.py.)
+        reference, resumed = pyjob.stop_and_resume(self, lambda: self.job(1, 2, 48), [], ["--mode", "allreduce"],
+                                                   "NUMPY_WORKER_PAUSE_AT")
+        reference, resumed = np.load(reference), np.load(resumed)
+        self.assertTrue(np.array_equal(reference.view(np.uint32), resumed.view(np.uint32)),
+                        f"resumed run differs by {pyjob.relative_difference(reference, resumed):.3g}")
 
     def test_the_launcher_runs_python_workers_in_ps_and_allreduce_modes(self):
         direct = self.run_job(2, 3, 32).params()

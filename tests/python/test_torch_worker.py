@@ -5,16 +5,21 @@ pstrain.torch.DistributedOptimizer, against one plain PyTorch process.
 - 3 PyTorch workers x 32 on 2 PS shards, sync, 100 steps: the parameters of one PyTorch process
   on batches of 96 with torch.optim's SGD, and with its Adam, within 1e-5 of the largest.
 - The same job twice gives the same bits.
+- pstrain-export of the job's checkpoint (--format safetensors) holds the module's state_dict at
+  that step, by name, bit for bit; --format npy (which needs a layer list) is refused.
 - pstrain.torch.EmbeddingBag (rows on the PS shards) under a DLRM-like model: 3 workers x 32 on
   2 shards train the dense parameters and the rows of 1 worker x 96 on 1 shard, within 1e-5;
   with EmbeddingBag.prefetch (the next step's rows asked for after this step's push) the same job
-  gives the same bits.
+  gives the same bits; in hybrid mode (launch.sh), stopped by `launch.sh stop` and resumed, it
+  ends with the uninterrupted run's bits.
 
 Skipped (exit 77) without torch, numpy or the package.
 """
 
+import json
 import os
 import shutil
+import subprocess
 import sys
 import unittest
 
@@ -77,6 +82,43 @@ class TorchWorkerTest(unittest.TestCase):
         self.assertTrue(np.array_equal(first.view(np.uint32), second.view(np.uint32)))
 
 
+class TorchExportTest(unittest.TestCase):
+    """A PyTorch job's checkpoint (DistributedOptimizer over the module: its variables named by the
+    state_dict) exported by pstrain-export to safetensors holds the module's parameters, by name,
+    bit for bit; the --save-params formats, which need a layer list, are refused."""
+
+    def test_pstrain_export_of_a_pytorch_jobs_checkpoint_gives_the_modules_state_dict(self):
+        from safetensors import safe_open
+        job = pyjob.Job(WORKER, 2, 2, 48, 20, OPTIMIZERS["adam"][0])
+        self.addCleanup(shutil.rmtree, job.dir, True)
+        checkpoints = os.path.join(job.dir, "checkpoints")
+        job.flags += ["--checkpoint-dir", checkpoints, "--checkpoint-every", "10"]
+        codes = job.run()
+        self.assertTrue(all(c == 0 for c in codes.values()), f"{codes}\n{job.logs()}")
+        net = torch_worker.model(SEED)
+        torch.nn.utils.vector_to_parameters(torch.from_numpy(job.params()), net.parameters())  # the last step's
+        out = os.path.join(job.dir, "model.safetensors")
+        export = subprocess.run([os.path.join(pyjob.BUILD, "pstrain-export"), checkpoints, out, "--format",
+                                 "safetensors"], capture_output=True, text=True)
+        self.assertEqual(export.returncode, 0, export.stdout + export.stderr)
+        self.assertIn("step 20", export.stdout)
+        with safe_open(out, "pt") as f:
+            exported = {name: f.get_tensor(name) for name in f.keys()}
+            model_json = json.loads(f.metadata()["pstrain_model"])
+        state = net.state_dict()
+        self.assertEqual(sorted(exported), sorted(state))  # ['0.bias', '0.weight', '2.bias', '2.weight']
+        for name, value in state.items():
+            self.assertEqual(exported[name].shape, value.shape, name)
+            self.assertTrue(torch.equal(exported[name].view(torch.int32), value.view(torch.int32)), name)
+        self.assertEqual(model_json["kind"], "script")
+        self.assertEqual(model_json["training"]["steps"], 20)
+        refused = subprocess.run([os.path.join(pyjob.BUILD, "pstrain-export"), checkpoints,
+                                  os.path.join(job.dir, "npy")], capture_output=True, text=True)
+        self.assertEqual(refused.returncode, 2, refused.stdout + refused.stderr)
+        self.assertIn("is of a script's model", refused.stderr)
+        self.assertIn("--format safetensors or npz-arrays", refused.stderr)
+
+
 class TorchEmbeddingTest(unittest.TestCase):
     """pstrain.torch.EmbeddingBag: 26 fields of 8-float rows on the PS shards (Adagrad tables)
     under a small DLRM-like PyTorch model."""
@@ -103,6 +145,24 @@ class TorchEmbeddingTest(unittest.TestCase):
         self.assertLessEqual(dense, 1e-5)
         self.assertLessEqual(rows, 1e-5)
         self.assertGreater(np.abs(one["rows"]).max(), 0)  # the rows trained and were pulled
+
+    def test_a_hybrid_job_stopped_and_resumed_equals_the_uninterrupted_one(self):
+        # Hybrid mode (--mode allreduce with tables: the dense parameters all-reduced, the rows on a
+        # PS shard) through launch.sh, 40 steps: `launch.sh stop` at step 25 writes a final
+        # checkpoint of step 26 (the chief's dense vector and the shard's tables), and --resume
+        # ends with the uninterrupted run's dense parameters and rows, bit for bit.
+        def make_job():
+            job = pyjob.Job(CTR_WORKER, 1, 2, 32, 40,
+                            ["--optimizer", "adam", "--lr", "0.005", "--embedding-dim", "8", "--embedding-optimizer",
+                             "adagrad", "--embedding-lr", "0.05"])
+            self.addCleanup(shutil.rmtree, job.dir, True)
+            return job
+        reference, resumed = pyjob.stop_and_resume(self, make_job, ["--num-ps", "1"], ["--mode", "allreduce"],
+                                                   "TORCH_WORKER_PAUSE_AT")
+        reference, resumed = np.load(reference), np.load(resumed)
+        for name in ("dense", "rows"):
+            self.assertTrue(np.array_equal(reference[name].view(np.uint32), resumed[name].view(np.uint32)),
+                            f"{name}: resumed run differs by {pyjob.relative_difference(reference[name], resumed[name]):.3g}")
 
     def test_prefetching_the_next_steps_rows_gives_the_same_bits(self):
         plain, prefetched = self.run_job(2, 3, 32), self.run_job(2, 3, 32, prefetch=True)

@@ -4,13 +4,15 @@ MLP over them, synthetic records from the seed, each step's global batch split a
 by index. The chief (worker 0) writes OUT (.npz): the dense parameters, and the rows of the first
 PROBE records' IDs pulled after the last step. With PSTRAIN_TEST_PREFETCH=1 each step's forward
 prefetches the next step's IDs (EmbeddingBag.prefetch), and the chief writes how many pulls a
-prefetch served.
+prefetch served. With TORCH_WORKER_PAUSE_AT=K a worker writes OUT.pause before step K and waits
+for OUT.go (a signal to take at a known step); a job stopped after a final checkpoint writes no OUT.
 
     python3 torch_ctr_worker.py OUT -- <pstrain-worker flags, --embedding-dim D among them>
 """
 
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -56,12 +58,18 @@ def main():
     batch = worker.batch_size
     global_batch = batch * worker.num_workers
     prefetch = os.environ.get("PSTRAIN_TEST_PREFETCH") == "1"
+    pause_at = int(os.environ.get("TORCH_WORKER_PAUSE_AT", "-1"))
 
     def rows_of(step):
         first = (step * global_batch) % (RECORDS - global_batch) + worker.index * batch
         return slice(first, first + batch)
 
     while not opt.finished:
+        if opt.step_index == pause_at:  # until the test says go
+            with open(out + ".pause", "w") as f:
+                f.write(f"{opt.step_index}\n")
+            while not os.path.exists(out + ".go"):
+                time.sleep(0.01)  # polling the test's file
         rows = rows_of(opt.step_index)
         if prefetch and opt.step_index + 1 < worker.steps:
             model.embedding.prefetch(ids[rows_of(opt.step_index + 1)])
@@ -70,7 +78,7 @@ def main():
                                                               reduction="sum")
         loss.backward()
         opt.step(samples=batch, loss_sum=loss.item())
-    if worker.index == 0:
+    if worker.index == 0 and not worker.stopped:  # a stopped job's parameters are its checkpoint's
         with torch.no_grad():
             probe = model.embedding(ids[:PROBE]).numpy()
         with open(out, "wb") as f:  # its name as given (np.savez would add .npz)

@@ -48,7 +48,7 @@ def main():
     global_batch = batch * worker.num_workers
     x, y = fashion(steps * global_batch)
     net = model(worker.seed)
-    opt = pstrain.torch.DistributedOptimizer(net.parameters(), worker, steps)
+    opt = pstrain.torch.DistributedOptimizer(net, worker, steps)  # checkpoints name the state_dict's variables
     while not opt.finished:
         first = opt.step_index * global_batch + worker.index * batch
         opt.zero_grad()

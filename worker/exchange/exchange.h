@@ -41,6 +41,11 @@ class Exchange {
   virtual uint64_t start(float* host_params, uint64_t total_steps) = 0;
   // host_grad[from, total) of step `step` is final (called during backward, `from` decreasing).
   virtual void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) = 0;
+  // Step `step`'s plan (info.checkpoint) before any of its pushes, for a caller that pushes the
+  // step's embedding rows before its dense gradient (a script's EmbeddingBag, worker/python/);
+  // the trainer's first gradient_ready comes before its rows. Hybrid: the rows' pushes carry the
+  // version to checkpoint.
+  virtual void plan_step(uint64_t /*step*/, const PushInfo& /*info*/) {}
   // The whole gradient is final: leaves version step+1 in host_params. Sets times->push_us,
   // wait_us and pull_us to what this call took (pushes made by gradient_ready are the caller's
   // to time).

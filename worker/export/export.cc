@@ -291,6 +291,12 @@ std::string export_checkpoint(const ExportOptions& o) {
   }
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
   ModelDescription model = model_of(c, o);
+  if (model.script && !is_array_format(o.format)) {
+    throw UsageError("checkpoint " + c.dir + " is of a script's model (" + c.dir + "/model.json: a Python job's, " +
+                     "no layer list): --format " + export_format_name(o.format) + " writes --save-params files for " +
+                     "--init-params, --evaluate and --predict, which need one; --format safetensors or npz-arrays " +
+                     "export its variables (by the script's names) and tables");
+  }
   const std::vector<std::pair<std::string, const TableInFile*>> tables = table_files(c);
   if (!tables.empty() && model.embeddings.dim == 0) {
     PSLOG(WARN) << "pstrain-export: " << c.dir << "/model.json does not describe the checkpoint's embedding tables "

@@ -318,8 +318,9 @@ std::string export_model_json(const ModelDescription& d, ExportFormat format,
   Json x;
   x["format"] = export_format_name(format);
   x["variables"] =
-      "each variable under its name (model.json's \"variables\"; a dense weight is [inputs, outputs]: y = x "
-      "W + b)";
+      d.script ? "each variable under the script's name for it (a torch module's state_dict name), in its shape"
+               : "each variable under its name (model.json's \"variables\"; a dense weight is [inputs, outputs]: y "
+                 "= x W + b)";
   const EmbeddingSetup& e = d.embeddings;
   if (e.dim > 0) {
     Json list = Json::array();
@@ -332,15 +333,20 @@ std::string export_model_json(const ModelDescription& d, ExportFormat format,
     }
     x["tables"] = list;
     x["ids"] = "int64 arrays of the uint64 keys' bits (numpy: .view(np.uint64)), increasing as uint64";
-    x["features"] = schema_json(e.schema, "the model");
-    x["reader"] = e.schema.empty() ? "criteo" : "schema";
-    x["input"] =
-        "per record: the numeric columns in column order (transformed), then one row per categorical column "
-        "in column order";
-    x["missing_id"] = "an empty categorical value is the ID 0xffffffffffffffff";
-    x["raw_ids"] = "hex: the number; string: FNV-1a 64 of the bytes; int: mix_id(x mod 2^64)";
-    x["key"] =
-        e.per_field_tables ? "raw (table f holds field f)" : "mix_id(raw ^ mix_id(field + 1)) (one table)";
+    if (d.script) {  // the IDs are the script's: no feature schema or reader to describe
+      x["key"] = e.per_field_tables ? "the script's ID (table f holds field f)"
+                                    : "mix_id(id ^ mix_id(field + 1)) of the script's ID (one table)";
+    } else {
+      x["features"] = schema_json(e.schema, "the model");
+      x["reader"] = e.schema.empty() ? "criteo" : "schema";
+      x["input"] =
+          "per record: the numeric columns in column order (transformed), then one row per categorical column "
+          "in column order";
+      x["missing_id"] = "an empty categorical value is the ID 0xffffffffffffffff";
+      x["raw_ids"] = "hex: the number; string: FNV-1a 64 of the bytes; int: mix_id(x mod 2^64)";
+      x["key"] =
+          e.per_field_tables ? "raw (table f holds field f)" : "mix_id(raw ^ mix_id(field + 1)) (one table)";
+    }
     x["pool"] = e.pool == EmbeddingPool::kMean ? "mean" : "sum";
     x["absent_rows"] = e.min_count > 1
                            ? std::string("zeros (min_count > 1: not admitted)")

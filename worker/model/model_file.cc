@@ -158,15 +158,90 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
   return e;
 }
 
+// A script's variables as listed ("name", "shape", "offset" following one another).
+Layout listed_variables(const Json& j, const std::string& path) {
+  Layout listed;
+  try {
+    for (const Json& v : j.at("variables")) {
+      const std::string name = v.at("name").get<std::string>();
+      if (name.empty() || name.find_first_of(" \t\n/\\") != std::string::npos) {
+        throw Error(path + ": bad variable name " + v.at("name").dump());
+      }
+      listed.add(name, v.at("shape").get<std::vector<size_t>>());
+      if (v.at("offset").get<size_t>() != listed.tensors().back().offset) {
+        throw Error(path + ": variable " + v.at("name").dump() + " has an offset that does not follow the ones before it");
+      }
+    }
+  } catch (const Json::exception& e) {
+    throw Error(path + ": bad \"variables\": " + e.what());
+  }
+  return listed;
+}
+
+// A script's model.json (kind "script"): its variables, tables and training record.
+ModelDescription script_description_from(const Json& j, const std::string& path) {
+  ModelDescription d;
+  d.script = true;
+  d.given_as = j.value("given_as", "");
+  d.variables = listed_variables(j, path);
+  if (d.variables.tensors().empty()) throw Error(path + ": a script's model without variables");
+  try {
+    if (j.contains("embeddings")) {
+      const Json& e = j["embeddings"];
+      const size_t width = e.value("dense_features", size_t{0}) + e.value("fields", size_t{0}) * e.value("dim", size_t{0});
+      d.embeddings = embeddings_from(e, {width}, path);
+    }
+    if (j.contains("training") && j["training"].is_object()) {
+      const Json& t = j["training"];
+      d.training.source = t.value("source", "");
+      d.training.optimizer = t.value("optimizer", "");
+      d.training.lr = t.value("lr", 0.0);
+      d.training.steps = t.value("steps", uint64_t{0});
+    }
+  } catch (const Json::exception& e) {
+    throw Error(path + ": a field is missing or of the wrong type: " + e.what());
+  }
+  return d;
+}
+
+// The model.json text of a script's model.
+std::string script_model_json_text(const ModelDescription& d) {
+  Json j;
+  j["format"] = "pstrain-model";
+  j["version"] = kScriptModelFileFormat;
+  j["kind"] = "script";
+  j["given_as"] = d.given_as;
+  if (d.embeddings.dim > 0) j["embeddings"] = embeddings_json(d.embeddings);
+  j["dtype"] = "float32";
+  j["total_parameters"] = d.variables.total();
+  Json variables = Json::array();
+  for (const TensorSpec& t : d.variables.tensors()) {
+    Json v;
+    v["name"] = t.name;
+    v["shape"] = t.shape;
+    v["offset"] = t.offset;
+    v["size"] = t.size;
+    v["dtype"] = "float32";
+    variables.push_back(v);
+  }
+  j["variables"] = variables;
+  j["training"] = training_json(d.training);
+  return j.dump(2) + "\n";
+}
+
 // Reads the fields that matter; `path` names the file in errors.
 ModelDescription description_from(const Json& j, const std::string& path) {
   const auto fail = [&](const std::string& why) { return Error(path + ": " + why); };
   if (!j.is_object()) throw fail("not a JSON object");
   if (!j.contains("format") || j["format"] != "pstrain-model") throw fail("not a pstrain model file (no \"format\": \"pstrain-model\")");
   if (!j.contains("version") || !j["version"].is_number_integer() || j["version"].get<int>() < 1 ||
-      j["version"].get<int>() > kModelFileFormat) {
+      j["version"].get<int>() > kScriptModelFileFormat) {
     throw fail("version " + (j.contains("version") ? j["version"].dump() : std::string("(none)")) +
-               " is not supported (this pstrain reads versions 1 to " + std::to_string(kModelFileFormat) + ")");
+               " is not supported (this pstrain reads versions 1 to " + std::to_string(kScriptModelFileFormat) + ")");
+  }
+  if (j.value("kind", "") == "script") return script_description_from(j, path);
+  if (j["version"].get<int>() > kModelFileFormat) {
+    throw fail("version " + j["version"].dump() + " is a script's model's, but there is no \"kind\": \"script\"");
   }
   ModelDescription d;
   try {
@@ -218,14 +293,17 @@ ModelDescription description_from(const Json& j, const std::string& path) {
 std::string bracket_shape(const std::vector<size_t>& shape) { return "[" + join_shape(shape, ", ") + "]"; }
 
 Layout layout_of(const ModelDescription& d) {
+  if (d.script) return d.variables;
   return Network(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json")).layout();
 }
 
 Layout state_layout_of(const ModelDescription& d) {
+  if (d.script) return Layout();
   return Network(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json")).state_layout();
 }
 
 std::string model_json_text(const ModelDescription& d) {
+  if (d.script) return script_model_json_text(d);
   const Network net(d.spec, d.input_shape, d.classes, targets_of(d.loss, "model.json"));
   const Layout& layout = net.layout();
   Json j;
@@ -398,6 +476,10 @@ SavedModel resolve_saved_model(const SavedModelQuery& q) {
   }
   out.described = true;
   const std::string file = q.dir + "/model.json";
+  if (saved->script) {
+    throw UsageError(where + ": " + file + " describes a Python script's model (" + saved->given_as +
+                     "), which has no layer list for pstrain-worker to build: load its variables in the script");
+  }
   if (q.classes > 0 && q.classes != saved->classes) {
     throw Error(where + ": the model has " + std::to_string(saved->classes) + " classes (" + file +
                 "), but the data has " + std::to_string(q.classes) + " (--classes)");

@@ -19,6 +19,10 @@ namespace pstrain {
 // The newest model.json version: 2, written for a model with embedding tables (its
 // "embeddings"), so that a pstrain that cannot use them refuses it; 1 otherwise. Both are read.
 constexpr int kModelFileFormat = 2;
+// A script's model (a Python worker's, docs/python.md): "kind": "script", no layer list, the
+// variables named by the script (a torch module's state_dict names). Version 3, so that a pstrain
+// that knows only layer lists refuses it rather than misreading it.
+constexpr int kScriptModelFileFormat = 3;
 
 // How the parameters were obtained (informative: nothing reads these back but people).
 struct TrainingRecord {
@@ -43,6 +47,11 @@ struct ModelDescription {
   // input_shape is then {dense + fields * dim}: the input the tables' rows make.
   EmbeddingSetup embeddings;
   TrainingRecord training;
+  // A script's model (worker/python/): no spec, input shape or classes; `variables` is its
+  // layout as the script named it. pstrain-export writes it as arrays; --init-params,
+  // --evaluate and --predict refuse it (they need a layer list).
+  bool script = false;
+  Layout variables;
 };
 
 // The model.json text of `d` (its layout computed from spec, input shape and classes). Throws

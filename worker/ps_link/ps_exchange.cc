@@ -132,6 +132,7 @@ class HybridExchange final : public Exchange {
     }
     return first;
   }
+  void plan_step(uint64_t step, const PushInfo& info) override { client_.mark_rows(step, info.checkpoint); }
   void gradient_ready(uint64_t step, float* host_grad, size_t from, const PushInfo& info) override {
     client_.mark_rows(step, info.checkpoint);  // the shards write their tables at the chief's versions
     dense_->gradient_ready(step, host_grad, from, info);

@@ -10,6 +10,8 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -93,13 +95,17 @@ class Worker {
   }
 
   // Joins the job with `params` (every worker the same values: the chief's start the job) and
-  // leaves in it the parameters of the returned step, the first this worker runs.
-  uint64_t start(const py::buffer& params, uint64_t total_steps, uint64_t steps_per_epoch) {
+  // leaves in it the parameters of the returned step, the first this worker runs. `variables`
+  // ((name, shape) pairs in the vector's order; None: one, "params") name its parts in
+  // checkpoints, for pstrain-export.
+  uint64_t start(const py::buffer& params, uint64_t total_steps, uint64_t steps_per_epoch,
+                 const std::optional<std::vector<std::pair<std::string, std::vector<size_t>>>>& variables) {
     if (exchange_) throw UsageError("start() was called already");
     const py::buffer_info shape = params.request();
     total_ = static_cast<uint64_t>(shape.size);
     if (total_ == 0) throw UsageError("the model has no parameters");
     float* values = floats_of(params, total_, "params");
+    const Layout layout = layout_of(variables);
     replica_ = std::make_unique<Replica>(*backend_, total_, 1);
     std::memcpy(replica_->host_params(), values, total_ * sizeof(float));
     total_steps_ = total_steps;
@@ -112,7 +118,7 @@ class Worker {
     }
     std::memcpy(values, replica_->host_params(), total_ * sizeof(float));
     step_ = first;
-    steps_->started(total_, total_steps, steps_per_epoch, first);
+    steps_->started(layout, total_steps, steps_per_epoch, first);
     return first;
   }
 
@@ -124,12 +130,11 @@ class Worker {
     const float* g = floats_of(grad, total_, "grad", false);
     float* values = floats_of(params, total_, "params");
     std::memcpy(replica_->host_grad(), g, total_ * sizeof(float));
-    PushInfo info;
+    PushInfo info = plan(step);
     info.samples = samples;
     info.loss_sum = loss_sum;
     info.correct = correct;
     info.times = previous_;
-    steps_->plan(step, &info);
     StepMetrics m;
     {
       py::gil_scoped_release unlocked;
@@ -150,8 +155,24 @@ class Worker {
     return out;
   }
 
+  // Step `step`'s checkpoint and stop, decided once, by whichever push of the step comes first:
+  // a Rows push (before the dense gradient: its pushes must carry the plan too) or step().
+  PushInfo plan(uint64_t step) {
+    if (!exchange_) throw UsageError("step() before start()");
+    if (planned_step_ != step) {
+      planned_ = PushInfo();
+      steps_->plan(step, &planned_);
+      exchange_->plan_step(step, planned_);
+      planned_step_ = step;
+    }
+    return planned_;
+  }
+
   // The job stopped after a final checkpoint (the chief was asked to stop): resume it with --resume.
   bool stopped() const { return stopped_; }
+
+  // A Rows reads the job's tables as `fields` fields: model.json says so.
+  void tables_read(size_t fields, EmbeddingPool pool) { steps_->tables_read(fields, pool); }
 
   void done(bool stopped) {
     if (!exchange_) return;
@@ -160,6 +181,28 @@ class Worker {
   }
 
  private:
+  // start()'s variables as a layout of total_ floats; names that a MANIFEST line and a file name
+  // can hold (a torch state_dict's: "bottom.0.weight").
+  Layout layout_of(const std::optional<std::vector<std::pair<std::string, std::vector<size_t>>>>& variables) const {
+    Layout layout;
+    if (!variables) {
+      layout.add("params", {static_cast<size_t>(total_)});
+      return layout;
+    }
+    std::set<std::string> names;
+    for (const auto& [name, shape] : *variables) {
+      if (name.empty() || name.find_first_of(" \t\n\r/\\") != std::string::npos || name[0] == '.') {
+        throw UsageError("variables: '" + name + "' is not a variable name (no spaces, '/' or a leading '.')");
+      }
+      if (!names.insert(name).second) throw UsageError("variables: '" + name + "' appears twice");
+      layout.add(name, shape.empty() ? std::vector<size_t>{1} : shape);  // a 0-d tensor as [1]
+    }
+    if (layout.total() != total_) {
+      throw UsageError("variables hold " + std::to_string(layout.total()) + " values, params " + std::to_string(total_));
+    }
+    return layout;
+  }
+
   JobOptions o_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Replica> replica_;
@@ -167,6 +210,8 @@ class Worker {
   std::unique_ptr<Exchange> exchange_;
   std::unique_ptr<ScriptSteps> steps_;
   bool stopped_ = false;
+  uint64_t planned_step_ = UINT64_MAX;  // plan()'s
+  PushInfo planned_;
   uint64_t total_ = 0;
   uint64_t step_ = 0;
   uint64_t total_steps_ = 0;
@@ -233,6 +278,7 @@ class Rows {
     if (!parse_embedding_pool(pool, &e.pool)) throw UsageError("pool '" + pool + "': sum or mean");
     if (e.dim == 0) throw UsageError("embedding rows need the job's --embedding-dim D (the rows' floats)");
     input_ = std::make_unique<CtrInput>(e);
+    worker.tables_read(fields, e.pool);
     fields_ = fields;
   }
 
@@ -273,6 +319,7 @@ class Rows {
     const float* g = floats_of(dx, n_ * width(), "dx", false);
     input_->add_gradient(0, n_, g);
     const uint64_t step = worker_.current_step();
+    worker_.plan(step);  // this step's checkpoint, which the rows' pushes carry (hybrid)
     std::unique_ptr<BatchIds> next = std::move(next_);
     py::gil_scoped_release unlocked;
     input_->push(step, samples);
@@ -316,7 +363,8 @@ PYBIND11_MODULE(_core, m) {
       .def_property_readonly("seed", [](const Worker& w) { return w.options().seed; })
       .def_property_readonly("mode", [](const Worker& w) { return std::string(pstrain::mode_name(w.options().mode)); })
       .def_property_readonly("size", &Worker::size)
-      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"), py::arg("steps_per_epoch") = 0)
+      .def("start", &Worker::start, py::arg("params"), py::arg("total_steps"), py::arg("steps_per_epoch") = 0,
+           py::arg("variables") = py::none())
       .def("step", &Worker::step, py::arg("step"), py::arg("grad"), py::arg("params"), py::arg("samples"),
            py::arg("loss_sum") = 0.0, py::arg("correct") = 0)
       .def("done", &Worker::done, py::arg("stopped") = false)

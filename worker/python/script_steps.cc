@@ -11,6 +11,14 @@
 namespace pstrain {
 
 ScriptSteps::ScriptSteps(const JobOptions& o) : t_(train_options(o)), chief_(o.index == 0) {
+  model_.script = true;
+  model_.given_as = "a script's model (pstrain.Worker.start's variables)";
+  model_.training.optimizer = optimizer_kind_name(t_.checkpoint.job.optimizer.kind);
+  model_.training.lr = t_.checkpoint.job.optimizer.lr;
+  if (o.embedding_dim > 0) {
+    model_.embeddings = embedding_setup(o);
+    model_.embeddings.dense = 0;  // the script's own features are not the tables' business
+  }
   if (!chief_) return;
   if (!o.checkpoint_dir.empty()) {
     checkpoint_lock_ = claim_checkpoint_dir(o);
@@ -23,16 +31,28 @@ ScriptSteps::ScriptSteps(const JobOptions& o) : t_(train_options(o)), chief_(o.i
   if (!t_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(t_.tensorboard_dir, "--tensorboard-dir"));
 }
 
-void ScriptSteps::started(uint64_t size, uint64_t total_steps, uint64_t steps_per_epoch, uint64_t first_step) {
+void ScriptSteps::started(const Layout& variables, uint64_t total_steps, uint64_t steps_per_epoch,
+                          uint64_t first_step) {
   total_steps_ = total_steps;
   const uint64_t epochs = static_cast<uint64_t>(std::max(t_.epochs, 1));
   steps_per_epoch_ = std::max<uint64_t>(steps_per_epoch > 0 ? steps_per_epoch : (total_steps + epochs - 1) / epochs, 1);
-  layout_.add("params", {static_cast<size_t>(size)});
-  // The model is the script's: no layer list, so no model.json (pstrain-export cannot describe it).
-  checkpoints_ = std::make_unique<ChiefCheckpoints>(t_.checkpoint, chief_, t_.checkpoint_shards, layout_,
-                                                    ModelDescription{}, total_steps, stop_requested_);
+  layout_ = variables;
+  model_.variables = variables;
+  checkpoints_ = std::make_unique<ChiefCheckpoints>(t_.checkpoint, chief_, t_.checkpoint_shards, layout_, model_,
+                                                    total_steps, stop_requested_);
   if (checkpoints_->enabled() && t_.checkpoint.resume && first_step > 0) checkpoints_->check_resumed(first_step);
   if (chief_) progress_ = std::make_unique<Progress>(t_.progress, steps_per_epoch_, total_steps, &metrics_);
+}
+
+void ScriptSteps::tables_read(size_t fields, EmbeddingPool pool) {
+  EmbeddingSetup& e = model_.embeddings;
+  if (e.dim == 0) return;
+  e.fields = fields;
+  e.pool = pool;
+  // Per-field tables: the PS shards made the job's (Criteo's 26, or a --schema's); the script
+  // reads the first `fields`.
+  if (e.per_field_tables && e.tables.size() > fields) e.tables.resize(fields);
+  if (checkpoints_) checkpoints_->set_embeddings(e);
 }
 
 void ScriptSteps::plan(uint64_t step, PushInfo* info) {

@@ -16,6 +16,7 @@
 #include "shared/train/layout.h"
 #include "shared/util/dir_lock.h"
 #include "worker/exchange/exchange.h"
+#include "worker/model/model_file.h"
 #include "worker/report/metrics_sink.h"
 #include "worker/report/progress.h"
 #include "worker/train/checkpoints.h"
@@ -30,10 +31,14 @@ class ScriptSteps {
   // opened (a path that cannot be written fails here).
   explicit ScriptSteps(const JobOptions& o);
 
-  // The job is joined: the model is `size` floats (one variable, "params"), the job
-  // `total_steps` long with `steps_per_epoch` steps an epoch (0: --epochs' share), and this
+  // The job is joined: the model is `variables` (the script's names and shapes, in the flat
+  // vector's order; checkpoints' MANIFEST and model.json name them so, for pstrain-export), the
+  // job `total_steps` long with `steps_per_epoch` steps an epoch (0: --epochs' share), and this
   // worker starts at `first_step` (> 0: resumed, whose checkpoint must be of this model).
-  void started(uint64_t size, uint64_t total_steps, uint64_t steps_per_epoch, uint64_t first_step);
+  void started(const Layout& variables, uint64_t total_steps, uint64_t steps_per_epoch, uint64_t first_step);
+  // The script reads the job's tables as `fields` fields pooled by `pool` (pstrain.Rows):
+  // model.json's "embeddings" from then on.
+  void tables_read(size_t fields, EmbeddingPool pool);
   // Before step `step`'s push: whether its version is checkpointed and the job stops after it.
   void plan(uint64_t step, PushInfo* info);
   // After it: the checkpoint's manifest once every shard wrote its file (the time in `times`),
@@ -47,6 +52,7 @@ class ScriptSteps {
   const std::atomic<bool>* stop_requested_ = nullptr;
   MetricsSinks metrics_;
   Layout layout_;  // ChiefCheckpoints holds it: declared before
+  ModelDescription model_;  // the script's: its variables and tables (model.json)
   std::unique_ptr<ChiefCheckpoints> checkpoints_;
   std::unique_ptr<Progress> progress_;
   uint64_t total_steps_ = 0, steps_per_epoch_ = 1;

@@ -75,7 +75,7 @@ double ChiefCheckpoints::completed(uint64_t version) {
         write_file_durably(dir + "/" + t.name + ".npy", npy_bytes(t.shape, state_->data() + t.offset));
       }
     }
-    if (!model_.spec.empty()) {  // none for a script's model (a Python worker's): no layer list to record
+    if (!model_.spec.empty() || model_.script) {
       model_.training.steps = version;
       model_.training.source = "checkpoint " + dir;
       write_file_durably(dir + "/model.json", model_json_text(model_));  // before the manifest completes it

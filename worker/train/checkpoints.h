@@ -21,13 +21,16 @@ class ChiefCheckpoints {
  public:
   // Enabled on the chief when options.dir is set; a checkpoint is complete with `shards` shard
   // files (the PS shards', or in allreduce the chief's one). `model` (whose layout is `layout`)
-  // goes into every checkpoint as model.json, for pstrain-export (not one without a layer list:
-  // a script's model, worker/python/). `stop_requested` (may be null)
+  // goes into every checkpoint as model.json, for pstrain-export (a script's model, worker/python/,
+  // as its variables' names and shapes: model_file.h). `stop_requested` (may be null)
   // is set by the worker's SIGTERM handler.
   ChiefCheckpoints(const CheckpointOptions& options, bool chief, int shards, const Layout& layout,
                    ModelDescription model, uint64_t total_steps, const std::atomic<bool>* stop_requested);
 
   bool enabled() const { return enabled_; }
+  // The model's embedding tables as model.json describes them (a script's model learns them
+  // after its start: its EmbeddingBag's fields and pool).
+  void set_embeddings(const EmbeddingSetup& tables) { model_.embeddings = tables; }
   // Called before step `step`: whether version step+1 is to be checkpointed, and whether the
   // job stops after it (a stop was requested).
   void plan(uint64_t step, uint64_t* checkpoint, bool* stop);

@@ -30,10 +30,22 @@ __all__ = ["DistributedOptimizer", "EmbeddingBag"]
 
 
 class DistributedOptimizer:
-    """Keeps `params` on the job's PS shards (or all-reduces them: --mode allreduce)."""
+    """Keeps `params` on the job's PS shards (or all-reduces them: --mode allreduce).
+
+    `params`: a torch.nn.Module, its named_parameters(), or plain parameters. Checkpoints name
+    each variable by its state_dict name (pstrain-export writes them so: docs/python.md); plain
+    parameters are "param0", "param1", ..."""
 
     def __init__(self, params, worker, total_steps, steps_per_epoch=0):
-        self.params = [p for p in params]
+        if isinstance(params, torch.nn.Module):
+            params = params.named_parameters()
+        items = list(params)
+        if items and isinstance(items[0], tuple):
+            self.names = [str(name) for name, _ in items]
+            self.params = [p for _, p in items]
+        else:
+            self.names = [f"param{i}" for i in range(len(items))]
+            self.params = items
         if not self.params:
             raise ValueError("DistributedOptimizer: no parameters")
         for p in self.params:
@@ -44,7 +56,8 @@ class DistributedOptimizer:
         self.total_steps = int(total_steps)
         self.values = np.concatenate([p.detach().reshape(-1).numpy() for p in self.params]).astype(np.float32)
         self.grad = np.zeros_like(self.values)
-        self.step_index = worker.start(self.values, self.total_steps, int(steps_per_epoch))
+        variables = [(name, list(p.shape)) for name, p in zip(self.names, self.params)]
+        self.step_index = worker.start(self.values, self.total_steps, int(steps_per_epoch), variables)
         self.metrics = {}
         self._load()
 
