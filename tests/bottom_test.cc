@@ -23,6 +23,7 @@
 #include "worker/model/layers.h"
 #include "worker/model/model.h"
 #include "worker/model/model_file.h"
+#include "worker/model/saved_model.h"
 #include "worker/model/param_files.h"
 
 namespace pstrain {

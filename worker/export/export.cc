@@ -278,6 +278,22 @@ std::vector<std::pair<std::string, const TableInFile*>> table_files(const Checkp
   return files;
 }
 
+// Whether checkpoint `dir`'s model (its model.json) can be exported in `format`: a script's model
+// only as arrays (UsageError); tables its model.json does not describe are exported, with a warning.
+void check_model_fits(const std::string& dir, const ModelDescription& model, bool has_tables, ExportFormat format) {
+  if (model.script && !is_array_format(format)) {
+    throw UsageError("checkpoint " + dir + " is of a script's model (" + dir + "/model.json: a Python job's, " +
+                     "no layer list): --format " + export_format_name(format) + " writes --save-params files for " +
+                     "--init-params, --evaluate and --predict, which need one; --format safetensors or npz-arrays " +
+                     "export its variables (by the script's names) and tables");
+  }
+  if (has_tables && model.embeddings.dim == 0) {
+    PSLOG(WARN) << "pstrain-export: " << dir << "/model.json does not describe the checkpoint's embedding tables "
+                << "(written before pstrain recorded them): they are exported, but --evaluate and --predict "
+                << "cannot use them";
+  }
+}
+
 }  // namespace
 
 std::string export_checkpoint(const ExportOptions& o) {
@@ -291,18 +307,8 @@ std::string export_checkpoint(const ExportOptions& o) {
   }
   const CheckpointParams c = choose_checkpoint(o.checkpoint);
   ModelDescription model = model_of(c, o);
-  if (model.script && !is_array_format(o.format)) {
-    throw UsageError("checkpoint " + c.dir + " is of a script's model (" + c.dir + "/model.json: a Python job's, " +
-                     "no layer list): --format " + export_format_name(o.format) + " writes --save-params files for " +
-                     "--init-params, --evaluate and --predict, which need one; --format safetensors or npz-arrays " +
-                     "export its variables (by the script's names) and tables");
-  }
   const std::vector<std::pair<std::string, const TableInFile*>> tables = table_files(c);
-  if (!tables.empty() && model.embeddings.dim == 0) {
-    PSLOG(WARN) << "pstrain-export: " << c.dir << "/model.json does not describe the checkpoint's embedding tables "
-                << "(written before pstrain recorded them): they are exported, but --evaluate and --predict "
-                << "cannot use them";
-  }
+  check_model_fits(c.dir, model, !tables.empty(), o.format);
   model.embeddings.num_ps = static_cast<int>(c.tables.size());  // the files' shard count
   // The state (batchnorm's running statistics) is beside the shard files, as --save-params writes it.
   const Layout state_layout = state_layout_of(model);

@@ -18,6 +18,7 @@
 #include "worker/data/open.h"
 #include "worker/model/model.h"
 #include "worker/model/model_file.h"
+#include "worker/model/saved_model.h"
 #include "worker/model/param_files.h"
 #include "worker/report/auc.h"
 #include "worker/report/metrics_sink.h"

@@ -2,6 +2,7 @@
 
 #include "shared/util/log.h"
 #include "worker/model/param_files.h"
+#include "worker/model/saved_model.h"
 
 namespace pstrain {
 
