@@ -13,17 +13,17 @@
 // freed while the arena lives). Before the apply thread changes a row the writer has not read
 // yet (before_write), the row's floats and bookkeeping are copied aside; the writer reads a row
 // from that copy or, untouched, from the arena, and marks it read, after which the apply writes
-// it without copying. A per-block mutex orders the two threads on a row. The memory taken beside
-// the tables is one byte a captured row and the copies of the rows changed before the writer
-// reached them.
+// it without copying. Each captured row has an atomic state: whichever thread takes a pending
+// row (to copy it, or to read it) holds it for one row's memcpy, and the other waits for that
+// (a lock over a block of rows, held by a writer the scheduler preempted, stalled the steps for
+// whole time slices on a loaded machine). The memory taken beside the tables is 9 bytes a
+// captured row and the copies of the rows changed before the writer reached them.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 #include <vector>
 
 #include "ps/sparse/row_arena.h"
@@ -35,6 +35,9 @@ class RowSnapshot {
   // Called by RowArena::snapshot: the arena's blocks, its rows ever taken and its free rows.
   RowSnapshot(size_t floats_per_row, int shift, const std::vector<float*>& values,
               const std::vector<RowMeta*>& meta, size_t taken, const std::vector<uint32_t>& free_rows);
+  ~RowSnapshot();
+  RowSnapshot(const RowSnapshot&) = delete;
+  RowSnapshot& operator=(const RowSnapshot&) = delete;
 
   // The apply thread, before it changes row `row` (its floats or its bookkeeping).
   void before_write(uint32_t row);
@@ -47,29 +50,25 @@ class RowSnapshot {
   // The writer is done with it (the arena drops it at its next write).
   void finish() { done_.store(true, std::memory_order_release); }
   bool finished() const { return done_.load(std::memory_order_acquire); }
-  // Rows copied aside so far (tests, the bench).
-  size_t copied();
 
  private:
-  enum State : uint8_t { kPending = 0, kCopied = 1, kRead = 2, kNotCaptured = 3 };
+  enum State : uint8_t { kPending = 0, kBusy = 1, kCopied = 2, kRead = 3, kNotCaptured = 4 };
   struct Copy {
     std::unique_ptr<float[]> values;
     RowMeta meta;
   };
-  struct Block {
-    std::mutex mutex;
-    std::unordered_map<uint32_t, Copy> copies;  // by the row's place in the block
-  };
-  size_t block(uint32_t row) const { return row >> shift_; }
-  size_t offset(uint32_t row) const { return row & ((size_t{1} << shift_) - 1); }
+  State take(size_t row);  // kPending: now kBusy, this thread's; else the state it is in
+  const float* row_values(uint32_t row) const { return values_[row >> shift_] + (row & mask_) * floats_per_row_; }
+  const RowMeta& row_meta(uint32_t row) const { return meta_[row >> shift_][row & mask_]; }
 
   const size_t floats_per_row_;
   const int shift_;
+  const size_t mask_;
   const std::vector<float*> values_;
   const std::vector<RowMeta*> meta_;
   const size_t taken_;
-  std::vector<uint8_t> state_;  // per captured row; each guarded by its block's mutex
-  std::vector<Block> blocks_;
+  std::unique_ptr<std::atomic<uint8_t>[]> state_;  // per captured row
+  std::unique_ptr<Copy*[]> copies_;                // per captured row: its copy while kCopied
   std::atomic<bool> done_{false};
 };
 
