@@ -33,7 +33,7 @@ ParameterServer::ParameterServer(const ServerOptions& options, Endpoint& endpoin
       stats_(options_, *this),
       reports_(options_.index, options_.num_workers, options_.stall_report_s) {}
 
-ParameterServer::~ParameterServer() = default;
+ParameterServer::~ParameterServer() { checkpoints_.finish(); }  // its writer reads the tables
 
 uint64_t ParameterServer::version() const { return dense_.active() ? dense_.store().version() : 0; }
 
@@ -56,6 +56,7 @@ void ParameterServer::serve() {
     tell_waiting();
     sparse_.report(version());
   }
+  checkpoints_.finish();
   sparse_.finish(members_.stopped());
   PSLOG(INFO) << "ps" << options_.index << ": all " << options_.num_workers
               << " workers done at version " << version() << (dense_.active() ? dense_.store().counters_text() : "")
@@ -140,6 +141,7 @@ void ParameterServer::on_hello(const Message& msg, const Header& h) {
 bool ParameterServer::start_job(const Header& h, std::string* error) {
   members_.learn_job(h);
   dense_.start(members_.job(), gate_.holds_steps());
+  checkpoints_.set_last(members_.job().total_steps);
   ShardCheckpoint loaded;
   bool ok = !options_.checkpoint.resume || checkpoints_.resume(dense_.store(), &loaded, error);
   if (ok) PSLOG(INFO) << "ps" << options_.index << ": " << dense_.store().shape_text();

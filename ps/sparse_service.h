@@ -50,6 +50,7 @@ class SparseService {
              const std::vector<TableInFile>& resumed_tables, std::string* error);
   bool active() const { return store_ != nullptr; }
   const SparseStore* store() const { return store_.get(); }
+  SparseStore* store() { return store_.get(); }
   uint64_t version() const { return store_->version(); }
 
   // SPARSE_PULL: answered with the rows, or parked until the tables reach its version; false,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "test_util/build_paths.h"
+#include "test_util/idx_writer.h"
 
 namespace {
 
@@ -69,6 +70,15 @@ TEST(BenchSmokeTest, ApplyPrintsEveryUpdateAgainstMemcpy) {
   const std::regex row("update=(accumulate|finite-check|sgd|momentum|adam) mib=1 ms=" + kNum + " GBps=" + kNum +
                        " memcpy_GBps=" + kNum + " ratio=" + kNum);
   EXPECT_EQ(matching_lines(out, row), 5) << out;
+}
+
+TEST(BenchSmokeTest, CheckpointStallPrintsTheStallAndTheRates) {
+  pstrain::TempDir dir("bench-checkpoint-stall");
+  const std::string out = run(std::string(PSTRAIN_BENCH_DIR) + "/checkpoint_stall --gib 0.02 --disk-gib 0.01 --step-rows 1000 --dir " + dir.path);
+  const std::regex rows("longest stall: " + kNum + " ms|write: " + kNum + " GB in " + kNum + " s: " + kNum +
+                        " GB/s while training \\(disk " + kNum + " GB/s\\); with training idle " + kNum + " s: " + kNum +
+                        " GB/s");
+  EXPECT_EQ(matching_lines(out, rows), 2) << out;
 }
 
 // bench/train_vs_torch.py needs PyTorch (PSTRAIN_TORCH_PYTHON names a Python that has it;

@@ -57,7 +57,8 @@ bool same(const Header& a, const Header& b) {
          a.stale_max == b.stale_max && a.lead_max == b.lead_max && a.dropped == b.dropped &&
          a.shm == b.shm && a.eval_samples == b.eval_samples && a.eval_correct == b.eval_correct &&
          std::memcmp(&a.eval_loss, &b.eval_loss, sizeof(double)) == 0 && a.apply_us == b.apply_us &&
-         a.bytes_in == b.bytes_in && a.bytes_out == b.bytes_out && a.part == b.part && a.parts == b.parts;
+         a.bytes_in == b.bytes_in && a.bytes_out == b.bytes_out && a.part == b.part && a.parts == b.parts &&
+         a.durable == b.durable;
 }
 
 // Every field set, with values that take each MessagePack integer width.
@@ -100,6 +101,7 @@ Header full_header(Op op) {
   h.bytes_out = (uint64_t{1} << 50) + 13;
   h.part = 6;
   h.parts = 17;
+  h.durable = 300;
   return h;
 }
 
@@ -262,7 +264,7 @@ TEST(ProtocolTest, MessageIsCutAtTheLimit) {
 
 TEST(ProtocolTest, OptionalFieldsDefaultToZero) {
   MapBuilder b;
-  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "part", "parts", "loss", "e_loss", "msg"}) b.remove(key);
+  for (const char* key : {"step", "off", "len", "total", "nw", "n", "correct", "dtype", "chunk", "t_data", "t_comp", "t_push", "t_wait", "t_pull", "t_eval", "slow", "slow_us", "ckpt", "stop", "t_ckpt", "ckpt_us", "mode", "based", "stale", "stale_n", "stale_max", "lead", "dropped", "shm", "e_n", "e_correct", "t_apply", "b_in", "b_out", "part", "parts", "durable", "loss", "e_loss", "msg"}) b.remove(key);
   Header dirty = full_header(Op::kHello);
   std::string error;
   const std::string bytes = b.bytes();
@@ -441,7 +443,7 @@ std::vector<std::pair<std::string, std::string>> huge_declarations() {
       {std::string("\xdd\xff\xff\xff\xff", 5), head + "array size overflow)"},
       {std::string("\xdf\xff\xff\xff\xff", 5), head + "map size overflow)"},
       {std::string("\xde\xff\xff", 3), head + "map size overflow)"},
-      {std::string("\xde\x00\x5b", 3), head + "map size overflow)"},  // 91 > 2 * 45 entries
+      {std::string("\xde\x00\x5d", 3), head + "map size overflow)"},  // 93 > 2 * 46 entries
       {std::string("\xde\x00\x27", 3), kTruncated},                   // 39 entries are allowed
       {std::string("\xdb\xff\xff\xff\xff", 5), kTruncated},           // str32 of 4 GiB, 0 bytes present
       {std::string("\xc6\xff\xff\xff\xff", 5), kTruncated},           // bin32

@@ -118,6 +118,7 @@ void EmbeddingTable::apply(uint64_t step, const uint64_t* ids, const uint32_t* r
 
 uint32_t EmbeddingTable::create_row(uint64_t id, uint64_t step) {
   const uint32_t row = arena_.allocate();
+  arena_.before_write(row);  // a released row reused: a checkpoint being written may hold it
   float* w = arena_.values(row);
   init_row(options_.init, options_.seed, options_.id, id, dim(), w);
   optimizer_->init_slots(dim(), w + dim());
@@ -128,6 +129,7 @@ uint32_t EmbeddingTable::create_row(uint64_t id, uint64_t step) {
 }
 
 void EmbeddingTable::update_row(uint32_t row, uint64_t step, const float* grad_sum, float grad_scale, double lr) {
+  arena_.before_write(row);
   float* w = arena_.values(row);
   RowMeta& meta = arena_.meta(row);
   optimizer_->apply(dim(), w, w + dim(), grad_sum, grad_scale, lr, meta.updates);

@@ -16,6 +16,7 @@
 #include "shared/train/row_init.h"
 #include "ps/sparse/row_arena.h"
 #include "ps/sparse/sparse_optimizer.h"
+#include "shared/checkpoint/checkpoint.h"
 #include "shared/checkpoint/table_file.h"
 #include "shared/util/byte_reader.h"
 #include "shared/util/file_util.h"
@@ -93,6 +94,10 @@ class EmbeddingTable {
   void save(std::string* out) const;
   // The bytes save() writes.
   uint64_t saved_size() const;
+  // What save() would write now, captured for a checkpoint's background writer (the rows
+  // copy-on-write: ps/sparse/row_snapshot.h): its write() may run on another thread while this
+  // table is applied to, and must be done (or never started) before the table is destroyed.
+  TableSource snapshot_source();
   bool load(const std::string& bytes, int shard, int num_ps, size_t max_bytes, std::string* error,
             bool new_job = false);
   // The same of the table `in` reads from its position (a table in a checkpoint's shard file, read

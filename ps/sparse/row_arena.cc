@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ps/sparse/row_snapshot.h"
 #include "shared/util/error.h"
 
 namespace pstrain {
@@ -50,6 +51,25 @@ uint32_t RowArena::allocate() {
 void RowArena::release(uint32_t row) {
   PSTRAIN_CHECK_LT(size_t{row}, taken_);
   free_.push_back(row);
+}
+
+std::shared_ptr<RowSnapshot> RowArena::snapshot() {
+  std::vector<float*> values;
+  std::vector<RowMeta*> meta;
+  for (size_t b = 0; b < values_.size(); ++b) {
+    values.push_back(values_[b].get());
+    meta.push_back(meta_[b].get());
+  }
+  snapshot_ = std::make_shared<RowSnapshot>(floats_per_row_, shift_, values, meta, taken_, free_);
+  return snapshot_;
+}
+
+void RowArena::write_with_snapshot(uint32_t row) {
+  if (snapshot_->finished()) {
+    snapshot_.reset();
+    return;
+  }
+  snapshot_->before_write(row);
 }
 
 size_t RowArena::block_bytes() const {

@@ -13,6 +13,8 @@
 
 namespace pstrain {
 
+class RowSnapshot;
+
 struct RowMeta {
   uint64_t id = 0;
   uint64_t last_touched = 0;  // the last step that updated (or created) the row
@@ -32,6 +34,13 @@ class RowArena {
   RowMeta& meta(uint32_t row) { return meta_[block(row)][offset(row)]; }
   const RowMeta& meta(uint32_t row) const { return meta_[block(row)][offset(row)]; }
 
+  // A checkpoint's capture of the rows now (ps/sparse/row_snapshot.h); until the writer finishes
+  // it, before_write copies a row aside before its first change. Apply thread only.
+  std::shared_ptr<RowSnapshot> snapshot();
+  void before_write(uint32_t row) {
+    if (snapshot_ != nullptr) write_with_snapshot(row);
+  }
+
   size_t live() const { return taken_ - free_.size(); }
   size_t bytes() const;                      // blocks and the free list, as allocated
   size_t bytes_to_add(size_t rows) const;    // what allocating `rows` more rows would add
@@ -40,6 +49,7 @@ class RowArena {
  private:
   size_t block(uint32_t row) const { return row >> shift_; }
   size_t offset(uint32_t row) const { return row & (rows_per_block_ - 1); }
+  void write_with_snapshot(uint32_t row);
 
   const size_t floats_per_row_;
   const size_t rows_per_block_;
@@ -48,6 +58,7 @@ class RowArena {
   std::vector<std::unique_ptr<RowMeta[]>> meta_;
   std::vector<uint32_t> free_;  // released rows, reused last-in first-out
   size_t taken_ = 0;            // rows ever handed out (the high-water mark)
+  std::shared_ptr<RowSnapshot> snapshot_;  // a checkpoint being written, if any
 };
 
 }  // namespace pstrain

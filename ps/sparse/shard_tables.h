@@ -64,6 +64,10 @@ class ShardTables {
   bool check_pushes(const std::vector<TablePush>& pushes, std::string* error) const;
 
   const EmbeddingTable* table(uint32_t id) const;
+  EmbeddingTable* table(uint32_t id) {  // a checkpoint's capture
+    std::string unknown;
+    return find(id, &unknown);
+  }
   size_t bytes() const;  // all tables
   // Adds the rows of a saved table (any shard count's file) that this shard holds.
   bool load(uint32_t table, const std::string& saved, std::string* error, bool new_job = false);

@@ -105,6 +105,8 @@ class SparseStore {
   // The same tables for a shard file written as it is made (CheckpointStore::write): each writes
   // its bytes from the arena where they lie, no copy of them held; valid while nothing changes.
   std::vector<TableSource> table_sources() const;
+  // The same, captured now for a background writer (EmbeddingTable::snapshot_source).
+  std::vector<TableSource> snapshot_sources();
   bool resume(const std::vector<TableInFile>& tables, std::string* error);  // each read where it lies
   // --init-params DIR, a new job: every table starts with the rows (and slots) this shard holds
   // of DIR/embeddings/<table>.shard<s>-of-<S> (what --save-params and pstrain-export write; any

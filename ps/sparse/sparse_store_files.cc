@@ -33,6 +33,12 @@ std::vector<TableSource> SparseStore::table_sources() const {
   return sources;
 }
 
+std::vector<TableSource> SparseStore::snapshot_sources() {
+  std::vector<TableSource> sources;
+  for (const TableOptions& t : options_.tables) sources.push_back(tables_.table(t.id)->snapshot_source());
+  return sources;
+}
+
 bool SparseStore::resume(const std::vector<TableInFile>& tables, std::string* error) {
   if (tables.empty()) return (*error = "--resume: the checkpoint holds no embedding tables (a job without them)", false);
   for (const TableInFile& file : tables) {

@@ -4,9 +4,12 @@
 // saved twice) and the shard's memory bound.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "ps/sparse/embedding_table.h"
+#include "ps/sparse/row_snapshot.h"
+#include "shared/util/error.h"
 #include "shared/checkpoint/table_file.h"
 #include "shared/train/sparse_ids.h"
 
@@ -50,6 +53,52 @@ void EmbeddingTable::save(ByteSink* out) const {
   }
   for (const SavedSighting& s : seen) writer.sighting(s);
   writer.finish();
+}
+
+namespace {
+
+// The snapshot is done with when the last copy of its TableSource goes, written or not (a write
+// that failed before the tables): the arena then stops copying rows aside.
+struct FinishSnapshot {
+  std::shared_ptr<RowSnapshot> rows;
+  ~FinishSnapshot() {
+    if (rows != nullptr) rows->finish();
+  }
+};
+
+}  // namespace
+
+// The (ID, row) pairs are made and sorted by the writer, from the snapshot's bookkeeping: the
+// capture itself copies only the sightings (IDs not admitted yet) and notes the rows.
+TableSource EmbeddingTable::snapshot_source() {
+  const SavedTableHeader header = saved_header();
+  auto seen = std::make_shared<std::vector<SavedSighting>>();
+  seen->reserve(sightings_.size());
+  for (const auto& [id, s] : sightings_) seen->push_back(SavedSighting{id, s.count, s.last_seen});
+  std::shared_ptr<RowSnapshot> rows = arena_.snapshot();
+  auto done = std::make_shared<FinishSnapshot>();
+  done->rows = rows;
+  const size_t floats = row_floats();
+  auto write = [header, seen, rows, done, floats](ByteSink* out) {
+    std::vector<std::pair<uint64_t, uint32_t>> live = rows->live_rows();
+    if (live.size() != header.rows) {
+      throw Error("a table's snapshot holds " + std::to_string(live.size()) + " rows, its index " +
+                  std::to_string(header.rows));
+    }
+    std::sort(live.begin(), live.end());
+    std::sort(seen->begin(), seen->end(), [](const SavedSighting& a, const SavedSighting& b) { return a.id < b.id; });
+    std::vector<float> values(floats);
+    SavedTableWriter writer(header, out);
+    for (const auto& [id, row] : live) {
+      RowMeta m;
+      rows->read(row, values.data(), &m);
+      writer.row(SavedRow{id, m.last_touched, m.updates}, values.data());
+    }
+    rows->finish();  // the rows are read: the apply writes them without copying again
+    for (const SavedSighting& s : *seen) writer.sighting(s);
+    writer.finish();
+  };
+  return TableSource{saved_table_size(header), write};
 }
 
 namespace {

@@ -17,7 +17,7 @@
 
 namespace pstrain {
 
-void CheckpointStore::write(const ShardCheckpoint& c, const std::vector<TableSource>& given) const {
+bool CheckpointStore::write(const ShardCheckpoint& c, const std::vector<TableSource>& given) const {
   std::vector<TableSource> tables = given;
   if (tables.empty()) {
     for (const std::string& t : c.tables) {
@@ -45,12 +45,13 @@ void CheckpointStore::write(const ShardCheckpoint& c, const std::vector<TableSou
                             " failed: " + e.what() + "; earlier checkpoints are intact";
     if (o_.errors == OnError::kWarn) {
       PSLOG(WARN) << why << " (--checkpoint-errors warn: training goes on)";
-      return;
+      return false;
     }
     throw Error(why + " (--checkpoint-errors stop)");
   }
   PSLOG(INFO) << who_ << ": checkpoint of version " << c.version << " written to " << path << ": "
               << progress.done_text();
+  return true;
 }
 
 bool CheckpointStore::resuming() const {

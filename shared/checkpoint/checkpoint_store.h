@@ -25,8 +25,8 @@ class CheckpointStore {
   // it is saving ("ps0: saving checkpoint of version 40 to PATH: 512.0 of 1900.0 MiB") every 5 s,
   // and when it starts if the file passes kAnnouncedSaveBytes, then its size, time and rate.
   // Throws pstrain::Error when the write fails and --checkpoint-errors is stop (the file is then
-  // absent and earlier checkpoints intact); with warn it logs the failure and returns.
-  void write(const ShardCheckpoint& c, const std::vector<TableSource>& tables = {}) const;
+  // absent and earlier checkpoints intact); with warn it logs the failure and returns false.
+  bool write(const ShardCheckpoint& c, const std::vector<TableSource>& tables = {}) const;
   static constexpr uint64_t kAnnouncedSaveBytes = uint64_t{64} << 20;
 
   // Whether to resume: --resume, or --resume=auto where DIR holds a complete checkpoint (one with

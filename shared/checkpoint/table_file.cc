@@ -53,10 +53,12 @@ uint64_t little_endian(const unsigned char* b, size_t n) {
 }
 
 void put(std::string* out, uint64_t v, size_t bytes) {
-  for (size_t i = 0; i < bytes; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char b[8];
+  for (size_t i = 0; i < bytes; ++i) b[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(b, bytes);
 }
 
-void put_float(std::string* out, float f) {
+[[maybe_unused]] void put_float(std::string* out, float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, sizeof bits);
   put(out, bits, 4);
@@ -252,7 +254,11 @@ void SavedTableWriter::row(const SavedRow& row, const float* values) {
   put(row.id, 8);
   put(row.last_touched, 8);
   put(row.updates, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+  buffer_.append(reinterpret_cast<const char*>(values), row_floats_ * sizeof(float));  // the file's order already
+#else
   for (size_t j = 0; j < row_floats_; ++j) put_float(&buffer_, values[j]);
+#endif
 }
 
 void SavedTableWriter::sighting(const SavedSighting& s) {

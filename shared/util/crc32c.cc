@@ -21,13 +21,35 @@ constexpr std::array<uint32_t, 256> make_table() {
 
 constexpr std::array<uint32_t, 256> kTable = make_table();
 
+uint32_t extend_bytes(uint32_t r, const unsigned char* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) r = kTable[(r ^ p[i]) & 0xffu] ^ (r >> 8);
+  return r;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// SSE 4.2's crc32 instruction computes this very CRC (the same reflected polynomial), 8 bytes at
+// a time: a checkpoint's tables are checksummed at several GB/s where the table above does about
+// 0.4 (issue 48: a background write of gigabytes should be bound by the disk).
+__attribute__((target("sse4.2"))) uint32_t extend_sse42(uint32_t r, const unsigned char* p, size_t n) {
+  uint64_t r64 = r;
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t word;
+    __builtin_memcpy(&word, p, 8);
+    r64 = __builtin_ia32_crc32di(r64, word);
+  }
+  return extend_bytes(static_cast<uint32_t>(r64), p, n);
+}
+const bool kHaveSse42 = __builtin_cpu_supports("sse4.2");
+#endif
+
 }  // namespace
 
 uint32_t extend(uint32_t crc, const void* data, size_t n) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
-  uint32_t r = ~crc;
-  for (size_t i = 0; i < n; ++i) r = kTable[(r ^ p[i]) & 0xffu] ^ (r >> 8);
-  return ~r;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (kHaveSse42) return ~extend_sse42(~crc, p, n);
+#endif
+  return ~extend_bytes(~crc, p, n);
 }
 
 uint32_t value(const void* data, size_t n) { return extend(0, data, n); }

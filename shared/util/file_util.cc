@@ -63,10 +63,32 @@ void FileWriter::append(const void* data, size_t n) {
       if (w <= 0) fail("cannot write '" + tmp_ + "'");
       p += w;
       n -= static_cast<size_t>(w);
+      wrote(static_cast<size_t>(w));
     }
     return;
   }
   buffer_.append(static_cast<const char*>(data), n);
+}
+
+// A durable file of gigabytes (a checkpoint's shard file) is sent to the disk as it is written,
+// 32 MiB at a time, and the pieces on the disk dropped from the page cache: the dirty pages
+// never pile up to the kernel's limit, where every process that allocates memory waits for the
+// writeback (issue 48: a background checkpoint stalled the training steps for seconds). The
+// fsync at commit() still decides durability; these calls only pace the writeback.
+void FileWriter::wrote(size_t n) {
+  in_file_ += n;
+#ifdef __linux__
+  constexpr uint64_t kPiece = uint64_t{32} << 20;
+  if (!durable_ || in_file_ - started_ < kPiece) return;
+  if (started_ > synced_) {  // the previous piece: wait for it, then let its pages go
+    ::sync_file_range(fd_, static_cast<off_t>(synced_), static_cast<off_t>(started_ - synced_),
+                      SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+    ::posix_fadvise(fd_, static_cast<off_t>(synced_), static_cast<off_t>(started_ - synced_), POSIX_FADV_DONTNEED);
+    synced_ = started_;
+  }
+  ::sync_file_range(fd_, static_cast<off_t>(started_), static_cast<off_t>(in_file_ - started_), SYNC_FILE_RANGE_WRITE);
+  started_ = in_file_;
+#endif
 }
 
 void FileWriter::flush() {
@@ -77,6 +99,7 @@ void FileWriter::flush() {
     if (w <= 0) fail("cannot write '" + tmp_ + "'");
     done += static_cast<size_t>(w);
   }
+  wrote(buffer_.size());
   buffer_.clear();
 }
 

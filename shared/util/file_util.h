@@ -43,6 +43,7 @@ class FileWriter final : public ByteSink {
 
  private:
   void flush();
+  void wrote(size_t n);
   [[noreturn]] void fail(const std::string& what);
 
   const std::string path_, tmp_;
@@ -50,6 +51,7 @@ class FileWriter final : public ByteSink {
   int fd_ = -1;
   std::string buffer_;
   uint64_t bytes_ = 0;
+  uint64_t in_file_ = 0, started_ = 0, synced_ = 0;  // durable: written, sent to the disk, on it
 };
 
 

@@ -58,8 +58,9 @@ constexpr const char* kKeyBytesIn = "b_in";
 constexpr const char* kKeyBytesOut = "b_out";
 constexpr const char* kKeyPart = "part";
 constexpr const char* kKeyParts = "parts";
+constexpr const char* kKeyDurable = "durable";
 constexpr uint64_t kDtypeFloat32 = 0;
-constexpr size_t kNumKeys = 45;  // every key encode_header writes
+constexpr size_t kNumKeys = 46;  // every key encode_header writes
 
 // A peer's bytes as they may appear in a log line: printable ASCII, the rest as \xNN, cut short.
 std::string sanitize(const std::string& raw) {
@@ -93,7 +94,7 @@ constexpr std::string_view kAllKeys[] = {
     kKeyChunk,   kKeyData,        kKeyCompute,    kKeyPush,     kKeyWait,      kKeyPull,       kKeyEval,
     kKeySlowest, kKeySlowestTime, kKeyCheckpoint, kKeyStop,     kKeyCheckpointTime, kKeyWriteTime, kKeyMode,
     kKeyBasedOn, kKeyStaleSum,    kKeyStaleCount, kKeyStaleMax, kKeyLead,      kKeyDropped,    kKeyShm,
-    kKeyEvalSamples, kKeyEvalCorrect, kKeyApplyTime, kKeyBytesIn, kKeyBytesOut, kKeyPart, kKeyParts, kKeyLoss, kKeyEvalLoss,
+    kKeyEvalSamples, kKeyEvalCorrect, kKeyApplyTime, kKeyBytesIn, kKeyBytesOut, kKeyPart, kKeyParts, kKeyDurable, kKeyLoss, kKeyEvalLoss,
     kKeyMessage};
 constexpr int kNumAllKeys = static_cast<int>(sizeof kAllKeys / sizeof kAllKeys[0]);
 static_assert(kNumAllKeys == static_cast<int>(kNumKeys) && kNumAllKeys <= 64, "every key, one bit each");
@@ -154,7 +155,8 @@ struct Decoder {
                 &h->bytes_in,
                 &h->bytes_out,
                 &h->part,
-                &h->parts} {}
+                &h->parts,
+                &h->durable} {}
   Header* h;
   std::string* error;
   uint64_t magic = 0, version = 0, op = 0, role = 0, sender = 0, workers = 0, dtype = 0, slowest = 0;
@@ -371,6 +373,7 @@ std::string encode_header(const Header& h) {
   put(kKeyBytesOut, h.bytes_out);
   put(kKeyPart, h.part);
   put(kKeyParts, h.parts);
+  put(kKeyDurable, h.durable);
   pk.pack(kKeyLoss);
   pk.pack_double(h.loss_sum);
   pk.pack(kKeyEvalLoss);

@@ -14,7 +14,7 @@
 namespace pstrain {
 
 constexpr uint32_t kMagic = 0x50535452;  // "PSTR"
-constexpr uint32_t kProtocolVersion = 14;
+constexpr uint32_t kProtocolVersion = 15;
 constexpr size_t kMaxHeaderBytes = 1024;
 constexpr size_t kMaxMessageChars = 512;
 // The most doubles one STATS carries (2 x channels + 1 per batchnorm layer): 32 MiB.
@@ -106,7 +106,8 @@ struct Header {
   uint64_t slowest_us = 0;    // PARAMS: its busy time
   std::string message;        // ERROR: why; HELLO, WELCOME: a shared-memory segment's name (shm)
   uint64_t checkpoint = 0;    // PUSH from the chief: checkpoint version step+1 (0 = no)
-  uint64_t write_us = 0;      // PARAMS: this shard's checkpoint write of this version took this long
+  uint64_t write_us = 0;      // PARAMS: this shard's checkpoint of this version stalled it this long
+  uint64_t durable = 0;       // PARAMS: the last checkpoint version this shard has written durably
   uint64_t stop = 0;          // PUSH from the chief: the job stops at version step+1 (final
                               // checkpoint); PARAMS: 1 = this version is the last, stop after it
   uint64_t mode = 0;          // HELLO: the worker's --mode (ModeCode), checked against the PS's

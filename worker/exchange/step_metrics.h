@@ -33,7 +33,10 @@ struct StepMetrics {  // of one global step, over all workers (from shard 0)
   uint32_t slowest = 0;     // the worker with the largest busy time
   uint64_t slowest_us = 0;
   bool stop = false;        // the job stops after this version (a final checkpoint was asked)
-  uint64_t write_us = 0;    // the longest shard's checkpoint write of this version (part of the wait)
+  uint64_t write_us = 0;    // the longest shard's checkpoint stall at this version (part of the wait)
+  // Every checkpoint version up to this one is on disk on every shard (the PS shards' `durable`,
+  // the least of them; where nothing writes in the background, all of them are).
+  uint64_t durable = UINT64_MAX;
   // Where the worker goes on: the parameters received are at least `version` (the least advanced
   // chunk's), and the worker's next step is next_step (step + 1, except with backup workers when
   // the job moved on without this worker: then the version received).

@@ -88,6 +88,7 @@ class DenseClient::Receive final : public PsChannel::Wait {
     metrics_.stop = stop_;
     metrics_.shards = std::move(shards_);
     metrics_.write_us = write_us_;
+    metrics_.durable = durable_;
     metrics_.version = version_;
     const auto end = Clock::now();
     if (wait_us != nullptr) *wait_us = micros(first_ - start_);
@@ -116,7 +117,7 @@ class DenseClient::Receive final : public PsChannel::Wait {
   StepMetrics metrics_;
   std::vector<ShardFigures> shards_;
   bool stop_ = false;
-  uint64_t write_us_ = 0, version_ = UINT64_MAX;
+  uint64_t write_us_ = 0, version_ = UINT64_MAX, durable_ = UINT64_MAX;
   std::vector<std::string> barrier_;  // by shard: what its barrier waits for (its last WAITING)
   const Clock::time_point start_;
   Clock::time_point first_;  // the first message of the pull
@@ -158,6 +159,7 @@ void DenseClient::Receive::take(Message& msg, const Header& h) {
   }
   stop_ = stop_ || h.stop != 0;
   write_us_ = std::max(write_us_, h.write_us);
+  durable_ = std::min(durable_, h.durable);
 }
 
 void DenseClient::Receive::report_waiting() const {

@@ -60,7 +60,7 @@ void ScriptSteps::plan(uint64_t step, PushInfo* info) {
 }
 
 void ScriptSteps::finished(uint64_t step, const PushInfo& info, const StepMetrics& m, StepTimes* times) {
-  if (info.checkpoint != 0) times->ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->completed(info.checkpoint));
+  times->ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->step_done(info.checkpoint, m.durable));
   if (!progress_) return;
   progress_->add(m);
   progress_->report(step, step / steps_per_epoch_, step + 1 == total_steps_ || m.stop);

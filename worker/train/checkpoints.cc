@@ -41,6 +41,17 @@ void ChiefCheckpoints::plan(uint64_t step, uint64_t* checkpoint, bool* stop) {
   if (asked) PSLOG(WARN) << "w0: stop requested: a final checkpoint of step " << v << ", then the job stops";
 }
 
+double ChiefCheckpoints::step_done(uint64_t marked, uint64_t durable) {
+  if (marked != 0) pending_.push_back(marked);
+  double secs = 0;
+  while (!pending_.empty() && pending_.front() <= durable) {
+    const uint64_t version = pending_.front();
+    pending_.erase(pending_.begin());
+    secs += completed(version);
+  }
+  return secs;
+}
+
 std::string ChiefCheckpoints::layout_text() const {
   std::ostringstream os;
   for (const TensorSpec& t : layout_.tensors()) {

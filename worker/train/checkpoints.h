@@ -34,7 +34,11 @@ class ChiefCheckpoints {
   // Called before step `step`: whether version step+1 is to be checkpointed, and whether the
   // job stops after it (a stop was requested).
   void plan(uint64_t step, uint64_t* checkpoint, bool* stop);
-  // Version `version`, which was marked, has arrived from every shard: writes its model.json,
+  // After a step: `marked` (0: none) was marked in it, and every shard has written every
+  // version up to `durable` (they write in the background: StepMetrics::durable). Completes
+  // each marked version now durable on every shard. Returns the seconds it took.
+  double step_done(uint64_t marked, uint64_t durable);
+  // Version `version`, which was marked, is on disk on every shard: writes its model.json,
   // then its manifest, and prunes. Returns the seconds it took. Throws pstrain::Error when the checkpoint is incomplete
   // and --checkpoint-errors is stop.
   double completed(uint64_t version);
@@ -62,6 +66,7 @@ class ChiefCheckpoints {
   const bool enabled_;
   std::chrono::steady_clock::time_point last_;
   bool stopping_ = false;
+  std::vector<uint64_t> pending_;  // marked versions not yet on every shard's disk, oldest first
 };
 
 }  // namespace pstrain

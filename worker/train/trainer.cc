@@ -294,7 +294,7 @@ class Trainer {
     previous_ = times;
     progress_->add(m);
     evaluation_->add(m);
-    if (info.checkpoint != 0) previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->completed(info.checkpoint));
+    previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->step_done(info.checkpoint, m.durable));
     if (m.stop) {
       summary_.stopped = true;
       summary_.steps = step + 1;
