@@ -88,6 +88,7 @@ def run_pstrain(args, name, work, data, epochs=None):
              "--cache-dir", os.path.join(work, "cache"), "--log-every", "100000"]
     flags += ["--steps", str(args.steps)] if args.steps else []
     flags += ["--epochs", str(epochs)] if epochs else []
+    flags += ["--seed", str(args.seed)] if args.seed is not None else []
     cmd = [os.path.join(REPO, "launch", "launch.sh"), "--no-setup", "--progress", "lines", "--run-dir", run_dir,
            "--config", args.config, "--"] + flags
     start = time.monotonic()
@@ -278,7 +279,7 @@ def torch_child(args):
     cfg = read_config(args.config)
     rank, world = args.rank, args.world
     torch.set_num_threads(1)
-    torch.manual_seed(int(cfg.get("seed", 42)))
+    torch.manual_seed(args.seed if args.seed is not None else int(cfg.get("seed", 42)))
     if world > 1:
         import torch.distributed as dist
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
@@ -349,7 +350,8 @@ def torch_child(args):
         q = np.clip(p, 1e-7, 1 - 1e-7)
         return float(auc), float(-np.mean(labels * np.log(q) + (1 - labels) * np.log(1 - q)))
 
-    generator = torch.Generator().manual_seed(42)  # the same permutation on every rank
+    # The same permutation on every rank; --seed moves it as it moves pstrain's.
+    generator = torch.Generator().manual_seed(args.seed if args.seed is not None else 42)
     auc, logloss = float("nan"), float("nan")
     start = time.perf_counter()
     for step in range(total):
@@ -383,6 +385,7 @@ def run_torch(args, name, _work, data, epochs=None):
         cmd = [args.python, os.path.abspath(__file__), "--torch-child", "--config", args.config, "--rank", str(rank),
                "--world", str(world),
                "--port", str(port), "--data-dir", data, "--steps", str(args.steps or 0), "--epochs", str(epochs or 0)]
+        cmd += ["--seed", str(args.seed)] if args.seed is not None else []
         commands.append(cmd)
     results = run_ranks(name, commands, REPO, args.timeout)
     chief = results[0]
@@ -501,6 +504,8 @@ def parse_args(argv):
     p.add_argument("--test-lines", type=int, default=20000, help="test records (default 20000)")
     p.add_argument("--distinct-ids", type=int, default=100000, help="ctr_gen.py's --distinct-ids (default 100000)")
     p.add_argument("--data-seed", type=int, default=1, help="ctr_gen.py's --seed (default 1)")
+    p.add_argument("--seed", type=int, help="the model's seed on both sides instead of the config's: the initial values and "
+                   "the data order (another draw of each, to tell noise from a difference)")
     p.add_argument("--sweep", action="store_true", help="step time and memory against the table's size instead")
     p.add_argument("--sweep-sizes", default="100000,1000000,10000000,100000000",
                    help="--distinct-ids values of the sweep (default 1e5,1e6,1e7,1e8)")
