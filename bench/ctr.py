@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The CTR job of configs/ctr.cfg: pstrain 1 PS + 2 workers (sync) against PyTorch on the same data.
+"""The CTR job of configs/ctr.cfg (or --config's: any shipped CTR config, several comma-separated):
+pstrain 1 PS + 2 workers (sync) against PyTorch on the same data.
 
 Data: tools/ctr_gen.py, once per run (--train-lines, --test-lines, --distinct-ids, --data-seed),
 the same files for every configuration. The rows:
@@ -7,7 +8,9 @@ the same files for every configuration. The rows:
     pstrain    launch/launch.sh --config configs/ctr.cfg (1 PS + 2 workers, sync), the data given
     torch      one process: nn.Embedding(sparse=True) over the IDs hashed as pstrain's shared table
                hashes them (key = mix_id(raw ^ mix_id(field + 1)), mix_id SplitMix64's finaliser,
-               docs/sparse.md; an empty field is raw 2^64 - 1), then the config's MLP; Adam on the
+               docs/sparse.md; an empty field is raw 2^64 - 1), then the config's model, built from its
+               `model` line by build_model with pstrain's semantics and initial distributions (dense,
+               relu, cross N, dot F D, bottom K(...), parallel(...): docs/models.md); Adam on the
                dense part, and on the table what --embedding-optimizer names (adagrad: Adagrad with
                pstrain's initial accumulator 0.1; adam: SparseAdam; sgd: SGD; ftrl: FTRL-Proximal
                written here on the sparse gradient, rows from zero); the config's lr, batch (global:
@@ -30,6 +33,8 @@ print as "-".
 
     python3 bench/ctr.py --repeat 3
     python3 bench/ctr.py --sweep
+    python3 bench/ctr.py --configs torch,pstrain --repeat 1 \
+        --config configs/ctr.cfg,configs/ctr_dlrm.cfg,configs/ctr_dcn.cfg,configs/ctr_deepfm.cfg,configs/ctr_wide_deep.cfg
     python3 bench/ctr.py --steps 20 --repeat 1 --train-lines 5000 --test-lines 1000   # a smoke run
 """
 import argparse
