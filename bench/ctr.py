@@ -484,7 +484,7 @@ def sweep(args, configs, work):
     if args.json:
         print(json.dumps({"mode": "sweep", "lines": args.sweep_lines, "rows": rows}))
         return
-    print(f"# bench/ctr --sweep: configs/ctr.cfg, 1 epoch of {args.sweep_lines} lines per size; rows: the IDs the "
+    print(f"# bench/ctr --sweep: {os.path.relpath(args.config, REPO)}, 1 epoch of {args.sweep_lines} lines per size; rows: the IDs the "
           f"data showed; table_mib: the PS's tables as it counts them; ps_growth_mib: its peak RSS less its RSS "
           f"before the first row")
     print(f"{'distinct_ids':>12} {'config':<10} {'step_ms':>8} {'rows':>9} {'table_mib':>9} {'ps_growth_mib':>13}  "
