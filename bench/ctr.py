@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The CTR job of configs/ctr.cfg: pstrain 1 PS + 2 workers (sync) against PyTorch on the same data.
+"""The CTR job of configs/ctr.cfg (or --config's: any shipped CTR config, several comma-separated):
+pstrain 1 PS + 2 workers (sync) against PyTorch on the same data.
 
 Data: tools/ctr_gen.py, once per run (--train-lines, --test-lines, --distinct-ids, --data-seed),
 the same files for every configuration. The rows:
@@ -7,7 +8,9 @@ the same files for every configuration. The rows:
     pstrain    launch/launch.sh --config configs/ctr.cfg (1 PS + 2 workers, sync), the data given
     torch      one process: nn.Embedding(sparse=True) over the IDs hashed as pstrain's shared table
                hashes them (key = mix_id(raw ^ mix_id(field + 1)), mix_id SplitMix64's finaliser,
-               docs/sparse.md; an empty field is raw 2^64 - 1), then the config's MLP; Adam on the
+               docs/sparse.md; an empty field is raw 2^64 - 1), then the config's model, built from its
+               `model` line by build_model with pstrain's semantics and initial distributions (dense,
+               relu, cross N, dot F D, bottom K(...), parallel(...): docs/models.md); Adam on the
                dense part, and on the table what --embedding-optimizer names (adagrad: Adagrad with
                pstrain's initial accumulator 0.1; adam: SparseAdam; sgd: SGD; ftrl: FTRL-Proximal
                written here on the sparse gradient, rows from zero); the config's lr, batch (global:
@@ -30,6 +33,8 @@ print as "-".
 
     python3 bench/ctr.py --repeat 3
     python3 bench/ctr.py --sweep
+    python3 bench/ctr.py --configs torch,pstrain --repeat 1 \
+        --config configs/ctr.cfg,configs/ctr_dlrm.cfg,configs/ctr_dcn.cfg,configs/ctr_deepfm.cfg,configs/ctr_wide_deep.cfg
     python3 bench/ctr.py --steps 20 --repeat 1 --train-lines 5000 --test-lines 1000   # a smoke run
 """
 import argparse
@@ -88,8 +93,9 @@ def run_pstrain(args, name, work, data, epochs=None):
              "--cache-dir", os.path.join(work, "cache"), "--log-every", "100000"]
     flags += ["--steps", str(args.steps)] if args.steps else []
     flags += ["--epochs", str(epochs)] if epochs else []
+    flags += ["--seed", str(args.seed)] if args.seed is not None else []
     cmd = [os.path.join(REPO, "launch", "launch.sh"), "--no-setup", "--progress", "lines", "--run-dir", run_dir,
-           "--config", CONFIG, "--"] + flags
+           "--config", args.config, "--"] + flags
     start = time.monotonic()
     try:
         proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, cwd=REPO,
@@ -139,19 +145,111 @@ def read_tsv(path, salts):
     return labels, dense, keys
 
 
-def build_mlp(nn, spec, inputs):
-    layers, width = [], inputs
-    for layer in (s.strip().split() for s in spec.split(",")):
-        if layer[0] == "dense":
-            layers.append(nn.Linear(width, int(layer[1])))
-            width = int(layer[1])
-        elif layer[0] == "relu":
-            layers.append(nn.ReLU())
-        elif layer[0] == "dropout":
-            layers.append(nn.Dropout(float(layer[1])))
-        else:
-            raise ValueError(f"layer {layer[0]!r} is not one this benchmark builds")
-    return nn.Sequential(*layers)
+def split_top(text, sep):
+    """text split at `sep` outside parentheses (the --model grammar's lists and branches)."""
+    parts, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if c == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    return [p.strip() for p in parts + [text[start:]] if p.strip()]
+
+
+def build_model(nn, torch, spec, inputs):
+    """The config's `model` (docs/models.md's grammar) as a torch module over `inputs` values, with
+    pstrain's semantics and initialisation (worker/model/: every weight matrix He-uniform over its
+    fan-in, U(+-sqrt(6 / fan_in)), biases 0): dense, relu, dropout, flatten, softmax (the default
+    loss: nothing), `cross N` (DCN-v2: x_{l+1} = x0 * (x_l W_l + b_l) + x_l), `dot F D` (the input,
+    then <v_i, v_j> for i < j in the order (0,1), (0,2), ..., of the F vectors of D ending it),
+    `bottom K(...)` ([layers(x[:K]), x[K:]]) and `parallel(a | b ...)` (the branches summed).
+    Returns (module, output width)."""
+
+    def init(linear):
+        with torch.no_grad():
+            limit = (6.0 / linear.in_features) ** 0.5
+            linear.weight.uniform_(-limit, limit)
+            linear.bias.zero_()
+        return linear
+
+    class Cross(nn.Module):
+        def __init__(self, n, d):
+            super().__init__()
+            self.layers = nn.ModuleList(init(nn.Linear(d, d)) for _ in range(n))
+
+        def forward(self, x0):
+            x = x0
+            for layer in self.layers:
+                x = x0 * layer(x) + x
+            return x
+
+    class Dot(nn.Module):
+        def __init__(self, f, d):
+            super().__init__()
+            self.f, self.d = f, d
+            self.i, self.j = torch.triu_indices(f, f, 1)  # row-major: (0,1), (0,2), ..., (1,2), ...
+
+        def forward(self, x):
+            v = x[:, x.shape[1] - self.f * self.d:].reshape(-1, self.f, self.d)
+            gram = torch.bmm(v, v.transpose(1, 2))
+            return torch.cat([x, gram[:, self.i, self.j]], 1)
+
+    class Bottom(nn.Module):
+        def __init__(self, k, layers):
+            super().__init__()
+            self.k, self.layers = k, layers
+
+        def forward(self, x):
+            return torch.cat([self.layers(x[:, :self.k]), x[:, self.k:]], 1)
+
+    class Parallel(nn.Module):
+        def __init__(self, branches):
+            super().__init__()
+            self.branches = nn.ModuleList(branches)
+
+        def forward(self, x):
+            out = self.branches[0](x)
+            for branch in self.branches[1:]:
+                out = out + branch(x)
+            return out
+
+    def chain(text, width):
+        layers = []
+        for item in split_top(text, ","):
+            name = item.split("(")[0].split()[0].lower()
+            args = item.split("(")[0].split()[1:]
+            inner = item[item.index("(") + 1:item.rindex(")")] if "(" in item else None
+            if name == "dense":
+                layers.append(init(nn.Linear(width, int(args[0]))))
+                width = int(args[0])
+            elif name == "relu":
+                layers.append(nn.ReLU())
+            elif name == "dropout":
+                layers.append(nn.Dropout(float(args[0])))
+            elif name in ("flatten", "softmax"):
+                continue
+            elif name == "cross":
+                layers.append(Cross(int(args[0]), width))
+            elif name == "dot":
+                f, d = int(args[0]), int(args[1])
+                layers.append(Dot(f, d))
+                width += f * (f - 1) // 2
+            elif name == "bottom":
+                k = int(args[0])
+                sub, sub_width = chain(inner, k)
+                layers.append(Bottom(k, sub))
+                width = sub_width + width - k
+            elif name == "parallel":
+                built = [chain(branch, width) for branch in split_top(inner, "|")]
+                if len({w for _, w in built}) != 1:
+                    raise ValueError(f"{item!r}: branches of different widths")
+                layers.append(Parallel([m for m, _ in built]))
+                width = built[0][1]
+            else:
+                raise ValueError(f"layer {name!r} is not one this benchmark builds")
+        return nn.Sequential(*layers), width
+
+    return chain(spec, inputs)
 
 
 def torch_child(args):
@@ -160,10 +258,10 @@ def torch_child(args):
     import torch
     import torch.nn as nn
 
-    cfg = read_config(CONFIG)
+    cfg = read_config(args.config)
     rank, world = args.rank, args.world
     torch.set_num_threads(1)
-    torch.manual_seed(int(cfg.get("seed", 42)))
+    torch.manual_seed(args.seed if args.seed is not None else int(cfg.get("seed", 42)))
     if world > 1:
         import torch.distributed as dist
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(args.port))
@@ -188,7 +286,7 @@ def torch_child(args):
             table.weight.zero_()
         else:
             table.weight.uniform_(-1 / dim ** 0.5, 1 / dim ** 0.5)
-    mlp = build_mlp(nn, cfg["model"], DENSE + CAT * dim)
+    mlp, _ = build_model(nn, torch, cfg["model"], DENSE + CAT * dim)
 
     class Ctr(nn.Module):
         def __init__(self):
@@ -236,7 +334,8 @@ def torch_child(args):
         q = np.clip(p, 1e-7, 1 - 1e-7)
         return float(auc), float(-np.mean(labels * np.log(q) + (1 - labels) * np.log(1 - q)))
 
-    generator = torch.Generator().manual_seed(42)  # the same permutation on every rank
+    # The same permutation on every rank; --seed moves it as it moves pstrain's.
+    generator = torch.Generator().manual_seed(args.seed if args.seed is not None else 42)
     auc, logloss = float("nan"), float("nan")
     start = time.perf_counter()
     for step in range(total):
@@ -267,8 +366,10 @@ def run_torch(args, name, _work, data, epochs=None):
     start = time.monotonic()
     commands = []
     for rank in range(world):
-        cmd = [args.python, os.path.abspath(__file__), "--torch-child", "--rank", str(rank), "--world", str(world),
+        cmd = [args.python, os.path.abspath(__file__), "--torch-child", "--config", args.config, "--rank", str(rank),
+               "--world", str(world),
                "--port", str(port), "--data-dir", data, "--steps", str(args.steps or 0), "--epochs", str(epochs or 0)]
+        cmd += ["--seed", str(args.seed)] if args.seed is not None else []
         commands.append(cmd)
     results = run_ranks(name, commands, REPO, args.timeout)
     chief = results[0]
@@ -293,15 +394,13 @@ def rss_text(rss):
     return " ".join(f"{k}={v:.0f}" for k, v in sorted(rss.items()))
 
 
-def compare(args, configs, work):
-    data = os.path.join(work, "data")
-    ceiling = generate(data, args.train_lines, args.test_lines, args.distinct_ids, args.data_seed)
+def compare(args, configs, work, data, ceiling):
     runs = {c: [] for c in configs}
     for round_index in range(args.repeat):
         order = configs[round_index % len(configs):] + configs[:round_index % len(configs)]
         for name in order:
             runner = run_torch if CONFIGS[name][0] == "torch" else run_pstrain
-            result = runner(args, name, os.path.join(work, str(round_index)), data)
+            result = runner(args, name, os.path.join(work, f"{os.path.basename(args.config)}-{round_index}"), data)
             runs[name].append(result)
             print(f"# round {round_index + 1}/{args.repeat}: {name} {result['samples_per_s']:.0f} samples/s",
                   file=sys.stderr, flush=True)
@@ -314,13 +413,13 @@ def compare(args, configs, work):
     base = rows.get("torch", {}).get("samples_per_s")
     for row in rows.values():
         row["ratio"] = round(row["samples_per_s"] / base, 3) if base else None
-    cfg = read_config(CONFIG)
+    cfg = read_config(args.config)
     if args.json:
-        print(json.dumps({"mode": "compare", "ceiling_auc": ceiling, "repeat": args.repeat,
-                          "machine": machine(args.build_dir), "rows": rows}))
-        return
+        print(json.dumps({"mode": "compare", "config": os.path.relpath(args.config, REPO), "ceiling_auc": ceiling,
+                          "repeat": args.repeat, "machine": machine(args.build_dir), "rows": rows}))
+        return rows
     print(f"# machine: {machine(args.build_dir)}")
-    print(f"# bench/ctr: configs/ctr.cfg (dim {cfg.get('embedding-dim')}, {cfg.get('embedding-optimizer')} "
+    print(f"# bench/ctr: {os.path.relpath(args.config, REPO)} (dim {cfg.get('embedding-dim')}, {cfg.get('embedding-optimizer')} "
           f"lr {cfg.get('embedding-lr')}, model '{cfg.get('model')}', global batch "
           f"{int(cfg.get('batch-size', 0)) * int(cfg.get('num-workers', 1))}, "
           f"{f'{args.steps} steps' if args.steps else str(cfg.get('epochs')) + ' epochs'}) on ctr_gen data "
@@ -331,6 +430,24 @@ def compare(args, configs, work):
         ratio = f"{row['ratio']:.3f}" if row["ratio"] is not None else "-"
         print(f"{name:<10} {row['samples_per_s']:>13.0f} {ratio:>6} {row['test_auc']:>8.4f} "
               f"{row['test_logloss']:>7.4f}  {rss_text(row['rss_mib'])}")
+    sys.stdout.flush()
+    return rows
+
+
+def summary(args, results):
+    """One line per config: pstrain's test AUC and log loss against torch's (issue 47's acceptance:
+    pstrain's AUC at least torch's on the same data and epochs)."""
+    print(f"# summary: {args.train_lines}+{args.test_lines} lines, data seed {args.data_seed}; auc_diff = "
+          f"pstrain - torch (first round each)")
+    print(f"{'config':<22} {'pstrain_auc':>11} {'torch_auc':>9} {'auc_diff':>8} {'pstrain_ll':>10} {'torch_ll':>8} "
+          f"{'pstrain_sps':>11} {'torch_sps':>9}")
+    for path, rows in results:
+        p, t = rows.get("pstrain"), rows.get("torch")
+        cell = lambda row, key, fmt: format(row[key], fmt) if row else "-"  # noqa: E731
+        diff = f"{p['test_auc'] - t['test_auc']:+.4f}" if p and t else "-"
+        print(f"{os.path.basename(path):<22} {cell(p, 'test_auc', '.4f'):>11} {cell(t, 'test_auc', '.4f'):>9} "
+              f"{diff:>8} {cell(p, 'test_logloss', '.4f'):>10} {cell(t, 'test_logloss', '.4f'):>8} "
+              f"{cell(p, 'samples_per_s', '.0f'):>11} {cell(t, 'samples_per_s', '.0f'):>9}")
 
 
 def sweep(args, configs, work):
@@ -346,7 +463,7 @@ def sweep(args, configs, work):
     if args.json:
         print(json.dumps({"mode": "sweep", "lines": args.sweep_lines, "rows": rows}))
         return
-    print(f"# bench/ctr --sweep: configs/ctr.cfg, 1 epoch of {args.sweep_lines} lines per size; rows: the IDs the "
+    print(f"# bench/ctr --sweep: {os.path.relpath(args.config, REPO)}, 1 epoch of {args.sweep_lines} lines per size; rows: the IDs the "
           f"data showed; table_mib: the PS's tables as it counts them; ps_growth_mib: its peak RSS less its RSS "
           f"before the first row")
     print(f"{'distinct_ids':>12} {'config':<10} {'step_ms':>8} {'rows':>9} {'table_mib':>9} {'ps_growth_mib':>13}  "
@@ -362,12 +479,17 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--configs", default="torch,torch-ddp,pstrain",
                    help="comma-separated rows, of pstrain, torch, torch-ddp (default all)")
+    p.add_argument("--config", default=CONFIG,
+                   help="the job's config, or several comma-separated (configs/ctr_dlrm.cfg, ctr_dcn.cfg, ctr_deepfm.cfg, "
+                        "ctr_wide_deep.cfg: the model built in PyTorch from its `model` line; default configs/ctr.cfg)")
     p.add_argument("--repeat", type=int, default=3, help="rounds; the table gives medians (default 3)")
     p.add_argument("--steps", type=int, default=0, help="stop after this many global steps (a smoke run)")
     p.add_argument("--train-lines", type=int, default=100000, help="training records (default 100000)")
     p.add_argument("--test-lines", type=int, default=20000, help="test records (default 20000)")
     p.add_argument("--distinct-ids", type=int, default=100000, help="ctr_gen.py's --distinct-ids (default 100000)")
     p.add_argument("--data-seed", type=int, default=1, help="ctr_gen.py's --seed (default 1)")
+    p.add_argument("--seed", type=int, help="the model's seed on both sides instead of the config's: the initial values and "
+                   "the data order (another draw of each, to tell noise from a difference)")
     p.add_argument("--sweep", action="store_true", help="step time and memory against the table's size instead")
     p.add_argument("--sweep-sizes", default="100000,1000000,10000000,100000000",
                    help="--distinct-ids values of the sweep (default 1e5,1e6,1e7,1e8)")
@@ -391,6 +513,11 @@ def parse_args(argv):
         args.configs = config_list(args.configs, CONFIGS)
     except ValueError as e:
         die(str(e))
+    args.configs_paths = [os.path.abspath(c) for c in args.config.split(",") if c]
+    for path in args.configs_paths:
+        if not os.path.isfile(path):
+            die(f"--config: no file {path}")
+    args.config = args.configs_paths[0]
     try:
         args.sweep_sizes = [int(float(s)) for s in args.sweep_sizes.split(",")]
     except ValueError:
@@ -412,7 +539,17 @@ def main(argv):
         die("nothing left to run")
     with tempfile.TemporaryDirectory(prefix="pstrain-ctr-") as work:
         try:
-            (sweep if args.sweep else compare)(args, configs, work)
+            if args.sweep:
+                sweep(args, configs, work)
+            else:
+                data = os.path.join(work, "data")
+                ceiling = generate(data, args.train_lines, args.test_lines, args.distinct_ids, args.data_seed)
+                results = []
+                for path in args.configs_paths:
+                    args.config = path
+                    results.append((path, compare(args, configs, work, data, ceiling)))
+                if len(results) > 1 and not args.json:
+                    summary(args, results)
         except Failed as e:
             die(str(e), 1)
     return 0

@@ -17,6 +17,7 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -174,7 +175,7 @@ std::vector<Event> read_events(const std::string& file) {
   return events;
 }
 
-std::vector<std::string> event_files_in(const std::string& dir) {  // not the workers' w<i>
+std::vector<std::string> event_files_in(const std::string& dir) {  // its own, not those of runs below it
   std::vector<std::string> files;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.is_regular_file()) files.push_back(entry.path().string());
@@ -418,8 +419,10 @@ TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
   }
   ASSERT_GE(records, 9u);  // 4 progress lines and an evaluation an epoch, and the summary
 
-  const std::vector<std::string> files = event_files_in(tb);
+  EXPECT_TRUE(event_files_in(tb).empty()) << "every run has a directory of its own";
+  const std::vector<std::string> files = event_files_in(chief_run_dir(tb));
   ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(chief_run_dir(tb), tb + "/chief");
   const std::vector<Event> events = read_events(read_file(files[0]));
   ASSERT_EQ(events.size(), records + 1) << "a file_version record, then an event per record";
   EXPECT_EQ(events[0].file_version, "brain.Event:2");
@@ -438,8 +441,9 @@ TEST(TensorBoardJobTest, EveryScalarIsAFigureOfTheMetricsFileAtTheSameStep) {
   }
 }
 
-// Each worker's own breakdown, in DIR/w<i>: an event at each of the chief's progress steps, with
-// the tags of the chief's means; worker 1, slowed 30 times, computes longest.
+// Each worker's own breakdown and training loss, in DIR/w<i> beside the chief's DIR/chief: an event
+// at each of the chief's progress steps, with the tags of the chief's means; worker 1, slowed 30
+// times, computes longest; with equal shares the workers' losses average to the chief's.
 TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorkerStandsOut) {
   TempDir data("tensorboard-data"), dir("tensorboard");
   Job job = job_in(dir, data);
@@ -450,14 +454,22 @@ TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorker
   const JobResult result = run_job(job);
   ASSERT_TRUE(result.ok()) << result.logs;
   std::vector<int64_t> progress_steps;
+  std::map<int64_t, double> chief_loss;
   for (const nlohmann::json& r : read_lines(metrics)) {
-    if (r.at("kind") == "progress") progress_steps.push_back(r.at("step").get<int64_t>());
+    if (r.at("kind") != "progress") continue;
+    progress_steps.push_back(r.at("step").get<int64_t>());
+    chief_loss[progress_steps.back()] = r.at("loss").get<double>();
   }
   ASSERT_GE(progress_steps.size(), 8u);
+  std::set<std::string> runs;  // TensorBoard names a run by its directory
+  for (const auto& entry : std::filesystem::directory_iterator(tb)) runs.insert(entry.path().filename().string());
+  EXPECT_EQ(runs, (std::set<std::string>{"chief", "w0", "w1", "w2"}));
+  std::map<int64_t, double> loss_sum;  // the workers' train/loss, summed by step
 
   std::map<std::string, double> compute_ms, wait_ms;  // summed over the events, by worker
   for (const std::string w : {"w0", "w1", "w2"}) {
     const std::vector<std::string> files = event_files_in(tb + "/" + w);
+    EXPECT_EQ(worker_run_dir(tb, w[1] - '0'), tb + "/" + w);
     ASSERT_EQ(files.size(), 1u) << w;
     const std::vector<Event> events = read_events(read_file(files[0]));
     ASSERT_EQ(events.size(), progress_steps.size() + 1) << w << ": a file_version record, then one per progress step";
@@ -466,10 +478,12 @@ TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorker
       std::map<std::string, float> got;
       for (const Scalar& v : events[i].values) got[v.tag] = v.value;
       for (const char* tag : {"step_ms/step", "step_ms/data", "step_ms/compute", "step_ms/push", "step_ms/wait",
-                              "step_ms/pull", "step_ms/eval", "step_ms/ckpt"}) {
+                              "step_ms/pull", "step_ms/eval", "step_ms/ckpt", "train/loss"}) {
         EXPECT_EQ(got.count(tag), 1u) << w << " " << tag << " at step " << events[i].step;
       }
-      EXPECT_EQ(got.size(), 8u) << w;
+      EXPECT_EQ(got.size(), 9u) << w;
+      EXPECT_GT(got["train/loss"], 0) << w;
+      loss_sum[events[i].step] += got["train/loss"];
       EXPECT_GT(got["step_ms/step"], 0) << w;
       compute_ms[w] += got["step_ms/compute"];
       wait_ms[w] += got["step_ms/wait"];
@@ -477,6 +491,9 @@ TEST(TensorBoardJobTest, EachWorkersOwnBreakdownIsARunOfItsOwnWhereASlowedWorker
   }
   // Compute only: who waits for whom also depends on the scheduler of a loaded machine (w1 waited
   // 68 ms and w2 4.7 ms once while another build ran on the 2 cores), the 30-fold slowdown not.
+  for (const auto& [step, loss] : chief_loss) {  // 3 x 8 samples a step, 10 steps an epoch: equal shares
+    EXPECT_NEAR(loss_sum[step] / 3, loss, 1e-5 * loss) << "at step " << step;
+  }
   EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w0"]) << result.logs;
   EXPECT_GT(compute_ms["w1"], 2 * compute_ms["w2"]) << result.logs;
   std::printf("own breakdowns: compute w0 %.2f, w1 %.2f, w2 %.2f ms; wait w0 %.2f, w1 %.2f, w2 %.2f ms\n",
@@ -489,7 +506,7 @@ TEST(TensorBoardJobTest, AnUnwritableDirectoryStopsTheJobBeforeItsFirstStepNamin
   job.args.insert(job.args.end(), {"--tensorboard-dir", "/proc/pstrain-no-such/tb", "--timeout", "2"});
   const JobResult result = run_job_stopping_servers(job);
   EXPECT_FALSE(result.ok());
-  EXPECT_NE(result.logs.find("--tensorboard-dir: cannot create directory /proc/pstrain-no-such/tb: "),
+  EXPECT_NE(result.logs.find("--tensorboard-dir: cannot create directory /proc/pstrain-no-such/tb/"),  // chief, w<i>
             std::string::npos)
       << result.logs;
   EXPECT_EQ(result.logs.find("epoch 1/2 step"), std::string::npos) << "a step ran:\n" << result.logs;

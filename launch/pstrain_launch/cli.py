@@ -949,10 +949,12 @@ class Run:
         except Stop as stop:
             self.stopping = True
             self.end_progress()
-            self.out.say(f"{stop}; stopping all")
-            self.sup.stop_all()
+            self.out.say(f"{self.out.refusals.replace_in(str(stop))}; stopping all")
+            self.sup.stop_all()  # the processes' last lines read: every one that gave a refusal
+            self.out.say_refusals()
             self.out.say(f"stopped; logs in {s.run_dir}")
             return stop.code, str(stop)
+        self.out.say_refusals()
         self.write_plots()
         self.out.say(f"training completed; logs in {s.run_dir}")
         return EXIT_OK, "training completed"

@@ -24,6 +24,8 @@ import sys
 import threading
 import time
 
+from .refusals import Refusals
+
 # What a process's line says while it saves (pstrain-ps: "ps0: saving embedding tables to ...:
 # 512 of 1900 MiB"): after the workers, the launcher waits for a PS that keeps saying it.
 SAVING = b": saving "
@@ -48,7 +50,9 @@ class Output:
     Bar mode (`shown` given: progress.shown): a live status line stays at the bottom of stdout; the
     launcher's lines and the processes' warnings and errors go to stderr, results (a process's
     summary and evaluations, where plots were written) to stdout, above it; the processes'
-    other lines only to their log files, as `shown` (a line -> "result", "log" or None) says."""
+    other lines only to their log files, as `shown` (a line -> "result", "log" or None) says.
+    Either mode holds back the lines that repeat a refusal of the job's flags (refusals.py): the
+    launcher says each once, naming the processes that gave it (say_refusals)."""
 
     def __init__(self, run_dir=None, shown=None):
         self.lock = threading.Lock()
@@ -56,6 +60,7 @@ class Output:
         self.shown = shown
         self.bar = shown is not None
         self.live = ""  # bar mode: the status line shown at the bottom of stdout ("": none yet)
+        self.refusals = Refusals()
 
     def say(self, message, result=False):
         self._line(f"launch: {message}\n".encode(), to_stdout=result or not self.bar)
@@ -66,9 +71,16 @@ class Output:
 
     def relay(self, label, text):
         """A process's line (ending in a newline)."""
+        if self.refusals.hold(label, text):
+            return
         where = self.shown(text) if self.bar else "result"
         if where is not None:
             self._line(f"[{label}] ".encode() + text, to_stdout=where == "result")
+
+    def say_refusals(self):
+        """Each refusal held back and not yet said, once: "ps0, w0, w1 refused: --resume: ..."."""
+        for text, who in self.refusals.take():
+            self.say(f"{who} refused: {text}")
 
     def show(self, line):
         """Bar mode: replaces the status line."""

@@ -6,7 +6,10 @@ CRC-32Cs of every record), for a real job through the launcher (2 PS shards, 3 w
   precision), and every figure of metrics.jsonl is there: the same comparison as
   tests/tensorboard_test.cc's TensorBoardJobTest makes with pstrain's own reader;
 * every record passes TensorBoard's CRC checks, and a copy with one flipped byte fails them;
-* each worker's own run (RUNDIR/tensorboard/w<i>) loads with its step breakdown.
+* the runs TensorBoard finds under RUNDIR/tensorboard are named for what they are: "chief" (the
+  job's figures) and "w0", "w1", "w2" (each worker's own);
+* each worker's own run (RUNDIR/tensorboard/w<i>) loads with its step breakdown and its training
+  loss, the three averaging to the chief's train/loss (equal shares).
 
 Exits 77 (ctest's skip) where `tensorboard` cannot be imported: Debian 12 has no package for it
 and pstrain does not need it (`pip install tensorboard` in a virtual environment, then run this
@@ -27,7 +30,7 @@ import tempfile
 import unittest
 
 try:
-    from tensorboard.backend.event_processing import event_accumulator
+    from tensorboard.backend.event_processing import event_accumulator, plugin_event_multiplexer
     from tensorboard.compat.tensorflow_stub import errors as tb_errors
     from tensorboard.compat.tensorflow_stub import pywrap_tensorflow as tb_records
 except ImportError as e:
@@ -130,20 +133,21 @@ class TensorBoardReadBackTest(unittest.TestCase):
             shutil.rmtree(cls.dir, True)
             raise AssertionError(f"the job failed, exit {result.returncode}:\n{result.stdout}{result.stderr}")
         cls.tensorboard = os.path.join(cls.run_dir, "tensorboard")
+        cls.chief = os.path.join(cls.tensorboard, "chief")
 
     @classmethod
     def tearDownClass(cls):
         shutil.rmtree(cls.dir, True)
 
     def chief_file(self):
-        files = glob.glob(os.path.join(self.tensorboard, "events.out.tfevents.*"))
+        files = glob.glob(os.path.join(self.chief, "events.out.tfevents.*"))
         self.assertEqual(len(files), 1, files)
         return files[0]
 
     def test_every_scalar_is_the_metrics_files_figure_at_its_step(self):
         expected, records = expected_scalars(os.path.join(self.run_dir, "metrics.jsonl"))
         self.assertGreaterEqual(records, 9)  # 4 progress records and an evaluation an epoch, the summary
-        accumulator = load(self.tensorboard)
+        accumulator = load(self.chief)
         got = {}
         for tag in accumulator.Tags()[event_accumulator.SCALARS]:
             for event in accumulator.Scalars(tag):
@@ -184,7 +188,7 @@ class TensorBoardReadBackTest(unittest.TestCase):
 
         first_two = scalars_in(os.path.dirname(copy_of("first-two", data[:at])))
         self.assertGreater(first_two, 0)
-        self.assertLess(first_two, scalars_in(self.tensorboard))
+        self.assertLess(first_two, scalars_in(self.chief))
         for offset, what in ((at + 12 + 5, "event crc32"), (at + 2, "header crc32")):
             broken = bytearray(data)
             broken[offset] ^= 0x10
@@ -195,8 +199,17 @@ class TensorBoardReadBackTest(unittest.TestCase):
             # EventAccumulator stops at the bad record: the first two records' scalars only.
             self.assertEqual(scalars_in(os.path.dirname(copy)), first_two, what)
 
-    def test_each_workers_own_run_loads_with_its_breakdown(self):
-        chief_steps = {e.step for e in load(self.tensorboard).Scalars("step_ms/compute")}
+    def test_the_runs_are_named_chief_and_w0_w1_w2(self):
+        multiplexer = plugin_event_multiplexer.EventMultiplexer()
+        multiplexer.AddRunsFromDirectory(self.tensorboard)
+        multiplexer.Reload()
+        self.assertEqual(sorted(multiplexer.Runs()), ["chief", "w0", "w1", "w2"])
+
+    def test_each_workers_own_run_loads_with_its_breakdown_and_loss(self):
+        chief = load(self.chief)
+        chief_steps = {e.step for e in chief.Scalars("step_ms/compute")}
+        chief_loss = {e.step: e.value for e in chief.Scalars("train/loss")}
+        worker_loss = {}
         for i in range(3):
             run = os.path.join(self.tensorboard, f"w{i}")
             accumulator = load(run)
@@ -206,6 +219,14 @@ class TensorBoardReadBackTest(unittest.TestCase):
             steps = [e.step for e in accumulator.Scalars("step_ms/compute")]
             self.assertEqual(set(steps), chief_steps, run)
             self.assertTrue(all(e.value >= 0 for e in accumulator.Scalars("step_ms/compute")), run)
+            self.assertIn("train/loss", tags, run)
+            for e in accumulator.Scalars("train/loss"):
+                self.assertGreater(e.value, 0, run)
+                worker_loss.setdefault(e.step, []).append(e.value)
+        self.assertEqual(set(worker_loss), set(chief_loss))
+        for step, losses in worker_loss.items():  # 3 x 8 of 240 records a step: equal shares
+            self.assertEqual(len(losses), 3, step)
+            self.assertAlmostEqual(sum(losses) / 3, chief_loss[step], delta=1e-5 * chief_loss[step], msg=step)
 
 
 if __name__ == "__main__":

@@ -167,7 +167,7 @@ class PythonWorkerTest(unittest.TestCase):
         except ImportError:
             print("tensorboard cannot be imported: its reader is not run (tests/python.sh's venv has it)")
             return
-        accumulator = event_accumulator.EventAccumulator(os.path.join(run_dir, "tensorboard"),
+        accumulator = event_accumulator.EventAccumulator(os.path.join(run_dir, "tensorboard", "chief"),
                                                          size_guidance={event_accumulator.SCALARS: 0})
         accumulator.Reload()
         read = {e.step: e.value for e in accumulator.Scalars("train/loss")}

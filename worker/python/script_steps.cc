@@ -28,7 +28,7 @@ ScriptSteps::ScriptSteps(const JobOptions& o) : t_(train_options(o)), chief_(o.i
     metrics_.add(std::make_unique<MetricsFile>(t_.metrics_file, "--metrics-file"));
     PSLOG(INFO) << "w0: metrics to " << t_.metrics_file;
   }
-  if (!t_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(t_.tensorboard_dir, "--tensorboard-dir"));
+  if (!t_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(chief_run_dir(t_.tensorboard_dir), "--tensorboard-dir"));
 }
 
 void ScriptSteps::started(const Layout& variables, uint64_t total_steps, uint64_t steps_per_epoch,

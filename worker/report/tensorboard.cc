@@ -182,6 +182,10 @@ std::string tfrecord(const std::string& data) {
   return out;
 }
 
+std::string chief_run_dir(const std::string& dir) { return dir + "/chief"; }
+
+std::string worker_run_dir(const std::string& dir, int index) { return dir + "/w" + std::to_string(index); }
+
 std::unique_ptr<MetricsSink> open_tensorboard(const std::string& dir, const std::string& flag) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

@@ -40,6 +40,12 @@ std::string encode_scalars_event(double wall_time, int64_t step, const std::vect
 // (uint32), the data, the masked CRC-32C of the data (uint32); integers little-endian.
 std::string tfrecord(const std::string& data);
 
+// The runs under --tensorboard-dir DIR, named for what they are (TensorBoard names a run by its
+// directory): the chief's figures of the job (its metrics records) in DIR/chief, worker i's own
+// (its step breakdown and its training loss, worker/report/own_figures.h) in DIR/w<i>.
+std::string chief_run_dir(const std::string& dir);
+std::string worker_run_dir(const std::string& dir, int index);
+
 // A new event file in `dir` (made if missing), events.out.tfevents.<unix seconds>.<host>.<pid>
 // as TensorFlow names them, with its file_version record written: a sink that appends an event
 // of each record's scalars, flushed at once, so TensorBoard shows them as the run goes. A

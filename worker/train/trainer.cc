@@ -97,7 +97,9 @@ class Trainer {
       metrics_.add(std::make_unique<MetricsFile>(o_.metrics_file, "--metrics-file"));
       PSLOG(INFO) << tag_ << "metrics to " << o_.metrics_file;
     }
-    if (!o_.tensorboard_dir.empty()) metrics_.add(open_tensorboard(o_.tensorboard_dir, "--tensorboard-dir"));
+    if (!o_.tensorboard_dir.empty()) {  // DIR/chief: TensorBoard names the run by its directory
+      metrics_.add(open_tensorboard(chief_run_dir(o_.tensorboard_dir), "--tensorboard-dir"));
+    }
     if (!metrics_.empty()) evaluation_->set_metrics(&metrics_);
   }
 
@@ -216,7 +218,9 @@ class Trainer {
       if (chief_) report(step, m);
       if (m.stop) break;
       if (!chief_) evaluation_->share_after(step, &previous_);
-      if (own_figures_ != nullptr) own_figures_->add(step, previous_, step + 1 == total_steps_);
+      if (own_figures_ != nullptr) {
+        own_figures_->add(step, previous_, own_.samples, own_.loss_sum, step + 1 == total_steps_);
+      }
       if (m.next_step > step + 1 && m.next_step < total_steps_) {
         // Backup workers: the job moved on without this worker's late steps; so does its data,
         // and the rows asked for the step after this one go unused.
@@ -292,6 +296,7 @@ class Trainer {
     times.pull_us += micros(in.rows);  // the embedding rows: pulled (and waited for) before forward
     replica_->params_to_device();
     previous_ = times;
+    own_ = {info.samples, info.loss_sum};
     progress_->add(m);
     evaluation_->add(m);
     previous_.ckpt_us += static_cast<uint64_t>(1e6 * checkpoints_->step_done(info.checkpoint, m.durable));
@@ -368,6 +373,10 @@ class Trainer {
   std::unique_ptr<Prefetcher> prefetch_;
   Batch batch_data_;
   StepTimes previous_;  // this worker's last step, reported with the next step's pushes
+  struct {
+    uint64_t samples = 0;
+    double loss_sum = 0;
+  } own_;  // this worker's own share of its last step (its TensorBoard run's train/loss)
   std::unique_ptr<OwnStepFigures> own_figures_;  // --tensorboard-dir: DIR/w<i>
   TrainSummary summary_;
   std::unique_ptr<Evaluation> evaluation_;
