@@ -258,6 +258,9 @@ def torch_child(args):
     import torch
     import torch.nn as nn
 
+    sys.path.insert(0, os.path.join(REPO, "tools"))
+    from dlrm_torch import SparseFtrl, auc_logloss  # the PS's ftrl formula and the AUC, as the tool's
+
     cfg = read_config(args.config)
     rank, world = args.rank, args.world
     torch.set_num_threads(1)
@@ -307,8 +310,6 @@ def torch_child(args):
     elif kind == "sgd":
         table_opt = torch.optim.SGD([table.weight], lr=table_lr)
     else:
-        sys.path.insert(0, os.path.join(REPO, "tools"))
-        from dlrm_torch import SparseFtrl  # the PS's ftrl formula, in the torch Python
         table_opt = SparseFtrl(table.weight, table_lr)
     loss_fn = nn.CrossEntropyLoss()
     batch = int(cfg.get("batch-size", 64)) * int(cfg.get("num-workers", 1))  # the global batch
@@ -322,17 +323,7 @@ def torch_child(args):
             p = torch.cat([torch.softmax(model(t[i:i + 4096], t_ids[i:i + 4096]), 1)[:, 1]
                            for i in range(0, t.shape[0], 4096)]).double().numpy()
         model.train()
-        labels = ty.numpy()
-        order = np.argsort(p, kind="mergesort")
-        s, ranks = p[order], np.empty(len(p))
-        starts = np.r_[0, np.flatnonzero(np.diff(s)) + 1]
-        for a, b in zip(starts, np.r_[starts[1:], len(s)]):
-            ranks[a:b] = (a + b + 1) / 2.0
-        pos = labels[order] == 1
-        n_pos, n_neg = pos.sum(), len(p) - pos.sum()
-        auc = (ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
-        q = np.clip(p, 1e-7, 1 - 1e-7)
-        return float(auc), float(-np.mean(labels * np.log(q) + (1 - labels) * np.log(1 - q)))
+        return auc_logloss(p, ty.numpy())
 
     # The same permutation on every rank; --seed moves it as it moves pstrain's.
     generator = torch.Generator().manual_seed(args.seed if args.seed is not None else 42)

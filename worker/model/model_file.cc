@@ -153,6 +153,23 @@ EmbeddingSetup embeddings_from(const Json& j, const std::vector<size_t>& input_s
   return e;
 }
 
+// The "variables" array: each variable's name (and its .npy file, where the model's directory
+// holds one per variable), shape, offset and size in the flat vector.
+Json variables_json(const Layout& layout, bool with_files) {
+  Json variables = Json::array();
+  for (const TensorSpec& t : layout.tensors()) {
+    Json v;
+    v["name"] = t.name;
+    if (with_files) v["file"] = t.name + ".npy";
+    v["shape"] = t.shape;
+    v["offset"] = t.offset;
+    v["size"] = t.size;
+    v["dtype"] = "float32";
+    variables.push_back(v);
+  }
+  return variables;
+}
+
 // A script's variables as listed ("name", "shape", "offset" following one another).
 Layout listed_variables(const Json& j, const std::string& path) {
   Layout listed;
@@ -209,17 +226,7 @@ std::string script_model_json_text(const ModelDescription& d) {
   if (d.embeddings.dim > 0) j["embeddings"] = embeddings_json(d.embeddings);
   j["dtype"] = "float32";
   j["total_parameters"] = d.variables.total();
-  Json variables = Json::array();
-  for (const TensorSpec& t : d.variables.tensors()) {
-    Json v;
-    v["name"] = t.name;
-    v["shape"] = t.shape;
-    v["offset"] = t.offset;
-    v["size"] = t.size;
-    v["dtype"] = "float32";
-    variables.push_back(v);
-  }
-  j["variables"] = variables;
+  j["variables"] = variables_json(d.variables, false);
   j["training"] = training_json(d.training);
   return j.dump(2) + "\n";
 }
@@ -318,18 +325,7 @@ std::string model_json_text(const ModelDescription& d) {
   if (d.embeddings.dim > 0) j["embeddings"] = embeddings_json(d.embeddings);
   j["dtype"] = "float32";
   j["total_parameters"] = layout.total();
-  Json variables = Json::array();
-  for (const TensorSpec& t : layout.tensors()) {
-    Json v;
-    v["name"] = t.name;
-    v["file"] = t.name + ".npy";
-    v["shape"] = t.shape;
-    v["offset"] = t.offset;
-    v["size"] = t.size;
-    v["dtype"] = "float32";
-    variables.push_back(v);
-  }
-  j["variables"] = variables;
+  j["variables"] = variables_json(layout, true);
   if (!net.state_layout().tensors().empty()) {  // batchnorm's running statistics: not in the flat vector
     Json state = Json::array();
     for (const TensorSpec& t : net.state_layout().tensors()) {
