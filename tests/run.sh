@@ -6,7 +6,8 @@
 #             UndefinedBehaviorSanitizer
 #   tsan      the tests labelled threads (threads, processes, sockets), built with ThreadSanitizer
 #   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 30; ps_fuzz twice that)
-# The sanitizer builds run beside the main stage's tests (prebuild_sanitizers).
+# The sanitizer builds run beside the main stage's tests (prebuild_sanitizers), and the fuzzers
+# beside the TSan stage's (fuzz_beside_tsan), each niced into the CPU those tests leave idle.
 #
 #   tests/run.sh                    all four stages (what CI runs)
 #   tests/run.sh -R Mirrored -V     arguments: only the main build's ctest, with them
@@ -145,12 +146,13 @@ stage_main() {
 stage_asan() {
   sanitizer_ready asan "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
   # The cluster checks (label cluster: sshd in namespaces, Slurm, Open MPI) test the launcher's
-  # starters, which the main stage covers; they run once. Nor the memory label: their assertions
+  # starters, which the main stage covers; they run once. Nor the script label (Python and shell
+  # with fake binaries: nothing instrumented runs). Nor the memory label: their assertions
   # are peak memory, which ASan's quarantine inflates (a streamed resume measured 2.06x its tables
   # under ASan, 1.32x in the Release build). Nor the Python package's tests: the sanitizer builds
   # build no module (an instrumented one needs its runtime preloaded into Python).
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$main_build-asan" --output-on-failure -j"$asan_parallel" -LE '^(cluster|memory)$' -E '^(Cuda|Nccl|python_)|Nccl' </dev/null
+    ctest --test-dir "$main_build-asan" --output-on-failure -j"$asan_parallel" -LE '^(cluster|memory|script)$' -E '^(Cuda|Nccl|python_)|Nccl' </dev/null
   local status=$?
   print_slowest "$main_build-asan"
   return $status
@@ -164,6 +166,7 @@ stage_asan() {
 # the tables where the Release build measures 0.05).
 stage_tsan() {
   sanitizer_ready tsan "$main_build-tsan" thread || return 1
+  fuzz_beside_tsan
   TSAN_OPTIONS="suppressions=$repo/tests/tsan.supp halt_on_error=1" \
     ctest --test-dir "$main_build-tsan" --output-on-failure -j"$tsan_parallel" -L '^threads$' -LE '^memory$' \
     -E '^(Cuda|BenchSmoke|launch_|ssh_cluster|slurm_mpi|python_)|Nccl' </dev/null
@@ -172,7 +175,30 @@ stage_tsan() {
   return $status
 }
 
+# The TSan stage uses about half of the cores (its jobs wait on deadlines and processes: 398
+# core-s in 474 s on 2 cores at -j2; 330 to 355 s at -j4), and the fuzzers, each a core for a
+# fixed time, took 94 s after it: when both stages run, the fuzzers start with the TSan stage's
+# tests, niced (10) so that the tests keep the CPU when they want it; stage_fuzz waits for them.
+fuzz_pid=
+fuzz_beside_tsan() {
+  [[ " $stages " == *" fuzz "* && -x $main_build-asan/tests/fuzz/ps_fuzz ]] || return 0
+  rm -f "$main_build-asan/fuzz-beside-tsan.status"
+  (
+    renice -n 10 "$BASHPID" >/dev/null 2>&1
+    bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-30}"
+    echo $? >"$main_build-asan/fuzz-beside-tsan.status"
+  ) </dev/null >"$main_build-asan/fuzz-beside-tsan.log" 2>&1 &
+  fuzz_pid=$!
+  echo "tests: the fuzzers run beside the TSan stage's tests (niced)"
+}
+
 stage_fuzz() {
+  if [[ -n $fuzz_pid ]]; then
+    wait "$fuzz_pid"
+    fuzz_pid=
+    cat "$main_build-asan/fuzz-beside-tsan.log"
+    return "$(cat "$main_build-asan/fuzz-beside-tsan.status" 2>/dev/null || echo 1)"
+  fi
   [[ -x $main_build-asan/tests/fuzz/ps_fuzz && ! -f $main_build-asan.prebuild.status ]] ||
     sanitizer_ready asan "$main_build-asan" address,undefined -DPSTRAIN_FUZZ=ON || return 1
   bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-30}"
