@@ -5,7 +5,8 @@
 #   asan      the whole suite again but the cluster and memory checks, built with clang's AddressSanitizer +
 #             UndefinedBehaviorSanitizer
 #   tsan      the tests labelled threads (threads, processes, sockets), built with ThreadSanitizer
-#   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 30; ps_fuzz twice that)
+#   fuzz      every libFuzzer target of tests/fuzz for PSTRAIN_FUZZ_SECONDS each (default 30, or 90
+#             beside the TSan stage; ps_fuzz twice that)
 # The sanitizer builds run beside the main stage's tests (prebuild_sanitizers), and the fuzzers
 # beside the TSan stage's (fuzz_beside_tsan), each niced into the CPU those tests leave idle.
 #
@@ -179,13 +180,17 @@ stage_tsan() {
 # core-s in 474 s on 2 cores at -j2; 330 to 355 s at -j4), and the fuzzers, each a core for a
 # fixed time, took 94 s after it: when both stages run, the fuzzers start with the TSan stage's
 # tests, niced (10) so that the tests keep the CPU when they want it; stage_fuzz waits for them.
+# Niced, a fuzzer ran 14% to 39% of its inputs of a run alone in the same seconds (ring_fuzz
+# 2.4 M against 15.7 M, ps_fuzz 14,038 against 36,013): beside the TSan stage they run three times
+# as long (PSTRAIN_FUZZ_SECONDS, default 90 there: 3 x 90 s of two lanes, within the ~300 s of
+# the stage), so that each gets about the inputs it got alone.
 fuzz_pid=
 fuzz_beside_tsan() {
   [[ " $stages " == *" fuzz "* && -x $main_build-asan/tests/fuzz/ps_fuzz ]] || return 0
   rm -f "$main_build-asan/fuzz-beside-tsan.status"
   (
     renice -n 10 "$BASHPID" >/dev/null 2>&1
-    bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-30}"
+    bash "$repo/tests/fuzz/run_fuzzers.sh" "$main_build-asan/tests/fuzz" "${PSTRAIN_FUZZ_SECONDS:-90}"
     echo $? >"$main_build-asan/fuzz-beside-tsan.status"
   ) </dev/null >"$main_build-asan/fuzz-beside-tsan.log" 2>&1 &
   fuzz_pid=$!
