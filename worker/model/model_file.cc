@@ -170,6 +170,16 @@ Json variables_json(const Layout& layout, bool with_files) {
   return variables;
 }
 
+// The "training" object's fields both kinds of model.json have (what training_json writes).
+TrainingRecord training_from(const Json& t) {
+  TrainingRecord r;
+  r.source = t.value("source", "");
+  r.optimizer = t.value("optimizer", "");
+  r.lr = t.value("lr", 0.0);
+  r.steps = t.value("steps", uint64_t{0});
+  return r;
+}
+
 // A script's variables as listed ("name", "shape", "offset" following one another).
 Layout listed_variables(const Json& j, const std::string& path) {
   Layout listed;
@@ -203,13 +213,7 @@ ModelDescription script_description_from(const Json& j, const std::string& path)
       const size_t width = e.value("dense_features", size_t{0}) + e.value("fields", size_t{0}) * e.value("dim", size_t{0});
       d.embeddings = embeddings_from(e, {width}, path);
     }
-    if (j.contains("training") && j["training"].is_object()) {
-      const Json& t = j["training"];
-      d.training.source = t.value("source", "");
-      d.training.optimizer = t.value("optimizer", "");
-      d.training.lr = t.value("lr", 0.0);
-      d.training.steps = t.value("steps", uint64_t{0});
-    }
+    if (j.contains("training") && j["training"].is_object()) d.training = training_from(j["training"]);
   } catch (const Json::exception& e) {
     throw Error(path + ": a field is missing or of the wrong type: " + e.what());
   }
@@ -253,10 +257,7 @@ ModelDescription description_from(const Json& j, const std::string& path) {
     if (j.contains("given_as")) d.given_as = j["given_as"].get<std::string>();
     if (j.contains("training") && j["training"].is_object()) {
       const Json& t = j["training"];
-      d.training.source = t.value("source", "");
-      d.training.optimizer = t.value("optimizer", "");
-      d.training.lr = t.value("lr", 0.0);
-      d.training.steps = t.value("steps", uint64_t{0});
+      d.training = training_from(t);
       d.training.evaluated = t.contains("test_accuracy");
       d.training.test_loss = t.value("test_loss", 0.0);
       d.training.test_accuracy = t.value("test_accuracy", 0.0);
